@@ -1,0 +1,61 @@
+// Cost of the strategy layer on one device: the tutorial CNN's training step (batch 64,
+// Adam) in plain LibTorch against the same step through OneDeviceStrategy (run,
+// compute_average_loss, apply_gradients, reduce). Prints medians and their ratio.
+//
+//   ./build/bench/strategy_overhead_bench [rounds=15] [steps_per_round=20]
+#include <cstdio>
+#include <cstdlib>
+
+#include <torch/torch.h>
+
+#include "dist/distribute/one_device_strategy.h"
+#include "dist/models/reference_models.h"
+#include "dist/train/loss.h"
+#include "interleaved_timer.h"
+
+int main(int argc, char** argv) {
+  int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
+  int steps = argc > 2 ? std::atoi(argv[2]) : 20;
+  torch::manual_seed(0);
+  auto x = torch::rand({64, 1, 28, 28});
+  auto y = torch::randint(0, 10, {64});
+
+  auto plain = dist::models::make_tutorial_cnn();
+  torch::optim::Adam plain_opt(plain->parameters(), torch::optim::AdamOptions(1e-3));
+  auto plain_step = [&] {
+    plain_opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(plain->forward(x), y);
+    loss.backward();
+    plain_opt.step();
+  };
+
+  dist::OneDeviceStrategy strategy;
+  auto model = strategy.mirror(dist::models::make_tutorial_cnn());
+  auto opt = strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
+  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
+  auto batch = strategy.experimental_distribute_dataset(
+                           dist::data::Dataset::from_tensor_slices({x, y}).batch(64))
+                   .iterator()
+                   .next()
+                   .value();
+  auto strategy_step = [&] {
+    auto losses = strategy.run(
+        [&](const dist::data::Element& b) {
+          auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+          loss.backward();
+          opt->apply_gradients();
+          return loss.detach();
+        },
+        batch);
+    strategy.reduce(dist::ReduceOp::kSum, losses);
+  };
+
+  auto medians = dist::bench::interleaved_medians(
+      {{"plain", plain_step}, {"one_device", strategy_step}}, rounds, steps);
+  std::printf("threads=%d rounds=%d steps_per_round=%d\n", torch::get_num_threads(), rounds, steps);
+  std::printf("plain libtorch step:     %.3f ms (median)\n", medians[0] * 1e3);
+  std::printf("OneDeviceStrategy step:  %.3f ms (median)\n", medians[1] * 1e3);
+  std::printf("strategy/plain ratio:    %.4f (overhead %.2f%%)\n", medians[1] / medians[0],
+              (medians[1] / medians[0] - 1) * 100);
+  return 0;
+}

@@ -1,0 +1,30 @@
+// Reader for the IDX format of MNIST and Fashion-MNIST.
+//
+// An IDX file is a 4-byte magic number, one big-endian uint32 per dimension, then the values
+// in row-major order, big-endian. The magic number is two zero bytes, a type code and the
+// number of dimensions:
+//   0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64.
+#pragma once
+
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace dist::data {
+
+// The most dimensions read_idx accepts. IDX allows 255, but no real data set uses more than
+// a handful, so a larger count means a corrupt header.
+constexpr int kMaxIdxDims = 8;
+
+// Reads the IDX file at `path`, plain or gzip-compressed (detected by the gzip magic 1f 8b,
+// whatever the file name). Returns a CPU tensor of the file's type and shape, in host byte
+// order.
+//
+// Throws dist::DataError, naming the file and the problem, if the file is missing, empty,
+// truncated, has trailing bytes, has a bad magic number, an unknown type code, zero or more
+// than kMaxIdxDims dimensions, or dimensions whose product overflows. Sizes claimed by the
+// header are checked against the file's size (for gzip, the size in its trailer) before
+// anything is allocated for them.
+at::Tensor read_idx(const std::string& path);
+
+}  // namespace dist::data

@@ -1,0 +1,33 @@
+// Loaders for MNIST and Fashion-MNIST in their original IDX files.
+//
+//   auto train = dist::data::fashion_mnist(dist::data::kFashionMnistDefaultDir, Split::kTrain);
+//
+// A directory holds train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte
+// and t10k-labels-idx1-ubyte, each plain or with a .gz suffix (the .gz file wins if both
+// exist).
+#pragma once
+
+#include <string>
+
+#include "dist/data/dataset.h"
+#include "dist/data/image_label_tensors.h"
+#include "dist/data/split.h"
+
+namespace dist::data {
+
+// Where the Debian package dataset-fashion-mnist installs the data set.
+constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
+
+// Loads one split of an MNIST-format directory. Returns images float32 [N, 1, H, W] scaled
+// from 0..255 to [0, 1] (28x28 for MNIST and Fashion-MNIST) and labels int64 [N] in 0..9.
+// Throws dist::DataError naming the path if the directory or a file is missing or a file is
+// corrupt (see read_idx), if the images are not uint8 of rank 3 or the labels not uint8 of
+// rank 1, if the image and label counts differ, or if a label is 10 or more.
+ImageLabelTensors load_mnist_format(const std::string& dir, Split split);
+
+// Datasets whose elements are {image [1, 28, 28], label []}: from_tensor_slices over
+// load_mnist_format. The two are the same format; the names say which data is meant.
+Dataset fashion_mnist(const std::string& dir, Split split);
+Dataset mnist(const std::string& dir, Split split);
+
+}  // namespace dist::data

@@ -1,0 +1,22 @@
+// The models the tools, benchmarks and examples train.
+#pragma once
+
+#include <string>
+
+#include <torch/nn/modules/container/sequential.h>
+
+namespace dist::models {
+
+// TensorFlow's custom-training tutorial CNN for 28x28x1 images (input [N,1,28,28]):
+// Conv2D 32 3x3 relu, MaxPool 2, Conv2D 64 3x3 relu, MaxPool 2, Flatten, Dense 64 relu,
+// Dense 10 (logits). 121,930 parameters, named conv1.*, conv2.*, dense1.*, dense2.*.
+torch::nn::Sequential make_tutorial_cnn();
+
+// A communication-heavy MLP: Flatten, 784-hidden-hidden-10 with relu (hidden 4096: about
+// 20.0M parameters). Named dense1.*, dense2.*, dense3.*.
+torch::nn::Sequential make_mlp(int64_t hidden = 4096);
+
+// "cnn" or "mlp"; throws InvalidArgument for other names.
+torch::nn::Sequential make_model(const std::string& name);
+
+}  // namespace dist::models

@@ -1,0 +1,57 @@
+// Metric: a streaming statistic with one state per replica, aggregated when read.
+//
+// As tf.keras metrics under a strategy: each replica thread updates only its own (total, count)
+// slot, chosen by get_replica_context()->replica_id_in_sync_group() (slot 0 outside
+// strategy.run()), and result() combines the slots as
+//
+//   finalize(sum of totals, sum of counts)     e.g. sum of totals / sum of counts for a mean,
+//
+// which weighs every example equally however the batches were split. (The mean of per-replica
+// means would not: replica 0 averaging {1} and replica 1 averaging {3, 3, 3} give 2.5, not 2.)
+// Totals and counts are kept in double whatever the input dtype.
+//
+// Thread safety: every method may be called concurrently (replicas update in parallel).
+// The concrete metrics are in dist/train/metrics.h.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dist {
+
+class Metric {
+ public:
+  explicit Metric(std::string name);
+  virtual ~Metric();
+  Metric(const Metric&) = delete;
+  Metric& operator=(const Metric&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // finalize() of the totals and counts summed over all replica slots.
+  double result() const;
+
+  // Zeroes every slot (at the start of an epoch, as Keras does).
+  void reset_state();
+
+  // The (total, count) of each replica slot, index = replica id; at least one slot. For tests,
+  // and for checkpoints, which should store the sums so as to restore under any replica count.
+  std::vector<std::pair<double, double>> local_states() const;
+
+ protected:
+  // Adds to the calling replica's slot.
+  void accumulate(double total, double count);
+
+  // The value of the metric for these summed totals and counts. The default is the mean,
+  // total / count, and 0 when count is 0 (nothing seen yet, or all weights zero).
+  virtual double finalize(double total, double count) const;
+
+ private:
+  std::string name_;
+  mutable std::mutex mutex_;
+  std::vector<std::pair<double, double>> slots_;  // guarded by mutex_; grows to max replica id
+};
+
+}  // namespace dist

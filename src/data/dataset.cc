@@ -1,0 +1,108 @@
+#include "dist/data/dataset.h"
+
+#include "data/dataset_node.h"
+#include "dist/core/error.h"
+
+namespace dist::data {
+
+Dataset::Dataset(std::shared_ptr<const detail::DatasetNode> node) : node_(std::move(node)) {
+  DIST_INTERNAL_ASSERT(node_ != nullptr);
+}
+
+Dataset Dataset::from_tensor_slices(std::vector<at::Tensor> tensors) {
+  return Dataset(detail::make_tensor_slices_node(std::move(tensors)));
+}
+
+Dataset Dataset::zip(std::vector<Dataset> datasets) {
+  std::vector<detail::NodePtr> nodes;
+  for (const auto& d : datasets) nodes.push_back(d.node_);
+  return Dataset(detail::make_zip_node(std::move(nodes)));
+}
+
+Dataset Dataset::map(std::function<Element(Element)> fn) const {
+  DIST_CHECK_ARG(static_cast<bool>(fn), "Dataset::map needs a function, got an empty one");
+  return Dataset(detail::make_map_node(node_, std::move(fn)));
+}
+
+Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
+  DIST_CHECK_ARG(buffer_size >= 1, "shuffle buffer size must be at least 1, got ", buffer_size);
+  return Dataset(detail::make_shuffle_node(node_, buffer_size, seed, reshuffle_each_iteration));
+}
+
+Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
+  DIST_CHECK_ARG(batch_size >= 1, "batch size must be at least 1, got ", batch_size);
+  return Dataset(detail::make_batch_node(node_, batch_size, drop_remainder));
+}
+
+Dataset Dataset::prefetch(int64_t buffer_size) const {
+  DIST_CHECK_ARG(buffer_size >= 1, "prefetch buffer size must be at least 1, got ", buffer_size);
+  return Dataset(detail::make_prefetch_node(node_, buffer_size));
+}
+
+Dataset Dataset::cache() const { return Dataset(detail::make_cache_node(node_)); }
+
+Dataset Dataset::take(int64_t count) const {
+  DIST_CHECK_ARG(count >= -1, "take count must be -1 (all) or at least 0, got ", count);
+  return Dataset(detail::make_take_node(node_, count));
+}
+
+Dataset Dataset::skip(int64_t count) const {
+  DIST_CHECK_ARG(count >= 0, "skip count must be at least 0, got ", count);
+  return Dataset(detail::make_skip_node(node_, count));
+}
+
+Dataset Dataset::repeat(int64_t count) const {
+  DIST_CHECK_ARG(count >= -1, "repeat count must be -1 (forever) or at least 0, got ", count);
+  return Dataset(detail::make_repeat_node(node_, count));
+}
+
+int64_t Dataset::cardinality() const { return node_->cardinality(); }
+
+Iterator Dataset::iterator(int64_t epoch) const {
+  DIST_CHECK_ARG(epoch >= 0, "epoch must be at least 0, got ", epoch);
+  return Iterator(node_->make_iterator(epoch), epoch);
+}
+
+Iterator Dataset::iterator_at(const IteratorPosition& position) const {
+  DIST_CHECK_ARG(position.elements >= 0, "iterator position has a negative element count (",
+                 position.elements, "): the saved position is corrupt");
+  Iterator it = iterator(position.epoch);
+  int64_t skipped = it.skip(position.elements);
+  DIST_CHECK_ARG(skipped == position.elements, "cannot restore iterator position (epoch ",
+                 position.epoch, ", element ", position.elements, "): epoch ", position.epoch,
+                 " of ", describe(), " has only ", skipped,
+                 " elements; was the position saved with a different pipeline?");
+  return it;
+}
+
+std::string Dataset::describe() const { return node_->describe(); }
+
+Iterator::Iterator(std::unique_ptr<detail::IteratorNode> node, int64_t epoch)
+    : node_(std::move(node)), epoch_(epoch) {}
+Iterator::Iterator(Iterator&&) noexcept = default;
+Iterator& Iterator::operator=(Iterator&&) noexcept = default;
+Iterator::~Iterator() = default;
+
+std::optional<Element> Iterator::next() {
+  auto element = node_->next();
+  if (element) ++consumed_;
+  return element;
+}
+
+int64_t Iterator::skip(int64_t n) {
+  int64_t skipped = n > 0 ? node_->skip(n) : 0;
+  consumed_ += skipped;
+  return skipped;
+}
+
+Iterator::Cursor::Cursor(Iterator* owner) : owner_(owner) {
+  if (owner_ != nullptr) ++*this;
+}
+
+Iterator::Cursor& Iterator::Cursor::operator++() {
+  current_ = owner_->next();
+  if (!current_) owner_ = nullptr;
+  return *this;
+}
+
+}  // namespace dist::data

@@ -1,0 +1,121 @@
+#include "dist/data/idx_reader.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "data/file_bytes.h"
+#include "dist/core/error.h"
+
+namespace dist::data {
+namespace {
+
+constexpr uint64_t kMagicBytes = 4;
+
+struct IdxType {
+  at::ScalarType dtype;
+  const char* name;
+};
+
+// Returns false for a type code that IDX does not define.
+bool idx_type(uint8_t code, IdxType* out) {
+  switch (code) {
+    case 0x08:
+      *out = {at::kByte, "uint8"};
+      return true;
+    case 0x09:
+      *out = {at::kChar, "int8"};
+      return true;
+    case 0x0B:
+      *out = {at::kShort, "int16"};
+      return true;
+    case 0x0C:
+      *out = {at::kInt, "int32"};
+      return true;
+    case 0x0D:
+      *out = {at::kFloat, "float32"};
+      return true;
+    case 0x0E:
+      *out = {at::kDouble, "float64"};
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint32_t big_endian_u32(const unsigned char* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
+}
+
+std::string join_dims(const std::vector<int64_t>& dims) {
+  std::ostringstream out;
+  for (size_t i = 0; i < dims.size(); ++i) out << (i ? " x " : "") << dims[i];
+  return out.str();
+}
+
+// Converts big-endian values of `width` bytes to host order, in place.
+void big_endian_to_host(void* data, uint64_t count, size_t width) {
+  if constexpr (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__) return;
+  auto* bytes = static_cast<unsigned char*>(data);
+  for (uint64_t i = 0; i < count; ++i) {
+    unsigned char* v = bytes + i * width;
+    for (size_t lo = 0, hi = width - 1; lo < hi; ++lo, --hi) std::swap(v[lo], v[hi]);
+  }
+}
+
+}  // namespace
+
+at::Tensor read_idx(const std::string& path) {
+  detail::FileBytes in(path);
+  DIST_CHECK(in.file_size() > 0, DataError, path, " is empty (0 bytes); expected an IDX file");
+
+  unsigned char magic[kMagicBytes];
+  in.read_exact(magic, kMagicBytes, "IDX magic number");
+  DIST_CHECK(magic[0] == 0 && magic[1] == 0, DataError, path,
+             " has a wrong magic number: ", "its first two bytes are ", int{magic[0]}, " and ",
+             int{magic[1]}, " but an IDX file starts with two zero bytes; it is not an IDX file");
+  IdxType type{};
+  DIST_CHECK(idx_type(magic[2], &type), DataError, path, " has an unknown IDX type code ",
+             int{magic[2]}, " (byte 2); known codes are 8 (uint8), 9 (int8), 11 (int16), ",
+             "12 (int32), 13 (float32) and 14 (float64)");
+  const int rank = magic[3];
+  DIST_CHECK(rank >= 1 && rank <= kMaxIdxDims, DataError, path, " has ",
+             rank == 0 ? "zero dims" : "too many dims", " in its IDX header (", rank,
+             "); this reader accepts 1 to ", kMaxIdxDims);
+
+  std::vector<unsigned char> raw_dims(4 * static_cast<size_t>(rank));
+  in.read_exact(raw_dims.data(), raw_dims.size(), "IDX dimensions");
+  std::vector<int64_t> dims(rank);
+  const uint64_t width = at::elementSize(type.dtype);
+  // The tensor's byte count must fit int64 (LibTorch sizes are signed); keep to that.
+  constexpr uint64_t kLimit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t data_bytes = width;
+  bool overflow = false;
+  for (int i = 0; i < rank; ++i) {
+    dims[i] = big_endian_u32(&raw_dims[4 * i]);
+    uint64_t d = static_cast<uint64_t>(dims[i]);
+    if (d != 0 && data_bytes > kLimit / d) overflow = true;
+    data_bytes = overflow ? 0 : data_bytes * d;
+  }
+  // A zero dim makes the tensor empty however large the others are.
+  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  DIST_CHECK(!overflow || empty, DataError, path, " has a corrupt IDX header: its dims ",
+             join_dims(dims), " of ", type.name, " overflow a 64-bit byte count");
+  if (empty) data_bytes = 0;
+
+  const uint64_t header_bytes = kMagicBytes + raw_dims.size();
+  in.check_size(header_bytes + data_bytes,
+                ::dist::detail::concat("its IDX header describes ", join_dims(dims), " ", type.name,
+                                       " values"));
+  at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type.dtype));
+  in.read_exact(tensor.data_ptr(), data_bytes, "IDX data");
+  in.expect_end();
+  if (width > 1) big_endian_to_host(tensor.data_ptr(), data_bytes / width, width);
+  return tensor;
+}
+
+}  // namespace dist::data

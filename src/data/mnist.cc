@@ -1,0 +1,79 @@
+#include "dist/data/mnist.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "dist/core/error.h"
+#include "dist/data/idx_reader.h"
+
+namespace dist::data {
+namespace {
+
+constexpr int64_t kNumClasses = 10;
+
+// What to do about a missing file: for the packaged data set, how to install it.
+std::string missing_hint(const std::string& dir) {
+  std::filesystem::path given(dir), packaged(kFashionMnistDefaultDir);
+  if (given.lexically_normal() == packaged.lexically_normal() ||
+      given.lexically_normal() == packaged.lexically_normal() / "") {
+    return "; install it with: apt-get install dataset-fashion-mnist";
+  }
+  return "; pass the directory that holds the MNIST-format files train-images-idx3-ubyte, "
+         "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (each "
+         "plain or .gz)";
+}
+
+// The path of `name` in `dir`, preferring the gzip file.
+std::string find_file(const std::string& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path gz = fs::path(dir) / (name + ".gz");
+  if (fs::exists(gz, ec)) return gz.string();
+  fs::path plain = fs::path(dir) / name;
+  DIST_CHECK(fs::exists(plain, ec), DataError, "neither ", gz.string(), " nor ", plain.string(),
+             " exists", missing_hint(dir));
+  return plain.string();
+}
+
+}  // namespace
+
+ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
+  std::error_code ec;
+  DIST_CHECK(std::filesystem::is_directory(dir, ec), DataError, "MNIST-format directory ", dir,
+             " does not exist", missing_hint(dir));
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
+  const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte");
+  const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte");
+
+  at::Tensor images = read_idx(images_path);
+  DIST_CHECK(images.scalar_type() == at::kByte && images.dim() == 3, DataError, images_path,
+             " holds ", images.scalar_type(), " values of rank ", images.dim(),
+             " but MNIST images are uint8 of rank 3 [N, rows, cols]");
+  at::Tensor labels = read_idx(labels_path);
+  DIST_CHECK(labels.scalar_type() == at::kByte && labels.dim() == 1, DataError, labels_path,
+             " holds ", labels.scalar_type(), " values of rank ", labels.dim(),
+             " but MNIST labels are uint8 of rank 1 [N]");
+  DIST_CHECK(images.size(0) == labels.size(0), DataError, images_path, " holds ", images.size(0),
+             " images but ", labels_path, " holds ", labels.size(0),
+             " labels; the counts must be equal (are the files from the same split?)");
+  if (labels.numel() > 0) {
+    int64_t max_label = labels.max().item<int64_t>();
+    if (max_label >= kNumClasses) {
+      int64_t index = labels.ge(kNumClasses).nonzero()[0][0].item<int64_t>();
+      throw DataError(::dist::detail::concat(labels_path, " holds label ",
+                                             labels[index].item<int64_t>(), " at index ", index,
+                                             "; labels must be 0 to ", kNumClasses - 1));
+    }
+  }
+  return {images.to(at::kFloat).div_(255.0).unsqueeze(1), labels.to(at::kLong)};
+}
+
+Dataset fashion_mnist(const std::string& dir, Split split) {
+  ImageLabelTensors data = load_mnist_format(dir, split);
+  return Dataset::from_tensor_slices({data.images, data.labels});
+}
+
+Dataset mnist(const std::string& dir, Split split) { return fashion_mnist(dir, split); }
+
+}  // namespace dist::data

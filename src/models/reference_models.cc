@@ -1,0 +1,43 @@
+#include "dist/models/reference_models.h"
+
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+
+#include "dist/core/error.h"
+
+namespace dist::models {
+
+using namespace torch::nn;  // NOLINT: layer names read better unqualified here
+
+Sequential make_tutorial_cnn() {
+  return Sequential({{"conv1", Conv2d(Conv2dOptions(1, 32, 3))},
+                     {"relu1", ReLU()},
+                     {"pool1", MaxPool2d(MaxPool2dOptions(2))},
+                     {"conv2", Conv2d(Conv2dOptions(32, 64, 3))},
+                     {"relu2", ReLU()},
+                     {"pool2", MaxPool2d(MaxPool2dOptions(2))},
+                     {"flatten", Flatten()},
+                     {"dense1", Linear(64 * 5 * 5, 64)},
+                     {"relu3", ReLU()},
+                     {"dense2", Linear(64, 10)}});
+}
+
+Sequential make_mlp(int64_t hidden) {
+  DIST_CHECK_ARG(hidden >= 1, "MLP hidden width must be at least 1, got ", hidden);
+  return Sequential({{"flatten", Flatten()},
+                     {"dense1", Linear(28 * 28, hidden)},
+                     {"relu1", ReLU()},
+                     {"dense2", Linear(hidden, hidden)},
+                     {"relu2", ReLU()},
+                     {"dense3", Linear(hidden, 10)}});
+}
+
+Sequential make_model(const std::string& name) {
+  if (name == "cnn") return make_tutorial_cnn();
+  if (name == "mlp") return make_mlp();
+  throw InvalidArgument("unknown model '" + name + "': use cnn or mlp");
+}
+
+}  // namespace dist::models

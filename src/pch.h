@@ -1,0 +1,3 @@
+// Precompiled header: the heavy LibTorch headers most translation units include.
+#pragma once
+#include <torch/torch.h>

@@ -1,0 +1,49 @@
+#include "dist/train/metric.h"
+
+#include "dist/core/error.h"
+#include "dist/core/replica_context.h"
+
+namespace dist {
+
+Metric::Metric(std::string name) : name_(std::move(name)), slots_(1, {0.0, 0.0}) {}
+
+Metric::~Metric() = default;
+
+double Metric::result() const {
+  double total = 0.0;
+  double count = 0.0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [slot_total, slot_count] : slots_) {
+      total += slot_total;
+      count += slot_count;
+    }
+  }
+  return finalize(total, count);
+}
+
+void Metric::reset_state() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& slot : slots_) slot = {0.0, 0.0};
+}
+
+std::vector<std::pair<double, double>> Metric::local_states() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return slots_;
+}
+
+void Metric::accumulate(double total, double count) {
+  ReplicaContext* context = get_replica_context();
+  int replica = context == nullptr ? 0 : context->replica_id_in_sync_group();
+  DIST_INTERNAL_ASSERT(replica >= 0, "negative replica id ", replica);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (static_cast<size_t>(replica) >= slots_.size()) slots_.resize(replica + 1, {0.0, 0.0});
+  slots_[replica].first += total;
+  slots_[replica].second += count;
+}
+
+double Metric::finalize(double total, double count) const {
+  return count == 0.0 ? 0.0 : total / count;
+}
+
+}  // namespace dist

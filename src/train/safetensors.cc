@@ -1,0 +1,379 @@
+#include "dist/train/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "dist/core/error.h"
+
+// The data section is little-endian; writing tensors' memory as is needs a little-endian host.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
+
+namespace dist {
+namespace {
+
+using nlohmann::json;
+
+// The reference implementation's limit: a bigger header is a corrupt or hostile file.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr char kMetadataKey[] = "__metadata__";
+
+struct Dtype {
+  const char* name;
+  torch::ScalarType type;
+  uint64_t size;
+};
+
+constexpr Dtype kDtypes[] = {
+    {"F64", torch::kDouble, 8},    {"F32", torch::kFloat, 4}, {"F16", torch::kHalf, 2},
+    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kLong, 8},  {"I32", torch::kInt, 4},
+    {"I16", torch::kShort, 2},     {"I8", torch::kChar, 1},   {"U8", torch::kByte, 1},
+    {"BOOL", torch::kBool, 1},
+};
+constexpr char kDtypeList[] = "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL";
+
+const Dtype* find_dtype(torch::ScalarType type) {
+  for (const Dtype& d : kDtypes)
+    if (d.type == type) return &d;
+  return nullptr;
+}
+
+const Dtype* find_dtype(const std::string& name) {
+  for (const Dtype& d : kDtypes)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+// Closes the descriptor on every path out.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, reporting close()'s result (it can report a failed delayed write).
+  bool close() {
+    int fd = fd_;
+    fd_ = -1;
+    return ::close(fd) == 0;
+  }
+
+ private:
+  int fd_;
+};
+
+bool write_all(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes at `offset`; false on error or early end of file (errno 0).
+bool pread_all(int fd, void* data, uint64_t size, uint64_t offset) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = 0;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+std::string errno_text(int err) { return err == 0 ? "unexpected end of file" : std::strerror(err); }
+
+// ---- writing ----------------------------------------------------------------------------
+
+// The header text (padded) and the contiguous CPU tensors in file order.
+std::pair<std::string, std::vector<torch::Tensor>> build_header(
+    const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  std::set<std::string> names;
+  std::vector<torch::Tensor> data;
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    std::string where = detail::concat("save_safetensors('", path, "'): tensor '", name, "'");
+    DIST_CHECK_ARG(!name.empty(), "save_safetensors('", path, "'): a tensor name is empty");
+    DIST_CHECK_ARG(name != kMetadataKey, where, ": the name is reserved for the metadata");
+    DIST_CHECK_ARG(names.insert(name).second, where, ": duplicate name");
+    DIST_CHECK_ARG(tensor.defined(), where, " is undefined");
+    DIST_CHECK_ARG(tensor.layout() == torch::kStrided, where, " has layout ", tensor.layout(),
+                   "; only dense (strided) tensors can be saved");
+    const Dtype* dtype = find_dtype(tensor.scalar_type());
+    DIST_CHECK_ARG(dtype != nullptr, where, " has dtype ", tensor.scalar_type(),
+                   ", which safetensors does not support here; supported: ", kDtypeList);
+    torch::Tensor cpu = tensor.detach().to(torch::kCPU).contiguous();
+    uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * dtype->size;
+    json entry = json::object();
+    entry["dtype"] = dtype->name;
+    entry["shape"] = cpu.sizes().vec();
+    entry["data_offsets"] = json::array({offset, offset + bytes});
+    header[name] = std::move(entry);
+    offset += bytes;
+    data.push_back(std::move(cpu));
+  }
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    throw InvalidArgument(
+        detail::concat("save_safetensors('", path,
+                       "'): tensor names and metadata must be valid UTF-8: ", e.what()));
+  }
+  // Spaces are valid JSON whitespace; they align the data section to 8 bytes.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return {std::move(text), std::move(data)};
+}
+
+[[noreturn]] void throw_write_error(const std::string& path, const std::string& step, int err) {
+  throw Error(detail::concat("cannot write safetensors file '", path, "': ", step,
+                             " failed: ", errno_text(err)));
+}
+
+void fsync_directory(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) throw_write_error(path, "opening directory '" + dir + "'", errno);
+  if (::fsync(fd.get()) != 0) throw_write_error(path, "fsync of directory '" + dir + "'", errno);
+}
+
+// ---- reading ----------------------------------------------------------------------------
+
+struct Entry {
+  std::string name;
+  const Dtype* dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin;
+  uint64_t end;
+};
+
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& path, uint64_t data_size) : path_(path), data_size_(data_size) {}
+
+  [[noreturn]] void fail(const std::string& message) const {
+    throw DataError(detail::concat("safetensors file '", path_, "': ", message));
+  }
+  [[noreturn]] void fail(const std::string& tensor, const std::string& message) const {
+    fail(detail::concat("tensor '", tensor, "': ", message));
+  }
+
+  std::map<std::string, std::string> metadata(const json& value) const {
+    if (!value.is_object()) fail(detail::concat("\"", kMetadataKey, "\" must be an object"));
+    std::map<std::string, std::string> out;
+    for (const auto& [key, item] : value.items()) {
+      if (!item.is_string())
+        fail(detail::concat("metadata '", key, "' must be a string, got ", item.dump()));
+      out[key] = item.get<std::string>();
+    }
+    return out;
+  }
+
+  Entry entry(const std::string& name, const json& value) const {
+    if (!value.is_object()) fail(name, "must be an object with dtype, shape and data_offsets");
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+      if (!value.contains(field)) fail(name, detail::concat("missing \"", field, "\""));
+    const json& dtype_name = value["dtype"];
+    const Dtype* dtype =
+        dtype_name.is_string() ? find_dtype(dtype_name.get<std::string>()) : nullptr;
+    if (dtype == nullptr)
+      fail(name,
+           detail::concat("unsupported dtype ", dtype_name.dump(), "; supported: ", kDtypeList));
+    Entry e{name, dtype, {}, 0, 0};
+    uint64_t bytes = byte_size(e, value["shape"]);
+    offsets(e, value["data_offsets"]);
+    if (e.end > data_size_)
+      fail(name,
+           detail::concat("data_offsets [", e.begin, ", ", e.end, "] lie past the end of ",
+                          "the data section (", data_size_, " bytes); the file is truncated"));
+    if (e.end - e.begin != bytes)
+      fail(name, detail::concat("data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin,
+                                " bytes, but shape ", value["shape"].dump(), " of dtype ",
+                                dtype->name, " needs ", bytes));
+    return e;
+  }
+
+ private:
+  // Fills e.shape and returns numel * itemsize, refusing anything that overflows.
+  uint64_t byte_size(Entry& e, const json& shape) const {
+    if (!shape.is_array()) fail(e.name, "\"shape\" must be an array, got " + shape.dump());
+    uint64_t numel = 1;
+    for (const json& dim : shape) {
+      if (dim.is_number_integer() && !dim.is_number_unsigned())
+        fail(e.name, "negative dimension in shape " + shape.dump());
+      if (!dim.is_number_unsigned())
+        fail(e.name, "shape entries must be non-negative integers, got " + shape.dump());
+      uint64_t size = dim.get<uint64_t>();
+      if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          __builtin_mul_overflow(numel, size, &numel) ||
+          numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(e.name, "element count of shape " + shape.dump() + " overflows");
+      e.shape.push_back(static_cast<int64_t>(size));
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(numel, e.dtype->size, &bytes))
+      fail(e.name, detail::concat("byte size of shape ", shape.dump(), " of dtype ", e.dtype->name,
+                                  " overflows"));
+    return bytes;
+  }
+
+  void offsets(Entry& e, const json& value) const {
+    if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() ||
+        !value[1].is_number_unsigned())
+      fail(e.name, "\"data_offsets\" must be two non-negative integers, got " + value.dump());
+    e.begin = value[0].get<uint64_t>();
+    e.end = value[1].get<uint64_t>();
+    if (e.begin > e.end)
+      fail(e.name, detail::concat("data_offsets [", e.begin, ", ", e.end, "] are reversed"));
+  }
+
+  std::string path_;
+  uint64_t data_size_;
+};
+
+// Tensors must tile the data section exactly, as the reference implementation requires.
+void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
+                  uint64_t data_size) {
+  uint64_t expected = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < expected)
+      parser.fail(e.name, detail::concat("data_offsets [", e.begin, ", ", e.end,
+                                         "] overlap those of tensor '", previous->name, "' (",
+                                         previous->begin, ", ", previous->end, ")"));
+    if (e.begin > expected)
+      parser.fail(e.name,
+                  detail::concat("data_offsets [", e.begin, ", ", e.end, "] leave a gap of ",
+                                 e.begin - expected, " bytes after byte ", expected));
+    expected = e.end;
+    previous = &e;
+  }
+  if (expected != data_size)
+    parser.fail(detail::concat("the data section has ", data_size - expected,
+                               " bytes after the last tensor that no tensor claims"));
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  auto [header, data] = build_header(path, tensors, metadata);
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+
+  std::string temp = detail::concat(path, ".tmp.", ::getpid());
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw_write_error(path, "creating '" + temp + "'", errno);
+  auto fail = [&](const std::string& step) {
+    int err = errno;
+    if (fd.get() >= 0) fd.close();
+    ::unlink(temp.c_str());
+    throw_write_error(path, step, err);
+  };
+  if (!write_all(fd.get(), length, sizeof(length)) ||
+      !write_all(fd.get(), header.data(), header.size()))
+    fail("writing the header to '" + temp + "'");
+  for (const torch::Tensor& t : data) {
+    if (!write_all(fd.get(), t.data_ptr(), t.numel() * t.element_size()))
+      fail("writing the data to '" + temp + "'");
+  }
+  if (::fsync(fd.get()) != 0) fail("fsync of '" + temp + "'");
+  if (!fd.close()) fail("closing '" + temp + "'");
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("renaming '" + temp + "' to it");
+  fsync_directory(path);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  auto fail = [&](const std::string& message) {
+    throw DataError(detail::concat("safetensors file '", path, "': ", message));
+  };
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(detail::concat("cannot open: ", errno_text(errno)));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) fail(detail::concat("cannot stat: ", errno_text(errno)));
+  uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8)
+    fail(detail::concat("the file is ", file_size, " bytes long, shorter than the 8-byte header ",
+                        "length; it is truncated or not a safetensors file"));
+
+  unsigned char length[8];
+  if (!pread_all(fd.get(), length, 8, 0)) fail("cannot read: " + errno_text(errno));
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(length[i]) << (8 * i);
+  if (header_size > kMaxHeaderBytes)
+    fail(detail::concat("header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes,
+                        " bytes; the file is corrupt or not a safetensors file"));
+  if (header_size > file_size - 8)
+    fail(detail::concat("header length ", header_size, " is more than the ", file_size - 8,
+                        " bytes that follow it; the file is truncated"));
+
+  std::string text(header_size, '\0');
+  if (!pread_all(fd.get(), text.data(), header_size, 8)) fail("cannot read: " + errno_text(errno));
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(detail::concat("the header is not valid JSON: ", e.what()));
+  }
+  if (!header.is_object()) fail("the header must be a JSON object, got " + header.dump());
+
+  uint64_t data_start = 8 + header_size;
+  uint64_t data_size = file_size - data_start;
+  HeaderParser parser(path, data_size);
+  SafetensorsFile result;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey) {
+      result.metadata = parser.metadata(value);
+    } else {
+      entries.push_back(parser.entry(name, value));
+    }
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  check_layout(parser, entries, data_size);
+
+  // Only now, with every size checked against the file, allocate.
+  for (const Entry& e : entries) {
+    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
+    uint64_t bytes = e.end - e.begin;
+    if (!pread_all(fd.get(), t.data_ptr(), bytes, data_start + e.begin))
+      parser.fail(e.name, "cannot read the data: " + errno_text(errno));
+    if (e.dtype->type == torch::kBool) {
+      const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+      if (std::any_of(p, p + bytes, [](unsigned char b) { return b > 1; }))
+        parser.fail(e.name, "BOOL data holds a byte other than 0 or 1");
+    }
+    result.tensors.emplace_back(e.name, std::move(t));
+  }
+  return result;
+}
+
+}  // namespace dist

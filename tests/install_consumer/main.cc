@@ -1,0 +1,10 @@
+#include <iostream>
+
+#include "dist/distribute/one_device_strategy.h"
+
+int main() {
+  dist::OneDeviceStrategy strategy;
+  auto doubled = strategy.run([](int x) { return 2 * x; }, 21);
+  std::cout << "consumer: " << doubled[0] << "\n";
+  return doubled[0] == 42 ? 0 : 1;
+}

@@ -1,0 +1,25 @@
+// Helpers shared by the tests: temporary directories and small files.
+#pragma once
+
+#include <string>
+
+namespace dist::testing {
+
+// A fresh directory under the system temp dir, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);
+
+}  // namespace dist::testing

@@ -1,0 +1,111 @@
+// Runs the real dist-train binary on a subset of Fashion-MNIST, as a user would.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/train/safetensors.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+const char* kDataDir = "/usr/share/datasets/fashion-mnist";
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+// Runs a shell command bounded by `timeout` (coreutils), capturing its output.
+CommandResult run_command(const std::string& args, int timeout_seconds = 300) {
+  std::string command = "timeout -s KILL " + std::to_string(timeout_seconds) + " " +
+                        DIST_TRAIN_BINARY + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
+
+nlohmann::json last_json_line(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  return nlohmann::json::parse(last);
+}
+
+class DistTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kDataDir))
+        << kDataDir << " is missing: install it with apt-get install dataset-fashion-mnist";
+  }
+};
+
+TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
+  testing::TempDir dir;
+  auto run = run_command("--train-examples 3000 --epochs 3 --batch-per-replica 32 --no-progress"
+                         " --log-dir " + dir.path() + " --save-weights " + dir.file("w.safetensors"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("Number of devices: 1"), std::string::npos) << run.output;
+  auto result = last_json_line(run.output);
+  for (const char* key : {"test_accuracy", "test_loss", "images_per_sec", "steps", "seconds",
+                          "num_replicas_in_sync", "strategy"})
+    EXPECT_TRUE(result.contains(key)) << "missing " << key << " in " << result.dump();
+  EXPECT_EQ(result["steps"], 3 * 94);  // ceil(3000 / 32) per epoch
+  EXPECT_EQ(result["strategy"], "default");
+  EXPECT_GT(result["test_accuracy"].get<double>(), 0.6);
+
+  // Per-epoch training loss falls.
+  std::ifstream log(dir.file("metrics.jsonl"));
+  std::vector<double> losses;
+  for (std::string line; std::getline(log, line);)
+    losses.push_back(nlohmann::json::parse(line)["train_loss"].get<double>());
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_LT(losses[2], losses[0]);
+
+  auto weights = load_safetensors(dir.file("w.safetensors"));
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : weights.tensors) names.push_back(name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "conv1.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "dense2.bias"), names.end());
+}
+
+TEST_F(DistTrainTest, MaxStepsStopsAtTheGlobalStep) {
+  auto run = run_command("--strategy one_device --max-steps 5 --epochs 2 --no-progress");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto result = last_json_line(run.output);
+  EXPECT_EQ(result["steps"], 5);
+  EXPECT_EQ(result["strategy"], "one_device");
+}
+
+TEST(DistTrainErrorsTest, BadFlagsAndMissingDataExitCleanly) {
+  auto bad_strategy = run_command("--strategy nonsense --max-steps 1");
+  EXPECT_EQ(bad_strategy.exit_code, 2) << bad_strategy.output;
+  EXPECT_NE(bad_strategy.output.find("unknown --strategy 'nonsense'"), std::string::npos)
+      << bad_strategy.output;
+
+  auto bad_flag = run_command("--no-such-flag");
+  EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.output;
+
+  auto missing = run_command("--data-dir /nonexistent/fashion --max-steps 1");
+  EXPECT_EQ(missing.exit_code, 3) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/fashion"), std::string::npos) << missing.output;
+
+  auto replicas = run_command("--strategy one_device --replicas 2 --max-steps 1");
+  EXPECT_EQ(replicas.exit_code, 2) << replicas.output;
+}
+
+}  // namespace
+}  // namespace dist

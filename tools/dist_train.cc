@@ -1,0 +1,61 @@
+// dist-train: trains the tutorial CNN (or the MLP) on Fashion-MNIST under a strategy.
+//
+// Exit codes: 0 success; 1 a failure while training (for example a lost peer);
+// 2 bad command line or option values; 3 missing or corrupt data files.
+// The last line of stdout is one JSON object with the results.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "dist/core/error.h"
+#include "train_job.h"
+
+int main(int argc, char** argv) {
+  dist::tools::TrainOptions o;
+  CLI::App app{"dist-train: train on Fashion-MNIST with a tf.distribute-style strategy"};
+  app.add_option("--strategy", o.strategy, "default | one_device")->capture_default_str();
+  app.add_option("--replicas", o.replicas, "replicas (multi-replica strategies)");
+  app.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "stop after this many global steps (-1: no limit)")
+      ->capture_default_str();
+  app.add_option("--batch-per-replica", o.batch_per_replica, "examples per replica per step")
+      ->capture_default_str();
+  app.add_option("--global-batch", o.global_batch,
+                 "examples per step across all replicas (overrides --batch-per-replica)");
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "adam | sgd")->capture_default_str();
+  app.add_option("--model", o.model, "cnn (tutorial CNN) | mlp (784-4096-4096-10)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--train-examples", o.train_examples,
+                 "train on the first N examples only (-1: all)")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "save the weights at each epoch end here");
+  app.add_option("--log-dir", o.log_dir, "append per-epoch metrics to LOG_DIR/metrics.jsonl");
+  app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
+  bool no_progress = false;
+  app.add_flag("--no-progress", no_progress, "only print per-epoch lines");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  o.progress = !no_progress;
+
+  try {
+    auto result = dist::tools::run_training(o, std::cout);
+    std::cout << dist::tools::to_json_line(result) << std::endl;
+    return 0;
+  } catch (const dist::InvalidArgument& e) {
+    std::cerr << "dist-train: " << e.what() << std::endl;
+    return 2;
+  } catch (const dist::DataError& e) {
+    std::cerr << "dist-train: " << e.what() << std::endl;
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "dist-train: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,222 @@
+#include "train_job.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "dist/core/error.h"
+#include "dist/data/mnist.h"
+#include "dist/distribute/one_device_strategy.h"
+#include "dist/models/reference_models.h"
+#include "dist/train/loss.h"
+#include "dist/train/metrics.h"
+#include "dist/train/safetensors.h"
+#include "progress_bar.h"
+
+namespace dist::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using data::Element;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Strategy make_strategy(const TrainOptions& options) {
+  DIST_CHECK_ARG(options.replicas <= 1, "--strategy ", options.strategy,
+                 " runs exactly one replica, but --replicas ", options.replicas,
+                 " was given; drop --replicas or choose a multi-replica strategy");
+  if (options.strategy == "default") return get_default_strategy();
+  if (options.strategy == "one_device") return OneDeviceStrategy("cpu:0");
+  throw InvalidArgument("unknown --strategy '" + options.strategy + "': use default or one_device");
+}
+
+std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
+                                                  const Mirrored<torch::nn::Sequential>& model,
+                                                  const TrainOptions& options) {
+  DIST_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
+  if (options.optimizer == "adam")
+    return strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(options.lr));
+  if (options.optimizer == "sgd")
+    return strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(options.lr));
+  throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> named_weights(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& item : module.named_parameters()) weights.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) weights.emplace_back(item.key(), item.value());
+  return weights;
+}
+
+void check_options(const TrainOptions& options) {
+  DIST_CHECK_ARG(options.epochs >= 1, "--epochs must be at least 1, got ", options.epochs);
+  DIST_CHECK_ARG(options.max_steps == -1 || options.max_steps >= 1,
+                 "--max-steps must be at least 1 (or -1 for no limit), got ", options.max_steps);
+  DIST_CHECK_ARG(options.batch_per_replica >= 1, "--batch-per-replica must be at least 1, got ",
+                 options.batch_per_replica);
+  DIST_CHECK_ARG(options.global_batch >= 0, "--global-batch must be at least 1, got ",
+                 options.global_batch);
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& options, std::ostream& out) {
+  const auto job_start = Clock::now();
+  check_options(options);
+  Strategy strategy = make_strategy(options);
+  const int replicas = strategy.num_replicas_in_sync();
+  const int64_t global_batch =
+      options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+  out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
+      << "\nGlobal batch size: " << global_batch << std::endl;
+
+  data::Dataset train_examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
+  if (options.train_examples > 0) train_examples = train_examples.take(options.train_examples);
+  const int64_t num_train = train_examples.cardinality();
+  auto train_data = strategy.experimental_distribute_dataset(
+      train_examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2));
+  auto test_data = strategy.experimental_distribute_dataset(
+      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2));
+
+  torch::manual_seed(options.seed);
+  auto model = strategy.mirror(models::make_model(options.model));
+  auto optimizer = make_optimizer(strategy, model, options);
+  SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, Reduction::kNone);
+
+  metrics::Mean train_loss("train_loss"), test_loss("test_loss");
+  metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy"), test_accuracy("test_accuracy");
+
+  std::ofstream metrics_log;
+  if (!options.log_dir.empty()) {
+    std::filesystem::create_directories(options.log_dir);
+    metrics_log.open(options.log_dir + "/metrics.jsonl", std::ios::app);
+    DIST_CHECK_ARG(metrics_log.good(), "cannot write ", options.log_dir, "/metrics.jsonl");
+  }
+  if (!options.checkpoint_dir.empty()) std::filesystem::create_directories(options.checkpoint_dir);
+
+  TrainResult result;
+  result.strategy = strategy.name();
+  result.num_replicas_in_sync = replicas;
+  result.global_batch = global_batch;
+  int64_t images = 0;
+  const bool interactive = ProgressBar::stdout_is_terminal();
+
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    if (options.max_steps > 0 && result.steps >= options.max_steps) break;
+    train_loss.reset_state();
+    train_accuracy.reset_state();
+    test_loss.reset_state();
+    test_accuracy.reset_state();
+    out << "Epoch " << epoch + 1 << "/" << options.epochs << std::endl;
+    ProgressBar bar(out, train_data.cardinality(), interactive);
+
+    model.train();
+    const auto epoch_start = Clock::now();
+    int64_t epoch_steps = 0, epoch_images = 0;
+    for (const auto& batch : train_data.iterator(epoch)) {
+      auto losses = strategy.run(
+          [&](const Element& b) {
+            auto logits = model->forward(b[0]);
+            auto loss = compute_average_loss(loss_fn(b[1], logits));
+            loss.backward();
+            optimizer->apply_gradients();
+            train_accuracy.update_state(b[1], logits.detach());
+            return loss.detach();
+          },
+          batch);
+      train_loss.update_state(strategy.reduce(ReduceOp::kSum, losses));
+      ++epoch_steps;
+      ++result.steps;
+      epoch_images += batch.global_batch_size();
+      if (options.progress)
+        bar.update(epoch_steps, "loss: " + fixed(train_loss.result(), 4) +
+                                    " - accuracy: " + fixed(train_accuracy.result(), 4));
+      if (options.max_steps > 0 && result.steps >= options.max_steps) break;
+    }
+    bar.finish();
+    const double epoch_train_seconds = seconds_since(epoch_start);
+    result.train_seconds += epoch_train_seconds;
+    images += epoch_images;
+
+    model.eval();
+    for (const auto& batch : test_data.iterator(0)) {
+      strategy.run(
+          [&](const Element& b) {
+            torch::NoGradGuard no_grad;
+            auto logits = model->forward(b[0]);
+            test_loss.update_state(loss_fn(b[1], logits));
+            test_accuracy.update_state(b[1], logits);
+          },
+          batch);
+    }
+
+    result.epochs = epoch + 1;
+    result.train_loss = train_loss.result();
+    result.train_accuracy = train_accuracy.result();
+    result.test_loss = test_loss.result();
+    result.test_accuracy = test_accuracy.result();
+    const double epoch_images_per_sec = epoch_images / std::max(epoch_train_seconds, 1e-9);
+    out << "Epoch " << epoch + 1 << ": loss " << fixed(result.train_loss, 4) << " - accuracy "
+        << fixed(result.train_accuracy, 4) << " - test loss " << fixed(result.test_loss, 4)
+        << " - test accuracy " << fixed(result.test_accuracy, 4) << " - "
+        << fixed(seconds_since(epoch_start), 1) << "s - " << fixed(epoch_images_per_sec, 0)
+        << " images/s" << std::endl;
+
+    if (metrics_log.is_open()) {
+      metrics_log << nlohmann::json{{"epoch", epoch + 1},
+                                    {"step", result.steps},
+                                    {"train_loss", result.train_loss},
+                                    {"train_accuracy", result.train_accuracy},
+                                    {"test_loss", result.test_loss},
+                                    {"test_accuracy", result.test_accuracy},
+                                    {"images_per_sec", epoch_images_per_sec}}
+                         .dump()
+                  << std::endl;
+    }
+    if (!options.checkpoint_dir.empty()) {
+      save_safetensors(options.checkpoint_dir + "/weights-epoch-" + std::to_string(epoch + 1) +
+                           ".safetensors",
+                       named_weights(*model.primary()),
+                       {{"epoch", std::to_string(epoch + 1)}, {"step", std::to_string(result.steps)}});
+    }
+  }
+
+  if (!options.save_weights.empty())
+    save_safetensors(options.save_weights, named_weights(*model.primary()),
+                     {{"model", options.model}, {"step", std::to_string(result.steps)}});
+
+  result.images_per_sec = images / std::max(result.train_seconds, 1e-9);
+  result.seconds = seconds_since(job_start);
+  return result;
+}
+
+std::string to_json_line(const TrainResult& r) {
+  return nlohmann::json{{"strategy", r.strategy},
+                        {"num_replicas_in_sync", r.num_replicas_in_sync},
+                        {"global_batch", r.global_batch},
+                        {"epochs", r.epochs},
+                        {"steps", r.steps},
+                        {"seconds", r.seconds},
+                        {"train_seconds", r.train_seconds},
+                        {"images_per_sec", r.images_per_sec},
+                        {"train_loss", r.train_loss},
+                        {"train_accuracy", r.train_accuracy},
+                        {"test_loss", r.test_loss},
+                        {"test_accuracy", r.test_accuracy}}
+      .dump();
+}
+
+}  // namespace dist::tools
