@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
   auto model = strategy.mirror(dist::models::make_tutorial_cnn());
   auto opt = strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
   dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
-  auto batch = strategy.experimental_distribute_dataset(
-                           dist::data::Dataset::from_tensor_slices({x, y}).batch(64))
+  auto batch = strategy
+                   .experimental_distribute_dataset(
+                       dist::data::Dataset::from_tensor_slices({x, y}).batch(64))
                    .iterator()
                    .next()
                    .value();

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--train-examples", o.train_examples,
-                 "train on the first N examples only (-1: all)")->capture_default_str();
+                 "train on the first N examples only (-1: all)")
+      ->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "save the weights at each epoch end here");
   app.add_option("--log-dir", o.log_dir, "append per-epoch metrics to LOG_DIR/metrics.jsonl");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");

@@ -36,8 +36,7 @@ void ProgressBar::update(int64_t step, const std::string& status) {
     constexpr int kWidth = 30;
     if (total_ > 0) {
       int filled = static_cast<int>(kWidth * step / total_);
-      line << " [" << std::string(static_cast<size_t>(filled), '=')
-           << (filled < kWidth ? ">" : "")
+      line << " [" << std::string(static_cast<size_t>(filled), '=') << (filled < kWidth ? ">" : "")
            << std::string(static_cast<size_t>(std::max(0, kWidth - filled - 1)), '.') << "]";
     }
     line << " - " << std::fixed << std::setprecision(0) << elapsed << "s - " << status;
@@ -45,7 +44,8 @@ void ProgressBar::update(int64_t step, const std::string& status) {
     return;
   }
   if (step < next_plain_step_ && !(total_ > 0 && step == total_)) return;
-  while (next_plain_step_ <= step) next_plain_step_ += total_ > 0 ? std::max<int64_t>(1, total_ / 10) : 100;
+  while (next_plain_step_ <= step)
+    next_plain_step_ += total_ > 0 ? std::max<int64_t>(1, total_ / 10) : 100;
   line << " - " << std::fixed << std::setprecision(1) << elapsed << "s - " << status;
   out_ << line.str() << "\n" << std::flush;
 }

@@ -6,8 +6,8 @@
 #include <iomanip>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
@@ -42,9 +42,11 @@ std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
                                                   const TrainOptions& options) {
   DIST_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
   if (options.optimizer == "adam")
-    return strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(options.lr));
+    return strategy.mirror_optimizer<torch::optim::Adam>(model,
+                                                         torch::optim::AdamOptions(options.lr));
   if (options.optimizer == "sgd")
-    return strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(options.lr));
+    return strategy.mirror_optimizer<torch::optim::SGD>(model,
+                                                        torch::optim::SGDOptions(options.lr));
   throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
 }
 
@@ -97,7 +99,8 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
   SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, Reduction::kNone);
 
   metrics::Mean train_loss("train_loss"), test_loss("test_loss");
-  metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy"), test_accuracy("test_accuracy");
+  metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy"),
+      test_accuracy("test_accuracy");
 
   std::ofstream metrics_log;
   if (!options.log_dir.empty()) {
@@ -187,10 +190,10 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
                   << std::endl;
     }
     if (!options.checkpoint_dir.empty()) {
-      save_safetensors(options.checkpoint_dir + "/weights-epoch-" + std::to_string(epoch + 1) +
-                           ".safetensors",
-                       named_weights(*model.primary()),
-                       {{"epoch", std::to_string(epoch + 1)}, {"step", std::to_string(result.steps)}});
+      save_safetensors(
+          options.checkpoint_dir + "/weights-epoch-" + std::to_string(epoch + 1) + ".safetensors",
+          named_weights(*model.primary()),
+          {{"epoch", std::to_string(epoch + 1)}, {"step", std::to_string(result.steps)}});
     }
   }
 

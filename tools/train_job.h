@@ -9,22 +9,22 @@
 namespace dist::tools {
 
 struct TrainOptions {
-  std::string strategy = "default";   // default | one_device
-  int replicas = 0;                   // 0: the strategy's default
+  std::string strategy = "default";  // default | one_device
+  int replicas = 0;                  // 0: the strategy's default
   int epochs = 10;
-  int64_t max_steps = -1;             // global steps; -1: no limit
+  int64_t max_steps = -1;  // global steps; -1: no limit
   int64_t batch_per_replica = 64;
-  int64_t global_batch = 0;           // > 0 overrides batch_per_replica * replicas
+  int64_t global_batch = 0;  // > 0 overrides batch_per_replica * replicas
   double lr = 1e-3;
-  std::string optimizer = "adam";     // adam | sgd
-  std::string model = "cnn";          // cnn | mlp
+  std::string optimizer = "adam";  // adam | sgd
+  std::string model = "cnn";       // cnn | mlp
   uint64_t seed = 42;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t train_examples = -1;        // use only the first N training examples; -1: all
-  std::string checkpoint_dir;         // weights saved at each epoch end
-  std::string log_dir;                // per-epoch metrics as JSON lines
-  std::string save_weights;           // final weights as safetensors
-  bool progress = true;               // progress bar / lines within each epoch
+  int64_t train_examples = -1;  // use only the first N training examples; -1: all
+  std::string checkpoint_dir;   // weights saved at each epoch end
+  std::string log_dir;          // per-epoch metrics as JSON lines
+  std::string save_weights;     // final weights as safetensors
+  bool progress = true;         // progress bar / lines within each epoch
 };
 
 struct TrainResult {
@@ -33,9 +33,9 @@ struct TrainResult {
   int64_t global_batch = 0;
   int epochs = 0;
   int64_t steps = 0;
-  double seconds = 0;           // wall time of the whole job, evaluation included
-  double train_seconds = 0;     // time in training steps only
-  double images_per_sec = 0;    // training images / train_seconds
+  double seconds = 0;         // wall time of the whole job, evaluation included
+  double train_seconds = 0;   // time in training steps only
+  double images_per_sec = 0;  // training images / train_seconds
   double train_loss = 0;
   double train_accuracy = 0;
   double test_loss = 0;

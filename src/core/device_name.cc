@@ -39,8 +39,8 @@ DeviceName parse_device_name(const std::string& text) {
                           "': use cpu:N or gpu:N (also accepted: /device:CPU:N, cuda:N)");
   }
   if (!index.empty()) {
-    bool digits = index.size() <= 6 &&
-                  std::all_of(index.begin(), index.end(), [](unsigned char c) { return std::isdigit(c); });
+    bool digits = index.size() <= 6 && std::all_of(index.begin(), index.end(),
+                                                   [](unsigned char c) { return std::isdigit(c); });
     DIST_CHECK_ARG(digits, "bad device index in '", text, "': expected a number such as cpu:0");
     device.index = std::stoi(index);
   }

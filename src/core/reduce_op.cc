@@ -9,10 +9,14 @@ namespace dist {
 
 std::string to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "SUM";
-    case ReduceOp::kMean: return "MEAN";
-    case ReduceOp::kMin: return "MIN";
-    case ReduceOp::kMax: return "MAX";
+    case ReduceOp::kSum:
+      return "SUM";
+    case ReduceOp::kMean:
+      return "MEAN";
+    case ReduceOp::kMin:
+      return "MIN";
+    case ReduceOp::kMax:
+      return "MAX";
   }
   DIST_INTERNAL_ASSERT(false, "unknown ReduceOp ", static_cast<int>(op));
 }

@@ -33,18 +33,16 @@ class TensorSlicesIterator : public IteratorNode {
   int64_t index_ = 0;
 };
 
-class TensorSlicesNode : public DatasetNode,
-                         public std::enable_shared_from_this<TensorSlicesNode> {
+class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this<TensorSlicesNode> {
  public:
   explicit TensorSlicesNode(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
     DIST_CHECK_ARG(!tensors_.empty(), "from_tensor_slices needs at least one tensor");
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      DIST_CHECK_ARG(tensors_[i].defined() && tensors_[i].dim() >= 1,
-                     "from_tensor_slices: tensor ", i,
-                     " must have at least one dimension to slice along");
-      DIST_CHECK_ARG(tensors_[i].size(0) == tensors_[0].size(0), "from_tensor_slices: tensor ",
-                     i, " has ", tensors_[i].size(0), " rows but tensor 0 has ",
-                     tensors_[0].size(0), "; all tensors need the same size in dimension 0");
+      DIST_CHECK_ARG(tensors_[i].defined() && tensors_[i].dim() >= 1, "from_tensor_slices: tensor ",
+                     i, " must have at least one dimension to slice along");
+      DIST_CHECK_ARG(tensors_[i].size(0) == tensors_[0].size(0), "from_tensor_slices: tensor ", i,
+                     " has ", tensors_[i].size(0), " rows but tensor 0 has ", tensors_[0].size(0),
+                     "; all tensors need the same size in dimension 0");
     }
   }
 

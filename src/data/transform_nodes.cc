@@ -47,8 +47,8 @@ Element stack_elements(const std::vector<Element>& elements) {
   std::vector<at::Tensor> parts(elements.size());
   for (size_t k = 0; k < arity; ++k) {
     for (size_t i = 0; i < elements.size(); ++i) {
-      DIST_CHECK_ARG(elements[i].size() == arity, "batch: element ", i, " has ",
-                     elements[i].size(), " components but element 0 has ", arity);
+      DIST_CHECK_ARG(elements[i].size() == arity, "batch: element ", i, " has ", elements[i].size(),
+                     " components but element 0 has ", arity);
       DIST_CHECK_ARG(elements[i][k].sizes() == elements[0][k].sizes(), "batch: component ", k,
                      " of element ", i, " has shape ", elements[i][k].sizes(),
                      " but element 0 has shape ", elements[0][k].sizes(),

@@ -8,8 +8,7 @@ namespace dist {
 
 std::vector<int64_t> split_sizes(int64_t global_batch_size, int num_replicas) {
   DIST_CHECK_ARG(num_replicas >= 1, "cannot split a batch across ", num_replicas, " replicas");
-  DIST_CHECK_ARG(global_batch_size >= 0, "batch size must be at least 0, got ",
-                 global_batch_size);
+  DIST_CHECK_ARG(global_batch_size >= 0, "batch size must be at least 0, got ", global_batch_size);
   std::vector<int64_t> sizes(static_cast<size_t>(num_replicas), global_batch_size / num_replicas);
   for (int64_t r = 0; r < global_batch_size % num_replicas; ++r) ++sizes[static_cast<size_t>(r)];
   return sizes;
@@ -46,7 +45,8 @@ data::Element batch_share(const data::Element& batch, int replica, int num_repli
   int64_t start = 0;
   for (int r = 0; r < replica; ++r) start += sizes[static_cast<size_t>(r)];
   data::Element share;
-  for (const auto& t : batch) share.push_back(t.narrow(0, start, sizes[static_cast<size_t>(replica)]));
+  for (const auto& t : batch)
+    share.push_back(t.narrow(0, start, sizes[static_cast<size_t>(replica)]));
   return share;
 }
 

@@ -1,8 +1,8 @@
 #include "dist/distribute/mirrored_optimizer.h"
 
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
-#include <torch/optim/adagrad.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 

@@ -10,7 +10,8 @@ namespace {
 class SingleReplicaGroup : public detail::ReplicaGroup {
  public:
   int num_replicas_in_sync() const override { return 1; }
-  std::vector<at::Tensor> all_reduce(int, ReduceOp, const std::vector<at::Tensor>& values) override {
+  std::vector<at::Tensor> all_reduce(int, ReduceOp,
+                                     const std::vector<at::Tensor>& values) override {
     return values;  // sum, mean, min and max of one value are the value
   }
   at::Tensor all_gather(int, const at::Tensor& value, int64_t) override { return value; }

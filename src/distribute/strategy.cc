@@ -49,4 +49,14 @@ DistributedDataset Strategy::experimental_distribute_dataset(
   return DistributedDataset(global_batches, extended_);
 }
 
+DistributedDataset Strategy::distribute_datasets_from_function(
+    const std::function<data::Dataset(const InputContext&)>& fn) const {
+  DIST_CHECK_ARG(static_cast<bool>(fn), "distribute_datasets_from_function needs a function");
+  InputContext context;
+  context.num_replicas_in_sync = extended_->num_replicas_in_sync();
+  context.num_input_pipelines = extended_->num_input_pipelines();
+  context.input_pipeline_id = extended_->input_pipeline_id();
+  return DistributedDataset(fn(context), extended_, InputKind::kPerReplicaBatches);
+}
+
 }  // namespace dist

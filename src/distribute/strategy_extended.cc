@@ -19,20 +19,31 @@ at::Tensor StrategyExtended::reduce(ReduceOp op, const std::vector<at::Tensor>& 
       count += v.size(*axis);
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kMean: partial.push_back(v.sum(*axis)); break;
-        case ReduceOp::kMin: partial.push_back(std::get<0>(v.min(*axis))); break;
-        case ReduceOp::kMax: partial.push_back(std::get<0>(v.max(*axis))); break;
+        case ReduceOp::kMean:
+          partial.push_back(v.sum(*axis));
+          break;
+        case ReduceOp::kMin:
+          partial.push_back(std::get<0>(v.min(*axis)));
+          break;
+        case ReduceOp::kMax:
+          partial.push_back(std::get<0>(v.max(*axis)));
+          break;
       }
     }
-    at::Tensor combined = reduce(op == ReduceOp::kMean ? ReduceOp::kSum : op, partial, std::nullopt);
+    at::Tensor combined =
+        reduce(op == ReduceOp::kMean ? ReduceOp::kSum : op, partial, std::nullopt);
     return op == ReduceOp::kMean ? combined / static_cast<double>(count) : combined;
   }
   at::Tensor stacked = at::stack(values);
   switch (op) {
-    case ReduceOp::kSum: return stacked.sum(0);
-    case ReduceOp::kMean: return stacked.sum(0) / static_cast<double>(values.size());
-    case ReduceOp::kMin: return std::get<0>(stacked.min(0));
-    case ReduceOp::kMax: return std::get<0>(stacked.max(0));
+    case ReduceOp::kSum:
+      return stacked.sum(0);
+    case ReduceOp::kMean:
+      return stacked.sum(0) / static_cast<double>(values.size());
+    case ReduceOp::kMin:
+      return std::get<0>(stacked.min(0));
+    case ReduceOp::kMax:
+      return std::get<0>(stacked.max(0));
   }
   DIST_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }

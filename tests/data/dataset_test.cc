@@ -70,9 +70,8 @@ TEST(DatasetTest, BatchWithAndWithoutRemainder) {
 }
 
 TEST(DatasetTest, BatchRejectsRaggedElements) {
-  auto ragged = range(2).map([](Element e) {
-    return Element{torch::zeros({e[0].item<int64_t>() + 1})};
-  });
+  auto ragged =
+      range(2).map([](Element e) { return Element{torch::zeros({e[0].item<int64_t>() + 1})}; });
   EXPECT_THROW(ragged.batch(2).iterator().next(), InvalidArgument);
 }
 
@@ -82,13 +81,13 @@ TEST(DatasetTest, ShuffleIsAPermutationDeterministicPerSeedAndEpoch) {
   auto b0 = values_of(range(100).shuffle(100, 7).iterator(0));
   auto a1 = values_of(ds.iterator(1));
   auto other_seed = values_of(range(100).shuffle(100, 8).iterator(0));
-  EXPECT_EQ(a0, b0);                  // same seed and epoch: same order
-  EXPECT_NE(a0, a1);                  // next epoch: reshuffled
-  EXPECT_NE(a0, other_seed);          // other seed: other order
-  EXPECT_NE(a0, iota(0, 100));        // actually shuffled
+  EXPECT_EQ(a0, b0);            // same seed and epoch: same order
+  EXPECT_NE(a0, a1);            // next epoch: reshuffled
+  EXPECT_NE(a0, other_seed);    // other seed: other order
+  EXPECT_NE(a0, iota(0, 100));  // actually shuffled
   auto sorted = a0;
   std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(sorted, iota(0, 100));    // a permutation
+  EXPECT_EQ(sorted, iota(0, 100));  // a permutation
 
   auto fixed = range(100).shuffle(100, 7, /*reshuffle_each_iteration=*/false);
   EXPECT_EQ(values_of(fixed.iterator(0)), values_of(fixed.iterator(3)));
@@ -132,7 +131,8 @@ TEST(DatasetTest, RepeatCountsAndReshufflesEachRepetition) {
 }
 
 TEST(DatasetTest, ZipConcatenatesComponentsAndStopsAtShortest) {
-  auto zipped = Dataset::zip({range(5), range(3).map([](Element e) { return Element{e[0] + 100}; })});
+  auto zipped =
+      Dataset::zip({range(5), range(3).map([](Element e) { return Element{e[0] + 100}; })});
   EXPECT_EQ(zipped.cardinality(), 3);
   int64_t i = 0;
   for (const auto& e : zipped.iterator()) {

@@ -46,13 +46,15 @@ TEST(BatchSplitTest, SharesAreOrderedViews) {
 TEST(OneDeviceStrategyTest, RunsOnceWithAReplicaContext) {
   for (Strategy strategy : {get_default_strategy(), Strategy(OneDeviceStrategy("cpu:0"))}) {
     EXPECT_EQ(strategy.num_replicas_in_sync(), 1);
-    auto result = strategy.run([](int x) {
-      const ReplicaContext* ctx = get_replica_context();
-      EXPECT_NE(ctx, nullptr);
-      EXPECT_EQ(ctx->replica_id_in_sync_group(), 0);
-      EXPECT_EQ(ctx->num_replicas_in_sync(), 1);
-      return x * 2;
-    }, 21);
+    auto result = strategy.run(
+        [](int x) {
+          const ReplicaContext* ctx = get_replica_context();
+          EXPECT_NE(ctx, nullptr);
+          EXPECT_EQ(ctx->replica_id_in_sync_group(), 0);
+          EXPECT_EQ(ctx->num_replicas_in_sync(), 1);
+          return x * 2;
+        },
+        21);
     ASSERT_EQ(result.size(), 1);
     EXPECT_EQ(result[0], 42);
     EXPECT_EQ(get_replica_context(), nullptr);  // cross-replica again
@@ -65,16 +67,17 @@ TEST(OneDeviceStrategyTest, RunsOnceWithAReplicaContext) {
 TEST(OneDeviceStrategyTest, ReduceAndDictionaries) {
   OneDeviceStrategy strategy;
   auto values = strategy.run([] { return torch::tensor({1.0, 2.0, 3.0}); });
-  EXPECT_TRUE(torch::equal(strategy.reduce(ReduceOp::kSum, values), torch::tensor({1.0, 2.0, 3.0})));
+  EXPECT_TRUE(
+      torch::equal(strategy.reduce(ReduceOp::kSum, values), torch::tensor({1.0, 2.0, 3.0})));
   EXPECT_EQ(strategy.reduce(ReduceOp::kMean, values, 0).item<double>(), 2.0);
   EXPECT_EQ(strategy.reduce(ReduceOp::kSum, values, 0).item<double>(), 6.0);
   EXPECT_EQ(strategy.reduce(ReduceOp::kMax, values, 0).item<double>(), 3.0);
 
   auto dict = strategy.run([] {
     auto* ctx = get_replica_context();
-    return ctx->all_reduce(ReduceOp::kSum, std::map<std::string, torch::Tensor>{
-                                               {"a", torch::tensor(1.0)},
-                                               {"b", torch::tensor({40.0, 1.0})}});
+    return ctx->all_reduce(ReduceOp::kSum,
+                           std::map<std::string, torch::Tensor>{{"a", torch::tensor(1.0)},
+                                                                {"b", torch::tensor({40.0, 1.0})}});
   });
   auto reduced = strategy.reduce(ReduceOp::kSum, dict);
   EXPECT_EQ(reduced.at("a").item<double>(), 1.0);
@@ -90,9 +93,8 @@ TEST(OneDeviceStrategyTest, DistributedDatasetCarriesTheGlobalBatchSize) {
   std::vector<int64_t> sizes;
   for (const auto& batch : ds.iterator()) {
     sizes.push_back(batch.global_batch_size());
-    auto seen = strategy.run([](const Element& b) {
-      return get_replica_context()->global_batch_size();
-    }, batch);
+    auto seen = strategy.run(
+        [](const Element& b) { return get_replica_context()->global_batch_size(); }, batch);
     EXPECT_EQ(seen[0], batch.global_batch_size());
   }
   EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
@@ -133,11 +135,13 @@ TEST(OneDeviceStrategyTest, TrainingEqualsPlainLibTorch) {
   auto dds = strategy.experimental_distribute_dataset(ds);
   for (int epoch = 0; epoch < 2; ++epoch) {
     for (const auto& batch : dds.iterator(epoch)) {
-      strategy.run([&](const Element& b) {
-        auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
-        loss.backward();
-        opt->apply_gradients();
-      }, batch);
+      strategy.run(
+          [&](const Element& b) {
+            auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+            loss.backward();
+            opt->apply_gradients();
+          },
+          batch);
     }
   }
   auto expected = plain->parameters();

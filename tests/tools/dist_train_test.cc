@@ -55,8 +55,10 @@ class DistTrainTest : public ::testing::Test {
 
 TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   testing::TempDir dir;
-  auto run = run_command("--train-examples 3000 --epochs 3 --batch-per-replica 32 --no-progress"
-                         " --log-dir " + dir.path() + " --save-weights " + dir.file("w.safetensors"));
+  auto run = run_command(
+      "--train-examples 3000 --epochs 3 --batch-per-replica 32 --no-progress"
+      " --log-dir " +
+      dir.path() + " --save-weights " + dir.file("w.safetensors"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("Number of devices: 1"), std::string::npos) << run.output;
   auto result = last_json_line(run.output);

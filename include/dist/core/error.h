@@ -62,8 +62,8 @@ std::string concat(Parts&&... parts) {
 
 // Throws ExceptionType with the concatenated message parts when cond is false.
 // Usage: DIST_CHECK(n > 0, dist::InvalidArgument, "batch size must be positive, got ", n);
-#define DIST_CHECK(cond, ExceptionType, ...)                     \
-  do {                                                           \
+#define DIST_CHECK(cond, ExceptionType, ...)                               \
+  do {                                                                     \
     if (!(cond)) throw ExceptionType(::dist::detail::concat(__VA_ARGS__)); \
   } while (false)
 
@@ -71,9 +71,9 @@ std::string concat(Parts&&... parts) {
 #define DIST_CHECK_ARG(cond, ...) DIST_CHECK(cond, ::dist::InvalidArgument, __VA_ARGS__)
 
 // A library invariant; failing it is a bug. Reports file:line and the expression.
-#define DIST_INTERNAL_ASSERT(cond, ...)                                                 \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
-      ::dist::detail::throw_internal(__FILE__, __LINE__, #cond,                         \
+#define DIST_INTERNAL_ASSERT(cond, ...)                                                      \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
+      ::dist::detail::throw_internal(__FILE__, __LINE__, #cond,                              \
                                      ::dist::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (false)

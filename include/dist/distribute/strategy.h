@@ -19,6 +19,7 @@
 // thread (the cross-replica thread); run() fans out to replica threads itself.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@
 
 #include "dist/core/per_replica.h"
 #include "dist/distribute/distributed_dataset.h"
+#include "dist/distribute/input_context.h"
 #include "dist/distribute/mirrored.h"
 #include "dist/distribute/mirrored_optimizer.h"
 #include "dist/distribute/strategy_extended.h"
@@ -48,8 +50,8 @@ struct ReplicaView<PerReplica<T>> {
   static int64_t global_batch_size(const PerReplica<T>& value) { return value.global_batch_size(); }
 };
 template <class T>
-using replica_view_t = std::remove_cv_t<std::remove_reference_t<decltype(
-    ReplicaView<T>::select(std::declval<const T&>(), 0))>>;
+using replica_view_t = std::remove_cv_t<
+    std::remove_reference_t<decltype(ReplicaView<T>::select(std::declval<const T&>(), 0))>>;
 
 }  // namespace detail
 
@@ -66,18 +68,19 @@ class Strategy {
   // value and other arguments passed to all. Returns the replicas' results as PerReplica<R>
   // (or nothing when fn returns void).
   template <class Fn, class... Args>
-  auto run(Fn&& fn, const Args&... args) {
+  auto run(Fn&& fn, const Args&... args) const {
     using Result = std::invoke_result_t<Fn&, const detail::replica_view_t<Args>&...>;
     int64_t global_batch_size = -1;
-    ((global_batch_size = std::max(global_batch_size,
-                                   detail::ReplicaView<Args>::global_batch_size(args))),
+    ((global_batch_size =
+          std::max(global_batch_size, detail::ReplicaView<Args>::global_batch_size(args))),
      ...);
     if constexpr (std::is_void_v<Result>) {
       extended_->run_replicas(
           [&](int replica) { fn(detail::ReplicaView<Args>::select(args, replica)...); },
           global_batch_size);
     } else {
-      std::vector<std::optional<Result>> results(static_cast<size_t>(extended_->num_local_replicas()));
+      std::vector<std::optional<Result>> results(
+          static_cast<size_t>(extended_->num_local_replicas()));
       extended_->run_replicas(
           [&](int replica) {
             results[static_cast<size_t>(replica)].emplace(
@@ -123,6 +126,11 @@ class Strategy {
 
   // Distributes a dataset of global batches across the replicas (distributed_dataset.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& global_batches) const;
+
+  // Builds this process's input pipeline with fn; its elements are per-replica batches,
+  // handed to the local replicas in turn (distributed_dataset.h). fn is called once.
+  DistributedDataset distribute_datasets_from_function(
+      const std::function<data::Dataset(const InputContext&)>& fn) const;
 
  private:
   std::shared_ptr<StrategyExtended> extended_;

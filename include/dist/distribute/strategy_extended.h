@@ -38,6 +38,9 @@ class StrategyExtended {
   int num_local_replicas() const { return static_cast<int>(local_devices().size()); }
   // Global replica id of this process's first replica (non-zero only under multi-worker).
   virtual int first_replica_id() const { return 0; }
+  // Input pipelines of the job (one per worker process) and this process's index.
+  virtual int num_input_pipelines() const { return 1; }
+  virtual int input_pipeline_id() const { return 0; }
 
   // Runs body(local_replica) once per local replica, each with its ReplicaContext current,
   // and returns when all are done. The first exception of any replica is rethrown.

@@ -1,0 +1,62 @@
+// MirroredStrategy: synchronous data parallelism over the replicas of one process.
+//
+// Each replica runs the step function on its share of every global batch, in its own thread;
+// apply_gradients all-reduces the gradients and takes one optimizer step, so all copies of
+// the model stay identical (tf.distribute.MirroredStrategy).
+//
+// On a machine without GPUs the replicas are logical CPU devices ("cpu:0", "cpu:1", ...):
+// threads with a share of the cores each. Their model copies share the parameters' storage
+// (one update serves all) while each keeps its own gradients and buffers.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "dist/distribute/cross_device_ops.h"
+#include "dist/distribute/strategy.h"
+
+namespace dist {
+
+struct MirroredOptions {
+  // Replica devices. Empty: one logical CPU device per core.
+  std::vector<std::string> devices;
+  // How gradients (and ReplicaContext::all_reduce) are combined across replicas.
+  CrossDeviceOps cross_device_ops = CrossDeviceOps::kParallelAllReduce;
+  // Gradients are reduced in packs (buckets) of about this many bytes, one collective each.
+  int64_t bytes_per_pack = int64_t{4} << 20;
+  // A collective that some replica does not reach within this time fails every replica with
+  // a CollectiveError naming the missing replicas.
+  std::chrono::milliseconds collective_timeout = std::chrono::minutes(5);
+  // Intra-op threads per replica. 0: cores / replicas, at least 1.
+  int threads_per_replica = 0;
+};
+
+class MirroredStrategy : public Strategy {
+ public:
+  // One replica per core.
+  MirroredStrategy();
+  // Replicas on these devices, e.g. {"cpu:0", "cpu:1"}.
+  explicit MirroredStrategy(std::vector<std::string> devices);
+  explicit MirroredStrategy(MirroredOptions options);
+
+ protected:
+  MirroredStrategy(std::string name, MirroredOptions options);
+};
+
+// CentralStorageStrategy: variables are kept once, on the host; computation is replicated
+// over the local devices, and gradients are reduced to the host before one update
+// (tf.distribute.experimental.CentralStorageStrategy). On CPU the host is every replica's
+// device, so this differs from MirroredStrategy only in its default reduction
+// (kReductionToOneDevice).
+class CentralStorageStrategy : public MirroredStrategy {
+ public:
+  CentralStorageStrategy();
+  explicit CentralStorageStrategy(std::vector<std::string> devices);
+  explicit CentralStorageStrategy(MirroredOptions options);
+};
+
+// Cores of this machine (at least 1).
+int available_cores();
+
+}  // namespace dist
