@@ -13,8 +13,14 @@
 int main(int argc, char** argv) {
   dist::tools::TrainOptions o;
   CLI::App app{"dist-train: train on Fashion-MNIST with a tf.distribute-style strategy"};
-  app.add_option("--strategy", o.strategy, "default | one_device")->capture_default_str();
-  app.add_option("--replicas", o.replicas, "replicas (multi-replica strategies)");
+  app.add_option("--strategy", o.strategy, "default | one_device | mirrored | central_storage")
+      ->capture_default_str();
+  app.add_option("--replicas", o.replicas,
+                 "replicas (mirrored/central_storage; default: one per core)");
+  app.add_option("--threads", o.threads,
+                 "intra-op threads per replica (default: cores / replicas)");
+  app.add_option("--cross-device-ops", o.cross_device_ops,
+                 "parallel | reduction_to_one_device | hierarchical_copy");
   app.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
   app.add_option("--max-steps", o.max_steps, "stop after this many global steps (-1: no limit)")
       ->capture_default_str();

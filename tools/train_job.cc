@@ -11,6 +11,7 @@
 
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
+#include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
@@ -29,12 +30,34 @@ double seconds_since(Clock::time_point start) {
 }
 
 Strategy make_strategy(const TrainOptions& options) {
+  DIST_CHECK_ARG(options.replicas >= 0, "--replicas must be at least 1, got ", options.replicas);
+  DIST_CHECK_ARG(options.threads >= 0, "--threads must be at least 1, got ", options.threads);
+  if (options.strategy == "mirrored" || options.strategy == "central_storage") {
+    MirroredOptions mirrored;
+    int replicas = options.replicas > 0 ? options.replicas : available_cores();
+    for (int r = 0; r < replicas; ++r) mirrored.devices.push_back("cpu:" + std::to_string(r));
+    mirrored.threads_per_replica = options.threads;
+    if (options.strategy == "central_storage")
+      mirrored.cross_device_ops = CrossDeviceOps::kReductionToOneDevice;
+    if (!options.cross_device_ops.empty())
+      mirrored.cross_device_ops = parse_cross_device_ops(options.cross_device_ops);
+    if (options.strategy == "central_storage") return CentralStorageStrategy(mirrored);
+    return MirroredStrategy(mirrored);
+  }
+  DIST_CHECK_ARG(options.cross_device_ops.empty(),
+                 "--cross-device-ops applies to mirrored and "
+                 "central_storage only, not to --strategy ",
+                 options.strategy);
   DIST_CHECK_ARG(options.replicas <= 1, "--strategy ", options.strategy,
                  " runs exactly one replica, but --replicas ", options.replicas,
-                 " was given; drop --replicas or choose a multi-replica strategy");
+                 " was given; drop --replicas or use --strategy mirrored");
+  // LibTorch's own default is one intra-op thread on some machines; a single replica gets
+  // every core unless --threads says otherwise.
+  torch::set_num_threads(options.threads > 0 ? options.threads : available_cores());
   if (options.strategy == "default") return get_default_strategy();
   if (options.strategy == "one_device") return OneDeviceStrategy("cpu:0");
-  throw InvalidArgument("unknown --strategy '" + options.strategy + "': use default or one_device");
+  throw InvalidArgument("unknown --strategy '" + options.strategy +
+                        "': use default, one_device, mirrored or central_storage");
 }
 
 std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
@@ -84,6 +107,9 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
       options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
   out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
       << "\nGlobal batch size: " << global_batch << std::endl;
+  if (global_batch < replicas)
+    out << "Warning: the global batch (" << global_batch << ") is smaller than the number of "
+        << "replicas (" << replicas << "); some replicas get empty batches every step" << std::endl;
 
   data::Dataset train_examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
   if (options.train_examples > 0) train_examples = train_examples.take(options.train_examples);

@@ -9,8 +9,11 @@
 namespace dist::tools {
 
 struct TrainOptions {
-  std::string strategy = "default";  // default | one_device
-  int replicas = 0;                  // 0: the strategy's default
+  std::string strategy = "mirrored";  // default | one_device | mirrored | central_storage
+  int replicas = 0;                   // 0: the strategy's default (mirrored: one per core)
+  int threads = 0;                    // intra-op threads per replica; 0: cores / replicas
+  std::string cross_device_ops;       // mirrored and central_storage only: parallel |
+                                      // reduction_to_one_device | hierarchical_copy
   int epochs = 10;
   int64_t max_steps = -1;  // global steps; -1: no limit
   int64_t batch_per_replica = 64;

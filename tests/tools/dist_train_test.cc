@@ -56,7 +56,7 @@ class DistTrainTest : public ::testing::Test {
 TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   testing::TempDir dir;
   auto run = run_command(
-      "--train-examples 3000 --epochs 3 --batch-per-replica 32 --no-progress"
+      "--strategy default --train-examples 3000 --epochs 3 --batch-per-replica 32 --no-progress"
       " --log-dir " +
       dir.path() + " --save-weights " + dir.file("w.safetensors"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -90,6 +90,32 @@ TEST_F(DistTrainTest, MaxStepsStopsAtTheGlobalStep) {
   auto result = last_json_line(run.output);
   EXPECT_EQ(result["steps"], 5);
   EXPECT_EQ(result["strategy"], "one_device");
+}
+
+TEST_F(DistTrainTest, MirroredAndCentralStorageRunSeveralReplicas) {
+  auto mirrored = run_command(
+      "--strategy mirrored --replicas 2 --train-examples 1000 --epochs 1"
+      " --batch-per-replica 16 --no-progress");
+  ASSERT_EQ(mirrored.exit_code, 0) << mirrored.output;
+  EXPECT_NE(mirrored.output.find("Number of devices: 2"), std::string::npos) << mirrored.output;
+  auto result = last_json_line(mirrored.output);
+  EXPECT_EQ(result["strategy"], "mirrored");
+  EXPECT_EQ(result["num_replicas_in_sync"], 2);
+  EXPECT_EQ(result["global_batch"], 32);
+  EXPECT_EQ(result["steps"], 32);  // ceil(1000 / 32)
+
+  auto central = run_command(
+      "--strategy central_storage --replicas 3 --global-batch 50"
+      " --max-steps 4 --no-progress");
+  ASSERT_EQ(central.exit_code, 0) << central.output;
+  result = last_json_line(central.output);
+  EXPECT_EQ(result["strategy"], "central_storage");
+  EXPECT_EQ(result["num_replicas_in_sync"], 3);
+  EXPECT_EQ(result["steps"], 4);
+
+  auto bad_ops = run_command("--strategy mirrored --cross-device-ops ring --max-steps 1");
+  EXPECT_EQ(bad_ops.exit_code, 2) << bad_ops.output;
+  EXPECT_NE(bad_ops.output.find("unknown cross-device ops 'ring'"), std::string::npos);
 }
 
 TEST(DistTrainErrorsTest, BadFlagsAndMissingDataExitCleanly) {
