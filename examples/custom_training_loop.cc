@@ -1,22 +1,30 @@
 // The tf.distribute custom training loop in C++: Fashion-MNIST, the tutorial CNN.
-// To distribute it, change only the strategy line (see README).
+// The loop is the same under every strategy; only the strategy object changes.
 //
-//   ./build/examples/custom_training_loop [data-dir] [epochs]
+//   ./build/examples/custom_training_loop [one_device|mirrored|central_storage] [epochs] [data-dir]
 #include <iostream>
 
 #include <torch/torch.h>
 
 #include "dist/data/mnist.h"
+#include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 
-int main(int argc, char** argv) {
-  const std::string data_dir = argc > 1 ? argv[1] : dist::data::kFashionMnistDefaultDir;
-  const int epochs = argc > 2 ? std::stoi(argv[2]) : 1;
+dist::Strategy make_strategy(const std::string& name) {
+  if (name == "one_device") return dist::OneDeviceStrategy("cpu:0");
+  if (name == "central_storage") return dist::CentralStorageStrategy();
+  return dist::MirroredStrategy();  // one replica per core
+}
 
-  dist::Strategy strategy = dist::OneDeviceStrategy("cpu:0");
+int main(int argc, char** argv) {
+  const std::string strategy_name = argc > 1 ? argv[1] : "mirrored";
+  const int epochs = argc > 2 ? std::stoi(argv[2]) : 1;
+  const std::string data_dir = argc > 3 ? argv[3] : dist::data::kFashionMnistDefaultDir;
+
+  dist::Strategy strategy = make_strategy(strategy_name);
   std::cout << "Number of devices: " << strategy.num_replicas_in_sync() << "\n";
   const int64_t global_batch = 64 * strategy.num_replicas_in_sync();
 

@@ -65,13 +65,35 @@ std::string shape_text(const at::Tensor& t) {
 
 }  // namespace
 
+at::Tensor gather_across_workers(Communicator& communicator, const at::Tensor& local, int64_t axis) {
+  // Gloo's all_gather needs equal shapes: exchange the sizes along the axis, pad to the
+  // largest, gather, then cut each worker's part back to its size.
+  auto size = at::tensor({local.size(axis)}, at::kLong);
+  auto sizes = communicator.all_gather(size);
+  int64_t largest = 0;
+  for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
+  auto padded_shape = local.sizes().vec();
+  padded_shape[static_cast<size_t>(axis)] = largest;
+  at::Tensor padded = at::zeros(padded_shape, local.options());
+  padded.narrow(axis, 0, local.size(axis)).copy_(local);
+  auto parts = communicator.all_gather(padded);
+  for (size_t w = 0; w < parts.size(); ++w) parts[w] = parts[w].narrow(axis, 0, sizes[w].item<int64_t>());
+  return at::cat(parts, axis);
+}
+
 LocalReplicaGroup::LocalReplicaGroup(int num_replicas, CrossDeviceOps algorithm,
                                      std::chrono::milliseconds timeout)
     : algorithm_(algorithm),
       barrier_(num_replicas, timeout),
+      global_replicas_(num_replicas),
       kinds_(static_cast<size_t>(num_replicas), nullptr),
       inputs_(static_cast<size_t>(num_replicas), nullptr),
       merge_fns_(static_cast<size_t>(num_replicas), nullptr) {}
+
+void LocalReplicaGroup::set_cross_worker(Communicator* communicator, int global_replicas) {
+  cross_worker_ = communicator;
+  global_replicas_ = global_replicas;
+}
 
 void LocalReplicaGroup::post(int replica, const char* what, const std::vector<at::Tensor>* values,
                              const std::function<void()>& on_complete) {
@@ -174,7 +196,12 @@ std::vector<at::Tensor> LocalReplicaGroup::all_reduce(int replica, ReduceOp op,
     if (algorithm_ == CrossDeviceOps::kHierarchicalCopy) partials_.assign(partial_groups(), {});
   });
   reduce_share(replica, op);
-  barrier_.arrive_and_wait(replica, "all_reduce (result)");
+  // Hierarchical across workers: the in-process result is combined across workers once,
+  // by the last replica to arrive, before anyone reads it. MEAN of means is the global mean
+  // since every worker has the same number of replicas.
+  barrier_.arrive_and_wait(replica, "all_reduce (result)", [this, op] {
+    if (cross_worker_ != nullptr) cross_worker_->all_reduce(outputs_, op);
+  });
   std::vector<at::Tensor> results;
   for (const auto& out : outputs_) results.push_back(out.clone());
   return results;
@@ -217,9 +244,11 @@ at::Tensor LocalReplicaGroup::all_gather(int replica, const at::Tensor& value, i
   });
   std::vector<at::Tensor> parts;
   for (const auto* in : inputs_) parts.push_back(in->at(0));
-  at::Tensor gathered = at::cat(parts, axis);
-  barrier_.arrive_and_wait(replica, "all_gather (result)");
-  return gathered;
+  barrier_.arrive_and_wait(replica, "all_gather (result)", [this, &parts, axis] {
+    gathered_ = at::cat(parts, axis);
+    if (cross_worker_ != nullptr) gathered_ = gather_across_workers(*cross_worker_, gathered_, axis);
+  });
+  return gathered_.clone();
 }
 
 void LocalReplicaGroup::merge_call(int replica, const std::function<void()>& fn) {

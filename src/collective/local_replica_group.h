@@ -5,17 +5,27 @@
 #include <functional>
 #include <vector>
 
+#include "collective/communicator.h"
 #include "collective/replica_barrier.h"
 #include "dist/core/replica_context.h"
 #include "dist/distribute/cross_device_ops.h"
 
 namespace dist::collective {
 
+// Concatenates every worker's `local` along `axis`, in rank order (sizes along axis may differ).
+at::Tensor gather_across_workers(Communicator& communicator, const at::Tensor& local, int64_t axis);
+
 class LocalReplicaGroup : public detail::ReplicaGroup {
  public:
   LocalReplicaGroup(int num_replicas, CrossDeviceOps algorithm, std::chrono::milliseconds timeout);
 
-  int num_replicas_in_sync() const override { return barrier_.parties(); }
+  // Makes this group the local part of a multi-worker group: results of all_reduce and
+  // all_gather are combined across workers through `communicator` (not owned), and
+  // num_replicas_in_sync() reports `global_replicas`.
+  void set_cross_worker(Communicator* communicator, int global_replicas);
+
+  int num_replicas_in_sync() const override { return global_replicas_; }
+  int num_local_replicas() const { return barrier_.parties(); }
   // Returns freshly allocated results (each replica its own copy, safe to modify).
   std::vector<at::Tensor> all_reduce(int replica, ReduceOp op,
                                      const std::vector<at::Tensor>& values) override;
@@ -48,11 +58,14 @@ class LocalReplicaGroup : public detail::ReplicaGroup {
 
   CrossDeviceOps algorithm_;
   ReplicaBarrier barrier_;
+  Communicator* cross_worker_ = nullptr;
+  int global_replicas_;
   // State of the collective in flight; written in phase 1 by each replica (its own slot) or
   // by the completing thread, read by all after the barrier.
   std::vector<const char*> kinds_;
   std::vector<const std::vector<at::Tensor>*> inputs_;
   std::vector<at::Tensor> outputs_;
+  at::Tensor gathered_;
   std::vector<std::vector<at::Tensor>> partials_;        // kHierarchicalCopy group sums
   std::vector<const std::function<void()>*> merge_fns_;  // merge_call functions per replica
 };

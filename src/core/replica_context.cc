@@ -19,12 +19,12 @@ ReplicaContext::ReplicaContext(detail::ReplicaGroup* group, int replica_id,
 int ReplicaContext::num_replicas_in_sync() const { return group_->num_replicas_in_sync(); }
 
 at::Tensor ReplicaContext::all_reduce(ReduceOp op, const at::Tensor& value) {
-  return group_->all_reduce(replica_id_, op, {value}).at(0);
+  return group_->all_reduce(local_replica_id_, op, {value}).at(0);
 }
 
 std::vector<at::Tensor> ReplicaContext::all_reduce(ReduceOp op,
                                                    const std::vector<at::Tensor>& values) {
-  return group_->all_reduce(replica_id_, op, values);
+  return group_->all_reduce(local_replica_id_, op, values);
 }
 
 std::map<std::string, at::Tensor> ReplicaContext::all_reduce(
@@ -32,7 +32,7 @@ std::map<std::string, at::Tensor> ReplicaContext::all_reduce(
   // std::map iterates in key order, so every replica passes its tensors in the same order.
   std::vector<at::Tensor> flat;
   for (const auto& [name, tensor] : values) flat.push_back(tensor);
-  auto reduced = group_->all_reduce(replica_id_, op, flat);
+  auto reduced = group_->all_reduce(local_replica_id_, op, flat);
   std::map<std::string, at::Tensor> out;
   size_t i = 0;
   for (const auto& entry : values) out[entry.first] = reduced.at(i++);
@@ -40,11 +40,11 @@ std::map<std::string, at::Tensor> ReplicaContext::all_reduce(
 }
 
 at::Tensor ReplicaContext::all_gather(const at::Tensor& value, int64_t axis) {
-  return group_->all_gather(replica_id_, value, axis);
+  return group_->all_gather(local_replica_id_, value, axis);
 }
 
 void ReplicaContext::merge_call(const std::function<void()>& fn) {
-  group_->merge_call(replica_id_, fn);
+  group_->merge_call(local_replica_id_, fn);
 }
 
 ReplicaContext* get_replica_context() { return current_context; }

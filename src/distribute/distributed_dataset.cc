@@ -7,36 +7,53 @@ namespace dist {
 
 DistributedIterator::DistributedIterator(data::Iterator input,
                                          std::shared_ptr<const StrategyExtended> strategy,
-                                         InputKind kind)
-    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind) {}
+                                         InputKind kind, DistributeOptions options)
+    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind), options_(options) {}
 
-std::optional<PerReplica<data::Element>> DistributedIterator::next() {
-  if (kind_ == InputKind::kPerReplicaBatches) return next_per_replica();
-  auto batch = input_.next();
-  if (!batch) return std::nullopt;
-  return strategy_->distribute_batch(*batch);
+data::Element DistributedIterator::empty_like_last() const {
+  DIST_CHECK_ARG(last_batch_.has_value(),
+                 "this worker's input had no data at all while other workers still do; give "
+                 "every worker at least one batch");
+  data::Element empty;
+  for (const auto& t : *last_batch_) empty.push_back(t.narrow(0, 0, 0));
+  return empty;
 }
 
-std::optional<PerReplica<data::Element>> DistributedIterator::next_per_replica() {
+std::vector<data::Element> DistributedIterator::local_shares(int64_t* local_examples,
+                                                             bool* has_data) {
   const int replicas = strategy_->num_local_replicas();
-  std::vector<data::Element> batches;
-  int64_t global = 0;
-  for (int r = 0; r < replicas; ++r) {
-    auto batch = input_.next();
-    if (!batch) break;
-    DIST_CHECK_ARG(!batch->empty() && (*batch)[0].dim() > 0,
-                   "a per-replica input pipeline "
-                   "must yield batches (tensors with a batch dimension); add .batch(n)");
-    global += (*batch)[0].size(0);
-    batches.push_back(std::move(*batch));
+  std::vector<data::Element> shares;
+  *local_examples = 0;
+  if (kind_ == InputKind::kGlobalBatches) {
+    if (auto batch = input_.next()) {
+      shares = strategy_->distribute_batch(*batch, options_.auto_shard_policy).values();
+      last_batch_ = *batch;
+    }
+  } else {
+    for (int r = 0; r < replicas; ++r) {
+      auto batch = input_.next();
+      if (!batch) break;
+      DIST_CHECK_ARG(!batch->empty() && (*batch)[0].dim() > 0,
+                     "a per-replica input pipeline must yield batches (tensors with a batch "
+                     "dimension); add .batch(n)");
+      last_batch_ = *batch;
+      shares.push_back(std::move(*batch));
+    }
   }
-  if (batches.empty()) return std::nullopt;
-  while (static_cast<int>(batches.size()) < replicas) {
-    data::Element empty;
-    for (const auto& t : batches.front()) empty.push_back(t.narrow(0, 0, 0));
-    batches.push_back(std::move(empty));
-  }
-  return PerReplica<data::Element>(std::move(batches), global);
+  *has_data = !shares.empty();
+  for (const auto& share : shares) *local_examples += share.at(0).size(0);
+  return shares;
+}
+
+std::optional<PerReplica<data::Element>> DistributedIterator::next() {
+  int64_t local_examples = 0;
+  bool has_data = false;
+  auto shares = local_shares(&local_examples, &has_data);
+  auto [anyone_has_data, global_examples] = strategy_->agree_step(has_data, local_examples);
+  if (!anyone_has_data) return std::nullopt;
+  while (static_cast<int>(shares.size()) < strategy_->num_local_replicas())
+    shares.push_back(empty_like_last());
+  return PerReplica<data::Element>(std::move(shares), global_examples);
 }
 
 DistributedIterator::Cursor::Cursor(DistributedIterator* owner) : owner_(owner) {
@@ -51,15 +68,15 @@ DistributedIterator::Cursor& DistributedIterator::Cursor::operator++() {
 
 DistributedDataset::DistributedDataset(data::Dataset input,
                                        std::shared_ptr<const StrategyExtended> strategy,
-                                       InputKind kind)
-    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind) {}
+                                       InputKind kind, DistributeOptions options)
+    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind), options_(options) {}
 
 DistributedIterator DistributedDataset::iterator(int64_t epoch) const {
-  return DistributedIterator(input_.iterator(epoch), strategy_, kind_);
+  return DistributedIterator(input_.iterator(epoch), strategy_, kind_, options_);
 }
 
 DistributedIterator DistributedDataset::iterator_at(const data::IteratorPosition& position) const {
-  return DistributedIterator(input_.iterator_at(position), strategy_, kind_);
+  return DistributedIterator(input_.iterator_at(position), strategy_, kind_, options_);
 }
 
 int64_t DistributedDataset::cardinality() const {

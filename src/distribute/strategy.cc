@@ -44,9 +44,9 @@ at::Tensor Strategy::gather(const PerReplica<at::Tensor>& value, int64_t axis) c
   return extended_->gather(value.values(), axis);
 }
 
-DistributedDataset Strategy::experimental_distribute_dataset(
-    const data::Dataset& global_batches) const {
-  return DistributedDataset(global_batches, extended_);
+DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& global_batches,
+                                                             DistributeOptions options) const {
+  return DistributedDataset(global_batches, extended_, InputKind::kGlobalBatches, options);
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(

@@ -1,5 +1,6 @@
 #include "dist/train/metric.h"
 
+#include "dist/core/cross_worker_sum.h"
 #include "dist/core/error.h"
 #include "dist/core/replica_context.h"
 
@@ -9,16 +10,24 @@ Metric::Metric(std::string name) : name_(std::move(name)), slots_(1, {0.0, 0.0})
 
 Metric::~Metric() = default;
 
-double Metric::result() const {
+std::pair<double, double> Metric::local_sums() const {
   double total = 0.0;
   double count = 0.0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [slot_total, slot_count] : slots_) {
-      total += slot_total;
-      count += slot_count;
-    }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [slot_total, slot_count] : slots_) {
+    total += slot_total;
+    count += slot_count;
   }
+  return {total, count};
+}
+
+double Metric::result() const {
+  auto [total, count] = cross_worker_sum(local_sums());
+  return finalize(total, count);
+}
+
+double Metric::local_result() const {
+  auto [total, count] = local_sums();
   return finalize(total, count);
 }
 

@@ -13,6 +13,7 @@
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
+#include "equivalence_data.h"
 
 namespace dist {
 namespace {
@@ -28,15 +29,8 @@ MirroredOptions options_for(int replicas, CrossDeviceOps ops = CrossDeviceOps::k
   return options;
 }
 
-// 193 examples in global batches of 10: 19 full batches and a last batch of 3, which is
-// smaller than 4 replicas; 10 is not divisible by 3 or 4. So 20 steps cover uneven splits,
-// a partial batch and (for 4 replicas) an empty replica.
-Dataset equivalence_data() {
-  torch::manual_seed(123);
-  auto x = torch::rand({193, 1, 28, 28});
-  auto y = torch::randint(0, 10, {193});
-  return Dataset::from_tensor_slices({x, y}).batch(10);
-}
+using testing::equivalence_data;
+using testing::max_relative_difference;
 
 enum class Opt { kSgd, kAdam };
 
@@ -98,17 +92,6 @@ std::vector<torch::Tensor> train_20_steps(const Strategy& strategy, Opt which,
     for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], weights[i]));
   }
   return weights;
-}
-
-// max over parameter tensors of ||a - b|| / ||b||.
-double max_relative_difference(const std::vector<torch::Tensor>& a,
-                               const std::vector<torch::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double scale = std::max(b[i].norm().item<double>(), 1e-12);
-    worst = std::max(worst, (a[i] - b[i]).norm().item<double>() / scale);
-  }
-  return worst;
 }
 
 struct EquivalenceCase {

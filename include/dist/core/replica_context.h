@@ -23,7 +23,7 @@ namespace dist {
 namespace detail {
 
 // The collectives of one sync group, implemented by each strategy. Each call is made by every
-// replica (identified by `replica`) and returns that replica's result.
+// local replica (identified by its local index `replica`) and returns that replica's result.
 class ReplicaGroup {
  public:
   virtual ~ReplicaGroup() = default;

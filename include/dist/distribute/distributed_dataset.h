@@ -1,14 +1,15 @@
-// DistributedDataset: a dataset of GLOBAL batches, handed out split across replicas.
+// DistributedDataset: a dataset handed out to the replicas, one PerReplica batch per step.
 //
-// strategy.experimental_distribute_dataset(ds) takes a dataset whose elements are global
-// batches; each step yields a PerReplica<Element> with one share per local replica
-// (batch_split.h) that remembers the global batch size, so compute_average_loss can divide by
-// the true size of every step, including a partial last batch.
+// strategy.experimental_distribute_dataset(ds) takes a dataset whose elements are GLOBAL
+// batches; each step yields a PerReplica<Element> with this process's replicas' shares
+// (batch_split.h). strategy.distribute_datasets_from_function(fn) takes a dataset of
+// PER-REPLICA batches instead: each step hands the next batch to each local replica in turn.
 //
-// strategy.distribute_datasets_from_function(fn) instead takes a dataset of PER-REPLICA
-// batches: each step hands the next batch to each local replica in turn. When the data runs
-// out mid-step, the remaining replicas get empty batches (zero rows) and still take part;
-// the step's global batch size is the sum of what the replicas got.
+// Every PerReplica batch remembers the true size of the step's global batch (across all
+// workers), so compute_average_loss divides by it exactly, even on a partial last batch.
+// When the data runs out unevenly (across replicas or workers), those without data get empty
+// batches (zero rows) and still take part, until no one has data; the epoch then ends
+// everywhere at the same step, so nobody waits in a collective for a peer that stopped.
 #pragma once
 
 #include <memory>
@@ -16,6 +17,7 @@
 
 #include "dist/core/per_replica.h"
 #include "dist/data/dataset.h"
+#include "dist/distribute/auto_shard_policy.h"
 
 namespace dist {
 
@@ -24,14 +26,18 @@ class StrategyExtended;
 // Whether the input's elements are global batches to split or per-replica batches.
 enum class InputKind { kGlobalBatches, kPerReplicaBatches };
 
+struct DistributeOptions {
+  AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
+};
+
 class DistributedIterator {
  public:
   DistributedIterator(data::Iterator input, std::shared_ptr<const StrategyExtended> strategy,
-                      InputKind kind = InputKind::kGlobalBatches);
+                      InputKind kind, DistributeOptions options);
 
-  // The next step's per-replica batches, or nullopt at the end of the epoch.
+  // The next step's per-replica batches, or nullopt at the end of the epoch (everywhere).
   std::optional<PerReplica<data::Element>> next();
-  // Position in the global-batch dataset (save it to resume at this step).
+  // Position in the input dataset (save it to resume at this step).
   data::IteratorPosition position() const { return input_.position(); }
 
   class Cursor {
@@ -49,17 +55,21 @@ class DistributedIterator {
   Cursor end() { return Cursor(nullptr); }
 
  private:
-  std::optional<PerReplica<data::Element>> next_per_replica();
+  // This process's shares for the step, empty when its input is exhausted.
+  std::vector<data::Element> local_shares(int64_t* local_examples, bool* has_data);
+  data::Element empty_like_last() const;
 
   data::Iterator input_;
   std::shared_ptr<const StrategyExtended> strategy_;
   InputKind kind_;
+  DistributeOptions options_;
+  std::optional<data::Element> last_batch_;  // shapes for the empty batches of a finished input
 };
 
 class DistributedDataset {
  public:
   DistributedDataset(data::Dataset input, std::shared_ptr<const StrategyExtended> strategy,
-                     InputKind kind = InputKind::kGlobalBatches);
+                     InputKind kind = InputKind::kGlobalBatches, DistributeOptions options = {});
 
   DistributedIterator iterator(int64_t epoch = 0) const;
   DistributedIterator iterator_at(const data::IteratorPosition& position) const;
@@ -73,6 +83,7 @@ class DistributedDataset {
   data::Dataset input_;
   std::shared_ptr<const StrategyExtended> strategy_;
   InputKind kind_;
+  DistributeOptions options_;
 };
 
 }  // namespace dist

@@ -125,7 +125,8 @@ class Strategy {
   }
 
   // Distributes a dataset of global batches across the replicas (distributed_dataset.h).
-  DistributedDataset experimental_distribute_dataset(const data::Dataset& global_batches) const;
+  DistributedDataset experimental_distribute_dataset(const data::Dataset& global_batches,
+                                                     DistributeOptions options = {}) const;
 
   // Builds this process's input pipeline with fn; its elements are per-replica batches,
   // handed to the local replicas in turn (distributed_dataset.h). fn is called once.

@@ -18,6 +18,7 @@
 #include "dist/core/per_replica.h"
 #include "dist/core/reduce_op.h"
 #include "dist/data/dataset.h"
+#include "dist/distribute/auto_shard_policy.h"
 
 namespace dist {
 
@@ -64,8 +65,23 @@ class StrategyExtended {
   virtual void apply_gradients(detail::MirroredVariables& variables,
                                torch::optim::Optimizer& optimizer) = 0;
 
-  // Splits one global batch into one batch per local replica (see batch_split.h).
-  virtual PerReplica<data::Element> distribute_batch(const data::Element& global_batch) const;
+  // This process's per-replica shares of one global batch (see batch_split.h): under
+  // multi-worker, the rows of this worker's replicas (policy kData/kAuto) or the whole batch
+  // (kOff).
+  virtual PerReplica<data::Element> distribute_batch(const data::Element& global_batch,
+                                                     AutoShardPolicy policy) const;
+
+  // Agreement before each step of a distributed dataset: whether any worker still has data,
+  // and the total number of examples all workers will process in the step. One process:
+  // (has_data, local_examples).
+  virtual std::pair<bool, int64_t> agree_step(bool has_data, int64_t local_examples) const {
+    return {has_data, local_examples};
+  }
+
+  // Local part of reduce(): combines values (and along axis); `count` receives the number of
+  // values (or of elements along axis) that MEAN divides by.
+  static at::Tensor reduce_locally(ReduceOp op, const std::vector<at::Tensor>& values,
+                                   std::optional<int64_t> axis, int64_t* count);
 };
 
 }  // namespace dist

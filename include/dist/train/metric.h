@@ -30,8 +30,12 @@ class Metric {
 
   const std::string& name() const { return name_; }
 
-  // finalize() of the totals and counts summed over all replica slots.
+  // finalize() of the totals and counts summed over all replica slots and, under a
+  // multi-worker strategy, over all workers: then a collective that every worker must call
+  // (see dist/core/cross_worker_sum.h).
   double result() const;
+  // The same over this process's replicas only; never communicates (for progress display).
+  double local_result() const;
 
   // Zeroes every slot (at the start of an epoch, as Keras does).
   void reset_state();
@@ -49,6 +53,8 @@ class Metric {
   virtual double finalize(double total, double count) const;
 
  private:
+  std::pair<double, double> local_sums() const;
+
   std::string name_;
   mutable std::mutex mutex_;
   std::vector<std::pair<double, double>> slots_;  // guarded by mutex_; grows to max replica id

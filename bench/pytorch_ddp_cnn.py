@@ -1,0 +1,80 @@
+"""PyTorch DistributedDataParallel peer of mirrored_scaling_bench's 2x1 configuration.
+
+Two processes on 127.0.0.1 with the gloo backend, one intra-op thread each, the tutorial
+CNN, 64 examples per process, Adam 1e-3, per-example cross-entropy averaged over the global
+batch. Prints one line: images/s over the timed steps (median of the rounds).
+
+    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30]
+"""
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+
+def make_cnn():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 5 * 5, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def worker(rank, world, port, rounds, steps, out):
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(make_cnn())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.rand(64, 1, 28, 28)
+    y = torch.randint(0, 10, (64,))
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y).sum() / (64 * world)
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(rounds):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        times.append((time.perf_counter() - start) / steps)
+    if rank == 0:
+        out.put(64 * world / statistics.median(times))
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    world = 2
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, world, port, rounds, steps, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+        if p.exitcode != 0:
+            sys.exit(f"a DDP worker failed (exit code {p.exitcode})")
+    print(f"pytorch ddp 2x1: {out.get(timeout=10):.0f} images/s")

@@ -1,0 +1,60 @@
+// MultiWorkerMirroredStrategy: synchronous data parallelism across processes and hosts.
+//
+// Every worker process runs the same program. The cluster comes from TF_CONFIG (or an
+// explicit ClusterConfig); collective rank 0 (the chief, or worker 0) hosts the rendezvous
+// store. Each worker holds `replicas_per_worker` local replicas: gradients are reduced in
+// process first, then across workers over Gloo (TCP), then applied once per worker, so all
+// copies everywhere stay identical (tf.distribute.MultiWorkerMirroredStrategy).
+//
+// Start-up (in strategy.mirror): the chief's initial values are broadcast, and every worker
+// checks that all workers built the same model (parameter names, shapes, dtypes); a mismatch
+// fails every worker before step 1, naming the worker and the first differing parameter.
+//
+// Faults: a worker that dies or stalls makes every other worker fail within
+// `communication.timeout` with a CollectiveError naming the lost worker; one that never
+// starts makes the others fail within `communication.rendezvous_timeout`.
+#pragma once
+
+#include <chrono>
+#include <optional>
+
+#include "dist/distribute/cluster_spec.h"
+#include "dist/distribute/mirrored_strategy.h"
+
+namespace dist {
+
+struct CommunicationOptions {
+  enum class Implementation { kAuto, kRing, kNccl };
+  // kAuto and kRing use Gloo over TCP on CPU; kNccl needs a CUDA build (DIST_WITH_CUDA).
+  Implementation implementation = Implementation::kAuto;
+  // A collective not completed within this time fails (a stalled or lost worker).
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Workers must all have joined within this time.
+  std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(2);
+  // Gradients travel in packs of about this many bytes (one collective each).
+  int64_t bytes_per_pack = int64_t{25} << 20;
+};
+
+struct MultiWorkerOptions {
+  // The cluster and this task; empty: read TF_CONFIG.
+  std::optional<ClusterConfig> cluster;
+  int replicas_per_worker = 1;
+  // Intra-op threads per replica; 0: cores / replicas_per_worker.
+  int threads_per_replica = 0;
+  CommunicationOptions communication;
+};
+
+class MultiWorkerMirroredStrategy : public Strategy {
+ public:
+  // Cluster from TF_CONFIG, one replica per worker.
+  MultiWorkerMirroredStrategy();
+  explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options);
+
+  // This worker's task and whether it is the chief (rank 0: writes summaries, checkpoints).
+  const TaskSpec& task() const;
+  bool is_chief() const;
+  int num_workers() const;
+  int worker_rank() const;
+};
+
+}  // namespace dist

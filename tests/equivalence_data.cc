@@ -1,0 +1,49 @@
+#include "equivalence_data.h"
+
+#include <torch/torch.h>
+
+#include "dist/models/reference_models.h"
+#include "dist/train/loss.h"
+
+namespace dist::testing {
+
+data::Dataset equivalence_data() {
+  torch::manual_seed(123);
+  auto x = torch::rand({193, 1, 28, 28});
+  auto y = torch::randint(0, 10, {193});
+  return data::Dataset::from_tensor_slices({x, y}).batch(10);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const Strategy& strategy,
+                                                                           bool adam) {
+  torch::manual_seed(7);
+  auto model = strategy.mirror(models::make_tutorial_cnn());
+  auto optimizer =
+      adam ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
+           : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
+  for (const auto& batch : strategy.experimental_distribute_dataset(equivalence_data()).iterator()) {
+    strategy.run(
+        [&](const data::Element& b) {
+          auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+          loss.backward();
+          optimizer->apply_gradients();
+        },
+        batch);
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& p : model.primary()->named_parameters())
+    weights.emplace_back(p.key(), p.value().detach().clone());
+  return weights;
+}
+
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double scale = std::max(b[i].norm().item<double>(), 1e-12);
+    worst = std::max(worst, (a[i] - b[i]).norm().item<double>() / scale);
+  }
+  return worst;
+}
+
+}  // namespace dist::testing

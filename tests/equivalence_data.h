@@ -1,0 +1,29 @@
+// The data and training loop of the equivalence tests (N replicas vs one device), shared by
+// the in-process tests and the multi-worker test processes so both train on the same batches.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "dist/data/dataset.h"
+#include "dist/distribute/strategy.h"
+
+namespace dist::testing {
+
+// 193 examples in global batches of 10: 19 full batches and a last batch of 3 (smaller than
+// 4 replicas); 10 is not divisible by 3, 4 or 6. So 20 steps cover uneven splits, a partial
+// batch and empty replicas.
+data::Dataset equivalence_data();
+
+// 20 steps of the tutorial CNN (seed 7) with SGD(0.1) or Adam(1e-3) over equivalence_data()
+// under `strategy`; returns the primary copy's named parameters.
+std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const Strategy& strategy,
+                                                                           bool adam = false);
+
+// max over tensors of ||a - b|| / ||b||.
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);
+
+}  // namespace dist::testing

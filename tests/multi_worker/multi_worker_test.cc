@@ -1,0 +1,193 @@
+// MultiWorkerMirroredStrategy with real worker processes on 127.0.0.1 (see worker_main.cc).
+// Every test is bounded: workers that outlive the test's timeout are killed.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include "dist/distribute/multi_worker_mirrored_strategy.h"
+#include "dist/distribute/one_device_strategy.h"
+#include "dist/train/safetensors.h"
+#include "equivalence_data.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::WorkerProcesses;
+
+// Starts `workers` worker processes running `args` with TF_CONFIG for worker:i.
+void start_workers(WorkerProcesses& processes, int workers, const std::vector<std::string>& args,
+                   int timeout_ms = 20000) {
+  auto ports = testing::free_ports(workers);
+  for (int i = 0; i < workers; ++i)
+    processes.start(DIST_TEST_WORKER_BINARY, args,
+                    {"TF_CONFIG=" + testing::tf_config(ports, i),
+                     "DIST_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms)});
+}
+
+std::string all_output(const std::vector<testing::ProcessResult>& results) {
+  std::string out;
+  for (size_t i = 0; i < results.size(); ++i)
+    out += "--- worker " + std::to_string(i) + " (exit " + std::to_string(results[i].exit_code) +
+           ")\n" + results[i].output;
+  return out;
+}
+
+struct Shape {
+  int workers;
+  int replicas;
+};
+
+class MultiWorkerEquivalenceTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
+  const auto [workers, replicas] = GetParam();
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, workers, {"equivalence", std::to_string(replicas), dir.file("w.safetensors")});
+  auto results = processes.wait_all(120s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+
+  auto expected = testing::train_equivalence_steps(OneDeviceStrategy());
+  auto saved = load_safetensors(dir.file("w.safetensors"));
+  ASSERT_EQ(saved.tensors.size(), expected.size());
+  std::vector<torch::Tensor> a, b;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(saved.tensors[i].first, expected[i].first);
+    a.push_back(saved.tensors[i].second);
+    b.push_back(expected[i].second);
+  }
+  const double diff = testing::max_relative_difference(a, b);
+  std::printf("%d workers x %d replicas: max relative difference %.3g\n", workers, replicas, diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerEquivalenceTest,
+                         ::testing::Values(Shape{2, 1}, Shape{2, 2}, Shape{3, 1}, Shape{3, 2}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.workers) + "Workers" +
+                                  std::to_string(info.param.replicas) + "Replicas";
+                         });
+
+TEST(MultiWorkerTest, CollectivesOnIntegerDataAreExactForWorldSizes1To4) {
+  for (int workers = 1; workers <= 4; ++workers) {
+    WorkerProcesses processes;
+    start_workers(processes, workers, {"collectives", workers == 3 ? "2" : "1"});
+    auto results = processes.wait_all(60s);
+    for (const auto& r : results) {
+      ASSERT_EQ(r.exit_code, 0) << all_output(results);
+      EXPECT_NE(r.output.find("collectives exact"), std::string::npos) << r.output;
+    }
+  }
+}
+
+TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParameter) {
+  WorkerProcesses processes;
+  auto ports = testing::free_ports(2);
+  processes.start(DIST_TEST_WORKER_BINARY, {"model", "16"},
+                  {"TF_CONFIG=" + testing::tf_config(ports, 0), "DIST_TEST_TIMEOUT_MS=20000"});
+  processes.start(DIST_TEST_WORKER_BINARY, {"model", "32"},
+                  {"TF_CONFIG=" + testing::tf_config(ports, 1), "DIST_TEST_TIMEOUT_MS=20000"});
+  auto results = processes.wait_all(60s);
+  for (const auto& r : results) {
+    EXPECT_NE(r.exit_code, 0) << all_output(results);
+    EXPECT_NE(r.output.find("model mismatch before step 1: worker:1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("'dense1.weight' [32, 784]"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("model check passed"), std::string::npos) << r.output;
+  }
+}
+
+TEST(MultiWorkerTest, WorkerThatNeverJoinsIsNamedWithinTheRendezvousTimeout) {
+  WorkerProcesses processes;
+  auto ports = testing::free_ports(3);
+  for (int i : {0, 1})  // worker:2 is never started
+    processes.start(DIST_TEST_WORKER_BINARY, {"model", "16"},
+                    {"TF_CONFIG=" + testing::tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=2000"});
+  auto results = processes.wait_all(30s);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << all_output(results);
+    EXPECT_NE(r.output.find("worker:2 (127.0.0.1:" + std::to_string(ports[2]) + ") never joined"),
+              std::string::npos)
+        << r.output;
+    EXPECT_LT(r.seconds, 15);
+  }
+}
+
+TEST(MultiWorkerTest, KilledWorkerMakesTheOthersFailNamingItWithinTheTimeout) {
+  WorkerProcesses processes;
+  auto ports = testing::free_ports(3);
+  for (int i = 0; i < 3; ++i)
+    processes.start(DIST_TEST_WORKER_BINARY, {"train_forever"},
+                    {"TF_CONFIG=" + testing::tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=10000"});
+  ASSERT_TRUE(processes.wait_for_output(1, "step 5", 60s)) << "workers did not start training";
+  processes.kill(1, SIGKILL);
+  auto results = processes.wait_all(40s);
+  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    EXPECT_EQ(results[i].exit_code, 1) << all_output(results);
+    EXPECT_NE(results[i].output.find("lost worker: worker:1 (127.0.0.1:" + std::to_string(ports[1])),
+              std::string::npos)
+        << results[i].output;
+  }
+}
+
+// Bad TF_CONFIG: each case fails fast (no socket opened) with the JSON path and value.
+TEST(TFConfigTest, MalformedConfigsNameThePathAndValue) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "TF_CONFIG: (root): invalid JSON"},
+      {R"({"task": {"type": "worker", "index": 0}})", "TF_CONFIG: cluster: missing"},
+      {R"({"cluster": {"worker": ["a:1"]}})", "TF_CONFIG: task: missing"},
+      {R"({"cluster": {"worker": ["a:1"], "boss": ["b:2"]}, "task": {"type": "worker", "index": 0}})",
+       "TF_CONFIG: cluster.boss: unknown task type 'boss'"},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "driver", "index": 0}})",
+       "TF_CONFIG: task.type: unknown task type 'driver'"},
+      {R"({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}})",
+       "TF_CONFIG: task.index: 2 is out of range: cluster.worker has 2 entries"},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})",
+       "TF_CONFIG: task.index: -1 is out of range"},
+      {R"({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}})",
+       "TF_CONFIG: cluster.worker[1]: duplicate address 'a:1' (also at cluster.worker[0])"},
+      {R"({"cluster": {"worker": ["a:70000"]}, "task": {"type": "worker", "index": 0}})",
+       "TF_CONFIG: cluster.worker[0]: port 70000 of 'a:70000' is outside 1..65535"},
+      {R"({"cluster": {"worker": ["a:0"]}, "task": {"type": "worker", "index": 0}})",
+       "port 0 of 'a:0' is outside 1..65535"},
+      {R"({"cluster": {"worker": ["nohost"]}, "task": {"type": "worker", "index": 0}})",
+       "TF_CONFIG: cluster.worker[0]: 'nohost' is not host:port"},
+      {R"({"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}})",
+       "TF_CONFIG: cluster.worker: is empty and there is no chief"},
+      {R"({"cluster": {"chief": ["a:1", "b:2"], "worker": ["c:3"]}, "task": {"type": "chief", "index": 0}})",
+       "TF_CONFIG: cluster.chief: has 2 entries; a cluster has at most one chief"},
+      {R"({"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}})",
+       "TF_CONFIG: cluster.worker: expected a list"},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}})",
+       "TF_CONFIG: task.index: missing or not an integer"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      parse_tf_config(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << "for " << text << "\n got: " << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 100ms);
+  }
+}
+
+TEST(TFConfigTest, ValidConfigGivesRanksAndStore) {
+  auto config = parse_tf_config(
+      R"({"cluster": {"chief": ["h0:2222"], "worker": ["h1:2222", "h2:2222"], "ps": ["h3:2222"]},
+          "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(config.task.name(), "worker:1");
+  EXPECT_EQ(config.cluster.collective_rank(config.task), 2);
+  EXPECT_EQ(config.cluster.collective_tasks().size(), 3u);
+  EXPECT_EQ(config.cluster.store_address().to_string(), "h0:2222");
+  EXPECT_THROW(config.cluster.collective_rank({"ps", 0}), InvalidArgument);
+  EXPECT_THROW(MultiWorkerMirroredStrategy(MultiWorkerOptions{config, 0}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace dist

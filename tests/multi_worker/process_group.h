@@ -1,0 +1,56 @@
+// Forked worker processes for multi-worker tests: started with their own TF_CONFIG, output
+// captured to files, always killed and reaped on destruction (no process outlives a test).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace dist::testing {
+
+// n distinct free TCP ports on 127.0.0.1 (bound, then released).
+std::vector<int> free_ports(int n);
+
+// TF_CONFIG for a cluster of `workers` workers at 127.0.0.1:ports[i], as task worker:index.
+std::string tf_config(const std::vector<int>& ports, int index);
+
+struct ProcessResult {
+  int exit_code = -1;  // 128 + signal when killed by a signal
+  std::string output;
+  double seconds = 0;  // from start until it exited
+};
+
+class WorkerProcesses {
+ public:
+  WorkerProcesses() = default;
+  ~WorkerProcesses();  // SIGKILLs and reaps whatever still runs
+  WorkerProcesses(const WorkerProcesses&) = delete;
+  WorkerProcesses& operator=(const WorkerProcesses&) = delete;
+
+  // Starts `binary args...` with the given extra environment ("NAME=value").
+  void start(const std::string& binary, const std::vector<std::string>& args,
+             const std::vector<std::string>& env);
+  // Waits until every process exited or `timeout` passed (then kills the rest); returns
+  // each one's result in start order.
+  std::vector<ProcessResult> wait_all(std::chrono::milliseconds timeout);
+  // Waits until process i's output contains `text` (false on timeout or exit).
+  bool wait_for_output(size_t i, const std::string& text, std::chrono::milliseconds timeout);
+  void kill(size_t i, int signal);
+  size_t size() const { return processes_.size(); }
+
+ private:
+  struct Process {
+    pid_t pid = -1;
+    std::string output_path;
+    std::chrono::steady_clock::time_point started;
+    bool done = false;
+    ProcessResult result;
+  };
+  bool poll(Process& p);
+  std::vector<Process> processes_;
+  std::string dir_;
+};
+
+}  // namespace dist::testing

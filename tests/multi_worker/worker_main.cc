@@ -1,0 +1,137 @@
+// A worker process for the multi-worker tests: reads TF_CONFIG, runs one scenario, reports
+// on stdout, and exits 0 on success. The tests (multi_worker_test.cc) fork several of these
+// on 127.0.0.1.
+//
+//   dist_test_worker equivalence REPLICAS OUT_FILE   20 SGD steps; chief saves the weights
+//   dist_test_worker collectives REPLICAS            exact integer collectives
+//   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
+//   dist_test_worker train_forever                   trains until killed, prints "step N"
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "dist/core/error.h"
+#include "dist/distribute/multi_worker_mirrored_strategy.h"
+#include "dist/models/reference_models.h"
+#include "dist/train/loss.h"
+#include "dist/train/metrics.h"
+#include "dist/train/safetensors.h"
+#include "equivalence_data.h"
+
+namespace {
+
+using dist::data::Element;
+
+dist::MultiWorkerOptions options_from_env(int replicas) {
+  dist::MultiWorkerOptions options;
+  options.replicas_per_worker = replicas;
+  options.threads_per_replica = 1;
+  if (const char* t = std::getenv("DIST_TEST_TIMEOUT_MS")) {
+    options.communication.timeout = std::chrono::milliseconds(std::atoi(t));
+    options.communication.rendezvous_timeout = std::chrono::milliseconds(std::atoi(t));
+  }
+  return options;
+}
+
+int equivalence(int replicas, const std::string& out) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(replicas));
+  auto weights = dist::testing::train_equivalence_steps(strategy);
+  if (strategy.is_chief()) dist::save_safetensors(out, weights);
+  std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
+}
+
+int collectives(int replicas) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(replicas));
+  const int64_t n = strategy.num_replicas_in_sync();
+  int failures = 0;
+  for (int64_t count : {0, 1, 7, 1000}) {
+    auto results = strategy.run([count] {
+      auto* ctx = dist::get_replica_context();
+      const int64_t r = ctx->replica_id_in_sync_group();
+      auto values = torch::arange(count, torch::kInt64) * (r + 1);
+      return std::vector<torch::Tensor>{ctx->all_reduce(dist::ReduceOp::kSum, values),
+                                        ctx->all_reduce(dist::ReduceOp::kMax, values),
+                                        ctx->all_reduce(dist::ReduceOp::kMin, values),
+                                        ctx->all_gather(torch::full({r + 1}, r, torch::kInt64), 0)};
+    });
+    auto i = torch::arange(count, torch::kInt64);
+    std::vector<int64_t> gathered;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t k = 0; k <= r; ++k) gathered.push_back(r);
+    for (const auto& r : results.values()) {
+      failures += !torch::equal(r[0], i * (n * (n + 1) / 2));
+      failures += !torch::equal(r[1], i * n);
+      failures += !torch::equal(r[2], i);
+      failures += !torch::equal(r[3], torch::tensor(gathered, torch::kInt64));
+    }
+  }
+  auto per_replica = strategy.run([] {
+    return torch::full({3}, dist::get_replica_context()->replica_id_in_sync_group() + 1, torch::kInt64);
+  });
+  failures += !torch::equal(strategy.reduce(dist::ReduceOp::kSum, per_replica),
+                            torch::full({3}, n * (n + 1) / 2, torch::kInt64));
+  failures += strategy.reduce(dist::ReduceOp::kMax, per_replica, 0).item<int64_t>() != n;
+  failures += strategy.gather(per_replica, 0).size(0) != 3 * n;
+  // Metrics sum across workers: replica r adds r+1 values of r.
+  dist::metrics::Mean mean("mean");
+  strategy.run([&] {
+    const int64_t r = dist::get_replica_context()->replica_id_in_sync_group();
+    mean.update_state(torch::full({r + 1}, static_cast<double>(r)));
+  });
+  double expected = 0, count = 0;
+  for (int64_t r = 0; r < n; ++r) expected += r * (r + 1.0), count += r + 1.0;
+  failures += std::abs(mean.result() - expected / count) > 1e-12;
+  std::cout << (failures == 0 ? "collectives exact" : "collectives WRONG") << " for " << n
+            << " replicas" << std::endl;
+  return failures == 0 ? 0 : 1;
+}
+
+int model(int hidden) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
+  auto net = strategy.mirror(dist::models::make_mlp(hidden));
+  std::cout << "model check passed" << std::endl;
+  return 0;
+}
+
+int train_forever() {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
+  torch::manual_seed(1);
+  auto model = strategy.mirror(dist::models::make_mlp(64));
+  auto opt = strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.01));
+  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
+  auto data = strategy.experimental_distribute_dataset(
+      dist::data::Dataset::from_tensor_slices({torch::rand({64, 1, 28, 28}), torch::randint(0, 10, {64})})
+          .batch(16)
+          .repeat());
+  int64_t step = 0;
+  for (const auto& batch : data.iterator()) {
+    strategy.run([&](const Element& b) {
+      auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+      loss.backward();
+      opt->apply_gradients();
+    }, batch);
+    std::cout << "step " << ++step << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  try {
+    if (scenario == "equivalence" && argc == 4) return equivalence(std::atoi(argv[2]), argv[3]);
+    if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
+    if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));
+    if (scenario == "train_forever") return train_forever();
+  } catch (const std::exception& e) {
+    std::cout << "error: " << e.what() << std::endl;
+    return 1;
+  }
+  std::cerr << "usage: dist_test_worker equivalence|collectives|model|train_forever ..." << std::endl;
+  return 2;
+}
