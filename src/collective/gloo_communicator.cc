@@ -141,8 +141,10 @@ void GlooCommunicator::fail_collective(const char* what, const std::exception& e
   // Which members stopped beating? Read every heartbeat twice, 1.5 s apart, over a fresh
   // connection with a short timeout.
   std::string lost;
+  std::vector<int> alive;
+  c10::intrusive_ptr<c10d::TCPStore> store;
   try {
-    auto store = make_store(cluster_.store_address(), false, std::chrono::seconds(3));
+    store = make_store(cluster_.store_address(), false, std::chrono::seconds(3));
     std::map<int, int64_t> first;
     for (int r = 0; r < size(); ++r)
       if (r != rank_) first[r] = store->add("alive/" + members_[static_cast<size_t>(r)].name(), 0);
@@ -150,9 +152,22 @@ void GlooCommunicator::fail_collective(const char* what, const std::exception& e
     for (const auto& [r, beats] : first) {
       if (store->add("alive/" + members_[static_cast<size_t>(r)].name(), 0) == beats)
         lost += (lost.empty() ? "" : ", ") + member_name(r);
+      else
+        alive.push_back(r);
     }
+    store->set("diagnosed/" + task_.name(), bytes("1"));
   } catch (...) {
     if (rank_ != 0) lost = member_name(0) + " (the rendezvous store it hosts is unreachable)";
+  }
+  if (rank_ == 0 && store) {
+    // This process hosts the store: keep it up until the surviving members have read the
+    // heartbeats too (bounded), or they would blame the store's host for the failure.
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    for (int r : alive) {
+      while (Clock::now() < until &&
+             !store->check({"diagnosed/" + members_[static_cast<size_t>(r)].name()}))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   if (!lost.empty())
     throw CollectiveError(detail::concat("lost worker: ", lost, " stopped responding during ", what,
