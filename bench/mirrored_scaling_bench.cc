@@ -37,12 +37,14 @@ class Trainer {
     torch::manual_seed(0);
     model_ = std::make_unique<dist::Mirrored<torch::nn::Sequential>>(
         strategy_->mirror(dist::models::make_tutorial_cnn()));
-    optimizer_ = strategy_->mirror_optimizer<torch::optim::Adam>(*model_, torch::optim::AdamOptions(1e-3));
+    optimizer_ =
+        strategy_->mirror_optimizer<torch::optim::Adam>(*model_, torch::optim::AdamOptions(1e-3));
     const int64_t global = 64 * config.replicas;
     auto x = torch::rand({global, 1, 28, 28});
     auto y = torch::randint(0, 10, {global});
-    batch_ = strategy_->experimental_distribute_dataset(
-                         dist::data::Dataset::from_tensor_slices({x, y}).batch(global))
+    batch_ = strategy_
+                 ->experimental_distribute_dataset(
+                     dist::data::Dataset::from_tensor_slices({x, y}).batch(global))
                  .iterator()
                  .next()
                  .value();
@@ -98,8 +100,9 @@ int main(int argc, char** argv) {
   double ips[3] = {0, 0, 0};
   for (size_t i = 0; i < variants.size(); ++i) {
     const double images_per_sec = trainers[i]->images_per_step() / medians[i];
-    std::printf("%s (replicas x threads): %.3f ms/step, %.0f images/s (median of %d rounds x %d steps)\n",
-                used[i]->name, medians[i] * 1e3, images_per_sec, rounds, steps);
+    std::printf(
+        "%s (replicas x threads): %.3f ms/step, %.0f images/s (median of %d rounds x %d steps)\n",
+        used[i]->name, medians[i] * 1e3, images_per_sec, rounds, steps);
     for (int k = 0; k < 3; ++k)
       if (used[i] == &configs[k]) ips[k] = images_per_sec;
   }

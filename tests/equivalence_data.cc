@@ -22,7 +22,8 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const
       adam ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
            : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
   SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
-  for (const auto& batch : strategy.experimental_distribute_dataset(equivalence_data()).iterator()) {
+  for (const auto& batch :
+       strategy.experimental_distribute_dataset(equivalence_data()).iterator()) {
     strategy.run(
         [&](const data::Element& b) {
           auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
@@ -37,7 +38,8 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const
   return weights;
 }
 
-double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+double max_relative_difference(const std::vector<torch::Tensor>& a,
+                               const std::vector<torch::Tensor>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     double scale = std::max(b[i].norm().item<double>(), 1e-12);

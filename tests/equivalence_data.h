@@ -24,6 +24,7 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const
                                                                            bool adam = false);
 
 // max over tensors of ||a - b|| / ||b||.
-double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);
+double max_relative_difference(const std::vector<torch::Tensor>& a,
+                               const std::vector<torch::Tensor>& b);
 
 }  // namespace dist::testing

@@ -13,12 +13,19 @@
 int main(int argc, char** argv) {
   dist::tools::TrainOptions o;
   CLI::App app{"dist-train: train on Fashion-MNIST with a tf.distribute-style strategy"};
-  app.add_option("--strategy", o.strategy, "default | one_device | mirrored | central_storage")
+  app.add_option("--strategy", o.strategy,
+                 "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG)")
       ->capture_default_str();
   app.add_option("--replicas", o.replicas,
                  "replicas (mirrored/central_storage; default: one per core)");
   app.add_option("--threads", o.threads,
                  "intra-op threads per replica (default: cores / replicas)");
+  app.add_option("--collective-timeout", o.collective_timeout,
+                 "multi_worker: seconds before a lost or stalled worker is reported")
+      ->capture_default_str();
+  app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
+                 "multi_worker: seconds for all workers to join")
+      ->capture_default_str();
   app.add_option("--cross-device-ops", o.cross_device_ops,
                  "parallel | reduction_to_one_device | hierarchical_copy");
   app.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
@@ -53,11 +60,14 @@ int main(int argc, char** argv) {
 
   try {
     auto result = dist::tools::run_training(o, std::cout);
-    std::cout << dist::tools::to_json_line(result) << std::endl;
+    if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;
     return 0;
   } catch (const dist::InvalidArgument& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 2;
+  } catch (const dist::CollectiveError& e) {
+    std::cerr << "dist-train: " << e.what() << std::endl;
+    return 1;
   } catch (const dist::DataError& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 3;

@@ -1,6 +1,7 @@
 #include "train_job.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -12,6 +13,7 @@
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
 #include "dist/distribute/mirrored_strategy.h"
+#include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
@@ -44,6 +46,20 @@ Strategy make_strategy(const TrainOptions& options) {
     if (options.strategy == "central_storage") return CentralStorageStrategy(mirrored);
     return MirroredStrategy(mirrored);
   }
+  if (options.strategy == "multi_worker") {
+    MultiWorkerOptions multi;
+    multi.replicas_per_worker = options.replicas > 0 ? options.replicas : 1;
+    if (const char* env = std::getenv("DIST_REPLICAS_PER_WORKER"); env && options.replicas == 0)
+      multi.replicas_per_worker = std::atoi(env);
+    multi.threads_per_replica = options.threads;
+    DIST_CHECK_ARG(options.collective_timeout > 0 && options.rendezvous_timeout > 0,
+                   "--collective-timeout and --rendezvous-timeout must be positive");
+    multi.communication.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout * 1000));
+    multi.communication.rendezvous_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options.rendezvous_timeout * 1000));
+    return MultiWorkerMirroredStrategy(multi);
+  }
   DIST_CHECK_ARG(options.cross_device_ops.empty(),
                  "--cross-device-ops applies to mirrored and "
                  "central_storage only, not to --strategy ",
@@ -57,7 +73,7 @@ Strategy make_strategy(const TrainOptions& options) {
   if (options.strategy == "default") return get_default_strategy();
   if (options.strategy == "one_device") return OneDeviceStrategy("cpu:0");
   throw InvalidArgument("unknown --strategy '" + options.strategy +
-                        "': use default, one_device, mirrored or central_storage");
+                        "': use default, one_device, mirrored, central_storage or multi_worker");
 }
 
 std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
@@ -98,10 +114,15 @@ std::string fixed(double value, int digits) {
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& options, std::ostream& out) {
+TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   const auto job_start = Clock::now();
   check_options(options);
   Strategy strategy = make_strategy(options);
+  // Only the chief (the process holding replica 0) prints and writes files; the others would
+  // repeat it, and two workers must never write the same file.
+  const bool chief = strategy.extended().first_replica_id() == 0;
+  std::ostream discard(nullptr);
+  std::ostream& out = chief ? chief_out : discard;
   const int replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch =
       options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
@@ -129,19 +150,21 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
       test_accuracy("test_accuracy");
 
   std::ofstream metrics_log;
-  if (!options.log_dir.empty()) {
+  if (chief && !options.log_dir.empty()) {
     std::filesystem::create_directories(options.log_dir);
     metrics_log.open(options.log_dir + "/metrics.jsonl", std::ios::app);
     DIST_CHECK_ARG(metrics_log.good(), "cannot write ", options.log_dir, "/metrics.jsonl");
   }
-  if (!options.checkpoint_dir.empty()) std::filesystem::create_directories(options.checkpoint_dir);
+  if (chief && !options.checkpoint_dir.empty())
+    std::filesystem::create_directories(options.checkpoint_dir);
 
   TrainResult result;
+  result.chief = chief;
   result.strategy = strategy.name();
   result.num_replicas_in_sync = replicas;
   result.global_batch = global_batch;
   int64_t images = 0;
-  const bool interactive = ProgressBar::stdout_is_terminal();
+  const bool interactive = chief && ProgressBar::stdout_is_terminal();
 
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     if (options.max_steps > 0 && result.steps >= options.max_steps) break;
@@ -170,9 +193,10 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
       ++epoch_steps;
       ++result.steps;
       epoch_images += batch.global_batch_size();
-      if (options.progress)
-        bar.update(epoch_steps, "loss: " + fixed(train_loss.result(), 4) +
-                                    " - accuracy: " + fixed(train_accuracy.result(), 4));
+      // local_result: progress is the chief's alone and must not be a collective.
+      if (options.progress && chief)
+        bar.update(epoch_steps, "loss: " + fixed(train_loss.local_result(), 4) +
+                                    " - accuracy: " + fixed(train_accuracy.local_result(), 4));
       if (options.max_steps > 0 && result.steps >= options.max_steps) break;
     }
     bar.finish();
@@ -215,7 +239,7 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
                          .dump()
                   << std::endl;
     }
-    if (!options.checkpoint_dir.empty()) {
+    if (chief && !options.checkpoint_dir.empty()) {
       save_safetensors(
           options.checkpoint_dir + "/weights-epoch-" + std::to_string(epoch + 1) + ".safetensors",
           named_weights(*model.primary()),
@@ -223,7 +247,7 @@ TrainResult run_training(const TrainOptions& options, std::ostream& out) {
     }
   }
 
-  if (!options.save_weights.empty())
+  if (chief && !options.save_weights.empty())
     save_safetensors(options.save_weights, named_weights(*model.primary()),
                      {{"model", options.model}, {"step", std::to_string(result.steps)}});
 

@@ -9,11 +9,14 @@
 namespace dist::tools {
 
 struct TrainOptions {
-  std::string strategy = "mirrored";  // default | one_device | mirrored | central_storage
+  std::string strategy = "mirrored";  // default | one_device | mirrored | central_storage |
+                                      // multi_worker (cluster from TF_CONFIG)
   int replicas = 0;                   // 0: the strategy's default (mirrored: one per core)
   int threads = 0;                    // intra-op threads per replica; 0: cores / replicas
   std::string cross_device_ops;       // mirrored and central_storage only: parallel |
                                       // reduction_to_one_device | hierarchical_copy
+  double collective_timeout = 300;    // multi_worker: seconds before a lost worker is reported
+  double rendezvous_timeout = 120;    // multi_worker: seconds for all workers to join
   int epochs = 10;
   int64_t max_steps = -1;  // global steps; -1: no limit
   int64_t batch_per_replica = 64;
@@ -31,6 +34,7 @@ struct TrainOptions {
 };
 
 struct TrainResult {
+  bool chief = true;  // false on the other workers of a multi-worker job
   std::string strategy;
   int num_replicas_in_sync = 0;
   int64_t global_batch = 0;
@@ -45,9 +49,9 @@ struct TrainResult {
   double test_accuracy = 0;
 };
 
-// Runs the job, writing human-readable progress to `out`. Throws dist::Error on bad options
-// or data.
-TrainResult run_training(const TrainOptions& options, std::ostream& out);
+// Runs the job; the chief writes human-readable progress to `chief_out`. Throws dist::Error on
+// bad options or data, CollectiveError when a worker is lost.
+TrainResult run_training(const TrainOptions& options, std::ostream& chief_out);
 
 // The result as the one-line JSON object dist-train prints last.
 std::string to_json_line(const TrainResult& result);

@@ -16,9 +16,12 @@ using Clock = std::chrono::steady_clock;
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kMean: return c10d::ReduceOp::SUM;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMean:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
   }
   DIST_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
@@ -27,7 +30,7 @@ std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 c10::intrusive_ptr<c10d::TCPStore> make_store(const HostPort& at, bool server,
-                                               std::chrono::milliseconds timeout) {
+                                              std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(at.port);
   options.isServer = server;
@@ -80,9 +83,10 @@ void GlooCommunicator::connect_store() {
       throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
                                            " (", task_.name(), "): ", e.what(),
                                            "; is the port in use?"));
-    throw CollectiveError(detail::concat(
-        member_name(0), " never joined: its rendezvous store at ", at.to_string(),
-        " did not answer within ", options_.rendezvous_timeout.count() / 1000.0, " s (", e.what(), ")"));
+    throw CollectiveError(detail::concat(member_name(0), " never joined: its rendezvous store at ",
+                                         at.to_string(), " did not answer within ",
+                                         options_.rendezvous_timeout.count() / 1000.0, " s (",
+                                         e.what(), ")"));
   }
 }
 
@@ -106,10 +110,9 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
     } catch (const std::exception& e) {
       // The store's host gave up first (its own rendezvous timeout): report what was missing.
       if (!missing.empty()) throw never(" and the rendezvous store closed");
-      throw CollectiveError(detail::concat("lost the rendezvous store at ",
-                                           cluster_.store_address().to_string(), " (",
-                                           member_name(0), ") while waiting for all workers: ",
-                                           e.what()));
+      throw CollectiveError(
+          detail::concat("lost the rendezvous store at ", cluster_.store_address().to_string(),
+                         " (", member_name(0), ") while waiting for all workers: ", e.what()));
     }
     missing = now_missing;
     if (missing.empty()) return;
@@ -133,7 +136,8 @@ void GlooCommunicator::heartbeat_loop() {
     } catch (...) {
       return;
     }
-    for (int i = 0; i < 10 && !stopping_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 10 && !stopping_; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
@@ -172,7 +176,8 @@ void GlooCommunicator::fail_collective(const char* what, const std::exception& e
   if (!lost.empty())
     throw CollectiveError(detail::concat("lost worker: ", lost, " stopped responding during ", what,
                                          " (seen by ", member_name(rank_), "): ", error.what()));
-  throw CollectiveError(detail::concat(what, " failed on ", member_name(rank_), ": ", error.what()));
+  throw CollectiveError(
+      detail::concat(what, " failed on ", member_name(rank_), ": ", error.what()));
 }
 
 void GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
@@ -225,11 +230,13 @@ void GlooCommunicator::barrier() {
   }
 }
 
-std::vector<std::string> GlooCommunicator::exchange(const std::string& key, const std::string& value) {
+std::vector<std::string> GlooCommunicator::exchange(const std::string& key,
+                                                    const std::string& value) {
   store_->set("exchange/" + key + "/" + task_.name(), bytes(value));
   wait_for_all("exchange/" + key + "/", "reached the start-up check");
   std::vector<std::string> values;
-  for (const auto& member : members_) values.push_back(text(store_->get("exchange/" + key + "/" + member.name())));
+  for (const auto& member : members_)
+    values.push_back(text(store_->get("exchange/" + key + "/" + member.name())));
   return values;
 }
 

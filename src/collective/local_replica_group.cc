@@ -65,7 +65,8 @@ std::string shape_text(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor gather_across_workers(Communicator& communicator, const at::Tensor& local, int64_t axis) {
+at::Tensor gather_across_workers(Communicator& communicator, const at::Tensor& local,
+                                 int64_t axis) {
   // Gloo's all_gather needs equal shapes: exchange the sizes along the axis, pad to the
   // largest, gather, then cut each worker's part back to its size.
   auto size = at::tensor({local.size(axis)}, at::kLong);
@@ -77,7 +78,8 @@ at::Tensor gather_across_workers(Communicator& communicator, const at::Tensor& l
   at::Tensor padded = at::zeros(padded_shape, local.options());
   padded.narrow(axis, 0, local.size(axis)).copy_(local);
   auto parts = communicator.all_gather(padded);
-  for (size_t w = 0; w < parts.size(); ++w) parts[w] = parts[w].narrow(axis, 0, sizes[w].item<int64_t>());
+  for (size_t w = 0; w < parts.size(); ++w)
+    parts[w] = parts[w].narrow(axis, 0, sizes[w].item<int64_t>());
   return at::cat(parts, axis);
 }
 
@@ -246,7 +248,8 @@ at::Tensor LocalReplicaGroup::all_gather(int replica, const at::Tensor& value, i
   for (const auto* in : inputs_) parts.push_back(in->at(0));
   barrier_.arrive_and_wait(replica, "all_gather (result)", [this, &parts, axis] {
     gathered_ = at::cat(parts, axis);
-    if (cross_worker_ != nullptr) gathered_ = gather_across_workers(*cross_worker_, gathered_, axis);
+    if (cross_worker_ != nullptr)
+      gathered_ = gather_across_workers(*cross_worker_, gathered_, axis);
   });
   return gathered_.clone();
 }

@@ -18,8 +18,7 @@ const std::set<std::string> kTaskTypes = {"chief", "worker", "ps", "evaluator"};
 
 HostPort parse_address(const std::string& path, const std::string& text) {
   const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    fail(path, "'" + text + "' is not host:port");
+  if (colon == std::string::npos || colon == 0) fail(path, "'" + text + "' is not host:port");
   HostPort address;
   address.host = text.substr(0, colon);
   const std::string port = text.substr(colon + 1);
@@ -35,12 +34,14 @@ void validate(const std::map<std::string, std::vector<std::string>>& jobs) {
   std::map<std::string, std::string> seen;  // address -> path
   for (const auto& [type, addresses] : jobs) {
     if (!kTaskTypes.count(type))
-      fail("cluster." + type, "unknown task type '" + type + "' (use chief, worker, ps, evaluator)");
+      fail("cluster." + type,
+           "unknown task type '" + type + "' (use chief, worker, ps, evaluator)");
     for (size_t i = 0; i < addresses.size(); ++i) {
       const std::string path = "cluster." + type + "[" + std::to_string(i) + "]";
       parse_address(path, addresses[i]);
       auto [it, inserted] = seen.emplace(addresses[i], path);
-      if (!inserted) fail(path, "duplicate address '" + addresses[i] + "' (also at " + it->second + ")");
+      if (!inserted)
+        fail(path, "duplicate address '" + addresses[i] + "' (also at " + it->second + ")");
     }
   }
   auto chief = jobs.find("chief");
@@ -68,7 +69,8 @@ int ClusterSpec::num_tasks(const std::string& type) const {
 HostPort ClusterSpec::address(const TaskSpec& task) const {
   DIST_CHECK_ARG(task.index >= 0 && task.index < num_tasks(task.type), "task ", task.name(),
                  " is not in the cluster (", num_tasks(task.type), " ", task.type, " tasks)");
-  return parse_address("cluster." + task.type, jobs_.at(task.type)[static_cast<size_t>(task.index)]);
+  return parse_address("cluster." + task.type,
+                       jobs_.at(task.type)[static_cast<size_t>(task.index)]);
 }
 
 std::vector<TaskSpec> ClusterSpec::collective_tasks() const {
@@ -96,7 +98,8 @@ ClusterConfig parse_tf_config(const std::string& text) {
     fail("(root)", std::string("invalid JSON: ") + e.what());
   }
   if (!root.is_object()) fail("(root)", "expected a JSON object, got " + root.dump());
-  if (!root.contains("cluster")) fail("cluster", "missing; TF_CONFIG needs \"cluster\" and \"task\"");
+  if (!root.contains("cluster"))
+    fail("cluster", "missing; TF_CONFIG needs \"cluster\" and \"task\"");
   if (!root.contains("task")) fail("task", "missing; TF_CONFIG needs \"cluster\" and \"task\"");
   const auto& cluster = root["cluster"];
   if (!cluster.is_object()) fail("cluster", "expected an object, got " + cluster.dump());
@@ -104,12 +107,15 @@ ClusterConfig parse_tf_config(const std::string& text) {
   std::map<std::string, std::vector<std::string>> jobs;
   for (const auto& [type, list] : cluster.items()) {
     if (!kTaskTypes.count(type))
-      fail("cluster." + type, "unknown task type '" + type + "' (use chief, worker, ps, evaluator)");
-    if (!list.is_array()) fail("cluster." + type, "expected a list of \"host:port\", got " + list.dump());
+      fail("cluster." + type,
+           "unknown task type '" + type + "' (use chief, worker, ps, evaluator)");
+    if (!list.is_array())
+      fail("cluster." + type, "expected a list of \"host:port\", got " + list.dump());
     auto& addresses = jobs[type];
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].is_string())
-        fail("cluster." + type + "[" + std::to_string(i) + "]", "expected \"host:port\", got " + list[i].dump());
+        fail("cluster." + type + "[" + std::to_string(i) + "]",
+             "expected \"host:port\", got " + list[i].dump());
       addresses.push_back(list[i].get<std::string>());
     }
   }
@@ -122,7 +128,8 @@ ClusterConfig parse_tf_config(const std::string& text) {
     fail("task.type", "missing or not a string");
   config.task.type = task["type"].get<std::string>();
   if (!kTaskTypes.count(config.task.type))
-    fail("task.type", "unknown task type '" + config.task.type + "' (use chief, worker, ps, evaluator)");
+    fail("task.type",
+         "unknown task type '" + config.task.type + "' (use chief, worker, ps, evaluator)");
   if (!task.contains("index") || !task["index"].is_number_integer())
     fail("task.index", "missing or not an integer");
   const auto index = task["index"].get<int64_t>();

@@ -163,19 +163,12 @@ class MirroredExtended : public StrategyExtended,
   const MirroredOptions& options() const { return options_; }
 
   // Runs once per step, in one replica thread while the others wait: one optimizer step on
-  // the primary's parameters (shared by all copies), then the buffers are averaged.
+  // the primary's parameters (shared by all copies), then the buffers are averaged. It runs
+  // with that replica's share of the cores: changing the thread count per step costs more
+  // than it saves (at::set_num_threads rebuilds thread pools).
   void update(detail::MirroredVariables& variables, torch::optim::Optimizer& optimizer) {
-    const int own_threads = at::get_num_threads();
-    const int all_threads = std::max(own_threads, available_cores());
-    if (all_threads != own_threads) at::set_num_threads(all_threads);  // the others are idle
-    try {
-      optimizer.step();
-      average_buffers(variables);
-    } catch (...) {
-      if (all_threads != own_threads) at::set_num_threads(own_threads);
-      throw;
-    }
-    if (all_threads != own_threads) at::set_num_threads(own_threads);
+    optimizer.step();
+    average_buffers(variables);
   }
 
   // Buffers (BatchNorm statistics) are per replica; keep them in sync as their mean, as

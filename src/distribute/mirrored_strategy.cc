@@ -62,8 +62,6 @@ std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& param
 
 namespace {
 
-
-
 // Splits parameters into packs of about `bytes` bytes (at least one tensor each), in order.
 
 MirroredOptions with_devices(std::vector<std::string> devices, CrossDeviceOps ops) {

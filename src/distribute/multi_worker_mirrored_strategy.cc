@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "collective/gloo_communicator.h"
-#include "dist/distribute/batch_split.h"
 #include "dist/core/cross_worker_sum.h"
+#include "dist/distribute/batch_split.h"
 #include "distribute/mirrored_extended.h"
 
 namespace dist {
@@ -17,16 +17,18 @@ namespace {
 MirroredOptions local_options(const MultiWorkerOptions& options) {
   DIST_CHECK_ARG(options.replicas_per_worker >= 1, "replicas_per_worker must be at least 1, got ",
                  options.replicas_per_worker);
-  DIST_CHECK_ARG(options.communication.implementation !=
-                     CommunicationOptions::Implementation::kNccl,
-                 "CommunicationOptions::Implementation::kNccl needs a CUDA build "
-                 "(DIST_WITH_CUDA) with GPUs; on CPU use kAuto or kRing (Gloo over TCP)");
-  DIST_CHECK_ARG(options.communication.timeout.count() > 0, "communication timeout must be positive");
+  DIST_CHECK_ARG(
+      options.communication.implementation != CommunicationOptions::Implementation::kNccl,
+      "CommunicationOptions::Implementation::kNccl needs a CUDA build "
+      "(DIST_WITH_CUDA) with GPUs; on CPU use kAuto or kRing (Gloo over TCP)");
+  DIST_CHECK_ARG(options.communication.timeout.count() > 0,
+                 "communication timeout must be positive");
   DIST_CHECK_ARG(options.communication.rendezvous_timeout.count() > 0,
                  "rendezvous timeout must be positive");
   MirroredOptions local;
   local.devices = {};
-  for (int r = 0; r < options.replicas_per_worker; ++r) local.devices.push_back("cpu:" + std::to_string(r));
+  for (int r = 0; r < options.replicas_per_worker; ++r)
+    local.devices.push_back("cpu:" + std::to_string(r));
   local.threads_per_replica = options.threads_per_replica;
   local.bytes_per_pack = options.communication.bytes_per_pack;
   local.collective_timeout = options.communication.timeout;
@@ -41,8 +43,10 @@ std::vector<std::string> model_signature(const torch::nn::Module& module) {
     line << kind << " '" << name << "' " << t.sizes() << " " << t.scalar_type();
     return line.str();
   };
-  for (const auto& p : module.named_parameters()) lines.push_back(describe("parameter", p.key(), p.value()));
-  for (const auto& b : module.named_buffers()) lines.push_back(describe("buffer", b.key(), b.value()));
+  for (const auto& p : module.named_parameters())
+    lines.push_back(describe("parameter", p.key(), p.value()));
+  for (const auto& b : module.named_buffers())
+    lines.push_back(describe("buffer", b.key(), b.value()));
   return lines;
 }
 
@@ -66,14 +70,16 @@ class MultiWorkerExtended : public MirroredExtended {
     collective::GlooOptions gloo;
     gloo.collective_timeout = options.communication.timeout;
     gloo.rendezvous_timeout = options.communication.rendezvous_timeout;
-    communicator_ = std::make_unique<collective::GlooCommunicator>(config_.cluster, config_.task, gloo);
+    communicator_ =
+        std::make_unique<collective::GlooCommunicator>(config_.cluster, config_.task, gloo);
     // Every worker must hold the same number of replicas (equal shares of each batch).
-    auto counts = communicator_->exchange("replicas_per_worker", std::to_string(num_local_replicas()));
+    auto counts =
+        communicator_->exchange("replicas_per_worker", std::to_string(num_local_replicas()));
     for (size_t w = 0; w < counts.size(); ++w)
-      DIST_CHECK(counts[w] == counts[0], CollectiveError, "replica count mismatch: ",
-                 communicator_->member_name(static_cast<int>(w)), " has ", counts[w],
-                 " replicas per worker but ", communicator_->member_name(0), " has ", counts[0],
-                 "; start every worker with the same replicas_per_worker");
+      DIST_CHECK(counts[w] == counts[0], CollectiveError,
+                 "replica count mismatch: ", communicator_->member_name(static_cast<int>(w)),
+                 " has ", counts[w], " replicas per worker but ", communicator_->member_name(0),
+                 " has ", counts[0], "; start every worker with the same replicas_per_worker");
     group().set_cross_worker(communicator_.get(), num_local_replicas() * communicator_->size());
     // Metrics read in cross-replica code sum their state over the workers too.
     set_cross_worker_sum([this](std::pair<double, double> local) {
@@ -120,7 +126,8 @@ class MultiWorkerExtended : public MirroredExtended {
   }
 
   std::pair<bool, int64_t> agree_step(bool has_data, int64_t local_examples) const override {
-    std::vector<at::Tensor> flags{at::tensor({has_data ? int64_t{1} : 0, local_examples}, at::kLong)};
+    std::vector<at::Tensor> flags{
+        at::tensor({has_data ? int64_t{1} : 0, local_examples}, at::kLong)};
     communicator_->all_reduce(flags, ReduceOp::kSum);
     return {flags[0][0].item<int64_t>() > 0, flags[0][1].item<int64_t>()};
   }
@@ -187,7 +194,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
     : Strategy(std::make_shared<MultiWorkerExtended>(
           options, options.cluster ? *options.cluster : cluster_config_from_environment())) {}
 
-const TaskSpec& MultiWorkerMirroredStrategy::task() const { return extended_of(*this).config().task; }
+const TaskSpec& MultiWorkerMirroredStrategy::task() const {
+  return extended_of(*this).config().task;
+}
 bool MultiWorkerMirroredStrategy::is_chief() const { return extended_of(*this).rank() == 0; }
 int MultiWorkerMirroredStrategy::num_workers() const { return extended_of(*this).size(); }
 int MultiWorkerMirroredStrategy::worker_rank() const { return extended_of(*this).rank(); }

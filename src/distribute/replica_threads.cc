@@ -36,7 +36,10 @@ std::vector<std::exception_ptr> ReplicaThreads::run(
 
 void ReplicaThreads::loop(int replica) {
   // OpenMP's thread count is per calling thread, so each replica thread gets its own share
-  // of the cores; the caller's thread keeps its own setting.
+  // of the cores; the caller's thread keeps its own setting. ATen re-initializes a thread's
+  // count from a process-wide value on its first parallel op (lazy_init_num_threads), which
+  // another strategy may have changed since: run that initialization first, then set ours.
+  at::internal::lazy_init_num_threads();
   at::set_num_threads(intra_op_threads_);
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);

@@ -23,16 +23,25 @@ at::Tensor StrategyExtended::reduce_locally(ReduceOp op, const std::vector<at::T
     // of elements along the axis, so replicas of unequal size weigh correctly.
     *count += v.size(*axis);
     switch (combine) {
-      case ReduceOp::kMin: partial.push_back(std::get<0>(v.min(*axis))); break;
-      case ReduceOp::kMax: partial.push_back(std::get<0>(v.max(*axis))); break;
-      default: partial.push_back(v.sum(*axis)); break;
+      case ReduceOp::kMin:
+        partial.push_back(std::get<0>(v.min(*axis)));
+        break;
+      case ReduceOp::kMax:
+        partial.push_back(std::get<0>(v.max(*axis)));
+        break;
+      default:
+        partial.push_back(v.sum(*axis));
+        break;
     }
   }
   at::Tensor stacked = at::stack(partial);
   switch (combine) {
-    case ReduceOp::kMin: return std::get<0>(stacked.min(0));
-    case ReduceOp::kMax: return std::get<0>(stacked.max(0));
-    default: return stacked.sum(0);
+    case ReduceOp::kMin:
+      return std::get<0>(stacked.min(0));
+    case ReduceOp::kMax:
+      return std::get<0>(stacked.max(0));
+    default:
+      return stacked.sum(0);
   }
 }
 

@@ -46,7 +46,8 @@ TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
   const auto [workers, replicas] = GetParam();
   testing::TempDir dir;
   WorkerProcesses processes;
-  start_workers(processes, workers, {"equivalence", std::to_string(replicas), dir.file("w.safetensors")});
+  start_workers(processes, workers,
+                {"equivalence", std::to_string(replicas), dir.file("w.safetensors")});
   auto results = processes.wait_all(120s);
   for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
 
@@ -93,7 +94,8 @@ TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParamete
   auto results = processes.wait_all(60s);
   for (const auto& r : results) {
     EXPECT_NE(r.exit_code, 0) << all_output(results);
-    EXPECT_NE(r.output.find("model mismatch before step 1: worker:1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("model mismatch before step 1: worker:1"), std::string::npos)
+        << r.output;
     EXPECT_NE(r.output.find("'dense1.weight' [32, 784]"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("model check passed"), std::string::npos) << r.output;
   }
@@ -127,8 +129,9 @@ TEST(MultiWorkerTest, KilledWorkerMakesTheOthersFailNamingItWithinTheTimeout) {
   EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
   for (size_t i : {size_t{0}, size_t{2}}) {
     EXPECT_EQ(results[i].exit_code, 1) << all_output(results);
-    EXPECT_NE(results[i].output.find("lost worker: worker:1 (127.0.0.1:" + std::to_string(ports[1])),
-              std::string::npos)
+    EXPECT_NE(
+        results[i].output.find("lost worker: worker:1 (127.0.0.1:" + std::to_string(ports[1])),
+        std::string::npos)
         << results[i].output;
   }
 }

@@ -39,7 +39,8 @@ std::vector<int> free_ports(int n) {
 std::string tf_config(const std::vector<int>& ports, int index) {
   std::ostringstream json;
   json << R"({"cluster": {"worker": [)";
-  for (size_t i = 0; i < ports.size(); ++i) json << (i ? ", " : "") << "\"127.0.0.1:" << ports[i] << "\"";
+  for (size_t i = 0; i < ports.size(); ++i)
+    json << (i ? ", " : "") << "\"127.0.0.1:" << ports[i] << "\"";
   json << R"(]}, "task": {"type": "worker", "index": )" << index << "}}";
   return json.str();
 }
@@ -89,7 +90,8 @@ bool WorkerProcesses::poll(Process& p) {
   if (waitpid(p.pid, &status, WNOHANG) != p.pid) return false;
   p.done = true;
   p.result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  p.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
+  p.result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
   std::ifstream in(p.output_path);
   std::ostringstream text;
   text << in.rdbuf();

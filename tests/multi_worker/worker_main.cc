@@ -70,7 +70,8 @@ int collectives(int replicas) {
     }
   }
   auto per_replica = strategy.run([] {
-    return torch::full({3}, dist::get_replica_context()->replica_id_in_sync_group() + 1, torch::kInt64);
+    return torch::full({3}, dist::get_replica_context()->replica_id_in_sync_group() + 1,
+                       torch::kInt64);
   });
   failures += !torch::equal(strategy.reduce(dist::ReduceOp::kSum, per_replica),
                             torch::full({3}, n * (n + 1) / 2, torch::kInt64));
@@ -104,16 +105,19 @@ int train_forever() {
   auto opt = strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.01));
   dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
   auto data = strategy.experimental_distribute_dataset(
-      dist::data::Dataset::from_tensor_slices({torch::rand({64, 1, 28, 28}), torch::randint(0, 10, {64})})
+      dist::data::Dataset::from_tensor_slices(
+          {torch::rand({64, 1, 28, 28}), torch::randint(0, 10, {64})})
           .batch(16)
           .repeat());
   int64_t step = 0;
   for (const auto& batch : data.iterator()) {
-    strategy.run([&](const Element& b) {
-      auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
-      loss.backward();
-      opt->apply_gradients();
-    }, batch);
+    strategy.run(
+        [&](const Element& b) {
+          auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+          loss.backward();
+          opt->apply_gradients();
+        },
+        batch);
     std::cout << "step " << ++step << std::endl;
   }
   return 0;
@@ -132,6 +136,7 @@ int main(int argc, char** argv) {
     std::cout << "error: " << e.what() << std::endl;
     return 1;
   }
-  std::cerr << "usage: dist_test_worker equivalence|collectives|model|train_forever ..." << std::endl;
+  std::cerr << "usage: dist_test_worker equivalence|collectives|model|train_forever ..."
+            << std::endl;
   return 2;
 }
