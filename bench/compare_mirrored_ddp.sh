@@ -9,7 +9,7 @@ repeats=${2:-5}
 ours=() theirs=()
 for ((i = 0; i < repeats; i++)); do
   ours+=("$("$build/bench/mirrored_scaling_bench" 5 30 2x1 | sed -nE 's/.* ([0-9]+) images\/s.*/\1/p')")
-  theirs+=("$(/usr/bin/python3 bench/pytorch_ddp_cnn.py 5 30 | sed -nE 's/.*: ([0-9]+) images\/s/\1/p')")
+  theirs+=("$(/usr/bin/python3 bench/pytorch_ddp_cnn.py 5 30 cnn | sed -nE 's/.*: ([0-9]+) images\/s/\1/p')")
   echo "round $i: mirrored ${ours[-1]} images/s, pytorch ddp ${theirs[-1]} images/s"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

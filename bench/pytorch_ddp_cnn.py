@@ -1,10 +1,11 @@
-"""PyTorch DistributedDataParallel peer of mirrored_scaling_bench's 2x1 configuration.
+"""PyTorch DistributedDataParallel peer of the 2-replica benchmarks.
 
 Two processes on 127.0.0.1 with the gloo backend, one intra-op thread each, the tutorial
-CNN, 64 examples per process, Adam 1e-3, per-example cross-entropy averaged over the global
-batch. Prints one line: images/s over the timed steps (median of the rounds).
+CNN (or the 784-4096-4096-10 MLP), 64 examples per process, Adam 1e-3, per-example
+cross-entropy averaged over the global batch. Prints one line: images/s over the timed steps
+(median of the rounds).
 
-    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30]
+    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30] [cnn|mlp]
 """
 import os
 import socket
@@ -25,13 +26,18 @@ def make_cnn():
         nn.Flatten(), nn.Linear(64 * 5 * 5, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def worker(rank, world, port, rounds, steps, out):
+def make_mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(),
+                         nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+
+
+def worker(rank, world, port, rounds, steps, out, model_name):
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(make_cnn())
+    model = nn.parallel.DistributedDataParallel(make_cnn() if model_name == "cnn" else make_mlp())
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.rand(64, 1, 28, 28)
     y = torch.randint(0, 10, (64,))
@@ -66,15 +72,16 @@ def free_port():
 if __name__ == "__main__":
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    model_name = sys.argv[3] if len(sys.argv) > 3 else "cnn"
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     world = 2
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, rounds, steps, out)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, rounds, steps, out, model_name)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=600)
         if p.exitcode != 0:
             sys.exit(f"a DDP worker failed (exit code {p.exitcode})")
-    print(f"pytorch ddp 2x1: {out.get(timeout=10):.0f} images/s")
+    print(f"pytorch ddp {model_name} 2x1: {out.get(timeout=10):.0f} images/s")
