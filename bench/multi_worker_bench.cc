@@ -40,11 +40,13 @@ int main(int argc, char** argv) {
   }
   torch::manual_seed(0);
   auto model = strategy->mirror(dist::models::make_model(model_name));
-  auto optimizer = strategy->mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
+  auto optimizer =
+      strategy->mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
   dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
   const int64_t global = 64 * strategy->num_replicas_in_sync();
   auto data = strategy->experimental_distribute_dataset(
-      dist::data::Dataset::from_tensor_slices({torch::rand({global, 1, 28, 28}), torch::randint(0, 10, {global})})
+      dist::data::Dataset::from_tensor_slices(
+          {torch::rand({global, 1, 28, 28}), torch::randint(0, 10, {global})})
           .batch(global)
           .repeat());
   auto it = data.iterator();
@@ -61,9 +63,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 5; ++i) step();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (chief)
-    std::printf("%s %s %d replicas: %.2f ms/step, %.0f images/s\n", layout.c_str(), model_name.c_str(),
-                strategy->num_replicas_in_sync(), seconds / steps * 1e3, global * steps / seconds);
+    std::printf("%s %s %d replicas: %.2f ms/step, %.0f images/s\n", layout.c_str(),
+                model_name.c_str(), strategy->num_replicas_in_sync(), seconds / steps * 1e3,
+                global * steps / seconds);
   return 0;
 }

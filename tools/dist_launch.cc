@@ -7,11 +7,8 @@
 // all of them as soon as one fails (SIGTERM, then SIGKILL after a grace period), and exits
 // with the failing worker's exit code (0 when all succeed). SIGINT/SIGTERM to the launcher
 // are passed on to the workers.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "dist/distribute/local_cluster.h"
 
 namespace {
 
@@ -37,34 +36,6 @@ struct Worker {
 
 volatile sig_atomic_t forwarded_signal = 0;
 void on_signal(int signal) { forwarded_signal = signal; }
-
-std::vector<int> free_ports(int n) {
-  std::vector<int> sockets, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      throw std::runtime_error(std::string("cannot find a free port on 127.0.0.1: ") +
-                               strerror(errno));
-    sockets.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : sockets) close(fd);  // released just before the workers bind them
-  return ports;
-}
-
-std::string tf_config(const std::vector<int>& ports, int index) {
-  std::ostringstream json;
-  json << R"({"cluster": {"worker": [)";
-  for (size_t i = 0; i < ports.size(); ++i)
-    json << (i ? ", " : "") << "\"127.0.0.1:" << ports[i] << "\"";
-  json << R"(]}, "task": {"type": "worker", "index": )" << index << "}}";
-  return json.str();
-}
 
 Worker start(const std::vector<std::string>& command, const std::string& config, int index,
              int replicas) {
@@ -143,9 +114,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::vector<Worker> workers;
   try {
-    auto ports = free_ports(workers_count);
+    auto ports = dist::free_loopback_ports(workers_count);
     for (int i = 0; i < workers_count; ++i)
-      workers.push_back(start(command, tf_config(ports, i), i, replicas));
+      workers.push_back(start(command, dist::local_tf_config(ports, i), i, replicas));
   } catch (const std::exception& e) {
     std::cerr << "dist-launch: " << e.what() << std::endl;
     signal_all(workers, SIGKILL);

@@ -142,30 +142,40 @@ void GlooCommunicator::heartbeat_loop() {
 }
 
 void GlooCommunicator::fail_collective(const char* what, const std::exception& error) {
-  // Which members stopped beating? Read every heartbeat twice, 1.5 s apart, over a fresh
-  // connection with a short timeout.
+  // Name the lost members. The first survivor to diagnose publishes a verdict in the store;
+  // later ones (often blocked on a survivor that was busy diagnosing) reuse it. The diagnosis
+  // itself: read every heartbeat twice, 1.5 s apart; members whose count did not move are lost.
   std::string lost;
   std::vector<int> alive;
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
     store = make_store(cluster_.store_address(), false, std::chrono::seconds(3));
-    std::map<int, int64_t> first;
-    for (int r = 0; r < size(); ++r)
-      if (r != rank_) first[r] = store->add("alive/" + members_[static_cast<size_t>(r)].name(), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    for (const auto& [r, beats] : first) {
-      if (store->add("alive/" + members_[static_cast<size_t>(r)].name(), 0) == beats)
-        lost += (lost.empty() ? "" : ", ") + member_name(r);
-      else
-        alive.push_back(r);
+    if (store->check({"verdict"})) {
+      lost = text(store->get("verdict"));
+    } else {
+      std::map<int, int64_t> first;
+      for (int r = 0; r < size(); ++r)
+        if (r != rank_)
+          first[r] = store->add("alive/" + members_[static_cast<size_t>(r)].name(), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      for (const auto& [r, beats] : first) {
+        if (store->add("alive/" + members_[static_cast<size_t>(r)].name(), 0) == beats)
+          lost += (lost.empty() ? "" : ", ") + member_name(r);
+        else
+          alive.push_back(r);
+      }
+      if (!lost.empty()) store->set("verdict", bytes(lost));
     }
     store->set("diagnosed/" + task_.name(), bytes("1"));
   } catch (...) {
     if (rank_ != 0) lost = member_name(0) + " (the rendezvous store it hosts is unreachable)";
   }
+  // Close this member's Gloo connections now: survivors blocked waiting on it fail at once
+  // and come to read the verdict while the store is still up.
+  group_.reset();
   if (rank_ == 0 && store) {
     // This process hosts the store: keep it up until the surviving members have read the
-    // heartbeats too (bounded), or they would blame the store's host for the failure.
+    // verdict (bounded), or they would blame the store's host for the failure.
     const auto until = Clock::now() + std::chrono::seconds(5);
     for (int r : alive) {
       while (Clock::now() < until &&
@@ -180,8 +190,14 @@ void GlooCommunicator::fail_collective(const char* what, const std::exception& e
       detail::concat(what, " failed on ", member_name(rank_), ": ", error.what()));
 }
 
+void GlooCommunicator::check_usable(const char* what) const {
+  DIST_CHECK(group_, CollectiveError, what, " on ", member_name(rank_),
+             ": this communicator failed earlier (a worker was lost); recreate the strategy");
+}
+
 void GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return;
+  check_usable("all_reduce");
   c10d::AllreduceCoalescedOptions options;
   options.reduceOp = to_c10d(op);
   try {
@@ -198,6 +214,7 @@ void GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op)
 }
 
 void GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  check_usable("broadcast");
   c10d::BroadcastOptions options;
   options.rootRank = root;
   try {
@@ -211,6 +228,7 @@ void GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
 }
 
 std::vector<at::Tensor> GlooCommunicator::all_gather(const at::Tensor& tensor) {
+  check_usable("all_gather");
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor.contiguous()};
@@ -223,6 +241,7 @@ std::vector<at::Tensor> GlooCommunicator::all_gather(const at::Tensor& tensor) {
 }
 
 void GlooCommunicator::barrier() {
+  check_usable("barrier");
   try {
     group_->barrier()->wait();
   } catch (const std::exception& e) {

@@ -49,8 +49,10 @@ class GlooCommunicator : public Communicator {
   void connect_store();
   void wait_for_all(const std::string& prefix, const char* what);
   void heartbeat_loop();
-  // Turns a failed collective into a CollectiveError naming the lost member if it can.
+  // Turns a failed collective into a CollectiveError naming the lost member if it can, and
+  // closes this member's Gloo connections (the communicator is unusable afterwards).
   [[noreturn]] void fail_collective(const char* what, const std::exception& error);
+  void check_usable(const char* what) const;
 
   ClusterSpec cluster_;
   TaskSpec task_;

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <torch/torch.h>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/train/safetensors.h"
@@ -20,10 +21,10 @@ using testing::WorkerProcesses;
 // Starts `workers` worker processes running `args` with TF_CONFIG for worker:i.
 void start_workers(WorkerProcesses& processes, int workers, const std::vector<std::string>& args,
                    int timeout_ms = 20000) {
-  auto ports = testing::free_ports(workers);
+  auto ports = free_loopback_ports(workers);
   for (int i = 0; i < workers; ++i)
     processes.start(DIST_TEST_WORKER_BINARY, args,
-                    {"TF_CONFIG=" + testing::tf_config(ports, i),
+                    {"TF_CONFIG=" + local_tf_config(ports, i),
                      "DIST_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms)});
 }
 
@@ -86,11 +87,11 @@ TEST(MultiWorkerTest, CollectivesOnIntegerDataAreExactForWorldSizes1To4) {
 
 TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParameter) {
   WorkerProcesses processes;
-  auto ports = testing::free_ports(2);
+  auto ports = free_loopback_ports(2);
   processes.start(DIST_TEST_WORKER_BINARY, {"model", "16"},
-                  {"TF_CONFIG=" + testing::tf_config(ports, 0), "DIST_TEST_TIMEOUT_MS=20000"});
+                  {"TF_CONFIG=" + local_tf_config(ports, 0), "DIST_TEST_TIMEOUT_MS=20000"});
   processes.start(DIST_TEST_WORKER_BINARY, {"model", "32"},
-                  {"TF_CONFIG=" + testing::tf_config(ports, 1), "DIST_TEST_TIMEOUT_MS=20000"});
+                  {"TF_CONFIG=" + local_tf_config(ports, 1), "DIST_TEST_TIMEOUT_MS=20000"});
   auto results = processes.wait_all(60s);
   for (const auto& r : results) {
     EXPECT_NE(r.exit_code, 0) << all_output(results);
@@ -103,10 +104,10 @@ TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParamete
 
 TEST(MultiWorkerTest, WorkerThatNeverJoinsIsNamedWithinTheRendezvousTimeout) {
   WorkerProcesses processes;
-  auto ports = testing::free_ports(3);
+  auto ports = free_loopback_ports(3);
   for (int i : {0, 1})  // worker:2 is never started
     processes.start(DIST_TEST_WORKER_BINARY, {"model", "16"},
-                    {"TF_CONFIG=" + testing::tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=2000"});
+                    {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=2000"});
   auto results = processes.wait_all(30s);
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 1) << all_output(results);
@@ -119,10 +120,10 @@ TEST(MultiWorkerTest, WorkerThatNeverJoinsIsNamedWithinTheRendezvousTimeout) {
 
 TEST(MultiWorkerTest, KilledWorkerMakesTheOthersFailNamingItWithinTheTimeout) {
   WorkerProcesses processes;
-  auto ports = testing::free_ports(3);
+  auto ports = free_loopback_ports(3);
   for (int i = 0; i < 3; ++i)
     processes.start(DIST_TEST_WORKER_BINARY, {"train_forever"},
-                    {"TF_CONFIG=" + testing::tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=10000"});
+                    {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=10000"});
   ASSERT_TRUE(processes.wait_for_output(1, "step 5", 60s)) << "workers did not start training";
   processes.kill(1, SIGKILL);
   auto results = processes.wait_all(40s);

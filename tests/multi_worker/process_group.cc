@@ -17,34 +17,6 @@
 
 namespace dist::testing {
 
-std::vector<int> free_ports(int n) {
-  std::vector<int> sockets, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-      throw std::runtime_error("cannot bind a free port on 127.0.0.1");
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    sockets.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : sockets) close(fd);
-  return ports;
-}
-
-std::string tf_config(const std::vector<int>& ports, int index) {
-  std::ostringstream json;
-  json << R"({"cluster": {"worker": [)";
-  for (size_t i = 0; i < ports.size(); ++i)
-    json << (i ? ", " : "") << "\"127.0.0.1:" << ports[i] << "\"";
-  json << R"(]}, "task": {"type": "worker", "index": )" << index << "}}";
-  return json.str();
-}
-
 WorkerProcesses::~WorkerProcesses() {
   for (auto& p : processes_) {
     if (!p.done && p.pid > 0) {

@@ -10,12 +10,6 @@
 
 namespace dist::testing {
 
-// n distinct free TCP ports on 127.0.0.1 (bound, then released).
-std::vector<int> free_ports(int n);
-
-// TF_CONFIG for a cluster of `workers` workers at 127.0.0.1:ports[i], as task worker:index.
-std::string tf_config(const std::vector<int>& ports, int index);
-
 struct ProcessResult {
   int exit_code = -1;  // 128 + signal when killed by a signal
   std::string output;
