@@ -5,6 +5,8 @@
 //   ./build/bench/strategy_overhead_bench [rounds=15] [steps_per_round=20]
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include <torch/torch.h>
@@ -15,8 +17,9 @@
 #include "interleaved_timer.h"
 
 int main(int argc, char** argv) {
-  int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
-  int steps = argc > 2 ? std::atoi(argv[2]) : 20;
+  const bool only = argc > 1 && std::string(argv[1]) == "only";
+  int rounds = argc > 1 && !only ? std::atoi(argv[1]) : 15;
+  int steps = argc > 2 && !only ? std::atoi(argv[2]) : 20;
   torch::manual_seed(0);
   auto x = torch::rand({64, 1, 28, 28});
   auto y = torch::randint(0, 10, {64});
@@ -67,6 +70,18 @@ int main(int argc, char** argv) {
         batch);
     strategy.reduce(dist::ReduceOp::kSum, losses);
   };
+
+  // "only VARIANT STEPS": run one variant alone, for instruction counts under
+  //   valgrind --tool=callgrind ./strategy_overhead_bench only one_device 5
+  if (argc > 3 && std::string(argv[1]) == "only") {
+    const std::string variant = argv[2];
+    const int n = std::atoi(argv[3]);
+    std::function<void()> chosen = strategy_step;
+    if (variant == "plain") chosen = plain_step;
+    if (variant == "plain_dist_loss") chosen = plain_dist_loss_step;
+    for (int i = 0; i < n; ++i) chosen();
+    return 0;
+  }
 
   auto medians = dist::bench::interleaved_medians({{"plain", plain_step},
                                                    {"plain_dist_loss", plain_dist_loss_step},

@@ -146,7 +146,7 @@ class MirroredExtended : public StrategyExtended,
     }
     if (packs.empty())
       group_->barrier(replica, "apply_gradients", [&] { update(variables, optimizer); });
-    for (auto& p : params) p.mutable_grad().reset();
+    detail::clear_gradients(params);
   }
 
  protected:
@@ -215,7 +215,7 @@ class MirroredExtended : public StrategyExtended,
     optimizer.step();
     average_buffers(variables);
     for (auto& replica : variables.replicas)
-      for (auto& p : replica->parameters()) p.mutable_grad().reset();
+      detail::clear_gradients(replica->parameters());
   }
 
   std::string name_;

@@ -55,7 +55,7 @@ class OneDeviceExtended : public StrategyExtended,
   void apply_gradients(detail::MirroredVariables& variables,
                        torch::optim::Optimizer& optimizer) override {
     optimizer.step();
-    for (auto& p : variables.replicas.front()->parameters()) p.mutable_grad().reset();
+    detail::clear_gradients(variables.replicas.front()->parameters());
   }
 
  private:
