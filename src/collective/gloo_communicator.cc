@@ -182,6 +182,9 @@ void GlooCommunicator::fail_collective(const char* what, const std::exception& e
              !store->check({"diagnosed/" + members_[static_cast<size_t>(r)].name()}))
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    // And a moment more for them to close their store connections: LibTorch 1.13's TCPStore
+    // client thread aborts its process when the server vanishes under it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   }
   if (!lost.empty())
     throw CollectiveError(detail::concat("lost worker: ", lost, " stopped responding during ", what,
