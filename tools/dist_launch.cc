@@ -136,16 +136,19 @@ int main(int argc, char** argv) {
       result = 128 + forwarded_signal;
     }
     std::vector<pollfd> fds;
-    for (auto& w : workers)
-      if (w.output >= 0) fds.push_back({w.output, POLLIN, 0});
+    std::vector<Worker*> readable;  // the worker behind each entry of fds
+    for (auto& w : workers) {
+      if (w.output < 0) continue;
+      fds.push_back({w.output, POLLIN, 0});
+      readable.push_back(&w);
+    }
     if (!fds.empty())
       poll(fds.data(), fds.size(), 100);
     else
       usleep(100 * 1000);
-    for (auto& w : workers) {
-      if (w.output < 0) continue;
-      pollfd p{w.output, POLLIN, 0};
-      if (poll(&p, 1, 0) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Worker& w = *readable[i];
       char buffer[4096];
       ssize_t n = read(w.output, buffer, sizeof(buffer));
       if (n > 0) {

@@ -214,8 +214,7 @@ class MirroredExtended : public StrategyExtended,
     reduce_pack_across_workers(grads);
     optimizer.step();
     average_buffers(variables);
-    for (auto& replica : variables.replicas)
-      detail::clear_gradients(replica->parameters());
+    for (auto& replica : variables.replicas) detail::clear_gradients(replica->parameters());
   }
 
   std::string name_;
