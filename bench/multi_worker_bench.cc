@@ -3,6 +3,7 @@
 // Multi-worker: start it under dist-launch; the chief prints the result.
 //
 //   dist-launch --workers 2 -- build/bench/multi_worker_bench multi_worker cnn [steps=40]
+//   (multi_worker_after_backward: the same without overlapping the all-reduce with backward)
 //   build/bench/multi_worker_bench mirrored cnn [steps=40]        (2 replicas in one process)
 #include <chrono>
 #include <cstdio>
@@ -19,16 +20,19 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: multi_worker_bench multi_worker|mirrored cnn|mlp [steps]\n");
+    std::fprintf(stderr,
+                 "usage: multi_worker_bench multi_worker|multi_worker_after_backward|mirrored "
+                 "cnn|mlp [steps]\n");
     return 2;
   }
   const std::string layout = argv[1], model_name = argv[2];
   const int steps = argc > 3 ? std::atoi(argv[3]) : 40;
   std::unique_ptr<dist::Strategy> strategy;
   bool chief = true;
-  if (layout == "multi_worker") {
+  if (layout == "multi_worker" || layout == "multi_worker_after_backward") {
     dist::MultiWorkerOptions options;
     options.threads_per_replica = 1;
+    options.communication.overlap_with_backward = layout == "multi_worker";
     auto mw = std::make_unique<dist::MultiWorkerMirroredStrategy>(options);
     chief = mw->is_chief();
     strategy = std::move(mw);

@@ -14,8 +14,9 @@ data::Dataset equivalence_data() {
   return data::Dataset::from_tensor_slices({x, y}).batch(10);
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const Strategy& strategy,
-                                                                           bool adam) {
+std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
+    const Strategy& strategy, bool adam,
+    const std::function<void(const torch::Tensor&)>& after_backward) {
   torch::manual_seed(7);
   auto model = strategy.mirror(models::make_tutorial_cnn());
   auto optimizer =
@@ -28,6 +29,7 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const
         [&](const data::Element& b) {
           auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
           loss.backward();
+          if (after_backward) after_backward(loss);
           optimizer->apply_gradients();
         },
         batch);

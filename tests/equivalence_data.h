@@ -2,6 +2,7 @@
 // the in-process tests and the multi-worker test processes so both train on the same batches.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,9 +20,11 @@ namespace dist::testing {
 data::Dataset equivalence_data();
 
 // 20 steps of the tutorial CNN (seed 7) with SGD(0.1) or Adam(1e-3) over equivalence_data()
-// under `strategy`; returns the primary copy's named parameters.
-std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(const Strategy& strategy,
-                                                                           bool adam = false);
+// under `strategy`; returns the primary copy's named parameters. `after_backward` (optional)
+// runs in each replica between backward and apply_gradients, with the replica's loss.
+std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
+    const Strategy& strategy, bool adam = false,
+    const std::function<void(const torch::Tensor&)>& after_backward = nullptr);
 
 // max over tensors of ||a - b|| / ||b||.
 double max_relative_difference(const std::vector<torch::Tensor>& a,

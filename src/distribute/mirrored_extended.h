@@ -13,6 +13,7 @@
 
 #include "collective/local_replica_group.h"
 #include "dist/distribute/mirrored_strategy.h"
+#include "distribute/overlapped_reducer.h"
 #include "distribute/replica_threads.h"
 
 namespace dist {
@@ -65,6 +66,7 @@ class MirroredExtended : public StrategyExtended,
           group_->abort(detail::concat("replica ", replica, " (", devices_[replica].to_string(),
                                        ") failed: ", describe_error(error)));
         });
+    settle_reducers();
     // Rethrow the root cause: the first replica's own error, not the CollectiveErrors the
     // others got because it stopped taking part.
     std::exception_ptr first_collective;
@@ -109,6 +111,7 @@ class MirroredExtended : public StrategyExtended,
       variables->replicas.push_back(std::move(copy));
     }
     synchronize_initial_values(*variables);
+    if (overlap_with_backward()) attach_reducer(*variables);
     return variables;
   }
 
@@ -124,6 +127,15 @@ class MirroredExtended : public StrategyExtended,
                    "one that made this optimizer");
     const int replica = context->local_replica_id();
     auto params = variables.replicas[static_cast<size_t>(replica)]->parameters();
+    if (auto* reducer = static_cast<OverlappedReducer*>(variables.strategy_state.get())) {
+      reducer->finish_backward(replica);
+      group_->barrier(replica, "apply_gradients", [&] {
+        reducer->write_results();
+        update(variables, optimizer);
+      });
+      detail::clear_gradients(params);
+      return;
+    }
     std::vector<at::Tensor> grads;
     for (auto& p : params) {
       // An empty replica or an unused parameter has no gradient; it still takes part.
@@ -138,8 +150,10 @@ class MirroredExtended : public StrategyExtended,
       // After the in-process reduction of each pack, the last replica to arrive combines it
       // across workers; after the last pack it also applies the update.
       group_->all_reduce_into_first(replica, ReduceOp::kSum, pack, [&, last] {
+        // Replica 0's gradients exist once it reached the first pack; list them once a step.
+        if (k == 0) first_grads_ = first_copy_grads(variables);
         std::vector<at::Tensor> reduced;
-        for (size_t i : packs[k]) reduced.push_back(first_copy_grads(variables)[i]);
+        for (size_t i : packs[k]) reduced.push_back(first_grads_[i]);
         reduce_pack_across_workers(reduced);
         if (last) update(variables, optimizer);
       });
@@ -158,6 +172,43 @@ class MirroredExtended : public StrategyExtended,
   virtual void reduce_pack_across_workers(std::vector<at::Tensor>& pack) {}
   // Makes a freshly mirrored model identical on every worker.
   virtual void synchronize_initial_values(detail::MirroredVariables& variables) {}
+  // Whether each pack's cross-worker reduction starts during backward (OverlappedReducer).
+  // In process alone it would not pay: the replica threads reduce in parallel at the end.
+  virtual bool overlap_with_backward() const { return false; }
+
+  void attach_reducer(detail::MirroredVariables& variables) {
+    auto reducer = std::make_shared<OverlappedReducer>(
+        variables, group_.get(),
+        make_packs(variables.replicas[0]->parameters(), options_.bytes_per_pack),
+        [this](at::Tensor& flat) {
+          std::vector<at::Tensor> one{flat};
+          reduce_pack_across_workers(one);
+        });
+    std::lock_guard<std::mutex> lock(reducers_mu_);
+    reducers_.push_back(reducer);
+    variables.strategy_state = std::move(reducer);
+  }
+
+  // Before a cross-worker collective other than a gradient pack (see OrderedCommunicator).
+  void complete_reducer_steps() {
+    std::lock_guard<std::mutex> lock(reducers_mu_);
+    for (const auto& weak : reducers_)
+      if (auto reducer = weak.lock()) reducer->complete_step();
+  }
+
+  // A step whose backward ran but that never called apply_gradients leaves packs in flight;
+  // finish them (every worker sent the same ones) and forget the step.
+  void settle_reducers() {
+    std::lock_guard<std::mutex> lock(reducers_mu_);
+    for (auto it = reducers_.begin(); it != reducers_.end();) {
+      if (auto reducer = it->lock()) {
+        reducer->settle();
+        ++it;
+      } else {
+        it = reducers_.erase(it);
+      }
+    }
+  }
 
   collective::LocalReplicaGroup& group() { return *group_; }
   const MirroredOptions& options() const { return options_; }
@@ -223,6 +274,9 @@ class MirroredExtended : public StrategyExtended,
   std::unique_ptr<collective::LocalReplicaGroup> group_;
   std::unique_ptr<ReplicaThreads> threads_;
   std::mutex run_mu_;
+  std::vector<at::Tensor> first_grads_;  // only touched in barrier completions (serialized)
+  std::mutex reducers_mu_;
+  std::vector<std::weak_ptr<OverlappedReducer>> reducers_;
 };
 
 }  // namespace dist

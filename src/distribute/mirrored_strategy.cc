@@ -44,25 +44,27 @@ std::string describe_error(const std::exception_ptr& error) {
   }
 }
 
-// Splits parameters into packs of about `bytes` bytes (at least one tensor each), in order.
+// Packs run from the last parameter to the first: backward produces gradients roughly in
+// that order, so with overlap (MultiWorkerMirroredStrategy) the first pack is complete first.
+// A pack holds one dtype only (it travels as one flat buffer).
 std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes) {
   std::vector<std::vector<size_t>> packs;
   int64_t filled = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    int64_t size = params[i].numel() * static_cast<int64_t>(params[i].element_size());
-    if (packs.empty() || (filled > 0 && filled + size > bytes)) {
+  for (size_t j = params.size(); j-- > 0;) {
+    const int64_t size = params[j].numel() * static_cast<int64_t>(params[j].element_size());
+    const bool new_dtype =
+        !packs.empty() && params[packs.back().front()].scalar_type() != params[j].scalar_type();
+    if (packs.empty() || new_dtype || (filled > 0 && filled + size > bytes)) {
       packs.emplace_back();
       filled = 0;
     }
-    packs.back().push_back(i);
+    packs.back().push_back(j);
     filled += size;
   }
   return packs;
 }
 
 namespace {
-
-// Splits parameters into packs of about `bytes` bytes (at least one tensor each), in order.
 
 MirroredOptions with_devices(std::vector<std::string> devices, CrossDeviceOps ops) {
   MirroredOptions options;

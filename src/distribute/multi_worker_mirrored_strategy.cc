@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "collective/gloo_communicator.h"
+#include "collective/ordered_communicator.h"
 #include "dist/core/cross_worker_sum.h"
 #include "dist/distribute/batch_split.h"
 #include "distribute/mirrored_extended.h"
@@ -66,12 +67,15 @@ std::vector<std::string> split_lines(const std::string& text) {
 class MultiWorkerExtended : public MirroredExtended {
  public:
   MultiWorkerExtended(const MultiWorkerOptions& options, ClusterConfig config)
-      : MirroredExtended("multi_worker", local_options(options)), config_(std::move(config)) {
+      : MirroredExtended("multi_worker", local_options(options)),
+        config_(std::move(config)),
+        overlap_(options.communication.overlap_with_backward) {
     collective::GlooOptions gloo;
     gloo.collective_timeout = options.communication.timeout;
     gloo.rendezvous_timeout = options.communication.rendezvous_timeout;
-    communicator_ =
-        std::make_unique<collective::GlooCommunicator>(config_.cluster, config_.task, gloo);
+    gloo_ = std::make_unique<collective::GlooCommunicator>(config_.cluster, config_.task, gloo);
+    communicator_ = std::make_unique<collective::OrderedCommunicator>(
+        *gloo_, [this] { complete_reducer_steps(); });
     // Every worker must hold the same number of replicas (equal shares of each batch).
     auto counts =
         communicator_->exchange("replicas_per_worker", std::to_string(num_local_replicas()));
@@ -136,8 +140,10 @@ class MultiWorkerExtended : public MirroredExtended {
   int worker_rank() const override { return communicator_->rank(); }
   int num_workers() const override { return communicator_->size(); }
 
+  bool overlap_with_backward() const override { return overlap_; }
+
   void reduce_pack_across_workers(std::vector<at::Tensor>& pack) override {
-    communicator_->all_reduce(pack, ReduceOp::kSum);
+    gloo_->all_reduce(pack, ReduceOp::kSum);  // the packs themselves keep their own order
   }
 
   void synchronize_initial_values(detail::MirroredVariables& variables) override {
@@ -177,7 +183,11 @@ class MultiWorkerExtended : public MirroredExtended {
   }
 
   ClusterConfig config_;
-  std::unique_ptr<collective::GlooCommunicator> communicator_;
+  bool overlap_;
+  std::unique_ptr<collective::GlooCommunicator> gloo_;
+  // Every collective but the gradient packs: sends a step's packs first (see
+  // OrderedCommunicator).
+  std::unique_ptr<collective::OrderedCommunicator> communicator_;
   int models_mirrored_ = 0;
 };
 

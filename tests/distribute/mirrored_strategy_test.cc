@@ -299,7 +299,9 @@ TEST(MirroredStrategyTest, EmptyReplicaTakesPartAndWeightsMatchOneDevice) {
     auto opt = strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.5));
     SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
     for (const auto& batch : strategy.experimental_distribute_dataset(data).iterator()) {
-      if (strategy.num_replicas_in_sync() == 2) EXPECT_EQ(batch[1][0].size(0), 0);
+      if (strategy.num_replicas_in_sync() == 2) {
+        EXPECT_EQ(batch[1][0].size(0), 0);
+      }
       strategy.run(
           [&](const Element& b) {
             auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));

@@ -25,7 +25,9 @@ TEST(BatchSplitTest, SizesDifferByAtMostOneInOrder) {
       int64_t sum = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {
         sum += sizes[i];
-        if (i > 0) EXPECT_TRUE(sizes[i] == sizes[i - 1] || sizes[i] == sizes[i - 1] - 1);
+        if (i > 0) {
+          EXPECT_TRUE(sizes[i] == sizes[i - 1] || sizes[i] == sizes[i - 1] - 1);
+        }
       }
       EXPECT_EQ(sum, b);
     }

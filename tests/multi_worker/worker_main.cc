@@ -2,7 +2,8 @@
 // on stdout, and exits 0 on success. The tests (multi_worker_test.cc) fork several of these
 // on 127.0.0.1.
 //
-//   dist_test_worker equivalence REPLICAS OUT_FILE   20 SGD steps; chief saves the weights
+//   dist_test_worker equivalence REPLICAS OUT_FILE [BYTES_PER_PACK overlap|after_backward]
+//                                                    20 SGD steps; chief saves the weights
 //   dist_test_worker collectives REPLICAS            exact integer collectives
 //   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
 //   dist_test_worker train_forever                   trains until killed, prints "step N"
@@ -36,9 +37,20 @@ dist::MultiWorkerOptions options_from_env(int replicas) {
   return options;
 }
 
-int equivalence(int replicas, const std::string& out) {
-  dist::MultiWorkerMirroredStrategy strategy(options_from_env(replicas));
-  auto weights = dist::testing::train_equivalence_steps(strategy);
+int equivalence(int replicas, const std::string& out, int64_t bytes_per_pack = 0,
+                const std::string& reduce = "overlap") {
+  auto options = options_from_env(replicas);
+  if (bytes_per_pack > 0) options.communication.bytes_per_pack = bytes_per_pack;
+  options.communication.overlap_with_backward = reduce == "overlap";
+  dist::MultiWorkerMirroredStrategy strategy(options);
+  // With explicit packs, also a collective between backward and apply_gradients: with
+  // overlap it must come after the step's packs on every worker.
+  auto all_reduce_loss = [](const torch::Tensor& loss) {
+    dist::get_replica_context()->all_reduce(dist::ReduceOp::kSum, loss.detach());
+  };
+  auto weights = bytes_per_pack > 0
+                     ? dist::testing::train_equivalence_steps(strategy, false, all_reduce_loss)
+                     : dist::testing::train_equivalence_steps(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, weights);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
   return 0;
@@ -129,6 +141,8 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   try {
     if (scenario == "equivalence" && argc == 4) return equivalence(std::atoi(argv[2]), argv[3]);
+    if (scenario == "equivalence" && argc == 6)
+      return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));
     if (scenario == "train_forever") return train_forever();

@@ -27,6 +27,9 @@ namespace detail {
 struct MirroredVariables {
   std::vector<std::shared_ptr<torch::nn::Module>> replicas;  // [0] is the primary
   std::shared_ptr<StrategyExtended> strategy;
+  // State the strategy keeps per model (MultiWorkerMirroredStrategy's gradient reducer, whose
+  // hooks sit on the copies' parameters). Declared last so it goes first.
+  std::shared_ptr<void> strategy_state;
 
   // Index of the copy the calling thread should use.
   size_t current_index() const {

@@ -33,6 +33,10 @@ struct CommunicationOptions {
   std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(2);
   // Gradients travel in packs of about this many bytes (one collective each).
   int64_t bytes_per_pack = int64_t{25} << 20;
+  // Start each pack's all-reduce during backward, as soon as its gradients are final (the
+  // result is bit-identical). Turn off to accumulate gradients over several backward passes
+  // before apply_gradients.
+  bool overlap_with_backward = true;
 };
 
 struct MultiWorkerOptions {

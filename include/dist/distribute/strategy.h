@@ -76,7 +76,9 @@ class Strategy {
      ...);
     if constexpr (std::is_void_v<Result>) {
       extended_->run_replicas(
-          [&](int replica) { fn(detail::ReplicaView<Args>::select(args, replica)...); },
+          [&]([[maybe_unused]] int replica) {
+            fn(detail::ReplicaView<Args>::select(args, replica)...);
+          },
           global_batch_size);
     } else {
       std::vector<std::optional<Result>> results(

@@ -1,0 +1,238 @@
+#include "distribute/overlapped_reducer.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include "dist/core/error.h"
+#include "dist/core/replica_context.h"
+#include "dist/distribute/mirrored.h"
+
+namespace dist {
+namespace {
+
+// Runs after a leaf's AccumulateGrad: that replica's gradient of the parameter is final for
+// this backward.
+class GradientFinalHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradientFinalHook(std::function<void()> on_final) : on_final_(std::move(on_final)) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    on_final_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> on_final_;
+};
+
+}  // namespace
+
+OverlappedReducer::OverlappedReducer(detail::MirroredVariables& variables,
+                                     const detail::ReplicaGroup* group,
+                                     std::vector<std::vector<size_t>> packs,
+                                     CrossWorkerSum cross_worker_sum)
+    : group_(group), packs_(std::move(packs)), cross_worker_sum_(std::move(cross_worker_sum)) {
+  for (const auto& replica : variables.replicas) params_.push_back(replica->parameters());
+  for (const auto& named : variables.replicas[0]->named_parameters()) names_.push_back(named.key());
+  const size_t count = params_[0].size();
+  pack_of_.assign(count, 0);
+  for (size_t k = 0; k < packs_.size(); ++k) {
+    int64_t elements = 0;
+    offset_.emplace_back();
+    for (size_t i : packs_[k]) {
+      pack_of_[i] = k;
+      offset_[k].push_back(elements);
+      elements += params_[0][i].numel();
+    }
+    flat_.push_back(at::empty({elements}, params_[0][packs_[k].front()].options()));
+  }
+  final_.assign(params_.size(), std::vector<bool>(count, false));
+  reset_step_locked();
+  for (size_t r = 0; r < params_.size(); ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(params_[r][i]);
+      if (!accumulator) continue;  // a frozen parameter: it counts as zero in apply_gradients
+      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<GradientFinalHook>(
+          [this, r, i] { on_gradient_final(static_cast<int>(r), i); })));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+  communication_ = std::thread([this] { communication_loop(); });
+}
+
+OverlappedReducer::~OverlappedReducer() {
+  for (size_t h = 0; h < accumulators_.size(); ++h) accumulators_[h]->del_post_hook(hook_keys_[h]);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  communication_.join();
+}
+
+void OverlappedReducer::on_gradient_final(int replica, size_t param) {
+  // Only inside a step of this strategy's replicas: gradients computed in cross-replica code
+  // are reduced by apply_gradients' cross-replica path.
+  const ReplicaContext* context = get_replica_context();
+  if (context == nullptr || context->group() != group_) return;
+  int64_t completed;
+  bool first_in_this_backward = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    completed = mark_locked(replica, param);
+    if (completed >= 0) ++ready_in_backward_;
+    first_in_this_backward = !end_of_backward_queued_[static_cast<size_t>(replica)];
+    end_of_backward_queued_[static_cast<size_t>(replica)] = true;
+  }
+  if (first_in_this_backward) {
+    // Runs when this backward pass ends, still on this replica's thread.
+    torch::autograd::Engine::get_default_engine().queue_callback(
+        [this, replica] { finish_backward(replica); });
+  }
+  if (completed >= 0) reduce_in_process_and_queue(static_cast<size_t>(completed));
+}
+
+int64_t OverlappedReducer::mark_locked(int replica, size_t param) {
+  auto& marks = final_[static_cast<size_t>(replica)];
+  if (marks[param]) {
+    if (accumulated_twice_.empty()) accumulated_twice_ = names_[param];
+    return -1;
+  }
+  marks[param] = true;
+  step_active_ = true;
+  const size_t pack = pack_of_[param];
+  return --missing_[pack] == 0 ? static_cast<int64_t>(pack) : -1;
+}
+
+void OverlappedReducer::reduce_in_process_and_queue(size_t pack) {
+  // Every replica's gradients of this pack are final and nobody writes them until the step
+  // ends, so no lock is needed to read them.
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
+      const size_t i = packs_[pack][pos];
+      at::Tensor out = flat_[pack].narrow(0, offset_[pack][pos], params_[0][i].numel());
+      out.copy_(params_[0][i].grad().reshape(-1));
+      for (size_t r = 1; r < params_.size(); ++r) out.add_(params_[r][i].grad().reshape(-1));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  reduced_[pack] = true;
+  // Strictly in pack order: a pack completed early waits for the ones before it.
+  while (next_to_send_ < packs_.size() && reduced_[next_to_send_]) ++next_to_send_;
+  changed_.notify_all();
+}
+
+void OverlappedReducer::communication_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    changed_.wait(lock, [this] { return stopping_ || (!failure_ && sent_ < next_to_send_); });
+    if (stopping_) return;
+    const size_t pack = sent_;
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      cross_worker_sum_(flat_[pack]);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    if (failure)
+      failure_ = failure;
+    else
+      ++sent_;
+    changed_.notify_all();
+  }
+}
+
+void OverlappedReducer::mark_rest_locked(int replica, std::vector<size_t>& completed) {
+  auto& params = params_[static_cast<size_t>(replica)];
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (final_[static_cast<size_t>(replica)][i]) continue;
+    // An unmarked parameter is read by no one until it is marked here.
+    if (!params[i].grad().defined()) params[i].mutable_grad() = at::zeros_like(params[i]);
+    const int64_t pack = mark_locked(replica, i);
+    if (pack >= 0) completed.push_back(static_cast<size_t>(pack));
+  }
+}
+
+void OverlappedReducer::finish_backward(int replica) {
+  std::vector<size_t> completed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mark_rest_locked(replica, completed);
+  }
+  for (size_t pack : completed) reduce_in_process_and_queue(pack);
+}
+
+void OverlappedReducer::complete_step() {
+  std::vector<size_t> completed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!step_active_) return;
+    for (size_t r = 0; r < params_.size(); ++r) mark_rest_locked(static_cast<int>(r), completed);
+  }
+  for (size_t pack : completed) reduce_in_process_and_queue(pack);
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_for_sent_locked(lock);
+}
+
+void OverlappedReducer::wait_for_sent_locked(std::unique_lock<std::mutex>& lock) {
+  changed_.wait(lock, [this] { return failure_ || sent_ == next_to_send_; });
+}
+
+void OverlappedReducer::write_results() {
+  std::unique_lock<std::mutex> lock(mu_);
+  DIST_INTERNAL_ASSERT(next_to_send_ == packs_.size(),
+                       "write_results before every replica finished backward");
+  wait_for_sent_locked(lock);
+  const std::exception_ptr failure = failure_;
+  const std::string twice = accumulated_twice_;
+  last_ready_in_backward_ = ready_in_backward_;
+  reset_step_locked();
+  if (failure) std::rethrow_exception(failure);
+  DIST_CHECK_ARG(twice.empty(), "the gradient of parameter '", twice,
+                 "' was accumulated twice in one step (backward called twice before "
+                 "apply_gradients); with gradient reduction overlapped with backward, call "
+                 "backward once per step, or set CommunicationOptions::overlap_with_backward "
+                 "= false to accumulate gradients over several backward passes");
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < packs_.size(); ++k) {
+    for (size_t pos = 0; pos < packs_[k].size(); ++pos) {
+      at::Tensor grad = params_[0][packs_[k][pos]].mutable_grad();
+      grad.copy_(flat_[k].narrow(0, offset_[k][pos], grad.numel()).view(grad.sizes()));
+    }
+  }
+}
+
+size_t OverlappedReducer::packs_ready_in_backward() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_ready_in_backward_;
+}
+
+void OverlappedReducer::settle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!step_active_) return;
+  wait_for_sent_locked(lock);
+  reset_step_locked();
+}
+
+void OverlappedReducer::reset_step_locked() {
+  for (auto& replica : final_) std::fill(replica.begin(), replica.end(), false);
+  end_of_backward_queued_.assign(params_.size(), false);
+  missing_.clear();
+  for (const auto& pack : packs_)
+    missing_.push_back(static_cast<int64_t>(pack.size() * params_.size()));
+  reduced_.assign(packs_.size(), false);
+  next_to_send_ = 0;
+  sent_ = 0;
+  step_active_ = false;
+  ready_in_backward_ = 0;
+  accumulated_twice_.clear();
+  failure_ = nullptr;
+}
+
+}  // namespace dist
