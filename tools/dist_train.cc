@@ -1,7 +1,9 @@
 // dist-train: trains the tutorial CNN (or the MLP) on Fashion-MNIST under a strategy.
 //
 // Exit codes: 0 success; 1 a failure while training (for example a lost peer);
-// 2 bad command line or option values; 3 missing or corrupt data files.
+// 2 bad command line or option values; 3 missing or corrupt data files or checkpoints;
+// 4 stopped by SIGTERM or SIGINT after finishing the current step (with --checkpoint-dir a
+// checkpoint was saved first: rerun the same command to resume).
 // The last line of stdout is one JSON object with the results.
 #include <iostream>
 
@@ -44,7 +46,13 @@ int main(int argc, char** argv) {
   app.add_option("--train-examples", o.train_examples,
                  "train on the first N examples only (-1: all)")
       ->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "save the weights at each epoch end here");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "save resumable checkpoints here (each epoch end, every --checkpoint-every "
+                 "steps, at --max-steps and on SIGTERM/SIGINT); resume from the latest one");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "also save every K global steps (0: only at epoch ends and stops)")
+      ->capture_default_str();
+  app.add_option("--max-to-keep", o.max_to_keep, "checkpoints to keep")->capture_default_str();
   app.add_option("--log-dir", o.log_dir, "append per-epoch metrics to LOG_DIR/metrics.jsonl");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   bool no_progress = false;
@@ -61,7 +69,7 @@ int main(int argc, char** argv) {
   try {
     auto result = dist::tools::run_training(o, std::cout);
     if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;
-    return 0;
+    return result.interrupted ? 4 : 0;
   } catch (const dist::InvalidArgument& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 2;

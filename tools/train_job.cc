@@ -16,8 +16,10 @@
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/models/reference_models.h"
+#include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
+#include "dist/train/preemption.h"
 #include "dist/train/safetensors.h"
 #include "progress_bar.h"
 
@@ -155,9 +157,6 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
     metrics_log.open(options.log_dir + "/metrics.jsonl", std::ios::app);
     DIST_CHECK_ARG(metrics_log.good(), "cannot write ", options.log_dir, "/metrics.jsonl");
   }
-  if (chief && !options.checkpoint_dir.empty())
-    std::filesystem::create_directories(options.checkpoint_dir);
-
   TrainResult result;
   result.chief = chief;
   result.strategy = strategy.name();
@@ -166,19 +165,67 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   int64_t images = 0;
   const bool interactive = chief && ProgressBar::stdout_is_terminal();
 
-  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+  // Checkpoints: every worker reads the latest (the directory must be shared, as in
+  // TensorFlow); only the chief writes. The partial epoch's metric sums travel along, so a
+  // resumed epoch reports what an uninterrupted one would.
+  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
+                 options.checkpoint_every);
+  std::optional<CheckpointManager> manager;
+  Checkpoint checkpoint(model, optimizer.get());
+  std::optional<data::IteratorPosition> resume_at;
+  if (!options.checkpoint_dir.empty()) {
+    manager.emplace(options.checkpoint_dir, options.max_to_keep);
+    if (auto latest = manager->latest()) {
+      checkpoint.read(*latest);
+      result.steps = result.resumed_at_step = checkpoint.state.step;
+      resume_at = checkpoint.state.position;
+      out << "Resumed from " << *latest << " at step " << result.steps << " (epoch "
+          << resume_at->epoch + 1 << ", batch " << resume_at->elements << ")" << std::endl;
+    }
+  }
+  auto metric_values = [&] {
+    std::map<std::string, std::string> values;
+    for (const Metric* m : std::initializer_list<const Metric*>{&train_loss, &train_accuracy}) {
+      auto [total, count] = m->total_and_count();  // a collective: every worker calls it
+      values[m->name() + ".total"] = nlohmann::json(total).dump();
+      values[m->name() + ".count"] = nlohmann::json(count).dump();
+    }
+    return values;
+  };
+  auto save = [&](int64_t epoch, const data::IteratorPosition& position) {
+    checkpoint.state.step = result.steps;
+    checkpoint.state.epoch = epoch;
+    checkpoint.state.position = position;
+    checkpoint.state.values = metric_values();
+    if (chief) result.last_checkpoint = manager->save(checkpoint);
+  };
+  PreemptionWatcher preemption;
+
+  const int first_epoch = resume_at ? static_cast<int>(resume_at->epoch) : 0;
+  for (int epoch = first_epoch; epoch < options.epochs; ++epoch) {
     if (options.max_steps > 0 && result.steps >= options.max_steps) break;
+    const bool resuming = resume_at && resume_at->epoch == epoch;
     train_loss.reset_state();
     train_accuracy.reset_state();
     test_loss.reset_state();
     test_accuracy.reset_state();
+    if (resuming && chief) {
+      auto value = [&](const std::string& key) {
+        auto it = checkpoint.state.values.find(key);
+        return it == checkpoint.state.values.end() ? 0.0 : std::stod(it->second);
+      };
+      for (Metric* m : std::initializer_list<Metric*>{&train_loss, &train_accuracy})
+        m->restore_state(value(m->name() + ".total"), value(m->name() + ".count"));
+    }
     out << "Epoch " << epoch + 1 << "/" << options.epochs << std::endl;
     ProgressBar bar(out, train_data.cardinality(), interactive);
 
     model.train();
     const auto epoch_start = Clock::now();
-    int64_t epoch_steps = 0, epoch_images = 0;
-    for (const auto& batch : train_data.iterator(epoch)) {
+    int64_t epoch_steps = resuming ? resume_at->elements : 0, epoch_images = 0;
+    auto batches = resuming ? train_data.iterator_at(*resume_at) : train_data.iterator(epoch);
+    bool epoch_complete = true;
+    for (const auto& batch : batches) {
       auto losses = strategy.run(
           [&](const Element& b) {
             auto logits = model->forward(b[0]);
@@ -197,9 +244,26 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
       if (options.progress && chief)
         bar.update(epoch_steps, "loss: " + fixed(train_loss.local_result(), 4) +
                                     " - accuracy: " + fixed(train_accuracy.local_result(), 4));
-      if (options.max_steps > 0 && result.steps >= options.max_steps) break;
+      const bool at_max = options.max_steps > 0 && result.steps >= options.max_steps;
+      // Agreed by all workers, so they stop at the same step.
+      result.interrupted = strategy.any_worker(preemption.requested());
+      if (manager &&
+          (result.interrupted || at_max ||
+           (options.checkpoint_every > 0 && result.steps % options.checkpoint_every == 0)))
+        save(epoch, batches.position());
+      if (result.interrupted || at_max) {
+        epoch_complete = false;
+        break;
+      }
     }
     bar.finish();
+    if (result.interrupted) {
+      out << "Stopped by signal " << preemption.signal_number() << " after step " << result.steps
+          << (manager ? "; checkpoint saved, rerun the same command to resume"
+                      : "; nothing saved (no --checkpoint-dir)")
+          << std::endl;
+      break;
+    }
     const double epoch_train_seconds = seconds_since(epoch_start);
     result.train_seconds += epoch_train_seconds;
     images += epoch_images;
@@ -239,12 +303,8 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
                          .dump()
                   << std::endl;
     }
-    if (chief && !options.checkpoint_dir.empty()) {
-      save_safetensors(
-          options.checkpoint_dir + "/weights-epoch-" + std::to_string(epoch + 1) + ".safetensors",
-          named_weights(*model.primary()),
-          {{"epoch", std::to_string(epoch + 1)}, {"step", std::to_string(result.steps)}});
-    }
+    // A stop at --max-steps saved its mid-epoch position above; do not skip the epoch's rest.
+    if (manager && epoch_complete) save(epoch + 1, data::IteratorPosition{epoch + 1, 0});
   }
 
   if (chief && !options.save_weights.empty())
@@ -268,7 +328,9 @@ std::string to_json_line(const TrainResult& r) {
                         {"train_loss", r.train_loss},
                         {"train_accuracy", r.train_accuracy},
                         {"test_loss", r.test_loss},
-                        {"test_accuracy", r.test_accuracy}}
+                        {"test_accuracy", r.test_accuracy},
+                        {"resumed_at_step", r.resumed_at_step},
+                        {"interrupted", r.interrupted}}
       .dump();
 }
 

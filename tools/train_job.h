@@ -26,11 +26,13 @@ struct TrainOptions {
   std::string model = "cnn";       // cnn | mlp
   uint64_t seed = 42;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t train_examples = -1;  // use only the first N training examples; -1: all
-  std::string checkpoint_dir;   // weights saved at each epoch end
-  std::string log_dir;          // per-epoch metrics as JSON lines
-  std::string save_weights;     // final weights as safetensors
-  bool progress = true;         // progress bar / lines within each epoch
+  int64_t train_examples = -1;   // use only the first N training examples; -1: all
+  std::string checkpoint_dir;    // resumable checkpoints; resumes from the latest one here
+  int64_t checkpoint_every = 0;  // also save every K global steps (0: epoch ends and stops)
+  int max_to_keep = 3;           // checkpoints kept in checkpoint_dir
+  std::string log_dir;           // per-epoch metrics as JSON lines
+  std::string save_weights;      // final weights as safetensors
+  bool progress = true;          // progress bar / lines within each epoch
 };
 
 struct TrainResult {
@@ -47,6 +49,9 @@ struct TrainResult {
   double train_accuracy = 0;
   double test_loss = 0;
   double test_accuracy = 0;
+  int64_t resumed_at_step = -1;  // the checkpoint's step when the run resumed; -1: fresh
+  bool interrupted = false;      // stopped by SIGTERM/SIGINT after the current step
+  std::string last_checkpoint;   // path of the last checkpoint written (chief), if any
 };
 
 // Runs the job; the chief writes human-readable progress to `chief_out`. Throws dist::Error on

@@ -129,6 +129,12 @@ class MultiWorkerExtended : public MirroredExtended {
     return PerReplica<data::Element>(std::move(shares), batch.at(0).size(0));
   }
 
+  bool any_worker(bool local) const override {
+    std::vector<at::Tensor> flag{at::tensor({local ? int64_t{1} : 0}, at::kLong)};
+    communicator_->all_reduce(flag, ReduceOp::kMax);
+    return flag[0].item<int64_t>() > 0;
+  }
+
   std::pair<bool, int64_t> agree_step(bool has_data, int64_t local_examples) const override {
     std::vector<at::Tensor> flags{
         at::tensor({has_data ? int64_t{1} : 0, local_examples}, at::kLong)};

@@ -26,6 +26,14 @@ double Metric::result() const {
   return finalize(total, count);
 }
 
+std::pair<double, double> Metric::total_and_count() const { return cross_worker_sum(local_sums()); }
+
+void Metric::restore_state(double total, double count) {
+  reset_state();
+  std::lock_guard<std::mutex> lock(mutex_);
+  slots_.at(0) = {total, count};
+}
+
 double Metric::local_result() const {
   auto [total, count] = local_sums();
   return finalize(total, count);

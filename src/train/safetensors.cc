@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
+#include "train/atomic_file.h"
+#include "train/safetensors_staged.h"
 
 // The data section is little-endian; writing tensors' memory as is needs a little-endian host.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
@@ -23,6 +25,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assume
 namespace dist {
 namespace {
 
+using detail::write_all;
+using detail::write_file_atomically;
 using nlohmann::json;
 
 // The reference implementation's limit: a bigger header is a corrupt or hostile file.
@@ -75,18 +79,6 @@ class Fd {
  private:
   int fd_;
 };
-
-bool write_all(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 // Reads exactly `size` bytes at `offset`; false on error or early end of file (errno 0).
 bool pread_all(int fd, void* data, uint64_t size, uint64_t offset) {
@@ -148,19 +140,6 @@ std::pair<std::string, std::vector<torch::Tensor>> build_header(
   // Spaces are valid JSON whitespace; they align the data section to 8 bytes.
   text.append((8 - text.size() % 8) % 8, ' ');
   return {std::move(text), std::move(data)};
-}
-
-[[noreturn]] void throw_write_error(const std::string& path, const std::string& step, int err) {
-  throw Error(detail::concat("cannot write safetensors file '", path, "': ", step,
-                             " failed: ", errno_text(err)));
-}
-
-void fsync_directory(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) throw_write_error(path, "opening directory '" + dir + "'", errno);
-  if (::fsync(fd.get()) != 0) throw_write_error(path, "fsync of directory '" + dir + "'", errno);
 }
 
 // ---- reading ----------------------------------------------------------------------------
@@ -284,30 +263,26 @@ void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  detail::save_safetensors_staged(path, tensors, metadata, nullptr);
+}
+
+void detail::save_safetensors_staged(
+    const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<void(const char*)>& at_stage) {
   auto [header, data] = build_header(path, tensors, metadata);
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-
-  std::string temp = detail::concat(path, ".tmp.", ::getpid());
-  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw_write_error(path, "creating '" + temp + "'", errno);
-  auto fail = [&](const std::string& step) {
-    int err = errno;
-    if (fd.get() >= 0) fd.close();
-    ::unlink(temp.c_str());
-    throw_write_error(path, step, err);
-  };
-  if (!write_all(fd.get(), length, sizeof(length)) ||
-      !write_all(fd.get(), header.data(), header.size()))
-    fail("writing the header to '" + temp + "'");
-  for (const torch::Tensor& t : data) {
-    if (!write_all(fd.get(), t.data_ptr(), t.numel() * t.element_size()))
-      fail("writing the data to '" + temp + "'");
-  }
-  if (::fsync(fd.get()) != 0) fail("fsync of '" + temp + "'");
-  if (!fd.close()) fail("closing '" + temp + "'");
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail("renaming '" + temp + "' to it");
-  fsync_directory(path);
+  write_file_atomically(
+      path, "safetensors file",
+      [&](int fd) {
+        if (!write_all(fd, length, sizeof(length)) || !write_all(fd, header.data(), header.size()))
+          return false;
+        for (const torch::Tensor& t : data)
+          if (!write_all(fd, t.data_ptr(), t.numel() * t.element_size())) return false;
+        return true;
+      },
+      at_stage);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -96,6 +96,11 @@ class Strategy {
     }
   }
 
+  // True on every worker when `local` is true on any worker (a collective under
+  // MultiWorkerMirroredStrategy: every worker calls it at the same point). For decisions all
+  // workers must take together, such as stopping on a signal one of them received.
+  bool any_worker(bool local) const { return extended_->any_worker(local); }
+
   // Combines per-replica values into one (across workers too). With an axis, also reduces
   // along it: reduce(kMean, per_example_losses, 0) is the mean over the whole global batch.
   at::Tensor reduce(ReduceOp op, const PerReplica<at::Tensor>& value,

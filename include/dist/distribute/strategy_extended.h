@@ -74,6 +74,8 @@ class StrategyExtended {
   // Agreement before each step of a distributed dataset: whether any worker still has data,
   // and the total number of examples all workers will process in the step. One process:
   // (has_data, local_examples).
+  // True on every worker if `local` is true on any (a collective across workers).
+  virtual bool any_worker(bool local) const { return local; }
   virtual std::pair<bool, int64_t> agree_step(bool has_data, int64_t local_examples) const {
     return {has_data, local_examples};
   }

@@ -40,6 +40,12 @@ class Metric {
   // Zeroes every slot (at the start of an epoch, as Keras does).
   void reset_state();
 
+  // The summed (total, count) behind result(), for checkpoints; a collective like result().
+  std::pair<double, double> total_and_count() const;
+  // Replaces the state with (total, count) in one slot (restoring a checkpoint: under a
+  // multi-worker strategy restore on one worker only, and zero elsewhere).
+  void restore_state(double total, double count);
+
   // The (total, count) of each replica slot, index = replica id; at least one slot. For tests,
   // and for checkpoints, which should store the sums so as to restore under any replica count.
   std::vector<std::pair<double, double>> local_states() const;

@@ -1,0 +1,91 @@
+// Checkpoint: everything needed to continue training exactly where it stopped, in one file.
+//
+//   dist::Checkpoint ckpt(model, optimizer);          // a Mirrored model or a plain module
+//   dist::CheckpointManager manager("ckpts", 3);
+//   if (auto path = manager.latest()) ckpt.read(*path);   // resume
+//   ...  ckpt.state.step = step; ckpt.state.position = it.position(); manager.save(ckpt);
+//
+// A checkpoint holds the model's parameters and buffers (a Mirrored model's once: the copies
+// are identical), the optimizer's slots and learning rates, the step, the epoch, the data
+// iterator's position, the CPU random generator and the caller's own values. It is written
+// with any number of replicas or workers and read with any other, or with no strategy.
+//
+// The file is safetensors (see safetensors.h), so other tools read the weights ("model/<name>");
+// the optimizer's slots are "optimizer/<parameter>/<slot>", the random state "rng/cpu". The
+// "__metadata__" holds format "dist.checkpoint/1", the state, and CRC-32C checksums: one per
+// tensor ("crc32c/<tensor>") and "header_crc32c" over every other header entry, so a flipped
+// bit anywhere is reported, naming the file and the tensor, before anything is changed.
+//
+// Optimizers: SGD, Adam, AdamW, RMSprop and Adagrad (LibTorch's); others are refused by name.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "dist/data/dataset.h"
+#include "dist/distribute/mirrored.h"
+#include "dist/distribute/mirrored_optimizer.h"
+
+namespace dist {
+
+struct TrainingState {
+  int64_t step = 0;   // global steps taken
+  int64_t epoch = 0;  // the epoch the data position is in
+  data::IteratorPosition position;
+  std::map<std::string, std::string> values;  // the caller's own (metric sums, flags, ...)
+};
+
+class Checkpoint {
+ public:
+  // A plain module (or none) and an optional optimizer over its parameters.
+  Checkpoint(std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer* optimizer);
+  // A mirrored model: saved once from its primary copy; reading restores every copy.
+  template <class M>
+  Checkpoint(const Mirrored<M>& model, MirroredOptimizer* optimizer)
+      : copies_(model.variables().replicas),
+        optimizer_(optimizer != nullptr ? &optimizer->optimizer() : nullptr) {}
+
+  TrainingState state;
+  bool save_random_state = true;
+
+  // Writes atomically: a temporary file, fsync, rename, fsync of the directory.
+  void write(const std::string& path) const;
+  // Reads and checks the whole file (format, checksums, every tensor's name, shape and dtype
+  // against the model and optimizer) before changing anything; DataError names the file and
+  // the tensor otherwise.
+  void read(const std::string& path);
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> copies_;  // [0] is saved
+  torch::optim::Optimizer* optimizer_;
+};
+
+// A directory of checkpoints "ckpt-<step>.safetensors" and a pointer file "checkpoint" naming
+// the latest and the kept ones (replaced atomically after the new checkpoint is complete).
+// The oldest beyond max_to_keep are deleted only after that; leftover temporary files of an
+// interrupted save are removed at the next save.
+class CheckpointManager {
+ public:
+  explicit CheckpointManager(std::string directory, int max_to_keep = 5);
+
+  // Writes `checkpoint` as ckpt-<state.step> and returns its path.
+  std::string save(const Checkpoint& checkpoint);
+  // The latest complete checkpoint, if any; DataError if the pointer file is damaged.
+  std::optional<std::string> latest() const;
+  // The kept checkpoints, oldest first.
+  std::vector<std::string> checkpoints() const;
+  const std::string& directory() const { return directory_; }
+
+ private:
+  std::string directory_;
+  int max_to_keep_;
+};
+
+}  // namespace dist

@@ -1,0 +1,33 @@
+// The per-parameter state ("slots") of LibTorch's optimizers as named tensors, for checkpoints.
+// LibTorch keys an optimizer's state by the parameter's TensorImpl address; a checkpoint names
+// slots by parameter name instead, so they restore into any process.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+namespace dist::detail {
+
+using ParameterSlots = std::vector<std::pair<const void*, std::map<std::string, at::Tensor>>>;
+
+// "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad"; InvalidArgument for any other optimizer.
+std::string optimizer_kind(const torch::optim::Optimizer& optimizer);
+
+// Each parameter that has state, by TensorImpl, with its slots ("step" is a 0-dim int64).
+ParameterSlots export_slots(const torch::optim::Optimizer& optimizer);
+
+// Calls fail(message) if a slot is unknown for this optimizer, a required one is missing, or a
+// shape or dtype is wrong. A parameter with no slots has no state yet.
+void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots& slots,
+                 const std::function<std::string(const void*)>& name_of,
+                 const std::function<void(const std::string&)>& fail);
+
+// Replaces the optimizer's state with `slots` (already checked).
+void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slots);
+
+}  // namespace dist::detail
