@@ -1,0 +1,145 @@
+// dist-train's checkpoints as a user meets them: resuming bit for bit, a process killed at
+// each stage of a save, a damaged checkpoint, and SIGTERM. Real processes, bounded in time.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/train/safetensors.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ProcessResult;
+using testing::WorkerProcesses;
+
+// 640 examples in global batches of 64: 10 steps per epoch.
+std::vector<std::string> small_job(const std::string& checkpoint_dir, int64_t max_steps) {
+  std::vector<std::string> args{"--replicas",
+                                "2",
+                                "--train-examples",
+                                "640",
+                                "--global-batch",
+                                "64",
+                                "--epochs",
+                                "3",
+                                "--seed",
+                                "5",
+                                "--no-progress",
+                                "--max-steps",
+                                std::to_string(max_steps)};
+  if (!checkpoint_dir.empty()) {
+    args.insert(args.end(), {"--checkpoint-dir", checkpoint_dir, "--checkpoint-every", "4"});
+  }
+  return args;
+}
+
+ProcessResult run(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, args, env);
+  return process.wait_all(240s).at(0);
+}
+
+std::string latest_name(const std::string& dir) {
+  std::ifstream in(dir + "/checkpoint");
+  return nlohmann::json::parse(in)["latest"].get<std::string>();
+}
+
+TEST(DistTrainCheckpointTest, AResumedRunEndsWithTheSameWeightsBitForBit) {
+  testing::TempDir dir;
+  auto whole = small_job("", 14);
+  whole.insert(whole.end(), {"--save-weights", dir.file("whole.safetensors")});
+  auto uninterrupted = run(whole);
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+
+  // Stopped at step 6 (mid-epoch, between periodic saves), then resumed to step 14 (across
+  // an epoch end and its evaluation).
+  auto first = run(small_job(dir.file("ckpt"), 6));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(latest_name(dir.file("ckpt")), "ckpt-6.safetensors");
+  auto rest = small_job(dir.file("ckpt"), 14);
+  rest.insert(rest.end(), {"--save-weights", dir.file("resumed.safetensors")});
+  auto resumed = run(rest);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 6 (epoch 1, batch 6)"), std::string::npos)
+      << resumed.output;
+
+  auto a = load_safetensors(dir.file("whole.safetensors")).tensors;
+  auto b = load_safetensors(dir.file("resumed.safetensors")).tensors;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
+}
+
+class CrashWhileSavingTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrashWhileSavingTest, TheLatestPointerStillResolvesAndTheNextSaveCleansUp) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run(small_job(ckpt, 2)).exit_code, 0);
+  ASSERT_EQ(latest_name(ckpt), "ckpt-2.safetensors");
+
+  auto crashed = run(small_job(ckpt, 4), {"DIST_CHECKPOINT_CRASH_AT=" + GetParam()});
+  ASSERT_EQ(crashed.exit_code, 128 + SIGKILL) << crashed.output;
+  EXPECT_EQ(latest_name(ckpt), "ckpt-2.safetensors");
+  EXPECT_NO_THROW(load_safetensors(ckpt + "/ckpt-2.safetensors"));
+
+  auto again = run(small_job(ckpt, 4));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("at step 2"), std::string::npos) << again.output;
+  EXPECT_EQ(latest_name(ckpt), "ckpt-4.safetensors");
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt))
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+}
+
+INSTANTIATE_TEST_SUITE_P(DistTrain, CrashWhileSavingTest,
+                         ::testing::Values("after_data", "before_rename", "before_pointer"));
+
+TEST(DistTrainCheckpointTest, ADamagedCheckpointIsANamedErrorAndExitCode3) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run(small_job(ckpt, 2)).exit_code, 0);
+  const std::string latest = ckpt + "/" + latest_name(ckpt);
+  std::string bytes = testing::read_file(latest);
+  bytes[bytes.size() / 2] ^= 0x04;
+  testing::write_file(latest, bytes);
+  auto damaged = run(small_job(ckpt, 4));
+  EXPECT_EQ(damaged.exit_code, 3) << damaged.output;
+  EXPECT_NE(damaged.output.find(latest), std::string::npos) << damaged.output;
+  EXPECT_NE(damaged.output.find("checksum"), std::string::npos) << damaged.output;
+}
+
+TEST(DistTrainCheckpointTest, SigtermFinishesTheStepSavesAndExits4) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  auto args = small_job(ckpt, 2000);
+  args[3] = "60000";  // --train-examples: long enough not to finish first
+  WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, args, {});
+  ASSERT_TRUE(process.wait_for_output(0, "Epoch 1/3", 60s));
+  std::this_thread::sleep_for(1500ms);
+  process.kill(0, SIGTERM);
+  auto result = process.wait_all(60s).at(0);
+  ASSERT_EQ(result.exit_code, 4) << result.output;
+  EXPECT_NE(result.output.find("Stopped by signal 15"), std::string::npos) << result.output;
+  std::istringstream lines(result.output);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  auto json = nlohmann::json::parse(last);
+  EXPECT_TRUE(json["interrupted"].get<bool>());
+  const int64_t steps = json["steps"].get<int64_t>();
+  EXPECT_GT(steps, 0);
+  EXPECT_EQ(latest_name(ckpt), "ckpt-" + std::to_string(steps) + ".safetensors");
+}
+
+}  // namespace
+}  // namespace dist
