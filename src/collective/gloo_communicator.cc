@@ -4,8 +4,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <signal.h>
+
+#include <iostream>
 #include <map>
 
+#include "collective/store_host.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -39,34 +43,54 @@ c10::intrusive_ptr<c10d::TCPStore> make_store(const HostPort& at, bool server,
   return c10::make_intrusive<c10d::TCPStore>(at.host, options);
 }
 
+// Gloo writes to its TCP sockets without MSG_NOSIGNAL: a write to a peer that just died
+// raises SIGPIPE, whose default action kills this process (exit 141) before the failed write
+// can be reported as "lost worker". Ignored unless the program installed its own handling.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const ClusterSpec& cluster, const TaskSpec& task,
                                    GlooOptions options)
     : cluster_(cluster), task_(task), options_(options), members_(cluster.collective_tasks()) {
   rank_ = cluster_.collective_rank(task_);
+  ignore_sigpipe_unless_handled();
   connect_store();
-  store_->set("joined/" + task_.name(), bytes("1"));
-  wait_for_all("joined/", "joined");
+  // Beat from now on: the store's host must see a member waiting for the others as alive.
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
-
-  auto gloo = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
-  gloo->devices.push_back(
-      c10d::ProcessGroupGloo::createDeviceForHostname(cluster_.address(task_).host));
-  gloo->threads = 2;
   try {
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("gloo", store_), rank_, size(), gloo);
-  } catch (const std::exception& e) {
-    fail_collective("connecting the Gloo process group", e);
+    store_->set("joined/" + task_.name(), bytes("1"));
+    wait_for_all("joined/", "joined");
+
+    auto gloo = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
+    gloo->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(cluster_.address(task_).host));
+    gloo->threads = 2;
+    try {
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("gloo", store_), rank_, size(), gloo);
+    } catch (const std::exception& e) {
+      fail_collective("connecting the Gloo process group", e);
+    }
+  } catch (...) {
+    stop_heartbeat();  // a joinable std::thread member would terminate the process
+    throw;
   }
 }
 
 GlooCommunicator::~GlooCommunicator() {
-  stopping_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
+  stop_heartbeat();
   group_.reset();
   store_.reset();
+}
+
+void GlooCommunicator::stop_heartbeat() {
+  stopping_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
 }
 
 std::string GlooCommunicator::member_name(int rank) const {
@@ -76,17 +100,59 @@ std::string GlooCommunicator::member_name(int rank) const {
 
 void GlooCommunicator::connect_store() {
   const HostPort at = cluster_.store_address();
-  try {
-    store_ = make_store(at, rank_ == 0, options_.rendezvous_timeout);
-  } catch (const std::exception& e) {
-    if (rank_ == 0)
-      throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
-                                           " (", task_.name(), "): ", e.what(),
-                                           "; is the port in use?"));
-    throw CollectiveError(detail::concat(member_name(0), " never joined: its rendezvous store at ",
-                                         at.to_string(), " did not answer within ",
-                                         options_.rendezvous_timeout.count() / 1000.0, " s (",
-                                         e.what(), ")"));
+  if (rank_ == 0) {
+    const StoreHostChoice host = locate_store_host();
+    if (host.missing) std::cerr << missing_store_host_warning() << std::endl;
+    if (host.binary.empty()) {
+      hosts_store_ = true;
+      try {
+        store_ = make_store(at, /*server=*/true, options_.rendezvous_timeout);
+      } catch (const std::exception& e) {
+        throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
+                                             " (", task_.name(), "): ", e.what(),
+                                             "; is the port in use?"));
+      }
+      return;
+    }
+    std::vector<std::string> names;
+    for (const auto& member : members_) names.push_back(member.name());
+    start_store_host({host.binary, at, names, options_.rendezvous_timeout,
+                      options_.collective_timeout, task_.name()});
+  }
+  // A store that already lists this task as joined, or that is closing, is not this job's: the
+  // host of a previous job on the same address, which exits within seconds once its members
+  // are gone (joining it would keep it alive with our heartbeat), or a second process was
+  // started as this task. Leave it at once and try again until the rendezvous timeout.
+  const auto wait = options_.rendezvous_timeout +
+                    (rank_ == 0 ? std::chrono::milliseconds(0) : kStoreHostStartAllowance);
+  const auto deadline = Clock::now() + wait;
+  while (true) {
+    try {
+      store_ = make_store(at, /*server=*/false, wait);
+    } catch (const std::exception& e) {
+      if (rank_ == 0)
+        throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
+                                             at.to_string(), " that ", task_.name(),
+                                             " just started: ", e.what()));
+      throw CollectiveError(
+          detail::concat(member_name(0), " never joined: its rendezvous store at ", at.to_string(),
+                         " did not answer within ", wait.count() / 1000.0, " s (", e.what(), ")"));
+    }
+    const bool joined = store_->check({"joined/" + task_.name()});
+    const bool closing = !joined && store_->check({"closing"});
+    if (!joined && !closing) return;
+    store_.reset();
+    if (Clock::now() > deadline)
+      throw CollectiveError(
+          joined ? detail::concat("the rendezvous store at ", at.to_string(), " already lists ",
+                                  task_.name(),
+                                  " as joined: another job on these addresses is still running, "
+                                  "or two processes were started as ",
+                                  task_.name(), "; stop it or use other ports")
+                 : detail::concat("the rendezvous store at ", at.to_string(),
+                                  " is closing: its job ended before ", task_.name(),
+                                  " connected; start every worker of a job together"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }
 
@@ -168,14 +234,14 @@ void GlooCommunicator::fail_collective(const char* what, const std::exception& e
     }
     store->set("diagnosed/" + task_.name(), bytes("1"));
   } catch (...) {
-    if (rank_ != 0) lost = member_name(0) + " (the rendezvous store it hosts is unreachable)";
+    if (rank_ != 0) lost = member_name(0) + " (the rendezvous store at its address is unreachable)";
   }
   // Close this member's Gloo connections now: survivors blocked waiting on it fail at once
   // and come to read the verdict while the store is still up.
   group_.reset();
-  if (rank_ == 0 && store) {
-    // This process hosts the store: keep it up until the surviving members have read the
-    // verdict (bounded), or they would blame the store's host for the failure.
+  if (hosts_store_ && store) {
+    // This process hosts the store (no dist-store-host): keep it up until the surviving
+    // members have read the verdict (bounded), or they would blame the store's host.
     const auto until = Clock::now() + std::chrono::seconds(5);
     for (int r : alive) {
       while (Clock::now() < until &&

@@ -1,9 +1,11 @@
 // GlooCommunicator: Communicator over LibTorch's c10d ProcessGroupGloo (TCP) with a c10d
-// TCPStore for rendezvous, hosted by collective rank 0 (the chief, or worker 0).
+// TCPStore for rendezvous at the address of collective rank 0 (the chief, or worker 0). Rank 0
+// starts the store in its own process, dist-store-host (store_host.h), so that it outlives a
+// crashed chief; without that binary, rank 0 hosts it in-process.
 //
-// Start-up: every member connects to the store and announces itself; a member that does not
-// within the rendezvous timeout is reported by name ("worker:2 never joined"). Then the Gloo
-// process group connects its full mesh.
+// Start-up: every member connects to the store, starts its heartbeat and announces itself; a
+// member that does not within the rendezvous timeout is reported by name ("worker:2 never
+// joined"). Then the Gloo process group connects its full mesh.
 //
 // Liveness: each member bumps a heartbeat key in the store twice a second from its own thread
 // and connection. When a collective fails (a peer's socket closed, or the timeout passed),
@@ -47,6 +49,7 @@ class GlooCommunicator : public Communicator {
 
  private:
   void connect_store();
+  void stop_heartbeat();
   void wait_for_all(const std::string& prefix, const char* what);
   void heartbeat_loop();
   // Turns a failed collective into a CollectiveError naming the lost member if it can, and
@@ -59,6 +62,7 @@ class GlooCommunicator : public Communicator {
   GlooOptions options_;
   std::vector<TaskSpec> members_;
   int rank_ = 0;
+  bool hosts_store_ = false;  // the store's server runs in this process (the fallback)
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::atomic<bool> stopping_{false};

@@ -143,23 +143,89 @@ TEST(MultiWorkerTest, WorkerThatNeverJoinsIsNamedWithinTheRendezvousTimeout) {
   }
 }
 
-TEST(MultiWorkerTest, KilledWorkerMakesTheOthersFailNamingItWithinTheTimeout) {
+// kill -9 of any worker, the chief (rank 0: worker:0 here) included, makes the others exit 1
+// naming it, never abort: the store lives in dist-store-host, which then exits by itself.
+class MultiWorkerKillTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(MultiWorkerKillTest, KilledWorkerMakesTheOthersFailNamingItWithinTheTimeout) {
+  const size_t killed = GetParam();
   WorkerProcesses processes;
   auto ports = free_loopback_ports(3);
   for (int i = 0; i < 3; ++i)
     processes.start(DIST_TEST_WORKER_BINARY, {"train_forever"},
                     {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=10000"});
   ASSERT_TRUE(processes.wait_for_output(1, "step 5", 60s)) << "workers did not start training";
-  processes.kill(1, SIGKILL);
+  processes.kill(killed, SIGKILL);
   auto results = processes.wait_all(40s);
-  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
-  for (size_t i : {size_t{0}, size_t{2}}) {
+  EXPECT_EQ(results[killed].exit_code, 128 + SIGKILL);
+  const std::string lost = "lost worker: worker:" + std::to_string(killed) +
+                           " (127.0.0.1:" + std::to_string(ports[killed]) + ")";
+  for (size_t i = 0; i < 3; ++i) {
+    if (i == killed) continue;
     EXPECT_EQ(results[i].exit_code, 1) << all_output(results);
-    EXPECT_NE(
-        results[i].output.find("lost worker: worker:1 (127.0.0.1:" + std::to_string(ports[1])),
-        std::string::npos)
-        << results[i].output;
+    EXPECT_NE(results[i].output.find(lost), std::string::npos) << results[i].output;
   }
+  EXPECT_TRUE(testing::wait_until_store_host_gone(ports[0], 10s))
+      << "dist-store-host still serves 127.0.0.1:" << ports[0] << " 10 s after the job ended";
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerKillTest, ::testing::Values(0, 1),
+                         [](const auto& info) {
+                           return info.param == 0 ? std::string("Chief") : std::string("Worker1");
+                         });
+
+TEST(MultiWorkerTest, StoreHostRunsOutsideTheChiefAndExitsAfterANormalRun) {
+  WorkerProcesses processes;
+  auto ports = free_loopback_ports(2);
+  for (int i = 0; i < 2; ++i)
+    processes.start(DIST_TEST_WORKER_BINARY, {"collectives", "1"},
+                    {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=20000"});
+  auto results = processes.wait_all(60s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  // It outlives its members by about 3 s (the heartbeat staleness it waits for).
+  EXPECT_EQ(testing::store_hosts(ports[0]).size(), 1u) << "no dist-store-host for the job";
+  EXPECT_EQ(all_output(results).find("warning: dist-store-host not found"), std::string::npos);
+  EXPECT_TRUE(testing::wait_until_store_host_gone(ports[0], 10s))
+      << "dist-store-host still serves 127.0.0.1:" << ports[0] << " 10 s after the job ended";
+}
+
+TEST(MultiWorkerTest, JobOnTheAddressesOfAJobThatJustEndedWaitsForItsStoreHost) {
+  auto ports = free_loopback_ports(2);
+  for (int run = 0; run < 2; ++run) {
+    WorkerProcesses processes;
+    for (int i = 0; i < 2; ++i)
+      processes.start(DIST_TEST_WORKER_BINARY, {"collectives", "1"},
+                      {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=20000"});
+    auto results = processes.wait_all(60s);
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << "run " << run << all_output(results);
+  }
+  EXPECT_TRUE(testing::wait_until_store_host_gone(ports[0], 10s));
+}
+
+TEST(MultiWorkerTest, DistStoreHostChiefHostsTheStoreInTheChief) {
+  WorkerProcesses processes;
+  auto ports = free_loopback_ports(2);
+  for (int i = 0; i < 2; ++i)
+    processes.start(DIST_TEST_WORKER_BINARY, {"collectives", "1"},
+                    {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=20000",
+                     "DIST_STORE_HOST=chief"});
+  auto results = processes.wait_all(60s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  EXPECT_TRUE(testing::store_hosts(ports[0]).empty());
+}
+
+TEST(MultiWorkerTest, BadDistStoreHostIsNamed) {
+  WorkerProcesses processes;
+  auto ports = free_loopback_ports(1);
+  processes.start(DIST_TEST_WORKER_BINARY, {"model", "16"},
+                  {"TF_CONFIG=" + local_tf_config(ports, 0), "DIST_TEST_TIMEOUT_MS=2000",
+                   "DIST_STORE_HOST=/nonexistent/dist-store-host"});
+  auto results = processes.wait_all(30s);
+  EXPECT_EQ(results[0].exit_code, 1) << results[0].output;
+  EXPECT_NE(results[0].output.find("DIST_STORE_HOST=/nonexistent/dist-store-host is not an "
+                                   "executable file"),
+            std::string::npos)
+      << results[0].output;
 }
 
 // Bad TF_CONFIG: each case fails fast (no socket opened) with the JSON path and value.

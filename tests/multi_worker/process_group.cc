@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -111,5 +112,52 @@ bool WorkerProcesses::wait_for_output(size_t i, const std::string& text,
 }
 
 void WorkerProcesses::kill(size_t i, int signal) { ::kill(processes_.at(i).pid, signal); }
+
+std::vector<pid_t> store_hosts(int port) {
+  std::vector<pid_t> pids;
+  const std::string wanted = std::string("--port") + '\0' + std::to_string(port) + '\0';
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find("dist-store-host") != std::string::npos &&
+        cmdline.find(wanted) != std::string::npos)
+      pids.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return pids;
+}
+
+namespace {
+
+// Whether a listening socket could take 127.0.0.1:port now (SO_REUSEADDR, as the store does,
+// so connections left in TIME_WAIT do not count).
+bool port_free(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd, 1) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+bool wait_until_store_host_gone(int port, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (store_hosts(port).empty() && port_free(port)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (pid_t pid : store_hosts(port)) ::kill(pid, SIGKILL);  // not our child: init reaps it
+  return false;
+}
 
 }  // namespace dist::testing

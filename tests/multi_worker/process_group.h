@@ -47,4 +47,10 @@ class WorkerProcesses {
   std::string dir_;
 };
 
+// The dist-store-host processes serving the store on 127.0.0.1:port (found by command line).
+std::vector<pid_t> store_hosts(int port);
+// Waits until no dist-store-host serves `port` and the port can be bound again; false on
+// timeout, after SIGKILLing the ones left (so none outlives the test).
+bool wait_until_store_host_gone(int port, std::chrono::milliseconds timeout);
+
 }  // namespace dist::testing

@@ -1,0 +1,49 @@
+// Starting the rendezvous store's host process, dist-store-host (tools/dist_store_host.cc),
+// from the chief. The store lives outside the chief so that a crashed chief does not take it
+// down under the other workers (LibTorch 1.13's TCPStore clients abort their process when the
+// server vanishes); see docs/design.md, "MultiWorkerMirroredStrategy".
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "dist/distribute/cluster_spec.h"
+
+namespace dist::collective {
+
+// dist-store-host loads LibTorch before it listens: about 0.6 s on an idle machine, seconds on
+// a busy one. Everyone waits that much longer for the store than the rendezvous timeout, so a
+// short timeout does not count the host's start against the chief.
+constexpr std::chrono::milliseconds kStoreHostStartAllowance{5000};
+
+struct StoreHostChoice {
+  // Empty: host the store inside the chief (DIST_STORE_HOST=chief, or no binary found).
+  std::string binary;
+  // Set when no binary was found (rather than chosen): the caller should warn.
+  bool missing = false;
+};
+
+// $DIST_STORE_HOST (a path, or "chief"), else the installed dist-store-host, else the one in
+// the build tree. Throws InvalidArgument if DIST_STORE_HOST names no executable file.
+StoreHostChoice locate_store_host();
+
+// One line for stderr when locate_store_host() found nothing.
+std::string missing_store_host_warning();
+
+struct StoreHostRequest {
+  std::string binary;
+  HostPort at;
+  std::vector<std::string> members;  // task names in collective rank order
+  std::chrono::milliseconds rendezvous_timeout;
+  std::chrono::milliseconds collective_timeout;
+  std::string requested_by;  // for messages: "worker:0"
+};
+
+// Starts dist-store-host and returns once its store accepts connections. Throws
+// CollectiveError naming the address if it cannot bind, fails, or does not answer within the
+// rendezvous timeout plus kStoreHostStartAllowance. The host then runs on its own until every
+// member is gone.
+void start_store_host(const StoreHostRequest& request);
+
+}  // namespace dist::collective

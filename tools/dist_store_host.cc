@@ -1,0 +1,230 @@
+// dist-store-host: hosts the rendezvous store (a c10d TCPStore server) of one multi-worker job
+// in its own process, so that it outlives a crashed chief. The chief (collective rank 0)
+// starts it; users do not run it by hand.
+//
+//   dist-store-host --host H --port P --members worker:0,worker:1,worker:2
+//                   --rendezvous-timeout-ms N --collective-timeout-ms M --ready-fd FD
+//
+// Why a separate process: LibTorch 1.13's TCPStore clients run a background thread that
+// std::terminate()s its process when the server's socket closes. With the server inside the
+// chief, kill -9 of the chief aborted every other worker instead of letting them report
+// "lost worker: ...". Here the store stays up until the survivors have diagnosed and exited.
+//
+// Start-up: forks at once (before any thread exists) and the parent exits, so the chief can
+// reap it immediately and the real host is reparented to init (no zombie in the chief); it
+// leaves the chief's session and ignores SIGINT/SIGTERM/SIGHUP, which the workers may handle
+// gracefully while still needing the store. It binds H:P (retrying for a while: the previous
+// job's host may still be on that port), then writes one line to FD, "ready" or
+// "error: <why>", and closes it. Its stdin, stdout and stderr are /dev/null once it has forked.
+//
+// Exit rule: it reads every member's heartbeat counter "alive/<member>" (bumped twice a second
+// by each GlooCommunicator) four times a second. It exits 0 once every member is gone: its
+// counter has not moved for 3 s, or, for a member that never connected, the rendezvous
+// timeout has passed since the start; it first sets the key "closing" and waits 2 s, so that a
+// next job's member probing this store leaves it first. As a backstop, it exits 2 once the chief
+// (the first member) has been gone for rendezvous + collective timeout + 10 s, the longest the
+// survivors can take to fail and exit; it exits 1 if it cannot read its own store.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kStaleAfter{3000};     // 6 missed heartbeats
+constexpr milliseconds kPollEvery{250};       // well under the heartbeat period of 500 ms
+constexpr milliseconds kClosingGrace{2000};   // for probing clients to disconnect
+constexpr milliseconds kBindRetryFor{10000};  // > a previous host's linger after its job ends
+
+struct Options {
+  std::string host;
+  int port = 0;
+  std::vector<std::string> members;
+  int64_t rendezvous_timeout_ms = 120000;
+  int64_t collective_timeout_ms = 300000;
+  int ready_fd = -1;
+};
+
+std::vector<std::string> split(const std::string& text, char by) {
+  std::vector<std::string> parts;
+  std::istringstream in(text);
+  for (std::string part; std::getline(in, part, by);)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+// Detaches from the chief: its parent (the process the chief spawned) exits at once.
+void daemonize() {
+  const pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "dist-store-host: fork failed: " << std::strerror(errno) << std::endl;
+    _exit(1);
+  }
+  if (child > 0) _exit(0);
+  setsid();  // signals to the chief's process group (Ctrl-C, dist-launch) do not reach it
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(signal, SIG_IGN);
+}
+
+// Closes every inherited descriptor but stdin/stdout/stderr and the ready pipe: holding the
+// chief's sockets or its output pipe open would delay the EOF its readers wait for.
+void close_inherited(int keep) {
+  if (keep > 3) close_range(3, static_cast<unsigned>(keep - 1), 0);
+  close_range(static_cast<unsigned>(keep + 1), ~0U, 0);
+}
+
+void to_dev_null(int fd, int flags) {
+  const int null = open("/dev/null", flags);
+  if (null >= 0 && null != fd) {
+    dup2(null, fd);
+    close(null);
+  }
+}
+
+// Writes the ready line; false if the chief is no longer reading (it gave up waiting).
+bool report(int fd, const std::string& line) {
+  const std::string text = line + "\n";
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  return ok;
+}
+
+c10::intrusive_ptr<c10d::TCPStore> host_store(const Options& options, std::string* error) {
+  c10d::TCPStoreOptions store;
+  store.port = static_cast<std::uint16_t>(options.port);
+  store.isServer = true;
+  store.waitWorkers = false;
+  store.timeout = milliseconds(options.rendezvous_timeout_ms);
+  const auto give_up =
+      Clock::now() + std::min(kBindRetryFor, milliseconds(options.rendezvous_timeout_ms));
+  while (true) {
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(options.host, store);
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+    if (Clock::now() > give_up) return {};
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+}
+
+// The exit rule of the top comment; returns the exit code.
+int watch(c10d::TCPStore& store, const Options& options) {
+  struct Member {
+    bool seen = false;
+    int64_t beats = 0;
+    Clock::time_point moved;
+  };
+  const auto start = Clock::now();
+  const milliseconds rendezvous(options.rendezvous_timeout_ms);
+  const auto backstop =
+      rendezvous + milliseconds(options.collective_timeout_ms) + milliseconds(10000);
+  std::map<std::string, Member> members;
+  for (const auto& name : options.members) members[name] = Member{};
+  std::optional<Clock::time_point> chief_gone;
+  while (true) {
+    const auto now = Clock::now();
+    bool all_gone = true;
+    for (const auto& name : options.members) {
+      Member& m = members[name];
+      const std::string key = "alive/" + name;
+      try {
+        if (store.check({key})) {  // add(key, 0) would create a missing key
+          const int64_t beats = store.add(key, 0);
+          if (!m.seen || beats != m.beats) m.moved = now;
+          m.seen = true;
+          m.beats = beats;
+        }
+      } catch (const std::exception&) {
+        return 1;
+      }
+      const bool gone = m.seen ? now - m.moved > kStaleAfter : now - start > rendezvous;
+      all_gone = all_gone && gone;
+      if (name == options.members.front()) {
+        if (!gone)
+          chief_gone.reset();
+        else if (!chief_gone)
+          chief_gone = now;
+      }
+    }
+    if (all_gone) {
+      // A member of a next job on this address may be connected right now, probing whether
+      // this store is its own (GlooCommunicator::connect_store); its TCPStore client would
+      // abort its process if we vanished under it. "closing" tells it to leave at once.
+      try {
+        store.set("closing", {'1'});
+      } catch (const std::exception&) {
+        return 1;
+      }
+      std::this_thread::sleep_for(kClosingGrace);
+      return 0;
+    }
+    if (chief_gone && now - *chief_gone > backstop) return 2;
+    std::this_thread::sleep_for(kPollEvery);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  std::string members;
+  CLI::App app{
+      "dist-store-host: the rendezvous store of a multi-worker job (started by its chief)"};
+  app.add_option("--host", options.host, "address the members connect to")->required();
+  app.add_option("--port", options.port, "TCP port to listen on")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--members", members, "task names, comma-separated, collective rank order")
+      ->required();
+  app.add_option("--rendezvous-timeout-ms", options.rendezvous_timeout_ms)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--collective-timeout-ms", options.collective_timeout_ms)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ready-fd", options.ready_fd, "write 'ready' or 'error: ...' here")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  options.members = split(members, ',');
+  if (options.members.empty()) {
+    std::cerr << "dist-store-host: --members lists no task" << std::endl;
+    return 2;
+  }
+
+  daemonize();  // before any thread: fork keeps only the calling thread
+  close_inherited(options.ready_fd);
+  // Errors go to the ready line. stderr may be a worker's output pipe (held open, it would
+  // delay the EOF its reader waits for) and c10d logs every failed bind attempt there.
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO})
+    to_dev_null(fd, fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+  std::string error;
+  auto store = host_store(options, &error);
+  if (!store) {
+    report(options.ready_fd, "error: " + error);
+    return 1;
+  }
+  if (!report(options.ready_fd, "ready")) return 1;  // the chief gave up on us
+  const int code = watch(*store, options);
+  store.reset();
+  return code;
+}
