@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/train/safetensors.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
@@ -138,6 +139,33 @@ TEST(DistTrainCheckpointTest, SigtermFinishesTheStepSavesAndExits4) {
   EXPECT_TRUE(json["interrupted"].get<bool>());
   const int64_t steps = json["steps"].get<int64_t>();
   EXPECT_GT(steps, 0);
+  EXPECT_EQ(latest_name(ckpt), "ckpt-" + std::to_string(steps) + ".safetensors");
+}
+
+// Only worker:1 gets the signal; both stop after the same step (they agree every step), the
+// chief saves that step, and both exit 4.
+TEST(DistTrainCheckpointTest, SigtermToOneWorkerStopsAllWorkersAtTheSameStep) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  auto args = small_job(ckpt, 2000);
+  args[1] = "1";      // --replicas: per worker
+  args[3] = "60000";  // --train-examples
+  args.insert(args.begin(), {"--strategy", "multi_worker", "--collective-timeout", "60"});
+  auto ports = free_loopback_ports(2);
+  WorkerProcesses processes;
+  for (int i = 0; i < 2; ++i)
+    processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, i)});
+  ASSERT_TRUE(processes.wait_for_output(0, "Epoch 1/3", 60s));
+  std::this_thread::sleep_for(1500ms);
+  processes.kill(1, SIGTERM);
+  auto results = processes.wait_all(60s);
+  ASSERT_EQ(results[0].exit_code, 4) << results[0].output << results[1].output;
+  ASSERT_EQ(results[1].exit_code, 4) << results[1].output;
+  std::istringstream lines(results[0].output);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  const int64_t steps = nlohmann::json::parse(last)["steps"].get<int64_t>();
   EXPECT_EQ(latest_name(ckpt), "ckpt-" + std::to_string(steps) + ".safetensors");
 }
 
