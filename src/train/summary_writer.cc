@@ -1,0 +1,110 @@
+#include "dist/train/summary_writer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "dist/core/crc32c.h"
+#include "dist/core/error.h"
+
+namespace dist {
+namespace {
+
+// Protocol buffer wire format: key = field << 3 | wire type.
+enum WireType : uint8_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void put_key(std::string& out, int field, WireType type) {
+  put_varint(out, static_cast<uint64_t>(field) << 3 | type);
+}
+
+template <class T>
+void put_fixed(std::string& out, T value) {  // little-endian host (x86-64, aarch64)
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+void put_bytes(std::string& out, int field, const std::string& bytes) {
+  put_key(out, field, kLengthDelimited);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Event fields: 1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary.
+std::string event(double wall_time, int64_t step) {
+  std::string e;
+  put_key(e, 1, kFixed64);
+  put_fixed(e, wall_time);
+  put_key(e, 2, kVarint);
+  put_varint(e, static_cast<uint64_t>(step));
+  return e;
+}
+
+}  // namespace
+
+uint32_t detail::masked_crc32c(const void* data, size_t size) {
+  const uint32_t crc = crc32c(data, size);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+SummaryWriter::SummaryWriter(const std::string& log_dir) {
+  std::error_code error;
+  std::filesystem::create_directories(log_dir, error);
+  DIST_CHECK(!error, Error, "cannot create summary directory '", log_dir, "': ", error.message());
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  path_ = detail::concat(log_dir, "/events.out.tfevents.", static_cast<int64_t>(now_seconds()), ".",
+                         host, ".", ::getpid());
+  out_.open(path_, std::ios::binary | std::ios::trunc);
+  DIST_CHECK(out_.good(), Error, "cannot create summary file '", path_, "'");
+  std::string first = event(now_seconds(), 0);
+  put_bytes(first, 3, "brain.Event:2");
+  write_record(first);
+  flush();
+}
+
+SummaryWriter::~SummaryWriter() { out_.flush(); }
+
+void SummaryWriter::scalar(const std::string& tag, double value, int64_t step) {
+  // Summary.Value: 1 tag (string), 2 simple_value (float). Summary: 1 value (repeated).
+  std::string summary_value;
+  put_bytes(summary_value, 1, tag);
+  put_key(summary_value, 2, kFixed32);
+  put_fixed(summary_value, static_cast<float>(value));
+  std::string summary;
+  put_bytes(summary, 1, summary_value);
+  std::string e = event(now_seconds(), step);
+  put_bytes(e, 5, summary);
+  write_record(e);
+}
+
+void SummaryWriter::flush() {
+  out_.flush();
+  DIST_CHECK(out_.good(), Error, "writing summary file '", path_, "' failed");
+}
+
+void SummaryWriter::write_record(const std::string& event) {
+  std::string record;
+  put_fixed(record, static_cast<uint64_t>(event.size()));
+  put_fixed(record, detail::masked_crc32c(record.data(), 8));
+  record += event;
+  put_fixed(record, detail::masked_crc32c(event.data(), event.size()));
+  out_.write(record.data(), static_cast<std::streamsize>(record.size()));
+  DIST_CHECK(out_.good(), Error, "writing summary file '", path_, "' failed");
+}
+
+}  // namespace dist

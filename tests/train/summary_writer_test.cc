@@ -1,0 +1,86 @@
+// SummaryWriter's event files, read back by an independent decoder: the TFRecord framing and
+// its checksums are checked here with a bitwise CRC-32C written for the test, and each Event
+// is decoded by protoc --decode_raw (protobuf-compiler).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "dist/train/summary_writer.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+// Bit by bit, straight from the definition (reflected polynomial 0x82F63B78).
+uint32_t reference_crc32c(const std::string& bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : bytes) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
+  }
+  return ~crc;
+}
+
+uint32_t reference_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+template <class T>
+T read_le(const std::string& bytes, size_t at) {
+  T value;
+  std::memcpy(&value, bytes.data() + at, sizeof(T));
+  return value;
+}
+
+std::string decode_raw(const std::string& message, const std::string& dir) {
+  const std::string file = dir + "/event.bin";
+  testing::write_file(file, message);
+  FILE* pipe = popen(("protoc --decode_raw < " + file + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  std::string out;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return status == 0 ? out : "protoc failed (install protobuf-compiler): " + out;
+}
+
+TEST(SummaryWriterTest, EventFileHoldsTheScalarsInTensorBoardFormat) {
+  testing::TempDir dir;
+  std::string path;
+  {
+    SummaryWriter writer(dir.file("logs"));
+    writer.scalar("loss", 0.5, 5);
+    writer.scalar("accuracy", 0.75, 6);
+    path = writer.path();
+  }
+  EXPECT_EQ(std::filesystem::path(path).filename().string().rfind("events.out.tfevents.", 0), 0u);
+  const std::string bytes = testing::read_file(path);
+
+  std::vector<std::string> events;
+  for (size_t at = 0; at < bytes.size();) {
+    ASSERT_LE(at + 12, bytes.size()) << "truncated record header";
+    const auto length = read_le<uint64_t>(bytes, at);
+    EXPECT_EQ(read_le<uint32_t>(bytes, at + 8),
+              reference_mask(reference_crc32c(bytes.substr(at, 8))));
+    ASSERT_LE(at + 12 + length + 4, bytes.size()) << "truncated record";
+    const std::string event = bytes.substr(at + 12, length);
+    EXPECT_EQ(read_le<uint32_t>(bytes, at + 12 + length), reference_mask(reference_crc32c(event)));
+    events.push_back(event);
+    at += 12 + length + 4;
+  }
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_NE(decode_raw(events[0], dir.path()).find("3: \"brain.Event:2\""), std::string::npos)
+      << decode_raw(events[0], dir.path());
+  const std::string loss = decode_raw(events[1], dir.path());
+  EXPECT_NE(loss.find("2: 5\n"), std::string::npos) << loss;         // step
+  EXPECT_NE(loss.find("1: \"loss\""), std::string::npos) << loss;    // tag
+  EXPECT_NE(loss.find("2: 0x3f000000"), std::string::npos) << loss;  // simple_value 0.5f
+  const std::string accuracy = decode_raw(events[2], dir.path());
+  EXPECT_NE(accuracy.find("2: 6\n"), std::string::npos) << accuracy;
+  EXPECT_NE(accuracy.find("1: \"accuracy\""), std::string::npos) << accuracy;
+  EXPECT_NE(accuracy.find("2: 0x3f400000"), std::string::npos) << accuracy;  // 0.75f
+}
+
+}  // namespace
+}  // namespace dist
