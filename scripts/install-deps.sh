@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
+  clang-14 libclang-rt-14-dev  # libFuzzer, ASan, UBSan for the "fuzz" tests (tests/fuzz)
 )
 
 missing=()
