@@ -50,8 +50,11 @@ void expect_only_dist_errors(F&& parse) {
   } catch (const InternalError& e) {
     std::fprintf(stderr, "FINDING: InternalError: %s\n", e.what());
     std::abort();
-  } catch (const Error&) {
-    // The parser rejected the input, as documented.
+  } catch (const Error& e) {
+    // The parser rejected the input, as documented. DIST_FUZZ_VERBOSE=1 says why, to check
+    // that the seeds get past the first checks.
+    static const bool verbose = std::getenv("DIST_FUZZ_VERBOSE") != nullptr;
+    if (verbose) std::fprintf(stderr, "rejected: %s\n", e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FINDING: exception %s escaped the parser: %s\n", typeid(e).name(),
                  e.what());
