@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   protobuf-compiler     # tests decode TensorBoard event files with protoc --decode_raw
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
+  clang-14 libclang-rt-14-dev  # libFuzzer, ASan, UBSan for the "fuzz" tests (tests/fuzz)
 )
 
 missing=()

@@ -91,21 +91,21 @@ at::Tensor read_idx(const std::string& path) {
   in.read_exact(raw_dims.data(), raw_dims.size(), "IDX dimensions");
   std::vector<int64_t> dims(rank);
   const uint64_t width = at::elementSize(type.dtype);
-  // The tensor's byte count must fit int64 (LibTorch sizes are signed); keep to that.
+  // The tensor's byte count must fit int64 (LibTorch sizes are signed); keep to that. A zero dim
+  // counts as 1: LibTorch multiplies every dim (and derives strides from them) even for an empty
+  // tensor, and throws c10::Error for shapes like 0 x 2^31 x 2^31 x 2^31.
   constexpr uint64_t kLimit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  uint64_t data_bytes = width;
+  uint64_t extent = width;
   bool overflow = false;
   for (int i = 0; i < rank; ++i) {
     dims[i] = big_endian_u32(&raw_dims[4 * i]);
-    uint64_t d = static_cast<uint64_t>(dims[i]);
-    if (d != 0 && data_bytes > kLimit / d) overflow = true;
-    data_bytes = overflow ? 0 : data_bytes * d;
+    const uint64_t d = std::max<uint64_t>(static_cast<uint64_t>(dims[i]), 1);
+    overflow = overflow || __builtin_mul_overflow(extent, d, &extent) || extent > kLimit;
   }
-  // A zero dim makes the tensor empty however large the others are.
+  DIST_CHECK(!overflow, DataError, path, " has a corrupt IDX header: its dims ", join_dims(dims),
+             " of ", type.name, " overflow a 64-bit byte count");
   const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
-  DIST_CHECK(!overflow || empty, DataError, path, " has a corrupt IDX header: its dims ",
-             join_dims(dims), " of ", type.name, " overflow a 64-bit byte count");
-  if (empty) data_bytes = 0;
+  const uint64_t data_bytes = empty ? 0 : extent;
 
   const uint64_t header_bytes = kMagicBytes + raw_dims.size();
   in.check_size(header_bytes + data_bytes,

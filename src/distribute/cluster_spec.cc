@@ -94,7 +94,7 @@ ClusterConfig parse_tf_config(const std::string& text) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     fail("(root)", std::string("invalid JSON: ") + e.what());
   }
   if (!root.is_object()) fail("(root)", "expected a JSON object, got " + root.dump());

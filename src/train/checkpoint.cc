@@ -224,6 +224,14 @@ void Checkpoint::read(const std::string& path) {
   if (auto it = tensors.find(kRandom); it != tensors.end()) {
     random = it->second;
     tensors.erase(it);
+    // LibTorch checks a generator state (size, dtype, mt19937 invariants) only while setting
+    // it, with c10::Error: try it on a scratch generator, before anything has changed.
+    try {
+      at::make_generator<at::CPUGeneratorImpl>().set_state(random);
+    } catch (const c10::Error& e) {
+      fail(path, detail::concat("tensor '", kRandom, "' is not a CPU random generator state (",
+                                e.what_without_backtrace(), ")"));
+    }
   }
   for (const auto& [name, t] : tensors)
     if (name.rfind(kModel, 0) == 0)

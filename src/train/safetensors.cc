@@ -270,7 +270,10 @@ void detail::save_safetensors_staged(
     const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
     const std::map<std::string, std::string>& metadata,
     const std::function<void(const char*)>& at_stage) {
-  auto [header, data] = build_header(path, tensors, metadata);
+  // Not a structured binding: C++17 does not let the lambda below capture one (clang refuses).
+  const auto built = build_header(path, tensors, metadata);
+  const std::string& header = built.first;
+  const std::vector<torch::Tensor>& data = built.second;
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
   write_file_atomically(

@@ -209,6 +209,17 @@ TEST_F(IdxReaderTest, RejectsDimsWhoseProductOverflows) {
   expect_contains(data_error([&] { read_idx(path); }), {path, "overflow"});
 }
 
+// Found by tests/fuzz: the tensor is empty, but LibTorch multiplies every dim and threw
+// c10::Error ("Storage size calculation overflowed") instead of a DataError.
+TEST_F(IdxReaderTest, RejectsZeroDimWhenTheOtherDimsOverflow) {
+  std::string path =
+      write("zero_overflow.idx", idx_bytes(0x08, {0, 1u << 31, 1u << 31, 1u << 31}, ""));
+  expect_contains(data_error([&] { read_idx(path); }), {path, "overflow"});
+  std::string gz_path = dir_.file("zero_overflow.idx.gz");
+  write_gzip(gz_path, idx_bytes(0x08, {1u << 31, 1u << 31, 1u << 31, 0}, ""));
+  expect_contains(data_error([&] { read_idx(gz_path); }), {gz_path, "overflow"});
+}
+
 TEST_F(IdxReaderTest, RejectsTrailingBytes) {
   std::string data = idx_bytes(0x08, {2}, "abXYZ");
   std::string path = write("trailing.idx", data);

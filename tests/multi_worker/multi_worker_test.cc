@@ -258,6 +258,11 @@ TEST(TFConfigTest, MalformedConfigsNameThePathAndValue) {
        "TF_CONFIG: cluster.worker: expected a list"},
       {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}})",
        "TF_CONFIG: task.index: missing or not an integer"},
+      // Found by tests/fuzz: nlohmann::json reports a number too large for a double as
+      // out_of_range, not parse_error, and it escaped as such.
+      {"3e332", "TF_CONFIG: (root): invalid JSON"},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1e400}})",
+       "TF_CONFIG: (root): invalid JSON"},
   };
   for (const auto& [text, expected] : cases) {
     const auto start = std::chrono::steady_clock::now();

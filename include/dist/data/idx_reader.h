@@ -22,8 +22,9 @@ constexpr int kMaxIdxDims = 8;
 //
 // Throws dist::DataError, naming the file and the problem, if the file is missing, empty,
 // truncated, has trailing bytes, has a bad magic number, an unknown type code, zero or more
-// than kMaxIdxDims dimensions, or dimensions whose product overflows. Sizes claimed by the
-// header are checked against the file's size (for gzip, the size in its trailer) before
+// than kMaxIdxDims dimensions, or dimensions whose product overflows a 64-bit byte count (a
+// zero dim counts as 1 there: LibTorch refuses such shapes even when empty). Sizes claimed by
+// the header are checked against the file's size (for gzip, the size in its trailer) before
 // anything is allocated for them.
 at::Tensor read_idx(const std::string& path);
 

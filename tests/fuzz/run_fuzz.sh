@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the parser fuzz targets (tests/fuzz: clang, libFuzzer, ASan, UBSan) into BUILD_DIR/fuzz
+# and runs each for SECONDS (default 30). Exits 0 only if everything built and no target found
+# anything; otherwise prints the target's report and where its crash input was written.
+#
+#   tests/fuzz/run_fuzz.sh BUILD_DIR [SECONDS]
+#
+# Reruns are incremental: the build, and each target's corpus (BUILD_DIR/fuzz/corpus/<name>),
+# which grows from the seeds each target writes and the inputs checked in under
+# tests/fuzz/corpus/<name> (including the inputs of bugs found and fixed, replayed every run).
+# DIST_FUZZ_CXX picks the compiler (default clang++-14).
+set -uo pipefail
+
+if (($# < 1)); then
+  echo "usage: $0 BUILD_DIR [SECONDS]" >&2
+  exit 2
+fi
+source_dir=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$1/fuzz"
+out=$(cd "$1/fuzz" && pwd)
+seconds=${2:-30}
+cxx=${DIST_FUZZ_CXX:-clang++-14}
+targets=(checkpoint_fuzz cifar10_fuzz idx_fuzz safetensors_fuzz tf_config_fuzz)
+
+die() {
+  echo "fuzz: FAILED: $*" >&2
+  exit 1
+}
+
+# ---- build -------------------------------------------------------------------------------
+command -v "$cxx" >/dev/null ||
+  die "$cxx not found; the fuzz targets need Debian's clang-14 and libclang-rt-14-dev" \
+    "(bash scripts/install-deps.sh installs them)"
+runtime=$("$cxx" -print-file-name=libclang_rt.fuzzer-x86_64.a)
+[[ -f $runtime ]] ||
+  die "$cxx has no libFuzzer runtime (libclang_rt.fuzzer-x86_64.a); install libclang-rt-14-dev" \
+    "(bash scripts/install-deps.sh)"
+
+build_log=$out/build.log
+echo "fuzz: building the targets with $cxx into $out (log: $build_log)"
+if ! { cmake -S "$source_dir" -B "$out/build" -DCMAKE_CXX_COMPILER="$cxx" &&
+  cmake --build "$out/build" -j "${DIST_FUZZ_JOBS:-2}"; } >"$build_log" 2>&1; then
+  tail -n 60 "$build_log" >&2
+  die "the clang/ASan build of the fuzz targets failed (full log: $build_log)"
+fi
+
+# ---- run ---------------------------------------------------------------------------------
+# One OpenMP thread: the inputs are tiny, and the machine is shared with other builds.
+export OMP_NUM_THREADS=1
+# LeakSanitizer stays on: a leak on a rejected input is a finding too.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+failed=()
+for target in "${targets[@]}"; do
+  name=${target%_fuzz}
+  corpus=$out/corpus/$name
+  seeds=$out/seeds/$name
+  artifacts=$out/artifacts/$name
+  log=$out/$name.log
+  mkdir -p "$corpus" "$artifacts"
+  rm -rf "$seeds"
+  # -runs=0: should a target not know DIST_FUZZ_WRITE_SEEDS, it must not start fuzzing here.
+  if ! DIST_FUZZ_WRITE_SEEDS=$seeds "$out/build/$target" -runs=0 >"$log" 2>&1; then
+    cat "$log" >&2
+    failed+=("$target (writing its seeds)")
+    continue
+  fi
+  mkdir -p "$seeds"
+  dirs=("$corpus" "$seeds")
+  [[ -d $source_dir/corpus/$name ]] && dirs+=("$source_dir/corpus/$name")
+  # The first directory receives the new inputs; the others are only read.
+  "$out/build/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" "${dirs[@]}" >"$log" 2>&1
+  status=$?
+  done_line=$(grep -E '^Done [0-9]+ runs' "$log" | tail -n 1)
+  cov_line=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
+  if ((status == 0)); then
+    echo "fuzz: $target: ${done_line:-no stats line} | ${cov_line:-}"
+  else
+    echo "fuzz: $target FOUND A PROBLEM (exit $status); its report (full log: $log):" >&2
+    grep -n -E 'ERROR|FINDING|SUMMARY|runtime error|uncaught|out-of-memory|timeout' "$log" |
+      head -n 20 >&2
+    tail -n 40 "$log" >&2
+    grep -E 'Test unit written to|artifact' "$log" | sed 's/^/fuzz: /' >&2
+    echo "fuzz: reproduce with: $out/build/$target <crash file>" >&2
+    failed+=("$target")
+  fi
+done
+
+if ((${#failed[@]} > 0)); then
+  die "${failed[*]}"
+fi
+echo "fuzz: all ${#targets[@]} targets ran ${seconds} s each without a finding"
