@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -214,7 +215,12 @@ void Checkpoint::read(const std::string& path) {
       auto lr = meta.find("optimizer.lr/" + std::to_string(g));
       if (lr == meta.end())
         fail(path, "the learning rate of parameter group " + std::to_string(g) + " is missing");
-      learning_rates.push_back(std::strtod(lr->second.c_str(), nullptr));
+      char* end = nullptr;
+      const double value = std::strtod(lr->second.c_str(), &end);
+      if (lr->second.empty() || *end != '\0' || !std::isfinite(value) || value < 0)
+        fail(path, "the learning rate of parameter group " + std::to_string(g) +
+                       " is not a non-negative number: '" + lr->second + "'");
+      learning_rates.push_back(value);
     }
     detail::check_slots(
         *optimizer_, slots, [&](const void* impl) { return names.at(impl); },
