@@ -90,12 +90,23 @@ int64_t parse_int(const std::string& path, const std::map<std::string, std::stri
   fail(path, "metadata '" + key + "' is not an integer: '" + it->second + "'");
 }
 
-// Parameter names of the saved copy by TensorImpl, to name optimizer slots.
-std::map<const void*, std::string> parameter_names(const torch::nn::Module& module) {
-  std::map<const void*, std::string> names;
-  for (const auto& p : module.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
-  return names;
-}
+// Names of the saved copy's parameters by TensorImpl, to name optimizer slots.
+class ParameterNames {
+ public:
+  explicit ParameterNames(const torch::nn::Module& module) {
+    for (const auto& p : module.named_parameters())
+      names_[p.value().unsafeGetTensorImpl()] = p.key();
+  }
+  const std::string& of(const void* impl) const {
+    auto it = names_.find(impl);
+    DIST_CHECK_ARG(it != names_.end(),
+                   "Checkpoint: the optimizer holds a parameter that is not in the model");
+    return it->second;
+  }
+
+ private:
+  std::map<const void*, std::string> names_;
+};
 
 }  // namespace
 
@@ -122,17 +133,14 @@ void Checkpoint::write(const std::string& path) const {
   }
   if (optimizer_ != nullptr) {
     DIST_CHECK_ARG(!copies_.empty(), "Checkpoint: an optimizer needs its model, to name its slots");
-    const auto names = parameter_names(*copies_[0]);
+    const ParameterNames names(*copies_[0]);
     metadata["optimizer"] = detail::optimizer_kind(*optimizer_);
     const auto& groups = optimizer_->param_groups();
     for (size_t g = 0; g < groups.size(); ++g)
       metadata["optimizer.lr/" + std::to_string(g)] = double_text(groups[g].options().get_lr());
     for (const auto& [impl, slots] : detail::export_slots(*optimizer_)) {
-      auto name = names.find(impl);
-      DIST_CHECK_ARG(name != names.end(),
-                     "Checkpoint: the optimizer holds a parameter that is not in the model");
       for (const auto& [slot, t] : slots)
-        tensors.emplace_back(kOptimizer + name->second + "/" + slot, t);
+        tensors.emplace_back(kOptimizer + names.of(impl) + "/" + slot, t);
     }
   }
   if (save_random_state) {
@@ -181,12 +189,13 @@ void Checkpoint::read(const std::string& path) {
     tensors.erase(it);
     return t;
   };
-  std::vector<std::pair<at::Tensor, at::Tensor>> params, buffers;  // (destination, value)
+  std::vector<std::pair<at::Tensor, at::Tensor>> params;  // (destination, value)
+  std::vector<at::Tensor> buffers;  // in named_buffers() order; each copy has its own
   if (!copies_.empty()) {
     for (const auto& p : copies_[0]->named_parameters())
       params.emplace_back(p.value(), take(kModel + p.key(), p.value()));
     for (const auto& b : copies_[0]->named_buffers())
-      buffers.emplace_back(b.value(), take(kModel + b.key(), b.value()));
+      buffers.push_back(take(kModel + b.key(), b.value()));
   }
   std::vector<std::pair<const void*, std::map<std::string, at::Tensor>>> slots;
   std::vector<double> learning_rates;
@@ -198,10 +207,10 @@ void Checkpoint::read(const std::string& path) {
                                 saved_kind == meta.end() ? "no optimizer state"
                                                          : saved_kind->second + " state",
                                 " but the optimizer is ", kind));
-    const auto names = parameter_names(*copies_[0]);
+    const ParameterNames names(*copies_[0]);
     for (const auto& group : optimizer_->param_groups()) {
       for (const auto& p : group.params()) {
-        const std::string prefix = kOptimizer + names.at(p.unsafeGetTensorImpl()) + "/";
+        const std::string prefix = kOptimizer + names.of(p.unsafeGetTensorImpl()) + "/";
         std::map<std::string, at::Tensor> mine;
         for (auto it = tensors.lower_bound(prefix);
              it != tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
@@ -223,7 +232,7 @@ void Checkpoint::read(const std::string& path) {
       learning_rates.push_back(value);
     }
     detail::check_slots(
-        *optimizer_, slots, [&](const void* impl) { return names.at(impl); },
+        *optimizer_, slots, [&](const void* impl) { return names.of(impl); },
         [&](const std::string& message) { fail(path, message); });
   }
   at::Tensor random;
@@ -256,8 +265,9 @@ void Checkpoint::read(const std::string& path) {
   // Apply. Parameters are shared by all copies of a mirrored model; buffers are per copy.
   torch::NoGradGuard no_grad;
   for (auto& [dst, value] : params) dst.copy_(value);
-  for (size_t b = 0; b < buffers.size(); ++b) {
-    for (const auto& copy : copies_) copy->buffers()[b].copy_(buffers[b].second);
+  for (const auto& copy : copies_) {
+    auto destinations = copy->buffers();
+    for (size_t b = 0; b < buffers.size(); ++b) destinations[b].copy_(buffers[b]);
   }
   if (optimizer_ != nullptr) {
     detail::import_slots(*optimizer_, slots);
