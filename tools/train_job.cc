@@ -21,7 +21,7 @@
 #include "dist/train/metrics.h"
 #include "dist/train/preemption.h"
 #include "dist/train/safetensors.h"
-#include "progress_bar.h"
+#include "dist/train/progress_bar.h"
 
 namespace dist::tools {
 namespace {

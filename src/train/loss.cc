@@ -82,15 +82,20 @@ torch::Tensor Loss::operator()(const torch::Tensor& y_true, const torch::Tensor&
         "global_batch_size), which divides by the global batch size (by default the one of the "
         "distributed dataset's current batch)."));
   }
-  check_defined(name_, y_true, y_pred);
-  torch::Tensor losses = per_example(y_true, y_pred);
-  torch::Tensor weight = detail::broadcast_sample_weight(sample_weight, losses);
-  if (weight.defined()) losses = losses * weight;
+  torch::Tensor losses = unreduced(y_true, y_pred, sample_weight);
   if (reduction_ == Reduction::kNone) return losses;
   if (reduction_ == Reduction::kSum || losses.numel() == 0) {
     return losses.sum();  // an empty batch averages to 0, not 0/0 (Keras' divide_no_nan)
   }
   return losses.sum() / static_cast<double>(losses.numel());
+}
+
+torch::Tensor Loss::unreduced(const torch::Tensor& y_true, const torch::Tensor& y_pred,
+                              const torch::Tensor& sample_weight) const {
+  check_defined(name_, y_true, y_pred);
+  torch::Tensor losses = per_example(y_true, y_pred);
+  torch::Tensor weight = detail::broadcast_sample_weight(sample_weight, losses);
+  return weight.defined() ? losses * weight : losses;
 }
 
 SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits, Reduction reduction)

@@ -45,6 +45,10 @@ class Loss {
   torch::Tensor operator()(const torch::Tensor& y_true, const torch::Tensor& y_pred,
                            const torch::Tensor& sample_weight = {}) const;
 
+  // The weighted per-example losses whatever this loss's reduction (what Keras' compile uses:
+  // fit applies the reduction itself, scaled by the global batch). Allowed in any context.
+  torch::Tensor unreduced(const torch::Tensor& y_true, const torch::Tensor& y_pred,
+                          const torch::Tensor& sample_weight = {}) const;
   Reduction reduction() const { return reduction_; }
   // Keras' snake_case name, e.g. "sparse_categorical_crossentropy".
   const std::string& name() const { return name_; }

@@ -1,0 +1,72 @@
+#include <filesystem>
+
+#include "dist/core/error.h"
+#include "dist/keras/callbacks.h"
+#include "dist/keras/model.h"
+#include "dist/train/checkpoint.h"
+#include "dist/train/preemption.h"
+
+namespace dist::keras::callbacks {
+
+BackupAndRestore::BackupAndRestore(std::string backup_dir, int64_t save_freq,
+                                   bool delete_checkpoint, int max_to_keep)
+    : backup_dir_(std::move(backup_dir)),
+      save_freq_(save_freq),
+      delete_checkpoint_(delete_checkpoint),
+      max_to_keep_(max_to_keep) {
+  DIST_CHECK_ARG(!backup_dir_.empty(), "BackupAndRestore: the backup directory is empty");
+  DIST_CHECK_ARG(save_freq >= 0, "BackupAndRestore: save_freq must be 0 (at epoch ends) or a "
+                 "number of steps, got ", save_freq);
+  DIST_CHECK_ARG(max_to_keep >= 1, "BackupAndRestore: max_to_keep must be at least 1, got ",
+                 max_to_keep);
+}
+
+BackupAndRestore::~BackupAndRestore() = default;
+
+int BackupAndRestore::signal_number() const {
+  return preemption_ ? preemption_->signal_number() : 0;
+}
+
+void BackupAndRestore::on_train_begin(const Logs&) {
+  interrupted_ = completed_ = false;
+  resumed_at_step_ = -1;
+  manager_ = std::make_unique<CheckpointManager>(backup_dir_, max_to_keep_);
+  // Every worker reads the backup (the directory must be shared, as in TensorFlow).
+  if (auto latest = manager_->latest()) {
+    Checkpoint checkpoint = model().checkpoint();
+    checkpoint.read(*latest);
+    model().resume_training_at(checkpoint.state);
+    resumed_at_step_ = checkpoint.state.step;
+  }
+  preemption_ = std::make_unique<PreemptionWatcher>();
+}
+
+void BackupAndRestore::save() {
+  Checkpoint checkpoint = model().checkpoint();
+  checkpoint.state = model().training_state();  // a collective: every worker calls it
+  if (model().is_chief()) last_saved_ = manager_->save(checkpoint);
+}
+
+void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
+  // Agreed by all workers, so they stop (and save) at the same step.
+  interrupted_ = model().strategy().any_worker(preemption_->requested());
+  const bool due = save_freq_ > 0 && model().global_step() % save_freq_ == 0;
+  if (interrupted_ || due) save();
+  if (interrupted_) model().set_stop_training(true);
+}
+
+void BackupAndRestore::on_epoch_end(int, Logs&) {
+  save();
+  completed_ = !model().stop_training();
+}
+
+void BackupAndRestore::on_train_end(const Logs&) {
+  preemption_.reset();
+  // A stop by another callback (EarlyStopping) also ends the run: only an interruption keeps
+  // the backup for a resume.
+  if (!interrupted_ && delete_checkpoint_ && model().is_chief())
+    std::filesystem::remove_all(backup_dir_);
+  completed_ = !interrupted_;
+}
+
+}  // namespace dist::keras::callbacks

@@ -1,0 +1,101 @@
+#include "graph_module.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+#include "dist/core/error.h"
+
+namespace dist::keras::detail {
+
+std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& input,
+                                          const std::shared_ptr<const Node>& output) {
+  DIST_CHECK_ARG(input->layer == nullptr,
+                 "Model: inputs must be made by keras::Input, not by a layer");
+  auto graph = std::make_shared<Graph>();
+  std::map<const Node*, int> step_of;
+  std::map<const LayerSpec*, int> layer_of;
+  // Depth-first from the output: a node's inputs get their steps before it, so the steps come
+  // out in execution order, in the order the user wired the layers.
+  std::function<int(const std::shared_ptr<const Node>&)> visit =
+      [&](const std::shared_ptr<const Node>& node) -> int {
+    if (auto it = step_of.find(node.get()); it != step_of.end()) return it->second;
+    Step step;
+    step.shape = node->shape;
+    if (node->layer == nullptr) {
+      DIST_CHECK_ARG(node == input, "Model: the output depends on an Input that is not the "
+                     "model's input; models here have exactly one input");
+    } else {
+      for (const auto& in : node->inputs) step.inputs.push_back(visit(in));
+      auto [it, added] = layer_of.emplace(node->layer.get(), static_cast<int>(graph->layers.size()));
+      if (added) {
+        graph->layers.push_back(node->layer);
+        graph->layer_inputs.push_back(node->layer->built_for);
+      }
+      step.layer = it->second;
+    }
+    graph->steps.push_back(std::move(step));
+    int index = static_cast<int>(graph->steps.size()) - 1;
+    step_of[node.get()] = index;
+    return index;
+  };
+  visit(output);
+  DIST_CHECK_ARG(step_of.count(input.get()) == 1,
+                 "Model: the output does not depend on the given input");
+  DIST_INTERNAL_ASSERT(graph->steps.front().layer == -1, "the input must run first");
+
+  // Names: explicit ones must be unique; the others get "<stem>", "<stem>_1", ... in order.
+  std::set<std::string> taken;
+  for (const auto& layer : graph->layers) {
+    if (layer->name.empty()) continue;
+    DIST_CHECK_ARG(taken.insert(layer->name).second, "Model: two layers are named '",
+                   layer->name, "'; layer names must be unique within a model");
+  }
+  std::map<std::string, int> next_suffix;
+  for (const auto& layer : graph->layers) {
+    if (!layer->name.empty()) continue;
+    auto* mutable_layer = const_cast<LayerSpec*>(layer.get());  // naming happens once, here
+    std::string stem = layer->default_name(), name;
+    do {
+      int n = next_suffix[stem]++;
+      name = n == 0 ? stem : stem + "_" + std::to_string(n);
+    } while (!taken.insert(name).second);
+    mutable_layer->name = name;
+  }
+  return graph;
+}
+
+GraphModuleImpl::GraphModuleImpl(std::shared_ptr<const Graph> graph) : graph_(std::move(graph)) {
+  reset();
+}
+
+void GraphModuleImpl::reset() {
+  modules_.assign(graph_->layers.size(), nullptr);
+  for (size_t i = 0; i < graph_->layers.size(); ++i) {
+    auto module = graph_->layers[i]->make_module(graph_->layer_inputs[i]);
+    if (module) modules_[i] = register_module(graph_->layers[i]->name, std::move(module));
+  }
+}
+
+at::Tensor GraphModuleImpl::forward(const at::Tensor& input) {
+  const auto& steps = graph_->steps;
+  const Shape& expected = steps.front().shape;
+  bool fits = input.dim() == static_cast<int64_t>(expected.size()) + 1;
+  for (size_t d = 0; fits && d < expected.size(); ++d)
+    fits = input.size(static_cast<int64_t>(d) + 1) == expected[d];
+  DIST_CHECK_ARG(fits, "model input has shape ", input.sizes(), " but the model expects (batch, ",
+                 shape_to_string(expected).substr(7), " (channels first)");
+  std::vector<at::Tensor> values(steps.size());
+  values[0] = input;
+  for (size_t s = 1; s < steps.size(); ++s) {
+    const auto& step = steps[s];
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(step.inputs.size());
+    for (int i : step.inputs) inputs.push_back(values[static_cast<size_t>(i)]);
+    const size_t layer = static_cast<size_t>(step.layer);
+    values[s] = graph_->layers[layer]->call(modules_[layer].get(), inputs, is_training());
+  }
+  return values.back();
+}
+
+}  // namespace dist::keras::detail

@@ -1,0 +1,478 @@
+#include "dist/keras/model.h"
+
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/core/error.h"
+#include "dist/keras/callbacks.h"
+#include "dist/train/metrics.h"
+#include "dist/train/safetensors.h"
+#include "graph_module.h"
+
+namespace dist::keras {
+namespace detail {
+
+// A metric compile() made from its name, and how fit feeds it.
+struct CompiledMetric {
+  std::unique_ptr<Metric> metric;
+  std::function<void(Metric&, const at::Tensor& y_true, const at::Tensor& y_pred)> update;
+};
+
+struct ModelState {
+  std::string name;
+  std::shared_ptr<const Graph> graph;
+  GraphModule module{nullptr};  // the primary copy
+  Strategy strategy = get_default_strategy();
+  std::optional<Mirrored<GraphModule>> mirrored;  // set by compile()
+  std::shared_ptr<MirroredOptimizer> optimizer;
+  std::shared_ptr<const Loss> loss;
+  std::unique_ptr<metrics::Mean> loss_tracker;
+  std::vector<CompiledMetric> metrics;
+  bool stop_training = false;
+  TrainingState progress;               // where fit is
+  std::optional<TrainingState> resume;  // set from on_train_begin by resume_training_at
+};
+
+}  // namespace detail
+
+namespace {
+
+using data::Element;
+using detail::CompiledMetric;
+using detail::ModelState;
+
+CompiledMetric make_metric(const std::string& name, const Loss& loss) {
+  CompiledMetric m;
+  if (name == "accuracy" || name == "acc" || name == "sparse_categorical_accuracy") {
+    DIST_CHECK_ARG(loss.name() == "sparse_categorical_crossentropy" ||
+                       name == "sparse_categorical_accuracy",
+                   "metric '", name, "' with loss '", loss.name(),
+                   "': only sparse categorical accuracy is available; use it with "
+                   "SparseCategoricalCrossentropy (integer labels)");
+    m.metric = std::make_unique<metrics::SparseCategoricalAccuracy>(name);
+    m.update = [](Metric& metric, const at::Tensor& y, const at::Tensor& p) {
+      static_cast<metrics::SparseCategoricalAccuracy&>(metric).update_state(y, p);
+    };
+  } else if (name == "mae" || name == "mean_absolute_error") {
+    m.metric = std::make_unique<metrics::MeanAbsoluteError>(name);
+    m.update = [](Metric& metric, const at::Tensor& y, const at::Tensor& p) {
+      static_cast<metrics::MeanAbsoluteError&>(metric).update_state(y, p);
+    };
+  } else {
+    throw InvalidArgument("unknown metric '" + name +
+                          "': use accuracy, sparse_categorical_accuracy or mae");
+  }
+  return m;
+}
+
+void check_element(const Element& element, size_t at_least, const char* what) {
+  DIST_CHECK_ARG(element.size() >= at_least, what, " needs dataset elements of ",
+                 at_least == 2 ? "(x, y)" : "(x) or (x, y)", ", got an element of ",
+                 element.size(), " tensors");
+}
+
+// Calls f on the model's callbacks in order.
+struct CallbackList {
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  template <class F>
+  void each(F&& f) const {
+    for (const auto& callback : callbacks) f(*callback);
+  }
+};
+
+CallbackList make_callbacks(Model* model, const std::vector<std::shared_ptr<Callback>>& user,
+                            int verbose, std::ostream* out, const Logs& params) {
+  DIST_CHECK_ARG(verbose >= 0 && verbose <= 2, "verbose must be 0, 1 or 2, got ", verbose);
+  CallbackList list;
+  // As in Keras, the progress bar comes first, so it prints an epoch before the others act.
+  if (verbose > 0 && model->is_chief())
+    list.callbacks.push_back(std::make_shared<ProgbarLogger>(out ? *out : std::cout));
+  for (const auto& callback : user) {
+    DIST_CHECK_ARG(callback != nullptr, "callbacks: a callback is null");
+    list.callbacks.push_back(callback);
+  }
+  for (const auto& callback : list.callbacks) {
+    callback->set_model(model);
+    callback->set_params(params);
+  }
+  return list;
+}
+
+}  // namespace
+
+Model& Callback::model() const {
+  DIST_CHECK_ARG(model_ != nullptr, "this callback has no model yet; pass it to fit, evaluate "
+                 "or predict");
+  return *model_;
+}
+
+Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name)
+    : state_(std::make_shared<ModelState>()) {
+  state_->name = std::move(name);
+  state_->graph = detail::Graph::trace(inputs.node(), outputs.node());
+  state_->module = detail::GraphModule(state_->graph);
+}
+
+Model Sequential(const Shape& input_shape, const std::vector<Layer>& layers, std::string name) {
+  DIST_CHECK_ARG(!layers.empty(), "Sequential '", name, "' needs at least one layer");
+  KerasTensor input = Input(input_shape);
+  KerasTensor x = input;
+  for (const Layer& layer : layers) x = layer(x);
+  Model model(input, x, std::move(name));
+  const_cast<detail::Graph&>(*model.state_->graph).sequential = true;
+  return model;
+}
+
+const std::string& Model::name() const { return state_->name; }
+bool Model::compiled() const { return state_->mirrored.has_value(); }
+const Strategy& Model::strategy() const { return state_->strategy; }
+bool Model::is_chief() const { return state_->strategy.extended().first_replica_id() == 0; }
+void Model::set_stop_training(bool stop) { state_->stop_training = stop; }
+bool Model::stop_training() const { return state_->stop_training; }
+std::shared_ptr<torch::nn::Module> Model::module() const { return state_->module.ptr(); }
+
+void Model::compile(const Strategy& strategy, const Optimizer& optimizer,
+                    std::shared_ptr<const Loss> loss, const std::vector<std::string>& metrics) {
+  ModelState& s = *state_;
+  DIST_CHECK_ARG(loss != nullptr, "compile: the loss is null");
+  DIST_CHECK_ARG(optimizer.make != nullptr, "compile: the optimizer '", optimizer.name,
+                 "' has no make function");
+  if (s.mirrored) {
+    // The copies (and, across workers, the gradient hooks) belong to the first strategy.
+    DIST_CHECK_ARG(&s.strategy.extended() == &strategy.extended(), "compile: model '", s.name,
+                   "' was compiled under ", s.strategy.name(), " and cannot move to ",
+                   strategy.name(), "; build a new model under the new strategy");
+  } else {
+    s.strategy = strategy;
+    s.mirrored.emplace(strategy.mirror(s.module));
+  }
+  s.optimizer = std::make_shared<MirroredOptimizer>(
+      s.mirrored->shared_variables(), optimizer.make(s.mirrored->primary()->parameters()));
+  s.loss = std::move(loss);
+  s.loss_tracker = std::make_unique<metrics::Mean>("loss");
+  s.metrics.clear();
+  for (const std::string& name : metrics) s.metrics.push_back(make_metric(name, *s.loss));
+}
+
+namespace {
+
+void check_compiled(const ModelState& s, const char* what) {
+  DIST_CHECK_ARG(s.mirrored.has_value(), what, ": model '", s.name,
+                 "' is not compiled; call compile(strategy, optimizer, loss, metrics) first");
+}
+
+void set_training(ModelState& s, bool on) { s.mirrored->train(on); }
+
+void reset_metrics(ModelState& s) {
+  s.loss_tracker->reset_state();
+  for (auto& m : s.metrics) m.metric->reset_state();
+}
+
+// The loss a replica differentiates: summed or averaged over the GLOBAL batch (see model.h).
+at::Tensor replica_loss(const Loss& loss, const at::Tensor& y_true, const at::Tensor& y_pred) {
+  at::Tensor per_example = loss.unreduced(y_true, y_pred);
+  if (loss.reduction() == Reduction::kSum) return per_example.sum();
+  return compute_average_loss(per_example);
+}
+
+// Logs from every process's metrics (a collective) or this process's only.
+Logs metric_logs(const ModelState& s, bool global, const std::string& prefix = "") {
+  Logs logs;
+  logs[prefix + "loss"] = global ? s.loss_tracker->result() : s.loss_tracker->local_result();
+  for (const auto& m : s.metrics)
+    logs[prefix + m.metric->name()] = global ? m.metric->result() : m.metric->local_result();
+  return logs;
+}
+
+std::vector<Metric*> all_metrics(ModelState& s) {
+  std::vector<Metric*> all{s.loss_tracker.get()};
+  for (auto& m : s.metrics) all.push_back(m.metric.get());
+  return all;
+}
+
+// One step's loss metric update: the global mean loss, weighted by the global batch.
+void track_loss(ModelState& s, const PerReplica<at::Tensor>& losses, int64_t global_batch) {
+  at::Tensor total = s.strategy.reduce(ReduceOp::kSum, losses);
+  s.loss_tracker->update_state(total, torch::tensor(static_cast<double>(global_batch)));
+}
+
+// Runs the data through the model without training; fills the compiled metrics.
+Logs run_test(ModelState& s, const DistributedDataset& data, int64_t steps,
+              const CallbackList& callbacks) {
+  reset_metrics(s);
+  callbacks.each([](Callback& c) { c.on_test_begin({}); });
+  set_training(s, false);
+  int64_t step = 0;
+  auto it = data.iterator(0);
+  while (steps < 0 || step < steps) {
+    auto batch = it.next();
+    if (!batch) break;
+    callbacks.each([&](Callback& c) { c.on_test_batch_begin(step, {}); });
+    auto losses = s.strategy.run(
+        [&](const Element& b) {
+          check_element(b, 2, "evaluate");
+          torch::NoGradGuard no_grad;
+          at::Tensor y_pred = s.mirrored->operator->()->forward(b[0]);
+          for (auto& m : s.metrics) m.update(*m.metric, b[1], y_pred);
+          return replica_loss(*s.loss, b[1], y_pred);
+        },
+        *batch);
+    track_loss(s, losses, batch->global_batch_size());
+    Logs logs = metric_logs(s, /*global=*/false);
+    callbacks.each([&](Callback& c) { c.on_test_batch_end(step, logs); });
+    ++step;
+  }
+  Logs logs = metric_logs(s, /*global=*/true);
+  callbacks.each([&](Callback& c) { c.on_test_end(logs); });
+  return logs;
+}
+
+}  // namespace
+
+History Model::fit(const data::Dataset& train, const FitOptions& options) {
+  ModelState& s = *state_;
+  check_compiled(s, "fit");
+  DIST_CHECK_ARG(options.epochs >= 0 && options.initial_epoch >= 0, "fit: epochs (",
+                 options.epochs, ") and initial_epoch (", options.initial_epoch,
+                 ") must not be negative");
+  DIST_CHECK_ARG(options.steps_per_epoch == -1 || options.steps_per_epoch >= 1,
+                 "fit: steps_per_epoch must be at least 1, or -1 for the whole dataset; got ",
+                 options.steps_per_epoch);
+  DIST_CHECK_ARG(options.validation_steps == -1 || options.validation_steps >= 1,
+                 "fit: validation_steps must be at least 1, or -1 for all; got ",
+                 options.validation_steps);
+  auto train_data = s.strategy.experimental_distribute_dataset(train);
+  std::optional<DistributedDataset> validation;
+  if (options.validation_data)
+    validation = s.strategy.experimental_distribute_dataset(*options.validation_data);
+
+  int64_t steps = train_data.cardinality() >= 0 ? train_data.cardinality() : -1;
+  if (options.steps_per_epoch > 0)
+    steps = steps < 0 ? options.steps_per_epoch : std::min(steps, options.steps_per_epoch);
+  CallbackList callbacks = make_callbacks(
+      this, options.callbacks, options.verbose, options.out,
+      {{"epochs", options.epochs}, {"steps", static_cast<double>(steps)},
+       {"verbose", options.verbose}});
+
+  s.stop_training = false;
+  s.resume.reset();
+  s.progress = TrainingState{};
+  s.progress.epoch = options.initial_epoch;
+  s.progress.position = data::IteratorPosition{options.initial_epoch, 0};
+  callbacks.each([](Callback& c) { c.on_train_begin({}); });
+  // A callback (BackupAndRestore) may have asked to continue from a saved state.
+  const std::optional<TrainingState> resume = std::move(s.resume);
+  s.resume.reset();
+  if (resume) s.progress = *resume;
+
+  History history;
+  Logs logs;
+  for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
+    const bool resuming = resume && resume->epoch == epoch && resume->position.elements > 0;
+    reset_metrics(s);
+    if (resuming && is_chief()) {
+      // Under several workers the sums were saved globally: one worker holds them.
+      for (Metric* m : all_metrics(s)) {
+        auto total = resume->values.find(m->name() + ".total");
+        auto count = resume->values.find(m->name() + ".count");
+        if (total != resume->values.end() && count != resume->values.end())
+          m->restore_state(std::stod(total->second), std::stod(count->second));
+      }
+    }
+    callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, {}); });
+    set_training(s, true);
+    auto it = resuming ? train_data.iterator_at(resume->position) : train_data.iterator(epoch);
+    int64_t step = resuming ? resume->position.elements : 0;
+    s.progress.epoch = epoch;
+    s.progress.position = it.position();
+    bool cut_short = false;
+    while (options.steps_per_epoch < 0 || step < options.steps_per_epoch) {
+      auto batch = it.next();
+      if (!batch) break;
+      callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, {}); });
+      auto losses = s.strategy.run(
+          [&](const Element& b) {
+            check_element(b, 2, "fit");
+            at::Tensor y_pred = s.mirrored->operator->()->forward(b[0]);
+            at::Tensor loss = replica_loss(*s.loss, b[1], y_pred);
+            loss.backward();
+            s.optimizer->apply_gradients();
+            at::Tensor detached = y_pred.detach();
+            for (auto& m : s.metrics) m.update(*m.metric, b[1], detached);
+            return loss.detach();
+          },
+          *batch);
+      track_loss(s, losses, batch->global_batch_size());
+      ++s.progress.step;
+      s.progress.position = it.position();
+      Logs batch_logs = metric_logs(s, /*global=*/false);
+      callbacks.each([&](Callback& c) { c.on_train_batch_end(step, batch_logs); });
+      ++step;
+      // A stop within the epoch (preemption, or a user's callback) ends fit here: the epoch is
+      // not complete, so it gets no validation and no on_epoch_end (a resume completes it).
+      if (s.stop_training) {
+        cut_short = true;
+        break;
+      }
+    }
+    if (cut_short) break;
+    logs = metric_logs(s, /*global=*/true);
+    if (validation) {
+      for (const auto& [key, value] : run_test(s, *validation, options.validation_steps, callbacks))
+        logs["val_" + key] = value;
+    }
+    // The next epoch starts at its beginning: what a checkpoint taken at epoch end records.
+    s.progress.epoch = epoch + 1;
+    s.progress.position = data::IteratorPosition{epoch + 1, 0};
+    callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
+    history.epoch.push_back(epoch);
+    for (const auto& [key, value] : logs) history.history[key].push_back(value);
+    if (s.stop_training) break;
+  }
+  callbacks.each([&](Callback& c) { c.on_train_end(logs); });
+  return history;
+}
+
+Logs Model::evaluate(const data::Dataset& data, const EvaluateOptions& options) {
+  ModelState& s = *state_;
+  check_compiled(s, "evaluate");
+  DIST_CHECK_ARG(options.steps == -1 || options.steps >= 1,
+                 "evaluate: steps must be at least 1, or -1 for all; got ", options.steps);
+  auto distributed = s.strategy.experimental_distribute_dataset(data);
+  int64_t steps = distributed.cardinality() >= 0 ? distributed.cardinality() : -1;
+  if (options.steps > 0) steps = steps < 0 ? options.steps : std::min(steps, options.steps);
+  CallbackList callbacks =
+      make_callbacks(this, options.callbacks, options.verbose, options.out,
+                     {{"steps", static_cast<double>(steps)}, {"verbose", options.verbose}});
+  return run_test(s, distributed, options.steps, callbacks);
+}
+
+at::Tensor Model::predict(const data::Dataset& data, const EvaluateOptions& options) {
+  ModelState& s = *state_;
+  check_compiled(s, "predict");
+  DIST_CHECK_ARG(options.steps == -1 || options.steps >= 1,
+                 "predict: steps must be at least 1, or -1 for all; got ", options.steps);
+  auto distributed = s.strategy.experimental_distribute_dataset(data);
+  int64_t steps = distributed.cardinality() >= 0 ? distributed.cardinality() : -1;
+  if (options.steps > 0) steps = steps < 0 ? options.steps : std::min(steps, options.steps);
+  CallbackList callbacks =
+      make_callbacks(this, options.callbacks, options.verbose, options.out,
+                     {{"steps", static_cast<double>(steps)}, {"verbose", options.verbose}});
+  callbacks.each([](Callback& c) { c.on_predict_begin({}); });
+  set_training(s, false);
+  std::vector<at::Tensor> outputs;
+  int64_t step = 0;
+  auto it = distributed.iterator(0);
+  while (options.steps < 0 || step < options.steps) {
+    auto batch = it.next();
+    if (!batch) break;
+    callbacks.each([&](Callback& c) { c.on_predict_batch_begin(step, {}); });
+    auto predictions = s.strategy.run(
+        [&](const Element& b) {
+          check_element(b, 1, "predict");
+          torch::NoGradGuard no_grad;
+          return s.mirrored->operator->()->forward(b[0]);
+        },
+        *batch);
+    outputs.push_back(s.strategy.gather(predictions, 0));
+    callbacks.each([&](Callback& c) { c.on_predict_batch_end(step, {}); });
+    ++step;
+  }
+  callbacks.each([](Callback& c) { c.on_predict_end({}); });
+  DIST_CHECK_ARG(!outputs.empty(), "predict: the dataset is empty");
+  return torch::cat(outputs, 0);
+}
+
+at::Tensor Model::operator()(const at::Tensor& x) const {
+  torch::NoGradGuard no_grad;
+  auto& module = *state_->module;
+  const bool was_training = module.is_training();
+  module.eval();
+  at::Tensor y = module.forward(x);
+  module.train(was_training);
+  return y;
+}
+
+double Model::learning_rate() const {
+  check_compiled(*state_, "learning_rate");
+  return state_->optimizer->learning_rate();
+}
+
+void Model::set_learning_rate(double learning_rate) {
+  check_compiled(*state_, "set_learning_rate");
+  DIST_CHECK_ARG(std::isfinite(learning_rate) && learning_rate >= 0,
+                 "learning rate must be a finite non-negative number, got ", learning_rate);
+  state_->optimizer->set_learning_rate(learning_rate);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::weights() const {
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& item : state_->module->named_parameters())
+    weights.emplace_back(item.key(), item.value());
+  for (const auto& item : state_->module->named_buffers())
+    if (item.value().is_floating_point()) weights.emplace_back(item.key(), item.value());
+  return weights;
+}
+
+void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+  std::vector<std::shared_ptr<torch::nn::Module>> copies{state_->module.ptr()};
+  if (state_->mirrored) copies = state_->mirrored->variables().replicas;
+  // Check everything before changing anything.
+  std::map<std::string, at::Tensor> by_name(weights.begin(), weights.end());
+  const auto own = this->weights();
+  for (const auto& [name, tensor] : own) {
+    auto it = by_name.find(name);
+    DIST_CHECK_ARG(it != by_name.end(), "set_weights: model '", state_->name, "' has weight '",
+                   name, "' but no value was given for it");
+    DIST_CHECK_ARG(it->second.sizes() == tensor.sizes(), "set_weights: weight '", name,
+                   "' has shape ", tensor.sizes(), " but the value has shape ",
+                   it->second.sizes());
+  }
+  DIST_CHECK_ARG(by_name.size() == own.size(), "set_weights: ", by_name.size(),
+                 " values for the ", own.size(), " weights of model '", state_->name,
+                 "'; a name does not belong to the model");
+  torch::NoGradGuard no_grad;
+  for (const auto& copy : copies) {
+    // A copy's own names: a clone registers its layers under the same names.
+    for (const auto& item : copy->named_parameters()) item.value().copy_(by_name.at(item.key()));
+    for (const auto& item : copy->named_buffers())
+      if (item.value().is_floating_point()) item.value().copy_(by_name.at(item.key()));
+  }
+}
+
+void Model::save_weights(const std::string& path) const {
+  save_safetensors(path, weights(), {{"format", "dist.keras.weights/1"}, {"model", name()}});
+}
+
+void Model::load_weights(const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  try {
+    set_weights(file.tensors);
+  } catch (const InvalidArgument& e) {
+    throw DataError(path + ": " + e.what());
+  }
+}
+
+Checkpoint Model::checkpoint() const {
+  check_compiled(*state_, "checkpoint");
+  return Checkpoint(*state_->mirrored, state_->optimizer.get());
+}
+
+TrainingState Model::training_state() const {
+  TrainingState state = state_->progress;
+  if (state_->loss_tracker) {
+    for (Metric* m : all_metrics(*state_)) {
+      auto [total, count] = m->total_and_count();  // a collective: every worker calls it
+      state.values[m->name() + ".total"] = nlohmann::json(total).dump();
+      state.values[m->name() + ".count"] = nlohmann::json(count).dump();
+    }
+  }
+  return state;
+}
+
+int64_t Model::global_step() const { return state_->progress.step; }
+
+void Model::resume_training_at(const TrainingState& state) { state_->resume = state; }
+
+}  // namespace dist::keras
