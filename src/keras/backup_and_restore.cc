@@ -15,8 +15,10 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, int64_t save_freq,
       delete_checkpoint_(delete_checkpoint),
       max_to_keep_(max_to_keep) {
   DIST_CHECK_ARG(!backup_dir_.empty(), "BackupAndRestore: the backup directory is empty");
-  DIST_CHECK_ARG(save_freq >= 0, "BackupAndRestore: save_freq must be 0 (at epoch ends) or a "
-                 "number of steps, got ", save_freq);
+  DIST_CHECK_ARG(save_freq >= 0,
+                 "BackupAndRestore: save_freq must be 0 (at epoch ends) or a "
+                 "number of steps, got ",
+                 save_freq);
   DIST_CHECK_ARG(max_to_keep >= 1, "BackupAndRestore: max_to_keep must be at least 1, got ",
                  max_to_keep);
 }
@@ -28,7 +30,7 @@ int BackupAndRestore::signal_number() const {
 }
 
 void BackupAndRestore::on_train_begin(const Logs&) {
-  interrupted_ = completed_ = false;
+  interrupted_ = false;
   resumed_at_step_ = -1;
   manager_ = std::make_unique<CheckpointManager>(backup_dir_, max_to_keep_);
   // Every worker reads the backup (the directory must be shared, as in TensorFlow).
@@ -55,10 +57,9 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
   if (interrupted_) model().set_stop_training(true);
 }
 
-void BackupAndRestore::on_epoch_end(int, Logs&) {
-  save();
-  completed_ = !model().stop_training();
-}
+void BackupAndRestore::on_epoch_end(int, Logs&) { save(); }
+
+void BackupAndRestore::on_train_abort() { preemption_.reset(); }
 
 void BackupAndRestore::on_train_end(const Logs&) {
   preemption_.reset();
@@ -66,7 +67,6 @@ void BackupAndRestore::on_train_end(const Logs&) {
   // the backup for a resume.
   if (!interrupted_ && delete_checkpoint_ && model().is_chief())
     std::filesystem::remove_all(backup_dir_);
-  completed_ = !interrupted_;
 }
 
 }  // namespace dist::keras::callbacks

@@ -47,8 +47,9 @@ std::optional<double> Monitor::value(const Logs& logs) {
   auto it = logs.find(key_);
   if (it != logs.end()) return it->second;
   if (!warned_) {
-    std::cerr << "Warning: the monitored value '" << key_ << "' is not in the logs (available: "
-              << available_keys(logs) << "); pass validation_data for val_ entries" << std::endl;
+    std::cerr << "Warning: the monitored value '" << key_
+              << "' is not in the logs (available: " << available_keys(logs)
+              << "); pass validation_data for val_ entries" << std::endl;
     warned_ = true;
   }
   return std::nullopt;
@@ -62,14 +63,16 @@ namespace callbacks {
 
 ModelCheckpoint::ModelCheckpoint(std::string filepath, std::string monitor, bool save_best_only,
                                  const std::string& mode)
-    : filepath_(std::move(filepath)), monitor_(std::move(monitor), mode),
+    : filepath_(std::move(filepath)),
+      monitor_(std::move(monitor), mode),
       save_best_only_(save_best_only) {
   DIST_CHECK_ARG(!filepath_.empty(), "ModelCheckpoint: the file path is empty");
 }
 
 std::string ModelCheckpoint::path_for(int epoch, const Logs& logs) const {
   // "{key}" or "{key:format}" with a printf conversion such as 02d or .4f.
-  static const std::regex field(R"(\{([A-Za-z_][A-Za-z0-9_]*)(?::(0?[0-9]*(?:\.[0-9]+)?)([dfeg]))?\})");
+  static const std::regex field(
+      R"(\{([A-Za-z_][A-Za-z0-9_]*)(?::(0?[0-9]*(?:\.[0-9]+)?)([dfeg]))?\})");
   std::string out;
   auto begin = filepath_.cbegin();
   for (std::sregex_iterator it(filepath_.begin(), filepath_.end(), field), end; it != end; ++it) {
@@ -115,7 +118,8 @@ void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
 
 EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta,
                              const std::string& mode, bool restore_best_weights)
-    : monitor_(std::move(monitor), mode, min_delta), patience_(patience),
+    : monitor_(std::move(monitor), mode, min_delta),
+      patience_(patience),
       restore_best_weights_(restore_best_weights) {
   DIST_CHECK_ARG(patience >= 0, "EarlyStopping: patience must be at least 0, got ", patience);
 }
@@ -213,8 +217,10 @@ void CSVLogger::on_train_end(const Logs&) {
 
 TensorBoard::TensorBoard(std::string log_dir, int64_t update_freq)
     : log_dir_(std::move(log_dir)), update_freq_(update_freq) {
-  DIST_CHECK_ARG(update_freq >= 0, "TensorBoard: update_freq must be 0 (epochs only) or a "
-                 "number of steps, got ", update_freq);
+  DIST_CHECK_ARG(update_freq >= 0,
+                 "TensorBoard: update_freq must be 0 (epochs only) or a "
+                 "number of steps, got ",
+                 update_freq);
 }
 TensorBoard::~TensorBoard() = default;
 

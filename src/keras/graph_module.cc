@@ -23,11 +23,13 @@ std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& inp
     Step step;
     step.shape = node->shape;
     if (node->layer == nullptr) {
-      DIST_CHECK_ARG(node == input, "Model: the output depends on an Input that is not the "
+      DIST_CHECK_ARG(node == input,
+                     "Model: the output depends on an Input that is not the "
                      "model's input; models here have exactly one input");
     } else {
       for (const auto& in : node->inputs) step.inputs.push_back(visit(in));
-      auto [it, added] = layer_of.emplace(node->layer.get(), static_cast<int>(graph->layers.size()));
+      auto [it, added] =
+          layer_of.emplace(node->layer.get(), static_cast<int>(graph->layers.size()));
       if (added) {
         graph->layers.push_back(node->layer);
         graph->layer_inputs.push_back(node->layer->built_for);
@@ -48,8 +50,8 @@ std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& inp
   std::set<std::string> taken;
   for (const auto& layer : graph->layers) {
     if (layer->name.empty()) continue;
-    DIST_CHECK_ARG(taken.insert(layer->name).second, "Model: two layers are named '",
-                   layer->name, "'; layer names must be unique within a model");
+    DIST_CHECK_ARG(taken.insert(layer->name).second, "Model: two layers are named '", layer->name,
+                   "'; layer names must be unique within a model");
   }
   std::map<std::string, int> next_suffix;
   for (const auto& layer : graph->layers) {
@@ -83,8 +85,13 @@ at::Tensor GraphModuleImpl::forward(const at::Tensor& input) {
   bool fits = input.dim() == static_cast<int64_t>(expected.size()) + 1;
   for (size_t d = 0; fits && d < expected.size(); ++d)
     fits = input.size(static_cast<int64_t>(d) + 1) == expected[d];
-  DIST_CHECK_ARG(fits, "model input has shape ", input.sizes(), " but the model expects (batch, ",
-                 shape_to_string(expected).substr(7), " (channels first)");
+  if (!fits) {
+    std::string wanted = "(batch";
+    for (int64_t d : expected) wanted += ", " + std::to_string(d);
+    throw InvalidArgument(dist::detail::concat("model input has shape ", input.sizes(),
+                                               " but the model expects ", wanted,
+                                               ") (images channels first)"));
+  }
   std::vector<at::Tensor> values(steps.size());
   values[0] = input;
   for (size_t s = 1; s < steps.size(); ++s) {

@@ -72,16 +72,21 @@ at::Tensor pad_same(const at::Tensor& x, int64_t window, int64_t stride, double 
 }
 
 void check_image(const std::vector<Shape>& inputs, const std::string& what) {
-  DIST_CHECK_ARG(inputs[0].size() == 3, what, " expects one example of shape (channels, height, "
-                 "width), got ", shape_to_string(inputs[0]),
+  DIST_CHECK_ARG(inputs[0].size() == 3, what,
+                 " expects one example of shape (channels, height, "
+                 "width), got ",
+                 shape_to_string(inputs[0]),
                  "; images are channels first here, e.g. Input({1, 28, 28})");
 }
 
 class Conv2DSpec : public LayerSpec {
  public:
-  Conv2DSpec(int64_t filters, int64_t kernel) : LayerSpec("Conv2D"), filters(filters), kernel(kernel) {
-    DIST_CHECK_ARG(filters >= 1 && kernel >= 1, "Conv2D needs filters >= 1 and kernel_size >= 1, "
-                   "got ", filters, " and ", kernel);
+  Conv2DSpec(int64_t filters, int64_t kernel)
+      : LayerSpec("Conv2D"), filters(filters), kernel(kernel) {
+    DIST_CHECK_ARG(filters >= 1 && kernel >= 1,
+                   "Conv2D needs filters >= 1 and kernel_size >= 1, "
+                   "got ",
+                   filters, " and ", kernel);
   }
   std::string default_name() const override { return "conv2d"; }
   Shape output_shape(const std::vector<Shape>& in, const std::string& n) const override {
@@ -116,7 +121,8 @@ class DenseSpec : public LayerSpec {
   }
   std::string default_name() const override { return "dense"; }
   Shape output_shape(const std::vector<Shape>& in, const std::string& n) const override {
-    DIST_CHECK_ARG(!in[0].empty(), describe(kind(), n), " needs at least one axis per example, "
+    DIST_CHECK_ARG(!in[0].empty(), describe(kind(), n),
+                   " needs at least one axis per example, "
                    "got a scalar");
     Shape out = in[0];
     out.back() = units;
@@ -277,8 +283,7 @@ KerasTensor Layer::operator()(const KerasTensor& input) const {
 KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
   const int arity = spec_->arity();
   DIST_CHECK_ARG(arity == 0 || static_cast<int>(inputs.size()) == arity,
-                 detail::describe(kind(), name()), " takes ", arity, " input, got ",
-                 inputs.size());
+                 detail::describe(kind(), name()), " takes ", arity, " input, got ", inputs.size());
   std::vector<Shape> shapes;
   auto node = std::make_shared<detail::Node>();
   for (const KerasTensor& t : inputs) {
@@ -291,8 +296,8 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
     spec_->built_for = shapes;
   } else {
     DIST_CHECK_ARG(spec_->built_for == shapes, detail::describe(kind(), name()),
-                   " was first called on ", shape_to_string(spec_->built_for[0]),
-                   " and now on ", shape_to_string(shapes[0]),
+                   " was first called on ", shape_to_string(spec_->built_for[0]), " and now on ",
+                   shape_to_string(shapes[0]),
                    "; a layer called twice shares its weights, so use a new layer instead");
   }
   node->layer = spec_;
@@ -300,8 +305,8 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
 }
 
 Layer& Layer::named(std::string name) {
-  DIST_CHECK_ARG(!name.empty() && name.find('.') == std::string::npos,
-                 "layer name '", name, "' must be non-empty and contain no '.'");
+  DIST_CHECK_ARG(!name.empty() && name.find('.') == std::string::npos, "layer name '", name,
+                 "' must be non-empty and contain no '.'");
   spec_->name = std::move(name);
   return *this;
 }
@@ -359,8 +364,10 @@ MaxPooling2D& MaxPooling2D::padding(const std::string& padding) {
 
 BatchNormalization::BatchNormalization() : Layer(std::make_shared<BatchNormalizationSpec>()) {}
 BatchNormalization& BatchNormalization::momentum(double momentum) {
-  DIST_CHECK_ARG(momentum >= 0 && momentum <= 1, "BatchNormalization momentum must be in [0, 1], "
-                 "got ", momentum);
+  DIST_CHECK_ARG(momentum >= 0 && momentum <= 1,
+                 "BatchNormalization momentum must be in [0, 1], "
+                 "got ",
+                 momentum);
   options_of<BatchNormalizationSpec>().momentum = momentum;
   return *this;
 }

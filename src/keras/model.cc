@@ -45,11 +45,11 @@ using detail::ModelState;
 CompiledMetric make_metric(const std::string& name, const Loss& loss) {
   CompiledMetric m;
   if (name == "accuracy" || name == "acc" || name == "sparse_categorical_accuracy") {
-    DIST_CHECK_ARG(loss.name() == "sparse_categorical_crossentropy" ||
-                       name == "sparse_categorical_accuracy",
-                   "metric '", name, "' with loss '", loss.name(),
-                   "': only sparse categorical accuracy is available; use it with "
-                   "SparseCategoricalCrossentropy (integer labels)");
+    DIST_CHECK_ARG(
+        loss.name() == "sparse_categorical_crossentropy" || name == "sparse_categorical_accuracy",
+        "metric '", name, "' with loss '", loss.name(),
+        "': only sparse categorical accuracy is available; use it with "
+        "SparseCategoricalCrossentropy (integer labels)");
     m.metric = std::make_unique<metrics::SparseCategoricalAccuracy>(name);
     m.update = [](Metric& metric, const at::Tensor& y, const at::Tensor& p) {
       static_cast<metrics::SparseCategoricalAccuracy&>(metric).update_state(y, p);
@@ -68,8 +68,8 @@ CompiledMetric make_metric(const std::string& name, const Loss& loss) {
 
 void check_element(const Element& element, size_t at_least, const char* what) {
   DIST_CHECK_ARG(element.size() >= at_least, what, " needs dataset elements of ",
-                 at_least == 2 ? "(x, y)" : "(x) or (x, y)", ", got an element of ",
-                 element.size(), " tensors");
+                 at_least == 2 ? "(x, y)" : "(x) or (x, y)", ", got an element of ", element.size(),
+                 " tensors");
 }
 
 // Calls f on the model's callbacks in order.
@@ -102,7 +102,8 @@ CallbackList make_callbacks(Model* model, const std::vector<std::shared_ptr<Call
 }  // namespace
 
 Model& Callback::model() const {
-  DIST_CHECK_ARG(model_ != nullptr, "this callback has no model yet; pass it to fit, evaluate "
+  DIST_CHECK_ARG(model_ != nullptr,
+                 "this callback has no model yet; pass it to fit, evaluate "
                  "or predict");
   return *model_;
 }
@@ -228,50 +229,15 @@ Logs run_test(ModelState& s, const DistributedDataset& data, int64_t steps,
   return logs;
 }
 
-}  // namespace
-
-History Model::fit(const data::Dataset& train, const FitOptions& options) {
-  ModelState& s = *state_;
-  check_compiled(s, "fit");
-  DIST_CHECK_ARG(options.epochs >= 0 && options.initial_epoch >= 0, "fit: epochs (",
-                 options.epochs, ") and initial_epoch (", options.initial_epoch,
-                 ") must not be negative");
-  DIST_CHECK_ARG(options.steps_per_epoch == -1 || options.steps_per_epoch >= 1,
-                 "fit: steps_per_epoch must be at least 1, or -1 for the whole dataset; got ",
-                 options.steps_per_epoch);
-  DIST_CHECK_ARG(options.validation_steps == -1 || options.validation_steps >= 1,
-                 "fit: validation_steps must be at least 1, or -1 for all; got ",
-                 options.validation_steps);
-  auto train_data = s.strategy.experimental_distribute_dataset(train);
-  std::optional<DistributedDataset> validation;
-  if (options.validation_data)
-    validation = s.strategy.experimental_distribute_dataset(*options.validation_data);
-
-  int64_t steps = train_data.cardinality() >= 0 ? train_data.cardinality() : -1;
-  if (options.steps_per_epoch > 0)
-    steps = steps < 0 ? options.steps_per_epoch : std::min(steps, options.steps_per_epoch);
-  CallbackList callbacks = make_callbacks(
-      this, options.callbacks, options.verbose, options.out,
-      {{"epochs", options.epochs}, {"steps", static_cast<double>(steps)},
-       {"verbose", options.verbose}});
-
-  s.stop_training = false;
-  s.resume.reset();
-  s.progress = TrainingState{};
-  s.progress.epoch = options.initial_epoch;
-  s.progress.position = data::IteratorPosition{options.initial_epoch, 0};
-  callbacks.each([](Callback& c) { c.on_train_begin({}); });
-  // A callback (BackupAndRestore) may have asked to continue from a saved state.
-  const std::optional<TrainingState> resume = std::move(s.resume);
-  s.resume.reset();
-  if (resume) s.progress = *resume;
-
-  History history;
-  Logs logs;
+// fit's epochs, from s.progress (a fresh start or a resumed state) to options.epochs.
+void run_epochs(ModelState& s, const DistributedDataset& train_data,
+                const std::optional<DistributedDataset>& validation, const FitOptions& options,
+                const std::optional<TrainingState>& resume, const CallbackList& callbacks,
+                History& history, Logs& logs) {
   for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
     const bool resuming = resume && resume->epoch == epoch && resume->position.elements > 0;
     reset_metrics(s);
-    if (resuming && is_chief()) {
+    if (resuming && s.strategy.extended().first_replica_id() == 0) {
       // Under several workers the sums were saved globally: one worker holds them.
       for (Metric* m : all_metrics(s)) {
         auto total = resume->values.find(m->name() + ".total");
@@ -329,6 +295,53 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
     history.epoch.push_back(epoch);
     for (const auto& [key, value] : logs) history.history[key].push_back(value);
     if (s.stop_training) break;
+  }
+}
+
+}  // namespace
+
+History Model::fit(const data::Dataset& train, const FitOptions& options) {
+  ModelState& s = *state_;
+  check_compiled(s, "fit");
+  DIST_CHECK_ARG(options.epochs >= 0 && options.initial_epoch >= 0, "fit: epochs (", options.epochs,
+                 ") and initial_epoch (", options.initial_epoch, ") must not be negative");
+  DIST_CHECK_ARG(options.steps_per_epoch == -1 || options.steps_per_epoch >= 1,
+                 "fit: steps_per_epoch must be at least 1, or -1 for the whole dataset; got ",
+                 options.steps_per_epoch);
+  DIST_CHECK_ARG(options.validation_steps == -1 || options.validation_steps >= 1,
+                 "fit: validation_steps must be at least 1, or -1 for all; got ",
+                 options.validation_steps);
+  auto train_data = s.strategy.experimental_distribute_dataset(train);
+  std::optional<DistributedDataset> validation;
+  if (options.validation_data)
+    validation = s.strategy.experimental_distribute_dataset(*options.validation_data);
+
+  int64_t steps = train_data.cardinality() >= 0 ? train_data.cardinality() : -1;
+  if (options.steps_per_epoch > 0)
+    steps = steps < 0 ? options.steps_per_epoch : std::min(steps, options.steps_per_epoch);
+  CallbackList callbacks = make_callbacks(this, options.callbacks, options.verbose, options.out,
+                                          {{"epochs", options.epochs},
+                                           {"steps", static_cast<double>(steps)},
+                                           {"verbose", options.verbose}});
+
+  s.stop_training = false;
+  s.resume.reset();
+  s.progress = TrainingState{};
+  s.progress.epoch = options.initial_epoch;
+  s.progress.position = data::IteratorPosition{options.initial_epoch, 0};
+  callbacks.each([](Callback& c) { c.on_train_begin({}); });
+  // A callback (BackupAndRestore) may have asked to continue from a saved state.
+  const std::optional<TrainingState> resume = std::move(s.resume);
+  s.resume.reset();
+  if (resume) s.progress = *resume;
+
+  History history;
+  Logs logs;
+  try {
+    run_epochs(s, train_data, validation, options, resume, callbacks, history, logs);
+  } catch (...) {
+    callbacks.each([](Callback& c) { c.on_train_abort(); });
+    throw;
   }
   callbacks.each([&](Callback& c) { c.on_train_end(logs); });
   return history;
@@ -426,11 +439,10 @@ void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& w
     DIST_CHECK_ARG(it != by_name.end(), "set_weights: model '", state_->name, "' has weight '",
                    name, "' but no value was given for it");
     DIST_CHECK_ARG(it->second.sizes() == tensor.sizes(), "set_weights: weight '", name,
-                   "' has shape ", tensor.sizes(), " but the value has shape ",
-                   it->second.sizes());
+                   "' has shape ", tensor.sizes(), " but the value has shape ", it->second.sizes());
   }
-  DIST_CHECK_ARG(by_name.size() == own.size(), "set_weights: ", by_name.size(),
-                 " values for the ", own.size(), " weights of model '", state_->name,
+  DIST_CHECK_ARG(by_name.size() == own.size(), "set_weights: ", by_name.size(), " values for the ",
+                 own.size(), " weights of model '", state_->name,
                  "'; a name does not belong to the model");
   torch::NoGradGuard no_grad;
   for (const auto& copy : copies) {

@@ -34,8 +34,10 @@ std::string with_commas(int64_t n) {
 
 std::string cell(const std::string& text, size_t width) {
   std::string out = " " + text;
-  if (out.size() + 1 < width) out.resize(width, ' ');
-  else out += "  ";
+  if (out.size() + 1 < width)
+    out.resize(width, ' ');
+  else
+    out += "  ";
   return out;
 }
 

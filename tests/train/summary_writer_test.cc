@@ -10,39 +10,20 @@
 
 #include "dist/train/summary_writer.h"
 #include "test_util.h"
+#include "tfrecord_reader.h"
 
 namespace dist {
 namespace {
 
-// Bit by bit, straight from the definition (reflected polynomial 0x82F63B78).
-uint32_t reference_crc32c(const std::string& bytes) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : bytes) {
-    crc ^= byte;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
-  }
-  return ~crc;
-}
-
-uint32_t reference_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+using testing::decode_raw;
+using testing::reference_crc32c;
+using testing::reference_mask;
 
 template <class T>
 T read_le(const std::string& bytes, size_t at) {
   T value;
   std::memcpy(&value, bytes.data() + at, sizeof(T));
   return value;
-}
-
-std::string decode_raw(const std::string& message, const std::string& dir) {
-  const std::string file = dir + "/event.bin";
-  testing::write_file(file, message);
-  FILE* pipe = popen(("protoc --decode_raw < " + file + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return "popen failed";
-  std::string out;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return status == 0 ? out : "protoc failed (install protobuf-compiler): " + out;
 }
 
 TEST(SummaryWriterTest, EventFileHoldsTheScalarsInTensorBoardFormat) {

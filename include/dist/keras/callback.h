@@ -8,7 +8,7 @@
 //       on_test_begin  on_test_batch_begin(0) on_test_batch_end(0) ...  on_test_end
 //     on_epoch_end(0, logs)         logs: loss, <metrics>, val_loss, val_<metrics>
 //     on_epoch_begin(1) ...
-//   on_train_end
+//   on_train_end                    (on_train_abort instead, when fit throws)
 //
 // evaluate() calls the on_test_* methods, predict() the on_predict_* methods.
 //
@@ -47,6 +47,9 @@ class Callback {
 
   virtual void on_train_begin(const Logs& logs) { (void)logs; }
   virtual void on_train_end(const Logs& logs) { (void)logs; }
+  // Instead of on_train_end when fit ends with an exception (not in Keras): release what
+  // on_train_begin took (BackupAndRestore's signal handlers) and keep what a resume needs.
+  virtual void on_train_abort() {}
   // Epoch numbers count from 0, as in Keras (the progress bar shows them from 1).
   virtual void on_epoch_begin(int epoch, const Logs& logs) { (void)epoch, (void)logs; }
   // May add entries to logs (LearningRateScheduler adds "lr"); later callbacks see them.

@@ -120,6 +120,7 @@ class BackupAndRestore : public Callback {
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(const Logs& logs) override;
+  void on_train_abort() override;
 
   bool interrupted() const { return interrupted_; }
   int signal_number() const;
@@ -137,7 +138,6 @@ class BackupAndRestore : public Callback {
   std::unique_ptr<CheckpointManager> manager_;
   std::unique_ptr<PreemptionWatcher> preemption_;
   bool interrupted_ = false;
-  bool completed_ = false;
   int64_t resumed_at_step_ = -1;
   std::string last_saved_;
 };
@@ -146,9 +146,8 @@ class BackupAndRestore : public Callback {
 // restore_best_weights: at the stop, set the weights back to the best epoch's.
 class EarlyStopping : public Callback {
  public:
-  explicit EarlyStopping(std::string monitor = "val_loss", int patience = 0,
-                         double min_delta = 0, const std::string& mode = "auto",
-                         bool restore_best_weights = false);
+  explicit EarlyStopping(std::string monitor = "val_loss", int patience = 0, double min_delta = 0,
+                         const std::string& mode = "auto", bool restore_best_weights = false);
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   // The epoch fit stopped after (0-based), or -1 when it did not stop early.

@@ -65,8 +65,8 @@ class LayerSpec {
   virtual at::Tensor call(torch::nn::Module* module, const std::vector<at::Tensor>& inputs,
                           bool training) const = 0;
 
-  std::string name;                        // set by the user, or by the Model ("" until then)
-  std::vector<Shape> built_for;            // input shapes of the first call (empty: not called)
+  std::string name;              // set by the user, or by the Model ("" until then)
+  std::vector<Shape> built_for;  // input shapes of the first call (empty: not called)
 
  private:
   std::string kind_;

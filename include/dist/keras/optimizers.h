@@ -18,8 +18,7 @@ namespace dist::keras {
 
 struct Optimizer {
   std::string name;  // for summaries and errors
-  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor> parameters)>
-      make;
+  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor> parameters)> make;
 };
 
 namespace optimizers {
@@ -37,8 +36,7 @@ inline Optimizer Adam(double learning_rate = 1e-3) {
   return make<torch::optim::Adam>(torch::optim::AdamOptions(learning_rate), "Adam");
 }
 inline Optimizer SGD(double learning_rate = 0.01, double momentum = 0.0) {
-  return make<torch::optim::SGD>(torch::optim::SGDOptions(learning_rate).momentum(momentum),
-                                 "SGD");
+  return make<torch::optim::SGD>(torch::optim::SGDOptions(learning_rate).momentum(momentum), "SGD");
 }
 
 }  // namespace optimizers

@@ -29,8 +29,7 @@ inline double batch_ratio(double base_lr, int64_t base_batch, int64_t global_bat
 }  // namespace detail
 
 // base_lr * global_batch / base_batch.
-inline double scale_learning_rate_linear(double base_lr, int64_t base_batch,
-                                         int64_t global_batch) {
+inline double scale_learning_rate_linear(double base_lr, int64_t base_batch, int64_t global_batch) {
   return base_lr * detail::batch_ratio(base_lr, base_batch, global_batch);
 }
 
@@ -45,8 +44,8 @@ inline double scale_learning_rate_sqrt(double base_lr, int64_t base_batch, int64
 // e, lr, 5); }).
 inline double warmup_learning_rate(int epoch, double target_lr, int warmup_epochs) {
   DIST_CHECK_ARG(warmup_epochs >= 0 && epoch >= 0,
-                 "warmup_learning_rate: epoch and warmup_epochs must be >= 0, got ", epoch,
-                 " and ", warmup_epochs);
+                 "warmup_learning_rate: epoch and warmup_epochs must be >= 0, got ", epoch, " and ",
+                 warmup_epochs);
   if (epoch >= warmup_epochs) return target_lr;
   return target_lr * static_cast<double>(epoch + 1) / static_cast<double>(warmup_epochs);
 }
