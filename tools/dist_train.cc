@@ -15,6 +15,10 @@
 int main(int argc, char** argv) {
   dist::tools::TrainOptions o;
   CLI::App app{"dist-train: train on Fashion-MNIST with a tf.distribute-style strategy"};
+  app.add_option("--loop", o.loop,
+                 "custom (the tf.distribute custom training loop) | fit (Keras-style "
+                 "Model::fit with callbacks)")
+      ->capture_default_str();
   app.add_option("--strategy", o.strategy,
                  "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG)")
       ->capture_default_str();
@@ -53,7 +57,9 @@ int main(int argc, char** argv) {
                  "also save every K global steps (0: only at epoch ends and stops)")
       ->capture_default_str();
   app.add_option("--max-to-keep", o.max_to_keep, "checkpoints to keep")->capture_default_str();
-  app.add_option("--log-dir", o.log_dir, "append per-epoch metrics to LOG_DIR/metrics.jsonl");
+  app.add_option("--log-dir", o.log_dir,
+                 "append per-epoch metrics to LOG_DIR/metrics.jsonl (--loop fit: TensorBoard "
+                 "event files and LOG_DIR/metrics.csv)");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   bool no_progress = false;
   app.add_flag("--no-progress", no_progress, "only print per-epoch lines");

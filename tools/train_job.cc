@@ -20,8 +20,8 @@
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 #include "dist/train/preemption.h"
-#include "dist/train/safetensors.h"
 #include "dist/train/progress_bar.h"
+#include "dist/train/safetensors.h"
 
 namespace dist::tools {
 namespace {
@@ -31,6 +31,18 @@ using data::Element;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+void check_options(const TrainOptions& options) {
+  DIST_CHECK_ARG(options.epochs >= 1, "--epochs must be at least 1, got ", options.epochs);
+  DIST_CHECK_ARG(options.max_steps == -1 || options.max_steps >= 1,
+                 "--max-steps must be at least 1 (or -1 for no limit), got ", options.max_steps);
+  DIST_CHECK_ARG(options.batch_per_replica >= 1, "--batch-per-replica must be at least 1, got ",
+                 options.batch_per_replica);
+  DIST_CHECK_ARG(options.global_batch >= 0, "--global-batch must be at least 1, got ",
+                 options.global_batch);
 }
 
 Strategy make_strategy(const TrainOptions& options) {
@@ -78,6 +90,8 @@ Strategy make_strategy(const TrainOptions& options) {
                         "': use default, one_device, mirrored, central_storage or multi_worker");
 }
 
+namespace {
+
 std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
                                                   const Mirrored<torch::nn::Sequential>& model,
                                                   const TrainOptions& options) {
@@ -98,16 +112,6 @@ std::vector<std::pair<std::string, torch::Tensor>> named_weights(const torch::nn
   return weights;
 }
 
-void check_options(const TrainOptions& options) {
-  DIST_CHECK_ARG(options.epochs >= 1, "--epochs must be at least 1, got ", options.epochs);
-  DIST_CHECK_ARG(options.max_steps == -1 || options.max_steps >= 1,
-                 "--max-steps must be at least 1 (or -1 for no limit), got ", options.max_steps);
-  DIST_CHECK_ARG(options.batch_per_replica >= 1, "--batch-per-replica must be at least 1, got ",
-                 options.batch_per_replica);
-  DIST_CHECK_ARG(options.global_batch >= 0, "--global-batch must be at least 1, got ",
-                 options.global_batch);
-}
-
 std::string fixed(double value, int digits) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(digits) << value;
@@ -117,6 +121,9 @@ std::string fixed(double value, int digits) {
 }  // namespace
 
 TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
+  if (options.loop == "fit") return run_fit_training(options, chief_out);
+  DIST_CHECK_ARG(options.loop == "custom", "unknown --loop '", options.loop,
+                 "': use custom or fit");
   const auto job_start = Clock::now();
   check_options(options);
   Strategy strategy = make_strategy(options);

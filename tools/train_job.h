@@ -6,9 +6,12 @@
 #include <ostream>
 #include <string>
 
+#include "dist/distribute/strategy.h"
+
 namespace dist::tools {
 
 struct TrainOptions {
+  std::string loop = "custom";        // custom (the tf.distribute custom loop) | fit (Keras)
   std::string strategy = "mirrored";  // default | one_device | mirrored | central_storage |
                                       // multi_worker (cluster from TF_CONFIG)
   int replicas = 0;                   // 0: the strategy's default (mirrored: one per core)
@@ -53,6 +56,17 @@ struct TrainResult {
   bool interrupted = false;      // stopped by SIGTERM/SIGINT after the current step
   std::string last_checkpoint;   // path of the last checkpoint written (chief), if any
 };
+
+// InvalidArgument naming the flag when epochs, steps or batch sizes are out of range.
+void check_options(const TrainOptions& options);
+
+// The strategy the options choose (also sets the intra-op thread count where needed).
+Strategy make_strategy(const TrainOptions& options);
+
+// The job through the Keras API (--loop fit): keras::Model::fit with the test set as
+// validation data, BackupAndRestore for --checkpoint-dir, TensorBoard and CSVLogger for
+// --log-dir. Same results and flags as the custom loop.
+TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out);
 
 // Runs the job; the chief writes human-readable progress to `chief_out`. Throws dist::Error on
 // bad options or data, CollectiveError when a worker is lost.

@@ -25,12 +25,10 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, int64_t save_freq,
 
 BackupAndRestore::~BackupAndRestore() = default;
 
-int BackupAndRestore::signal_number() const {
-  return preemption_ ? preemption_->signal_number() : 0;
-}
 
 void BackupAndRestore::on_train_begin(const Logs&) {
   interrupted_ = false;
+  signal_number_ = 0;
   resumed_at_step_ = -1;
   manager_ = std::make_unique<CheckpointManager>(backup_dir_, max_to_keep_);
   // Every worker reads the backup (the directory must be shared, as in TensorFlow).
@@ -53,8 +51,14 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
   // Agreed by all workers, so they stop (and save) at the same step.
   interrupted_ = model().strategy().any_worker(preemption_->requested());
   const bool due = save_freq_ > 0 && model().global_step() % save_freq_ == 0;
-  if (interrupted_ || due) save();
-  if (interrupted_) model().set_stop_training(true);
+  // A callback before this one asked fit to stop within the epoch (a step limit): keep the
+  // step, so that a later fit continues from it.
+  const bool stopping = model().stop_training();
+  if (interrupted_ || stopping || due) save();
+  if (interrupted_) {
+    signal_number_ = preemption_->signal_number();  // 0 on the workers not signalled
+    model().set_stop_training(true);
+  }
 }
 
 void BackupAndRestore::on_epoch_end(int, Logs&) { save(); }

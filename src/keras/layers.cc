@@ -99,13 +99,20 @@ class Conv2DSpec : public LayerSpec {
     return {filters, h, w};
   }
   std::shared_ptr<torch::nn::Module> make_module(const std::vector<Shape>& in) const override {
-    return std::make_shared<torch::nn::Conv2dImpl>(
-        torch::nn::Conv2dOptions(in[0][0], filters, kernel).stride(strides).bias(use_bias));
+    auto options =
+        torch::nn::Conv2dOptions(in[0][0], filters, kernel).stride(strides).bias(use_bias);
+    // Even "same" padding is the convolution's own zero padding: no padded copy of the input.
+    if (symmetric_same()) options.padding(kernel / 2);
+    return std::make_shared<torch::nn::Conv2dImpl>(options);
   }
   at::Tensor call(torch::nn::Module* m, const std::vector<at::Tensor>& x, bool) const override {
-    at::Tensor input = padding == "same" ? pad_same(x[0], kernel, strides, 0.0) : x[0];
+    at::Tensor input =
+        padding == "same" && !symmetric_same() ? pad_same(x[0], kernel, strides, 0.0) : x[0];
     return activate(dynamic_cast<torch::nn::Conv2dImpl*>(m)->forward(input), activation, 1);
   }
+
+  // Stride 1 with an odd kernel pads (kernel - 1) / 2 on every side.
+  bool symmetric_same() const { return padding == "same" && strides == 1 && kernel % 2 == 1; }
 
   int64_t filters, kernel, strides = 1;
   std::string padding = "valid", activation;

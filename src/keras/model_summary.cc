@@ -52,8 +52,16 @@ void Model::summary(std::ostream& out) const {
   const auto& module = dynamic_cast<const detail::GraphModuleImpl&>(*this->module());
   const detail::Graph& graph = module.graph();
   const bool functional = !graph.sequential;
-  const std::vector<size_t> widths =
+  std::vector<size_t> widths =
       functional ? std::vector<size_t>{29, 26, 11, 32} : std::vector<size_t>{29, 26, 10};
+  // Keras wraps long names; here the first column grows to fit them, keeping rows aligned.
+  for (size_t st = 0; st < graph.steps.size(); ++st) {
+    int layer = graph.steps[st].layer;
+    std::string label = layer < 0 ? std::string("input (InputLayer)")
+                                  : graph.layers[static_cast<size_t>(layer)]->name + " (" +
+                                        graph.layers[static_cast<size_t>(layer)]->kind() + ")";
+    widths[0] = std::max(widths[0], label.size() + 3);
+  }
   size_t line_width = 0;
   for (size_t w : widths) line_width += w;
 

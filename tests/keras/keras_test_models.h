@@ -3,6 +3,7 @@
 
 #include "dist/data/dataset.h"
 #include "dist/keras/model.h"
+#include "dist/models/keras_models.h"
 
 namespace dist::testing {
 
@@ -13,17 +14,8 @@ inline std::vector<torch::Tensor> weight_values(const keras::Model& model) {
   return out;
 }
 
-// The tutorial CNN with the layer names of dist::models::make_tutorial_cnn (conv1, conv2,
-// dense1, dense2), so its weights line up with the custom loop's.
-inline keras::Model keras_tutorial_cnn() {
-  using namespace keras::layers;  // NOLINT
-  return keras::Sequential(
-      {1, 28, 28},
-      {Conv2D(32, 3).activation("relu").named("conv1"), MaxPooling2D(),
-       Conv2D(64, 3).activation("relu").named("conv2"), MaxPooling2D(), Flatten(),
-       Dense(64, "relu").named("dense1"), Dense(10).named("dense2")},
-      "tutorial_cnn");
-}
+// The tutorial CNN with the layer names of dist::models::make_tutorial_cnn.
+inline keras::Model keras_tutorial_cnn() { return models::keras_tutorial_cnn(); }
 
 // One residual block with batch normalization, on 1 x 15 x 15 inputs.
 inline keras::Model keras_residual_model() {

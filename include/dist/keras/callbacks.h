@@ -108,7 +108,8 @@ class ModelCheckpoint : public Callback {
 // data position and the epoch's metric sums) at every epoch end, or every save_freq steps, and
 // a fit that starts with a backup in backup_dir continues from it at the exact epoch and step.
 // A SIGTERM or SIGINT makes every worker stop after the current step; the chief saves first
-// (interrupted() is then true). After a fit that completes, the backup is deleted when
+// (interrupted() is then true). It also saves when a callback placed before it stops fit
+// within an epoch (a step limit). After a fit that completes, the backup is deleted when
 // delete_checkpoint is true (as Keras does), so the next fit starts afresh.
 class BackupAndRestore : public Callback {
  public:
@@ -123,7 +124,8 @@ class BackupAndRestore : public Callback {
   void on_train_abort() override;
 
   bool interrupted() const { return interrupted_; }
-  int signal_number() const;
+  // The signal that interrupted the last fit on this worker (0 if none, or another worker's).
+  int signal_number() const { return signal_number_; }
   // The global step the last fit resumed at, or -1 when it started afresh.
   int64_t resumed_at_step() const { return resumed_at_step_; }
   const std::string& last_saved() const { return last_saved_; }
@@ -138,6 +140,7 @@ class BackupAndRestore : public Callback {
   std::unique_ptr<CheckpointManager> manager_;
   std::unique_ptr<PreemptionWatcher> preemption_;
   bool interrupted_ = false;
+  int signal_number_ = 0;
   int64_t resumed_at_step_ = -1;
   std::string last_saved_;
 };

@@ -1,0 +1,21 @@
+// The reference models (reference_models.h) built with the Keras API, with the same layer
+// names and the same order of weight creation: from the same seed they start from the same
+// weights as their torch::nn::Sequential twins, so fit and the custom loop can be compared.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dist/keras/model.h"
+
+namespace dist::models {
+
+// Conv2D 32 3x3 relu (conv1), MaxPooling2D, Conv2D 64 3x3 relu (conv2), MaxPooling2D, Flatten,
+// Dense 64 relu (dense1), Dense 10 (dense2, logits) on {1, 28, 28}: 121,930 parameters.
+keras::Model keras_tutorial_cnn();
+// Flatten, Dense hidden relu (dense1), Dense hidden relu (dense2), Dense 10 (dense3).
+keras::Model keras_mlp(int64_t hidden = 4096);
+// "cnn" or "mlp"; InvalidArgument for other names.
+keras::Model make_keras_model(const std::string& name);
+
+}  // namespace dist::models

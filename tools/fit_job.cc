@@ -1,0 +1,170 @@
+// dist-train --loop fit: the main job through keras::Model::fit.
+#include <algorithm>
+#include <chrono>
+
+#include <torch/torch.h>
+
+#include "dist/core/error.h"
+#include "dist/data/mnist.h"
+#include "dist/keras/callbacks.h"
+#include "dist/models/keras_models.h"
+#include "train_job.h"
+
+namespace dist::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Times the training part of each epoch (validation excluded, as the custom loop measures it)
+// and counts its images, for images/s; remembers where the last complete epoch ended.
+class TrainTimer : public keras::Callback {
+ public:
+  TrainTimer(int64_t global_batch, int64_t examples_per_epoch)
+      : global_batch_(global_batch), examples_per_epoch_(examples_per_epoch) {}
+
+  void on_epoch_begin(int, const keras::Logs&) override {
+    start_ = Clock::now();
+    steps_ = 0;
+    timing_ = true;
+  }
+  void on_train_batch_end(int64_t, const keras::Logs&) override { ++steps_; }
+  void on_test_begin(const keras::Logs&) override { stop(); }
+  void on_epoch_end(int, keras::Logs&) override {
+    stop();
+    last_epoch_end_step = model().global_step();
+  }
+  void on_train_end(const keras::Logs&) override { stop(); }  // an epoch cut short
+
+  double seconds = 0;
+  int64_t images = 0;
+  int64_t last_epoch_end_step = -1;
+
+ private:
+  void stop() {
+    if (!timing_) return;
+    timing_ = false;
+    seconds += std::chrono::duration<double>(Clock::now() - start_).count();
+    images += std::min(steps_ * global_batch_, examples_per_epoch_);
+  }
+
+  int64_t global_batch_, examples_per_epoch_;
+  Clock::time_point start_;
+  int64_t steps_ = 0;
+  bool timing_ = false;
+};
+
+// Stops fit after --max-steps global steps; every worker counts the same steps.
+class StopAtStep : public keras::Callback {
+ public:
+  explicit StopAtStep(int64_t max_steps) : max_steps_(max_steps) {}
+  void on_train_batch_end(int64_t, const keras::Logs&) override {
+    if (model().global_step() >= max_steps_) model().set_stop_training(true);
+  }
+
+ private:
+  int64_t max_steps_;
+};
+
+keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
+  DIST_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
+  if (options.optimizer == "adam") return keras::optimizers::Adam(options.lr);
+  if (options.optimizer == "sgd") return keras::optimizers::SGD(options.lr);
+  throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
+}
+
+}  // namespace
+
+TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out) {
+  const auto job_start = Clock::now();
+  check_options(options);
+  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
+                 options.checkpoint_every);
+  Strategy strategy = make_strategy(options);
+  const bool chief = strategy.extended().first_replica_id() == 0;
+  std::ostream discard(nullptr);
+  std::ostream& out = chief ? chief_out : discard;
+  const int replicas = strategy.num_replicas_in_sync();
+  const int64_t global_batch =
+      options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+  out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
+      << "\nGlobal batch size: " << global_batch << std::endl;
+
+  data::Dataset train_examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
+  if (options.train_examples > 0) train_examples = train_examples.take(options.train_examples);
+  const int64_t num_train = train_examples.cardinality();
+  data::Dataset train =
+      train_examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
+  data::Dataset test =
+      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
+
+  torch::manual_seed(options.seed);
+  keras::Model model = models::make_keras_model(options.model);
+  model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
+                {"accuracy"});
+  if (chief) model.summary(out);
+
+  auto timer = std::make_shared<TrainTimer>(global_batch, num_train);
+  keras::FitOptions fit;
+  fit.epochs = options.epochs;
+  fit.validation_data = test;
+  fit.verbose = options.progress ? 1 : 2;
+  fit.out = &out;
+  fit.callbacks.push_back(timer);
+  // Before BackupAndRestore: a stop at --max-steps is then saved by it.
+  if (options.max_steps > 0)
+    fit.callbacks.push_back(std::make_shared<StopAtStep>(options.max_steps));
+  std::shared_ptr<keras::callbacks::BackupAndRestore> backup;
+  if (!options.checkpoint_dir.empty()) {
+    // Kept after a complete run, as the custom loop keeps its checkpoints.
+    backup = std::make_shared<keras::callbacks::BackupAndRestore>(
+        options.checkpoint_dir, options.checkpoint_every, /*delete_checkpoint=*/false,
+        options.max_to_keep);
+    fit.callbacks.push_back(backup);
+  }
+  if (!options.log_dir.empty()) {
+    fit.callbacks.push_back(std::make_shared<keras::callbacks::TensorBoard>(options.log_dir));
+    fit.callbacks.push_back(std::make_shared<keras::callbacks::CSVLogger>(
+        options.log_dir + "/metrics.csv", ',', /*append=*/true));
+  }
+  keras::History history = model.fit(train, fit);
+
+  TrainResult result;
+  result.chief = chief;
+  result.strategy = strategy.name();
+  result.num_replicas_in_sync = replicas;
+  result.global_batch = global_batch;
+  result.steps = model.global_step();
+  if (backup) {
+    result.resumed_at_step = backup->resumed_at_step();
+    result.interrupted = backup->interrupted();
+    result.last_checkpoint = backup->last_saved();
+    if (result.resumed_at_step >= 0)
+      out << "Resumed from " << options.checkpoint_dir << " at step " << result.resumed_at_step
+          << std::endl;
+    if (result.interrupted)
+      out << "Stopped by signal " << backup->signal_number() << " after step " << result.steps
+          << "; checkpoint saved, rerun the same command to resume" << std::endl;
+  }
+  if (!history.epoch.empty()) {
+    result.epochs = history.epoch.back() + 1;
+    result.train_loss = history.history["loss"].back();
+    result.train_accuracy = history.history["accuracy"].back();
+    result.test_loss = history.history["val_loss"].back();
+    result.test_accuracy = history.history["val_accuracy"].back();
+  }
+  // A stop at --max-steps within an epoch had no validation: evaluate what was trained.
+  if (!result.interrupted && timer->last_epoch_end_step != result.steps) {
+    keras::EvaluateOptions evaluate;
+    evaluate.verbose = 0;
+    keras::Logs logs = model.evaluate(test, evaluate);
+    result.test_loss = logs["loss"];
+    result.test_accuracy = logs["accuracy"];
+  }
+  if (chief && !options.save_weights.empty()) model.save_weights(options.save_weights);
+  result.train_seconds = timer->seconds;
+  result.images_per_sec = timer->images / std::max(timer->seconds, 1e-9);
+  result.seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
+  return result;
+}
+
+}  // namespace dist::tools
