@@ -57,6 +57,11 @@ class TrainTimer : public keras::Callback {
 class StopAtStep : public keras::Callback {
  public:
   explicit StopAtStep(int64_t max_steps) : max_steps_(max_steps) {}
+  // A resumed run that already reached the limit takes no further step (on_epoch_begin: the
+  // resumed step is known only after every on_train_begin).
+  void on_epoch_begin(int, const keras::Logs&) override {
+    if (model().global_step() >= max_steps_) model().set_stop_training(true);
+  }
   void on_train_batch_end(int64_t, const keras::Logs&) override {
     if (model().global_step() >= max_steps_) model().set_stop_training(true);
   }

@@ -25,9 +25,9 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, int64_t save_freq,
 
 BackupAndRestore::~BackupAndRestore() = default;
 
-
 void BackupAndRestore::on_train_begin(const Logs&) {
-  interrupted_ = false;
+  preemption_.reset();  // first: only one watcher may exist at a time
+  interrupted_ = stopped_within_epoch_ = false;
   signal_number_ = 0;
   resumed_at_step_ = -1;
   manager_ = std::make_unique<CheckpointManager>(backup_dir_, max_to_keep_);
@@ -55,22 +55,29 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
   // step, so that a later fit continues from it.
   const bool stopping = model().stop_training();
   if (interrupted_ || stopping || due) save();
+  stopped_within_epoch_ = interrupted_ || stopping;
   if (interrupted_) {
     signal_number_ = preemption_->signal_number();  // 0 on the workers not signalled
     model().set_stop_training(true);
   }
 }
 
-void BackupAndRestore::on_epoch_end(int, Logs&) { save(); }
+void BackupAndRestore::on_epoch_end(int, Logs&) {
+  stopped_within_epoch_ = false;  // a stop at the epoch's last step: the epoch is complete
+  save();
+}
 
 void BackupAndRestore::on_train_abort() { preemption_.reset(); }
 
 void BackupAndRestore::on_train_end(const Logs&) {
   preemption_.reset();
-  // A stop by another callback (EarlyStopping) also ends the run: only an interruption keeps
-  // the backup for a resume.
-  if (!interrupted_ && delete_checkpoint_ && model().is_chief())
-    std::filesystem::remove_all(backup_dir_);
+  // A run that ended at an epoch's end (its last epoch, or EarlyStopping) is done; one stopped
+  // within an epoch (a signal, a step limit) keeps its backup for the resume.
+  if (!stopped_within_epoch_ && delete_checkpoint_) {
+    if (model().is_chief()) std::filesystem::remove_all(backup_dir_);
+    // No worker may look for a backup (in a next fit) before the chief has deleted it.
+    model().strategy().any_worker(false);
+  }
 }
 
 }  // namespace dist::keras::callbacks

@@ -215,6 +215,8 @@ void CSVLogger::on_train_end(const Logs&) {
   if (file_.is_open()) file_.close();
 }
 
+void CSVLogger::on_train_abort() { on_train_end({}); }
+
 TensorBoard::TensorBoard(std::string log_dir, int64_t update_freq)
     : log_dir_(std::move(log_dir)), update_freq_(update_freq) {
   DIST_CHECK_ARG(update_freq >= 0,

@@ -144,16 +144,27 @@ void Model::compile(const Strategy& strategy, const Optimizer& optimizer,
     DIST_CHECK_ARG(&s.strategy.extended() == &strategy.extended(), "compile: model '", s.name,
                    "' was compiled under ", s.strategy.name(), " and cannot move to ",
                    strategy.name(), "; build a new model under the new strategy");
-  } else {
-    s.strategy = strategy;
-    s.mirrored.emplace(strategy.mirror(s.module));
   }
-  s.optimizer = std::make_shared<MirroredOptimizer>(
-      s.mirrored->shared_variables(), optimizer.make(s.mirrored->primary()->parameters()));
+  // Everything is made before anything is kept, so a failed compile leaves the model as it was.
+  std::vector<CompiledMetric> compiled_metrics;
+  for (const std::string& name : metrics) compiled_metrics.push_back(make_metric(name, *loss));
+  std::optional<Mirrored<detail::GraphModule>> mirrored = s.mirrored;
+  if (!mirrored) mirrored.emplace(strategy.mirror(s.module));
+  std::unique_ptr<torch::optim::Optimizer> made;
+  try {
+    made = optimizer.make(mirrored->primary()->parameters());
+  } catch (const c10::Error& e) {
+    throw InvalidArgument("compile: optimizer '" + optimizer.name +
+                          "' rejected its options: " + e.what_without_backtrace());
+  }
+  DIST_CHECK_ARG(made != nullptr, "compile: optimizer '", optimizer.name, "' made nothing");
+  s.strategy = strategy;
+  s.mirrored = std::move(mirrored);
+  s.optimizer =
+      std::make_shared<MirroredOptimizer>(s.mirrored->shared_variables(), std::move(made));
   s.loss = std::move(loss);
   s.loss_tracker = std::make_unique<metrics::Mean>("loss");
-  s.metrics.clear();
-  for (const std::string& name : metrics) s.metrics.push_back(make_metric(name, *s.loss));
+  s.metrics = std::move(compiled_metrics);
 }
 
 namespace {
@@ -234,6 +245,8 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
                 const std::optional<DistributedDataset>& validation, const FitOptions& options,
                 const std::optional<TrainingState>& resume, const CallbackList& callbacks,
                 History& history, Logs& logs) {
+  if (s.stop_training) return;  // a callback stopped it in on_train_begin (a step limit reached)
+  const int64_t steps_in_epoch = train_data.cardinality();  // negative when unknown
   for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
     const bool resuming = resume && resume->epoch == epoch && resume->position.elements > 0;
     reset_metrics(s);
@@ -246,7 +259,15 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
           m->restore_state(std::stod(total->second), std::stod(count->second));
       }
     }
+    // The learning rate the epoch started with: a schedule that reads the current rate must
+    // see that one again when a resume repeats on_epoch_begin, not the rate it already set.
+    if (resuming) {
+      if (auto lr = resume->values.find("lr_at_epoch_begin"); lr != resume->values.end())
+        s.optimizer->set_learning_rate(std::stod(lr->second));
+    }
+    s.progress.values["lr_at_epoch_begin"] = nlohmann::json(s.optimizer->learning_rate()).dump();
     callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, {}); });
+    if (s.stop_training) break;  // before any step: nothing of this epoch happened
     set_training(s, true);
     auto it = resuming ? train_data.iterator_at(resume->position) : train_data.iterator(epoch);
     int64_t step = resuming ? resume->position.elements : 0;
@@ -277,8 +298,11 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
       ++step;
       // A stop within the epoch (preemption, or a user's callback) ends fit here: the epoch is
       // not complete, so it gets no validation and no on_epoch_end (a resume completes it).
+      // A stop after the epoch's last step lets the epoch end as usual.
       if (s.stop_training) {
-        cut_short = true;
+        const bool complete = (options.steps_per_epoch > 0 && step >= options.steps_per_epoch) ||
+                              (steps_in_epoch >= 0 && step >= steps_in_epoch);
+        cut_short = !complete;
         break;
       }
     }
@@ -329,15 +353,14 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
   s.progress = TrainingState{};
   s.progress.epoch = options.initial_epoch;
   s.progress.position = data::IteratorPosition{options.initial_epoch, 0};
-  callbacks.each([](Callback& c) { c.on_train_begin({}); });
-  // A callback (BackupAndRestore) may have asked to continue from a saved state.
-  const std::optional<TrainingState> resume = std::move(s.resume);
-  s.resume.reset();
-  if (resume) s.progress = *resume;
-
   History history;
   Logs logs;
   try {
+    callbacks.each([](Callback& c) { c.on_train_begin({}); });
+    // A callback (BackupAndRestore) may have asked to continue from a saved state.
+    const std::optional<TrainingState> resume = std::move(s.resume);
+    s.resume.reset();
+    if (resume) s.progress = *resume;
     run_epochs(s, train_data, validation, options, resume, callbacks, history, logs);
   } catch (...) {
     callbacks.each([](Callback& c) { c.on_train_abort(); });

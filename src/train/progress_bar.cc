@@ -65,9 +65,10 @@ void ProgressBar::update(int64_t step, const std::string& status) {
   if (step < next_plain_step_ && !(total_ > 0 && step == total_)) return;
   while (next_plain_step_ <= step)
     next_plain_step_ += total_ > 0 ? std::max<int64_t>(1, total_ / 10) : 100;
-  out_ << counter(step) << " - " << std::fixed << std::setprecision(1) << elapsed() << "s" << tail
-       << "\n"
-       << std::flush;
+  // Formatted apart: the caller's stream keeps its own precision and flags.
+  std::ostringstream line;
+  line << counter(step) << " - " << std::fixed << std::setprecision(1) << elapsed() << "s" << tail;
+  out_ << line.str() << "\n" << std::flush;
 }
 
 void ProgressBar::finish() {

@@ -258,6 +258,7 @@ TEST(KerasBackupAndRestoreTest, AFitStoppedMidEpochResumesAtTheStepBitForBit) {
 
   auto backup = std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"), 3);
   EXPECT_THROW(fit({backup, std::make_shared<CrashAt>(12)}), std::runtime_error);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("backup/ckpt-12.safetensors")));
   // Step 12 is in epoch 1 (steps 9-16), saved by save_freq 3 just before the crash.
   auto resumed_backup = std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"), 3);
   const auto [resumed, history] = fit({resumed_backup});
@@ -272,6 +273,66 @@ TEST(KerasBackupAndRestoreTest, AFitStoppedMidEpochResumesAtTheStepBitForBit) {
   EXPECT_EQ(history.history.at("val_loss")[1], full_history.history.at("val_loss")[2]);
   // A completed fit deletes the backup, so the next fit starts afresh (delete_checkpoint).
   EXPECT_FALSE(std::filesystem::exists(dir.file("backup")));
+}
+
+// Stops fit at a given global step, as a step limit does.
+struct StopAt : Callback {
+  int64_t step;
+  explicit StopAt(int64_t s) : step(s) {}
+  void on_train_batch_end(int64_t, const Logs&) override {
+    if (model().global_step() == step) model().set_stop_training(true);
+  }
+};
+
+TEST(KerasBackupAndRestoreTest, AFitStoppedWithinAnEpochKeepsItsBackupAndResumesThere) {
+  testing::TempDir dir;
+  Strategy strategy = MirroredStrategy({"cpu:0", "cpu:1"});
+  auto fit = [&](std::vector<std::shared_ptr<Callback>> callbacks) {
+    Model model = compiled_cnn(strategy);
+    FitOptions options = quiet(2);
+    options.callbacks = std::move(callbacks);
+    History history = model.fit(testing::equivalence_data(), options);  // 20 steps an epoch
+    return std::make_pair(testing::weight_values(model), history);
+  };
+  const auto [uninterrupted, full_history] = fit({});
+  // No save_freq: only the stop (step 25, in epoch 1) is saved, by the callback after StopAt.
+  auto backup = std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"));
+  const auto [stopped, stopped_history] = fit({std::make_shared<StopAt>(25), backup});
+  EXPECT_EQ(stopped_history.epoch, (std::vector<int>{0}));  // the partial epoch is not recorded
+  EXPECT_TRUE(std::filesystem::exists(dir.file("backup/ckpt-25.safetensors")));
+  auto resumed_backup = std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"));
+  const auto [resumed, history] = fit({resumed_backup});
+  EXPECT_EQ(resumed_backup->resumed_at_step(), 25);
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i]));
+  EXPECT_EQ(history.history.at("loss").back(), full_history.history.at("loss").back());
+}
+
+TEST(KerasBackupAndRestoreTest, ALearningRateScheduleContinuesFromTheEpochsStartingRate) {
+  // The schedule halves the current rate each epoch; a resume within epoch 1 must not halve
+  // the already-halved rate again.
+  testing::TempDir dir;
+  Strategy strategy = OneDeviceStrategy("cpu:0");
+  auto halve = [] {
+    return std::make_shared<callbacks::LearningRateScheduler>(
+        [](int epoch, double lr) { return epoch == 0 ? lr : lr / 2; });
+  };
+  auto fit = [&](std::vector<std::shared_ptr<Callback>> callbacks) {
+    Model model = compiled_cnn(strategy, optimizers::SGD(0.1));
+    FitOptions options = quiet(3);
+    options.steps_per_epoch = 5;
+    options.callbacks = std::move(callbacks);
+    History history = model.fit(testing::equivalence_data(), options);
+    return std::make_pair(testing::weight_values(model), history);
+  };
+  const auto [uninterrupted, full_history] = fit({halve()});
+  auto backup = std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"), 1);
+  EXPECT_THROW(fit({halve(), backup, std::make_shared<CrashAt>(7)}), std::runtime_error);
+  const auto [resumed, history] =
+      fit({halve(), std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"), 1)});
+  EXPECT_EQ(history.history.at("lr"), (std::vector<double>{0.05, 0.025}));
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i]));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "dist/core/error.h"
 #include "dist/keras/model.h"
 #include "dist/models/reference_models.h"
+#include "keras/graph_module.h"
 #include "keras_test_models.h"
 
 namespace dist::keras {
@@ -86,6 +87,19 @@ TEST(KerasLayersTest, SamePaddingWithStrideTwoPadsLikeTensorFlow) {
   EXPECT_TRUE(torch::equal(even_model(x8), expected8));
 }
 
+TEST(KerasLayersTest, DropoutDropsInTrainingOnlyAndKeepsTheExpectedSum) {
+  Model model = Sequential({1000}, {layers::Dropout(0.5)});
+  auto x = torch::ones({4, 1000});
+  EXPECT_TRUE(torch::equal(model(x), x));  // operator() evaluates: the identity
+  model.module()->train();
+  torch::manual_seed(1);
+  auto y = model.module()->as<detail::GraphModuleImpl>()->forward(x);
+  const double kept = y.ne(0).to(torch::kDouble).mean().item<double>();
+  EXPECT_NEAR(kept, 0.5, 0.03);
+  EXPECT_TRUE(
+      torch::equal(y.masked_select(y.ne(0)), torch::full({y.ne(0).sum().item<int64_t>()}, 2.0)));
+}
+
 template <class F>
 std::string error_of(F&& f) {
   try {
@@ -129,6 +143,12 @@ TEST(KerasLayersTest, BadDefinitionsGiveErrorsThatNameTheLayer) {
               model.compile(optimizers::SGD(), SparseCategoricalCrossentropy(true), {"f1"});
             }).find("unknown metric 'f1'"),
             std::string::npos);
+  // A failed compile leaves the model as it was: not compiled.
+  EXPECT_NE(error_of([&] {
+              model.compile(optimizers::Adam(-1.0), SparseCategoricalCrossentropy(true));
+            }).find("rejected its options"),
+            std::string::npos);
+  EXPECT_FALSE(model.compiled());
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ nlohmann::json last_json(const std::string& output) {
   std::string line, json;
   while (std::getline(lines, line))
     if (line.rfind("{", 0) == 0) json = line;
-  return json.empty() ? nlohmann::json() : nlohmann::json::parse(json);
+  EXPECT_FALSE(json.empty()) << "no JSON result line in:\n" << output;
+  return json.empty() ? nlohmann::json::object({{"missing", true}}) : nlohmann::json::parse(json);
 }
 
 std::vector<torch::Tensor> weights_in(const std::string& path) {

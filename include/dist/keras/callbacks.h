@@ -109,8 +109,9 @@ class ModelCheckpoint : public Callback {
 // a fit that starts with a backup in backup_dir continues from it at the exact epoch and step.
 // A SIGTERM or SIGINT makes every worker stop after the current step; the chief saves first
 // (interrupted() is then true). It also saves when a callback placed before it stops fit
-// within an epoch (a step limit). After a fit that completes, the backup is deleted when
-// delete_checkpoint is true (as Keras does), so the next fit starts afresh.
+// within an epoch (a step limit). After a fit that ends at an epoch's end (all epochs done, or
+// EarlyStopping), the backup is deleted when delete_checkpoint is true (as Keras does), so the
+// next fit starts afresh; a fit stopped within an epoch keeps it for the resume.
 class BackupAndRestore : public Callback {
  public:
   explicit BackupAndRestore(std::string backup_dir, int64_t save_freq = 0,
@@ -140,6 +141,7 @@ class BackupAndRestore : public Callback {
   std::unique_ptr<CheckpointManager> manager_;
   std::unique_ptr<PreemptionWatcher> preemption_;
   bool interrupted_ = false;
+  bool stopped_within_epoch_ = false;
   int signal_number_ = 0;
   int64_t resumed_at_step_ = -1;
   std::string last_saved_;
@@ -190,6 +192,7 @@ class CSVLogger : public Callback {
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(const Logs& logs) override;
+  void on_train_abort() override;
 
  private:
   std::string filename_;

@@ -18,8 +18,10 @@
 // so a model built here from the same seed starts from the same weights as the equivalent
 // torch::nn::Sequential. BatchNormalization takes Keras' defaults (momentum 0.99, epsilon 1e-3).
 //
-// A Layer is a handle: copies share one layer, and calling one layer twice shares its weights.
-// Set options (padding, activation, ...) before the first call.
+// A Layer is a handle: copies share one layer, and calling one layer twice in a model shares its
+// weights. Unlike Keras, two Models never share weights: each makes its own from the layers
+// (a sub-model of a trained model is not trained with it). Set options (padding, activation,
+// ...) before the first call.
 #pragma once
 
 #include <cstdint>
@@ -154,7 +156,8 @@ class MaxPooling2D : public Layer {
 
 // Batch normalization over the channel axis (axis 0 of the example: [C] or [C, H, W]).
 // In training, each replica normalizes with its own batch's statistics (as Keras does without
-// synchronized batch norm); the moving averages are averaged across replicas after each step.
+// synchronized batch norm); MirroredStrategy averages the moving statistics over its replicas
+// after each step.
 class BatchNormalization : public Layer {
  public:
   BatchNormalization();
