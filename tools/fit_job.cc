@@ -81,26 +81,12 @@ keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
 
 TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out) {
   const auto job_start = Clock::now();
-  check_options(options);
-  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
-                 options.checkpoint_every);
-  Strategy strategy = make_strategy(options);
-  const bool chief = strategy.extended().first_replica_id() == 0;
+  JobSetup job = start_job(options, chief_out);
+  const Strategy& strategy = job.strategy;
+  const bool chief = job.chief;
   std::ostream discard(nullptr);
   std::ostream& out = chief ? chief_out : discard;
-  const int replicas = strategy.num_replicas_in_sync();
-  const int64_t global_batch =
-      options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
-  out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
-      << "\nGlobal batch size: " << global_batch << std::endl;
-
-  data::Dataset train_examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
-  if (options.train_examples > 0) train_examples = train_examples.take(options.train_examples);
-  const int64_t num_train = train_examples.cardinality();
-  data::Dataset train =
-      train_examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
-  data::Dataset test =
-      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
+  const int64_t global_batch = job.global_batch;
 
   torch::manual_seed(options.seed);
   keras::Model model = models::make_keras_model(options.model);
@@ -108,10 +94,10 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
                 {"accuracy"});
   if (chief) model.summary(out);
 
-  auto timer = std::make_shared<TrainTimer>(global_batch, num_train);
+  auto timer = std::make_shared<TrainTimer>(global_batch, job.num_train);
   keras::FitOptions fit;
   fit.epochs = options.epochs;
-  fit.validation_data = test;
+  fit.validation_data = job.test;
   fit.verbose = options.progress ? 1 : 2;
   fit.out = &out;
   fit.callbacks.push_back(timer);
@@ -131,12 +117,12 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
     fit.callbacks.push_back(std::make_shared<keras::callbacks::CSVLogger>(
         options.log_dir + "/metrics.csv", ',', /*append=*/true));
   }
-  keras::History history = model.fit(train, fit);
+  keras::History history = model.fit(job.train, fit);
 
   TrainResult result;
   result.chief = chief;
   result.strategy = strategy.name();
-  result.num_replicas_in_sync = replicas;
+  result.num_replicas_in_sync = job.replicas;
   result.global_batch = global_batch;
   result.steps = model.global_step();
   if (backup) {
@@ -161,7 +147,7 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
   if (!result.interrupted && timer->last_epoch_end_step != result.steps) {
     keras::EvaluateOptions evaluate;
     evaluate.verbose = 0;
-    keras::Logs logs = model.evaluate(test, evaluate);
+    keras::Logs logs = model.evaluate(job.test, evaluate);
     result.test_loss = logs["loss"];
     result.test_accuracy = logs["accuracy"];
   }

@@ -90,6 +90,35 @@ Strategy make_strategy(const TrainOptions& options) {
                         "': use default, one_device, mirrored, central_storage or multi_worker");
 }
 
+JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
+  check_options(options);
+  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
+                 options.checkpoint_every);
+  Strategy strategy = make_strategy(options);
+  // Only the chief prints and writes files; the others would repeat it, and two workers must
+  // never write the same file.
+  const bool chief = strategy.extended().first_replica_id() == 0;
+  const int replicas = strategy.num_replicas_in_sync();
+  const int64_t global_batch =
+      options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+  if (chief) {
+    chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
+              << "\nGlobal batch size: " << global_batch << std::endl;
+    if (global_batch < replicas)
+      chief_out << "Warning: the global batch (" << global_batch << ") is smaller than the "
+                << "number of replicas (" << replicas
+                << "); some replicas get empty batches every step" << std::endl;
+  }
+  data::Dataset examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
+  if (options.train_examples > 0) examples = examples.take(options.train_examples);
+  const int64_t num_train = examples.cardinality();
+  data::Dataset train = examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
+  data::Dataset test =
+      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
+  return JobSetup{std::move(strategy), chief,          replicas, global_batch, num_train,
+                  std::move(train),    std::move(test)};
+}
+
 namespace {
 
 std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
@@ -125,29 +154,15 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   DIST_CHECK_ARG(options.loop == "custom", "unknown --loop '", options.loop,
                  "': use custom or fit");
   const auto job_start = Clock::now();
-  check_options(options);
-  Strategy strategy = make_strategy(options);
-  // Only the chief (the process holding replica 0) prints and writes files; the others would
-  // repeat it, and two workers must never write the same file.
-  const bool chief = strategy.extended().first_replica_id() == 0;
+  JobSetup job = start_job(options, chief_out);
+  const Strategy& strategy = job.strategy;
+  const bool chief = job.chief;
   std::ostream discard(nullptr);
   std::ostream& out = chief ? chief_out : discard;
-  const int replicas = strategy.num_replicas_in_sync();
-  const int64_t global_batch =
-      options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
-  out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
-      << "\nGlobal batch size: " << global_batch << std::endl;
-  if (global_batch < replicas)
-    out << "Warning: the global batch (" << global_batch << ") is smaller than the number of "
-        << "replicas (" << replicas << "); some replicas get empty batches every step" << std::endl;
-
-  data::Dataset train_examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
-  if (options.train_examples > 0) train_examples = train_examples.take(options.train_examples);
-  const int64_t num_train = train_examples.cardinality();
-  auto train_data = strategy.experimental_distribute_dataset(
-      train_examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2));
-  auto test_data = strategy.experimental_distribute_dataset(
-      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2));
+  const int replicas = job.replicas;
+  const int64_t global_batch = job.global_batch;
+  auto train_data = strategy.experimental_distribute_dataset(job.train);
+  auto test_data = strategy.experimental_distribute_dataset(job.test);
 
   torch::manual_seed(options.seed);
   auto model = strategy.mirror(models::make_model(options.model));
@@ -175,8 +190,6 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   // Checkpoints: every worker reads the latest (the directory must be shared, as in
   // TensorFlow); only the chief writes. The partial epoch's metric sums travel along, so a
   // resumed epoch reports what an uninterrupted one would.
-  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
-                 options.checkpoint_every);
   std::optional<CheckpointManager> manager;
   Checkpoint checkpoint(model, optimizer.get());
   std::optional<data::IteratorPosition> resume_at;

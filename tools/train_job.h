@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 
+#include "dist/data/dataset.h"
 #include "dist/distribute/strategy.h"
 
 namespace dist::tools {
@@ -59,6 +60,19 @@ struct TrainResult {
 
 // InvalidArgument naming the flag when epochs, steps or batch sizes are out of range.
 void check_options(const TrainOptions& options);
+
+// What both loops start from.
+struct JobSetup {
+  Strategy strategy;
+  bool chief = true;  // the process holding replica 0: it alone prints and writes files
+  int replicas = 0;
+  int64_t global_batch = 0;
+  int64_t num_train = 0;
+  data::Dataset train;  // shuffled global batches of the training examples
+  data::Dataset test;   // global batches of the test set
+};
+// Checks the options, makes the strategy, prints the job's header on the chief, opens the data.
+JobSetup start_job(const TrainOptions& options, std::ostream& chief_out);
 
 // The strategy the options choose (also sets the intra-op thread count where needed).
 Strategy make_strategy(const TrainOptions& options);

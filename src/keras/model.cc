@@ -370,31 +370,35 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
   return history;
 }
 
-Logs Model::evaluate(const data::Dataset& data, const EvaluateOptions& options) {
-  ModelState& s = *state_;
-  check_compiled(s, "evaluate");
-  DIST_CHECK_ARG(options.steps == -1 || options.steps >= 1,
-                 "evaluate: steps must be at least 1, or -1 for all; got ", options.steps);
+namespace {
+
+// evaluate's and predict's common start: checked options, the distributed data, the callbacks.
+std::pair<DistributedDataset, CallbackList> start_inference(Model* model, ModelState& s,
+                                                            const data::Dataset& data,
+                                                            const EvaluateOptions& options,
+                                                            const char* what) {
+  check_compiled(s, what);
+  DIST_CHECK_ARG(options.steps == -1 || options.steps >= 1, what,
+                 ": steps must be at least 1, or -1 for all; got ", options.steps);
   auto distributed = s.strategy.experimental_distribute_dataset(data);
   int64_t steps = distributed.cardinality() >= 0 ? distributed.cardinality() : -1;
   if (options.steps > 0) steps = steps < 0 ? options.steps : std::min(steps, options.steps);
   CallbackList callbacks =
-      make_callbacks(this, options.callbacks, options.verbose, options.out,
+      make_callbacks(model, options.callbacks, options.verbose, options.out,
                      {{"steps", static_cast<double>(steps)}, {"verbose", options.verbose}});
-  return run_test(s, distributed, options.steps, callbacks);
+  return {std::move(distributed), std::move(callbacks)};
+}
+
+}  // namespace
+
+Logs Model::evaluate(const data::Dataset& data, const EvaluateOptions& options) {
+  auto [distributed, callbacks] = start_inference(this, *state_, data, options, "evaluate");
+  return run_test(*state_, distributed, options.steps, callbacks);
 }
 
 at::Tensor Model::predict(const data::Dataset& data, const EvaluateOptions& options) {
   ModelState& s = *state_;
-  check_compiled(s, "predict");
-  DIST_CHECK_ARG(options.steps == -1 || options.steps >= 1,
-                 "predict: steps must be at least 1, or -1 for all; got ", options.steps);
-  auto distributed = s.strategy.experimental_distribute_dataset(data);
-  int64_t steps = distributed.cardinality() >= 0 ? distributed.cardinality() : -1;
-  if (options.steps > 0) steps = steps < 0 ? options.steps : std::min(steps, options.steps);
-  CallbackList callbacks =
-      make_callbacks(this, options.callbacks, options.verbose, options.out,
-                     {{"steps", static_cast<double>(steps)}, {"verbose", options.verbose}});
+  auto [distributed, callbacks] = start_inference(this, s, data, options, "predict");
   callbacks.each([](Callback& c) { c.on_predict_begin({}); });
   set_training(s, false);
   std::vector<at::Tensor> outputs;
