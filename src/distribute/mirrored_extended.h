@@ -223,19 +223,30 @@ class MirroredExtended : public StrategyExtended,
   }
 
   // Buffers (BatchNorm statistics) are per replica; keep them in sync as their mean, as
-  // tf.distribute does for ON_READ variables aggregated with MEAN.
-  static void average_buffers(detail::MirroredVariables& variables) {
+  // tf.distribute does for ON_READ variables aggregated with MEAN: over the local copies, then
+  // over the workers.
+  void average_buffers(detail::MirroredVariables& variables) {
     std::vector<std::vector<at::Tensor>> buffers;
     for (const auto& replica : variables.replicas) buffers.push_back(replica->buffers());
     torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> means;  // of the floating-point buffers, in order
+    std::vector<size_t> positions;
     for (size_t b = 0; b < buffers[0].size(); ++b) {
       if (!at::isFloatingType(buffers[0][b].scalar_type())) continue;
       at::Tensor mean = buffers[0][b].clone();
       for (size_t r = 1; r < buffers.size(); ++r) mean.add_(buffers[r][b]);
       mean.div_(static_cast<double>(buffers.size()));
-      for (auto& replica : buffers) replica[b].copy_(mean);
+      means.push_back(std::move(mean));
+      positions.push_back(b);
     }
+    if (!means.empty()) average_buffers_across_workers(means);
+    for (size_t i = 0; i < means.size(); ++i)
+      for (auto& replica : buffers) replica[positions[i]].copy_(means[i]);
   }
+
+  // The mean over workers of each worker's buffer means, in place (MultiWorkerMirroredStrategy;
+  // a collective every worker makes at the same step). One process has nothing to do.
+  virtual void average_buffers_across_workers(std::vector<at::Tensor>& means) { (void)means; }
 
   static std::vector<at::Tensor> first_copy_grads(detail::MirroredVariables& variables) {
     std::vector<at::Tensor> grads;

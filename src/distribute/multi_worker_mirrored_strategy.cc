@@ -148,6 +148,10 @@ class MultiWorkerExtended : public MirroredExtended {
 
   bool overlap_with_backward() const override { return overlap_; }
 
+  void average_buffers_across_workers(std::vector<at::Tensor>& means) override {
+    communicator_->all_reduce(means, ReduceOp::kMean);  // ordered after the step's packs
+  }
+
   void reduce_pack_across_workers(std::vector<at::Tensor>& pack) override {
     gloo_->all_reduce(pack, ReduceOp::kSum);  // the packs themselves keep their own order
   }

@@ -1,7 +1,9 @@
 // Small Keras models and data shared by the Keras tests.
 #pragma once
 
+#include <torch/torch.h>
 #include "dist/data/dataset.h"
+
 #include "dist/keras/model.h"
 #include "dist/models/keras_models.h"
 
@@ -28,6 +30,22 @@ inline keras::Model keras_residual_model() {
   y = BatchNormalization()(y);
   auto z = ReLU()(Add()({x, y}));
   return keras::Model(input, Dense(10)(GlobalAveragePooling2D()(z)), "residual");
+}
+
+// keras_residual_model (seed 3) fitted for 2 epochs of 4 global batches of 16 under `strategy`
+// (its batch norm statistics move every step).
+inline keras::Model keras_batchnorm_fit(const Strategy& strategy) {
+  torch::manual_seed(3);
+  keras::Model model = keras_residual_model();
+  model.compile(strategy, keras::optimizers::SGD(0.05), SparseCategoricalCrossentropy(true));
+  torch::manual_seed(5);
+  auto x = torch::rand({64, 1, 15, 15});
+  auto y = torch::randint(0, 10, {64});
+  keras::FitOptions options;
+  options.epochs = 2;
+  options.verbose = 0;
+  model.fit(data::Dataset::from_tensor_slices({x, y}).batch(16), options);
+  return model;
 }
 
 }  // namespace dist::testing

@@ -6,10 +6,12 @@
 #include <map>
 
 #include "dist/distribute/local_cluster.h"
+#include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
+#include "keras/keras_test_models.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 
@@ -65,6 +67,29 @@ TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
   const double diff = testing::max_relative_difference(a, b);
   std::printf("%d workers x %d replicas: max relative difference %.3g\n", workers, replicas, diff);
   EXPECT_LT(diff, 1e-5);
+}
+
+// Batch norm statistics are averaged over every replica of every worker after each step, so
+// 2 workers x 1 replica hold the same statistics (and weights) as 1 process x 2 replicas.
+TEST(MultiWorkerTest, BatchNormStatisticsAreAveragedAcrossWorkers) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"batchnorm", dir.file("w")});
+  auto results = processes.wait_all(120s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  auto expected = testing::keras_batchnorm_fit(MirroredStrategy({"cpu:0", "cpu:1"})).weights();
+  for (const char* rank : {"0", "1"}) {
+    auto saved = load_safetensors(dir.file(std::string("w.") + rank)).tensors;
+    ASSERT_EQ(saved.size(), expected.size());
+    bool has_moving_mean = false;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      EXPECT_EQ(saved[i].first, expected[i].first);
+      has_moving_mean |= saved[i].first.find("running_mean") != std::string::npos;
+      EXPECT_LT(testing::max_relative_difference({saved[i].second}, {expected[i].second}), 1e-5)
+          << "worker " << rank << ": " << saved[i].first;
+    }
+    EXPECT_TRUE(has_moving_mean);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerEquivalenceTest,

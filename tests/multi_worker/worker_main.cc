@@ -6,6 +6,9 @@
 //                                                    20 SGD steps; chief saves the weights
 //   dist_test_worker collectives REPLICAS            exact integer collectives
 //   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
+//   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
+//                                                    every worker saves its weights and
+//                                                    buffers as OUT_PREFIX.<rank>
 //   dist_test_worker train_forever                   trains until killed, prints "step N"
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 #include "dist/train/metrics.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
+#include "keras/keras_test_models.h"
 
 namespace {
 
@@ -53,6 +57,14 @@ int equivalence(int replicas, const std::string& out, int64_t bytes_per_pack = 0
                      : dist::testing::train_equivalence_steps(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, weights);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
+}
+
+int batchnorm(const std::string& out_prefix) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
+  auto model = dist::testing::keras_batchnorm_fit(strategy);
+  model.save_weights(out_prefix + "." + std::to_string(strategy.extended().first_replica_id()));
+  std::cout << "fitted" << std::endl;
   return 0;
 }
 
@@ -143,6 +155,7 @@ int main(int argc, char** argv) {
     if (scenario == "equivalence" && argc == 4) return equivalence(std::atoi(argv[2]), argv[3]);
     if (scenario == "equivalence" && argc == 6)
       return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
+    if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));
     if (scenario == "train_forever") return train_forever();

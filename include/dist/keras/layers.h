@@ -156,8 +156,8 @@ class MaxPooling2D : public Layer {
 
 // Batch normalization over the channel axis (axis 0 of the example: [C] or [C, H, W]).
 // In training, each replica normalizes with its own batch's statistics (as Keras does without
-// synchronized batch norm); MirroredStrategy averages the moving statistics over its replicas
-// after each step.
+// synchronized batch norm); the moving statistics are averaged over every replica (and, under
+// MultiWorkerMirroredStrategy, every worker) after each step.
 class BatchNormalization : public Layer {
  public:
   BatchNormalization();
