@@ -9,12 +9,15 @@
 namespace dist::keras::detail {
 
 std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& input,
-                                          const std::shared_ptr<const Node>& output) {
+                                          const std::shared_ptr<const Node>& output,
+                                          bool sequential) {
   DIST_CHECK_ARG(input->layer == nullptr,
                  "Model: inputs must be made by keras::Input, not by a layer");
   auto graph = std::make_shared<Graph>();
+  graph->sequential = sequential;
   std::map<const Node*, int> step_of;
   std::map<const LayerSpec*, int> layer_of;
+  std::vector<LayerSpec*> unnamed;  // in graph order; named below, once
   // Depth-first from the output: a node's inputs get their steps before it, so the steps come
   // out in execution order, in the order the user wired the layers.
   std::function<int(const std::shared_ptr<const Node>&)> visit =
@@ -31,6 +34,7 @@ std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& inp
       auto [it, added] =
           layer_of.emplace(node->layer.get(), static_cast<int>(graph->layers.size()));
       if (added) {
+        if (node->layer->name.empty()) unnamed.push_back(node->layer.get());
         graph->layers.push_back(node->layer);
         graph->layer_inputs.push_back(node->layer->built_for);
       }
@@ -54,15 +58,13 @@ std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& inp
                    "'; layer names must be unique within a model");
   }
   std::map<std::string, int> next_suffix;
-  for (const auto& layer : graph->layers) {
-    if (!layer->name.empty()) continue;
-    auto* mutable_layer = const_cast<LayerSpec*>(layer.get());  // naming happens once, here
+  for (LayerSpec* layer : unnamed) {
     std::string stem = layer->default_name(), name;
     do {
       int n = next_suffix[stem]++;
       name = n == 0 ? stem : stem + "_" + std::to_string(n);
     } while (!taken.insert(name).second);
-    mutable_layer->name = name;
+    layer->name = name;
   }
   return graph;
 }

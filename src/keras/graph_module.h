@@ -31,7 +31,8 @@ struct Graph {
   // Orders the nodes from input to output and names unnamed layers Keras' way ("dense",
   // "dense_1", ...). InvalidArgument when output does not depend on input only.
   static std::shared_ptr<const Graph> trace(const std::shared_ptr<const Node>& input,
-                                            const std::shared_ptr<const Node>& output);
+                                            const std::shared_ptr<const Node>& output,
+                                            bool sequential);
 };
 
 class GraphModuleImpl : public torch::nn::Cloneable<GraphModuleImpl> {

@@ -109,9 +109,13 @@ Model& Callback::model() const {
 }
 
 Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name)
+    : Model(inputs, outputs, std::move(name), /*sequential=*/false) {}
+
+Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name,
+             bool sequential)
     : state_(std::make_shared<ModelState>()) {
   state_->name = std::move(name);
-  state_->graph = detail::Graph::trace(inputs.node(), outputs.node());
+  state_->graph = detail::Graph::trace(inputs.node(), outputs.node(), sequential);
   state_->module = detail::GraphModule(state_->graph);
 }
 
@@ -120,9 +124,7 @@ Model Sequential(const Shape& input_shape, const std::vector<Layer>& layers, std
   KerasTensor input = Input(input_shape);
   KerasTensor x = input;
   for (const Layer& layer : layers) x = layer(x);
-  Model model(input, x, std::move(name));
-  const_cast<detail::Graph&>(*model.state_->graph).sequential = true;
-  return model;
+  return Model(input, x, std::move(name), /*sequential=*/true);
 }
 
 const std::string& Model::name() const { return state_->name; }
@@ -176,6 +178,11 @@ void check_compiled(const ModelState& s, const char* what) {
 
 void set_training(ModelState& s, bool on) { s.mirrored->train(on); }
 
+// The calling replica's copy applied to x (the primary outside run()).
+at::Tensor replica_forward(ModelState& s, const at::Tensor& x) {
+  return s.mirrored->operator->()->forward(x);
+}
+
 void reset_metrics(ModelState& s) {
   s.loss_tracker->reset_state();
   for (auto& m : s.metrics) m.metric->reset_state();
@@ -225,7 +232,7 @@ Logs run_test(ModelState& s, const DistributedDataset& data, int64_t steps,
         [&](const Element& b) {
           check_element(b, 2, "evaluate");
           torch::NoGradGuard no_grad;
-          at::Tensor y_pred = s.mirrored->operator->()->forward(b[0]);
+          at::Tensor y_pred = replica_forward(s, b[0]);
           for (auto& m : s.metrics) m.update(*m.metric, b[1], y_pred);
           return replica_loss(*s.loss, b[1], y_pred);
         },
@@ -281,7 +288,7 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
       auto losses = s.strategy.run(
           [&](const Element& b) {
             check_element(b, 2, "fit");
-            at::Tensor y_pred = s.mirrored->operator->()->forward(b[0]);
+            at::Tensor y_pred = replica_forward(s, b[0]);
             at::Tensor loss = replica_loss(*s.loss, b[1], y_pred);
             loss.backward();
             s.optimizer->apply_gradients();
@@ -412,7 +419,7 @@ at::Tensor Model::predict(const data::Dataset& data, const EvaluateOptions& opti
         [&](const Element& b) {
           check_element(b, 1, "predict");
           torch::NoGradGuard no_grad;
-          return s.mirrored->operator->()->forward(b[0]);
+          return replica_forward(s, b[0]);
         },
         *batch);
     outputs.push_back(s.strategy.gather(predictions, 0));

@@ -152,6 +152,8 @@ class Model {
 
  private:
   friend Model Sequential(const Shape&, const std::vector<Layer>&, std::string);
+  // sequential: made by Sequential (summary() then shows no input row and no connections).
+  Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name, bool sequential);
   std::shared_ptr<detail::ModelState> state_;
 };
 
