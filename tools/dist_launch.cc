@@ -21,7 +21,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "dist/distribute/local_cluster.h"
+#include "distribute/local_cluster.h"
 
 namespace {
 

@@ -97,7 +97,7 @@ JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
   Strategy strategy = make_strategy(options);
   // Only the chief prints and writes files; the others would repeat it, and two workers must
   // never write the same file.
-  const bool chief = strategy.extended().first_replica_id() == 0;
+  const bool chief = strategy.is_chief();
   const int replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch =
       options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;

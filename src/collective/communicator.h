@@ -1,9 +1,22 @@
-// Communicator: collectives among the worker processes of a job (one member per process).
-// Implementations: GlooCommunicator (TCP, through LibTorch's c10d). Calls are blocking and
-// bounded by the communicator's timeout; a failure is a CollectiveError naming the lost
-// worker where it can be identified.
+// Communicator: the one collective interface of the library.
+//
+// A communicator is one member (rank) of a group of `size()` members. Every member calls the
+// same collectives in the same order with tensors of the same count, shapes and dtypes (CPU,
+// contiguous); a member that calls something else, or does not come, makes the others fail
+// with a CollectiveError naming it, within the communicator's timeout or the deadline given to
+// Work::wait. After a CollectiveError the communicator is unusable: recreate it.
+//
+// Calls start the collective and return a Work handle; the tensors must stay alive and
+// untouched until wait() returns. Implementations may finish the work inside the call (the
+// in-process group: its members' threads do the arithmetic), then wait() returns at once.
+//
+// Implementations, one folder each (see factory.h): local/ (threads of one process, in shared
+// memory), gloo/ (processes over TCP through LibTorch's c10d). HierarchicalCommunicator
+// composes a local member with a cross-process one.
 #pragma once
 
+#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,26 +26,63 @@
 
 namespace dist::collective {
 
+// wait() without a deadline of its own: the communicator's timeout bounds it.
+constexpr std::chrono::milliseconds kNoDeadline{-1};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective completed (its outputs are then valid) or `deadline` passed.
+  // Rethrows the collective's failure; a passed deadline is a CollectiveError that names the
+  // members that did not take part. Calling it again after success returns at once.
+  virtual void wait(std::chrono::milliseconds deadline = kNoDeadline) = 0;
+  virtual bool is_completed() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+// A Work that was finished by the call that returned it.
+WorkHandle completed_work();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Name of member `rank` for messages, e.g. "worker:1 (127.0.0.1:2223)".
+  // Member `rank` for messages, e.g. "worker:1 (127.0.0.1:2223)" or "replica 2".
   virtual std::string member_name(int rank) const = 0;
 
-  // In place. Every member passes tensors of the same count, shapes and dtypes (contiguous,
-  // CPU). MEAN divides by size().
-  virtual void all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) = 0;
+  // In place on every member. MEAN divides by size() (integers truncate).
+  virtual WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) = 0;
+  // As all_reduce, but the result is only guaranteed in the tensors of each process's first
+  // member; other members' tensors keep their inputs. For replicas of one process that share
+  // their parameters, whose gradients are needed once per process (no copies back).
+  virtual WorkHandle all_reduce_to_process_leader(std::vector<at::Tensor>& tensors, ReduceOp op) {
+    return all_reduce(tensors, op);
+  }
   // In place: every member ends with root's values.
-  virtual void broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
-  // Every member's tensor (same shape everywhere), in rank order.
-  virtual std::vector<at::Tensor> all_gather(const at::Tensor& tensor) = 0;
-  virtual void barrier() = 0;
+  virtual WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
+  // Every member's `input` concatenated along dim 0 in rank order, into *output (valid after
+  // wait). Sizes along dim 0 may differ between members; the other dims and dtype may not.
+  virtual WorkHandle all_gather(const at::Tensor& input, at::Tensor* output) = 0;
+  // The element-wise reduction of every member's `input` (same shape everywhere), cut along
+  // dim 0 into size() chunks (chunk_range); this member's chunk goes into `output`, which must
+  // have that chunk's shape.
+  virtual WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;
+  virtual WorkHandle barrier() = 0;
 
-  // Publishes this member's `value` under `key` and returns every member's value, in rank
-  // order. Used for start-up checks; bounded by the rendezvous timeout.
+  // Point to point. `tag` tells apart messages between the same two members; a send and its
+  // recv must agree on tag, shape and dtype.
+  virtual WorkHandle send(const at::Tensor& tensor, int to, int tag = 0) = 0;
+  virtual WorkHandle recv(at::Tensor& tensor, int from, int tag = 0) = 0;
+
+  // Publishes this member's `value` under `key` and returns every member's value in rank
+  // order. Blocking; for start-up checks (small strings, out of band of the collectives).
   virtual std::vector<std::string> exchange(const std::string& key, const std::string& value) = 0;
 };
+
+// The rows [begin, end) of dim 0 that member `rank` of `size` gets in reduce_scatter: as even
+// as possible, earlier members one row more.
+std::pair<int64_t, int64_t> chunk_range(int64_t rows, int size, int rank);
 
 }  // namespace dist::collective

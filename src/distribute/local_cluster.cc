@@ -1,4 +1,4 @@
-#include "dist/distribute/local_cluster.h"
+#include "distribute/local_cluster.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,5 +1,8 @@
 #include "dist/distribute/mirrored_optimizer.h"
 
+#include "dist/core/error.h"
+#include "dist/distribute/strategy_extended.h"
+
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -8,19 +11,19 @@
 
 namespace dist {
 
-MirroredOptimizer::MirroredOptimizer(std::shared_ptr<detail::MirroredVariables> variables,
+MirroredOptimizer::MirroredOptimizer(std::shared_ptr<DistributedVariables> variables,
                                      std::unique_ptr<torch::optim::Optimizer> optimizer)
     : variables_(std::move(variables)), optimizer_(std::move(optimizer)) {
   DIST_INTERNAL_ASSERT(variables_ && optimizer_);
 }
 
 void MirroredOptimizer::apply_gradients() {
-  variables_->strategy->apply_gradients(*variables_, *optimizer_);
+  variables_->strategy().apply_gradients(*variables_, *optimizer_);
 }
 
 void MirroredOptimizer::zero_grad() {
-  for (auto& replica : variables_->replicas)
-    for (auto& p : replica->parameters()) p.mutable_grad().reset();
+  for (int r = 0; r < variables_->num_replicas(); ++r)
+    for (auto& p : variables_->replica(r)->parameters()) p.mutable_grad().reset();
 }
 
 double MirroredOptimizer::learning_rate() const {

@@ -1,12 +1,5 @@
-// MirroredStrategy and CentralStorageStrategy: replica threads in one process.
-//
-// A step: run() hands each replica thread its share of the global batch with a
-// ReplicaContext. The user's step calls backward() (each replica's copy has its own leaf
-// parameters, so gradients land in per-replica .grad tensors) and then apply_gradients(),
-// a collective: the gradients are reduced in packs into replica 0's .grad tensors, the last
-// replica to finish runs one optimizer step on replica 0's parameters (whose storage every
-// copy shares) and averages the buffers, and only then is any replica released. So every
-// copy holds the same values before the next forward.
+// MirroredStrategy and CentralStorageStrategy: replica threads in one process (the step is
+// described in mirrored_extended.cc).
 #include "dist/distribute/mirrored_strategy.h"
 
 #include <ATen/Parallel.h>
@@ -24,44 +17,13 @@ std::vector<DeviceName> resolve_devices(const MirroredOptions& options) {
   for (const auto& text : options.devices) {
     DeviceName device = parse_device_name(text);
     DIST_CHECK_ARG(device.kind == DeviceKind::kCpu, "device ", device.to_string(),
-                   " is a GPU; this build has no GPU support (build with DIST_WITH_CUDA on a "
-                   "machine with CUDA), use cpu:N devices");
+                   " is a GPU; this build of distribute runs on CPUs only: use cpu:N devices");
     for (const auto& seen : devices)
       DIST_CHECK_ARG(!(seen == device), "device ", device.to_string(),
                      " is listed twice; each replica needs its own device");
     devices.push_back(device);
   }
   return devices;
-}
-
-std::string describe_error(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
-// Packs run from the last parameter to the first: backward produces gradients roughly in
-// that order, so with overlap (MultiWorkerMirroredStrategy) the first pack is complete first.
-// A pack holds one dtype only (it travels as one flat buffer).
-std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes) {
-  std::vector<std::vector<size_t>> packs;
-  int64_t filled = 0;
-  for (size_t j = params.size(); j-- > 0;) {
-    const int64_t size = params[j].numel() * static_cast<int64_t>(params[j].element_size());
-    const bool new_dtype =
-        !packs.empty() && params[packs.back().front()].scalar_type() != params[j].scalar_type();
-    if (packs.empty() || new_dtype || (filled > 0 && filled + size > bytes)) {
-      packs.emplace_back();
-      filled = 0;
-    }
-    packs.back().push_back(j);
-    filled += size;
-  }
-  return packs;
 }
 
 namespace {
@@ -83,7 +45,9 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices)
 MirroredStrategy::MirroredStrategy(MirroredOptions options)
     : MirroredStrategy("mirrored", std::move(options)) {}
 MirroredStrategy::MirroredStrategy(std::string name, MirroredOptions options)
-    : Strategy(std::make_shared<MirroredExtended>(std::move(name), std::move(options))) {}
+    : Strategy(std::make_shared<MirroredExtended>(std::move(name), std::move(options),
+                                                  /*cross_process=*/nullptr,
+                                                  /*overlap_with_backward=*/false)) {}
 
 CentralStorageStrategy::CentralStorageStrategy()
     : CentralStorageStrategy(with_devices({}, CrossDeviceOps::kReductionToOneDevice)) {}

@@ -5,9 +5,9 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
+#include "collective/hierarchical_communicator.h"
 #include "dist/core/error.h"
-#include "dist/core/replica_context.h"
-#include "dist/distribute/mirrored.h"
+#include "dist/distribute/replica_context.h"
 
 namespace dist {
 namespace {
@@ -30,13 +30,16 @@ class GradientFinalHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-OverlappedReducer::OverlappedReducer(detail::MirroredVariables& variables,
-                                     const detail::ReplicaGroup* group,
+OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params,
+                                     std::vector<std::string> names,
                                      std::vector<std::vector<size_t>> packs,
-                                     CrossWorkerSum cross_worker_sum)
-    : group_(group), packs_(std::move(packs)), cross_worker_sum_(std::move(cross_worker_sum)) {
-  for (const auto& replica : variables.replicas) params_.push_back(replica->parameters());
-  for (const auto& named : variables.replicas[0]->named_parameters()) names_.push_back(named.key());
+                                     collective::HierarchicalGroup* group,
+                                     const StrategyExtended* owner)
+    : group_(group),
+      owner_(owner),
+      params_(std::move(params)),
+      names_(std::move(names)),
+      packs_(std::move(packs)) {
   const size_t count = params_[0].size();
   pack_of_.assign(count, 0);
   for (size_t k = 0; k < packs_.size(); ++k) {
@@ -54,30 +57,30 @@ OverlappedReducer::OverlappedReducer(detail::MirroredVariables& variables,
   for (size_t r = 0; r < params_.size(); ++r) {
     for (size_t i = 0; i < count; ++i) {
       auto accumulator = torch::autograd::impl::grad_accumulator(params_[r][i]);
-      if (!accumulator) continue;  // a frozen parameter: it counts as zero in apply_gradients
-      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<GradientFinalHook>(
-          [this, r, i] { on_gradient_final(static_cast<int>(r), i); })));
+      if (!accumulator) continue;  // a frozen parameter: it counts as zero in finalize
+      hook_keys_.push_back(accumulator->add_post_hook(
+          std::make_unique<GradientFinalHook>([this, r, i] { add(static_cast<int>(r), i); })));
       accumulators_.push_back(std::move(accumulator));
     }
   }
-  communication_ = std::thread([this] { communication_loop(); });
 }
 
 OverlappedReducer::~OverlappedReducer() {
   for (size_t h = 0; h < accumulators_.size(); ++h) accumulators_[h]->del_post_hook(hook_keys_[h]);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
+  // Packs still on their way write into flat_: let them land.
+  for (auto& work : issued_) {
+    try {
+      work->wait();
+    } catch (...) {
+    }
   }
-  changed_.notify_all();
-  communication_.join();
 }
 
-void OverlappedReducer::on_gradient_final(int replica, size_t param) {
+void OverlappedReducer::add(int replica, size_t param) {
   // Only inside a step of this strategy's replicas: gradients computed in cross-replica code
-  // are reduced by apply_gradients' cross-replica path.
+  // are reduced by finalize.
   const ReplicaContext* context = get_replica_context();
-  if (context == nullptr || context->group() != group_) return;
+  if (context == nullptr || context->strategy() != owner_) return;
   int64_t completed;
   bool first_in_this_backward = false;
   {
@@ -92,7 +95,7 @@ void OverlappedReducer::on_gradient_final(int replica, size_t param) {
     torch::autograd::Engine::get_default_engine().queue_callback(
         [this, replica] { finish_backward(replica); });
   }
-  if (completed >= 0) reduce_in_process_and_queue(static_cast<size_t>(completed));
+  if (completed >= 0) reduce_in_process_and_issue(static_cast<size_t>(completed));
 }
 
 int64_t OverlappedReducer::mark_locked(int replica, size_t param) {
@@ -107,7 +110,7 @@ int64_t OverlappedReducer::mark_locked(int replica, size_t param) {
   return --missing_[pack] == 0 ? static_cast<int64_t>(pack) : -1;
 }
 
-void OverlappedReducer::reduce_in_process_and_queue(size_t pack) {
+void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   // Every replica's gradients of this pack are final and nobody writes them until the step
   // ends, so no lock is needed to read them.
   {
@@ -122,29 +125,9 @@ void OverlappedReducer::reduce_in_process_and_queue(size_t pack) {
   std::lock_guard<std::mutex> lock(mu_);
   reduced_[pack] = true;
   // Strictly in pack order: a pack completed early waits for the ones before it.
-  while (next_to_send_ < packs_.size() && reduced_[next_to_send_]) ++next_to_send_;
-  changed_.notify_all();
-}
-
-void OverlappedReducer::communication_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    changed_.wait(lock, [this] { return stopping_ || (!failure_ && sent_ < next_to_send_); });
-    if (stopping_) return;
-    const size_t pack = sent_;
-    lock.unlock();
-    std::exception_ptr failure;
-    try {
-      cross_worker_sum_(flat_[pack]);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    lock.lock();
-    if (failure)
-      failure_ = failure;
-    else
-      ++sent_;
-    changed_.notify_all();
+  while (issued_.size() < packs_.size() && reduced_[issued_.size()]) {
+    std::vector<at::Tensor> one{flat_[issued_.size()]};
+    issued_.push_back(group_->cross_process().all_reduce(one, ReduceOp::kSum));
   }
 }
 
@@ -165,7 +148,7 @@ void OverlappedReducer::finish_backward(int replica) {
     std::lock_guard<std::mutex> lock(mu_);
     mark_rest_locked(replica, completed);
   }
-  for (size_t pack : completed) reduce_in_process_and_queue(pack);
+  for (size_t pack : completed) reduce_in_process_and_issue(pack);
 }
 
 void OverlappedReducer::complete_step() {
@@ -175,25 +158,28 @@ void OverlappedReducer::complete_step() {
     if (!step_active_) return;
     for (size_t r = 0; r < params_.size(); ++r) mark_rest_locked(static_cast<int>(r), completed);
   }
-  for (size_t pack : completed) reduce_in_process_and_queue(pack);
-  std::unique_lock<std::mutex> lock(mu_);
-  wait_for_sent_locked(lock);
+  for (size_t pack : completed) reduce_in_process_and_issue(pack);
 }
 
-void OverlappedReducer::wait_for_sent_locked(std::unique_lock<std::mutex>& lock) {
-  changed_.wait(lock, [this] { return failure_ || sent_ == next_to_send_; });
+void OverlappedReducer::finalize(int replica) {
+  finish_backward(replica);
+  // Once every local replica is here, every pack has been issued; one thread collects them.
+  group_->local().barrier(replica, "apply_gradients", [this] { write_results(); });
 }
 
 void OverlappedReducer::write_results() {
-  std::unique_lock<std::mutex> lock(mu_);
-  DIST_INTERNAL_ASSERT(next_to_send_ == packs_.size(),
-                       "write_results before every replica finished backward");
-  wait_for_sent_locked(lock);
-  const std::exception_ptr failure = failure_;
-  const std::string twice = accumulated_twice_;
-  last_ready_in_backward_ = ready_in_backward_;
-  reset_step_locked();
-  if (failure) std::rethrow_exception(failure);
+  std::vector<collective::WorkHandle> issued;
+  std::string twice;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    DIST_INTERNAL_ASSERT(issued_.size() == packs_.size(),
+                         "finalize before every replica finished backward");
+    issued.swap(issued_);
+    twice = accumulated_twice_;
+    last_ready_in_backward_ = ready_in_backward_;
+    reset_step_locked();
+  }
+  for (auto& work : issued) work->wait();
   DIST_CHECK_ARG(twice.empty(), "the gradient of parameter '", twice,
                  "' was accumulated twice in one step (backward called twice before "
                  "apply_gradients); with gradient reduction overlapped with backward, call "
@@ -214,10 +200,14 @@ size_t OverlappedReducer::packs_ready_in_backward() const {
 }
 
 void OverlappedReducer::settle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!step_active_) return;
-  wait_for_sent_locked(lock);
-  reset_step_locked();
+  std::vector<collective::WorkHandle> issued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!step_active_) return;
+    issued.swap(issued_);
+    reset_step_locked();
+  }
+  for (auto& work : issued) work->wait();  // every process sent the same packs
 }
 
 void OverlappedReducer::reset_step_locked() {
@@ -227,12 +217,10 @@ void OverlappedReducer::reset_step_locked() {
   for (const auto& pack : packs_)
     missing_.push_back(static_cast<int64_t>(pack.size() * params_.size()));
   reduced_.assign(packs_.size(), false);
-  next_to_send_ = 0;
-  sent_ = 0;
+  issued_.clear();
   step_active_ = false;
   ready_in_backward_ = 0;
   accumulated_twice_.clear();
-  failure_ = nullptr;
 }
 
 }  // namespace dist

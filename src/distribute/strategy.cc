@@ -54,8 +54,8 @@ DistributedDataset Strategy::distribute_datasets_from_function(
   DIST_CHECK_ARG(static_cast<bool>(fn), "distribute_datasets_from_function needs a function");
   InputContext context;
   context.num_replicas_in_sync = extended_->num_replicas_in_sync();
-  context.num_input_pipelines = extended_->num_input_pipelines();
-  context.input_pipeline_id = extended_->input_pipeline_id();
+  context.num_input_pipelines = extended_->num_workers();
+  context.input_pipeline_id = extended_->worker_index();
   return DistributedDataset(fn(context), extended_, InputKind::kPerReplicaBatches);
 }
 

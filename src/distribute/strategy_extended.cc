@@ -4,11 +4,15 @@
 
 #include "dist/core/error.h"
 #include "dist/distribute/batch_split.h"
+#include "dist/distribute/replica_context.h"
 
 namespace dist {
+namespace {
 
-at::Tensor StrategyExtended::reduce_locally(ReduceOp op, const std::vector<at::Tensor>& values,
-                                            std::optional<int64_t> axis, int64_t* count) {
+// Combines values (and along axis); `count` receives the number of values (or of elements
+// along axis) that MEAN divides by.
+at::Tensor reduce_locally(ReduceOp op, const std::vector<at::Tensor>& values,
+                          std::optional<int64_t> axis, int64_t* count) {
   DIST_CHECK_ARG(!values.empty(), "reduce needs at least one value");
   const ReduceOp combine = op == ReduceOp::kMean ? ReduceOp::kSum : op;
   std::vector<at::Tensor> partial;
@@ -45,16 +49,49 @@ at::Tensor StrategyExtended::reduce_locally(ReduceOp op, const std::vector<at::T
   }
 }
 
-at::Tensor StrategyExtended::reduce(ReduceOp op, const std::vector<at::Tensor>& values,
-                                    std::optional<int64_t> axis) {
-  int64_t count = 0;
-  at::Tensor result = reduce_locally(op, values, axis, &count);
-  return op == ReduceOp::kMean ? result / static_cast<double>(count) : result;
+}  // namespace
+
+bool StrategyExtended::any_worker(bool local) const {
+  std::vector<at::Tensor> flag{at::tensor({local ? int64_t{1} : 0}, at::kLong)};
+  all_reduce_across_workers(flag, ReduceOp::kMax);
+  return flag[0].item<int64_t>() > 0;
 }
 
-at::Tensor StrategyExtended::gather(const std::vector<at::Tensor>& values, int64_t axis) {
+std::pair<bool, int64_t> StrategyExtended::agree_step(bool has_data, int64_t local_examples) const {
+  std::vector<at::Tensor> flags{at::tensor({has_data ? int64_t{1} : 0, local_examples}, at::kLong)};
+  all_reduce_across_workers(flags, ReduceOp::kSum);
+  return {flags[0][0].item<int64_t>() > 0, flags[0][1].item<int64_t>()};
+}
+
+std::vector<double> StrategyExtended::sum_across_workers(const std::vector<double>& local) const {
+  if (local.empty()) return local;
+  std::vector<at::Tensor> sums{at::tensor(local, at::kDouble)};
+  all_reduce_across_workers(sums, ReduceOp::kSum);
+  auto a = sums[0].accessor<double, 1>();
+  std::vector<double> out(local.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = a[static_cast<int64_t>(i)];
+  return out;
+}
+
+at::Tensor StrategyExtended::reduce(ReduceOp op, const std::vector<at::Tensor>& values,
+                                    std::optional<int64_t> axis) const {
+  DIST_CHECK_ARG(get_replica_context() == nullptr,
+                 "strategy.reduce is cross-replica code: call it outside run() (inside a step, "
+                 "use get_replica_context()->all_reduce)");
+  int64_t count = 0;
+  std::vector<at::Tensor> partial{reduce_locally(op, values, axis, &count).contiguous()};
+  all_reduce_across_workers(partial, op == ReduceOp::kMean ? ReduceOp::kSum : op);
+  if (op != ReduceOp::kMean) return partial[0];
+  std::vector<at::Tensor> total{at::tensor({count}, at::kLong)};
+  all_reduce_across_workers(total, ReduceOp::kSum);
+  return partial[0] / static_cast<double>(total[0].item<int64_t>());
+}
+
+at::Tensor StrategyExtended::gather(const std::vector<at::Tensor>& values, int64_t axis) const {
   DIST_CHECK_ARG(!values.empty(), "gather needs at least one value");
-  return at::cat(values, axis);
+  at::Tensor local = at::cat(values, axis);
+  if (num_workers() == 1) return local;
+  return all_gather_across_workers(local.movedim(axis, 0).contiguous()).movedim(0, axis);
 }
 
 PerReplica<data::Element> StrategyExtended::distribute_batch(const data::Element& batch,
@@ -62,8 +99,30 @@ PerReplica<data::Element> StrategyExtended::distribute_batch(const data::Element
   DIST_CHECK_ARG(policy != AutoShardPolicy::kFile,
                  "AutoShardPolicy::kFile needs a dataset read from a list of files; datasets "
                  "here are built from tensors: use AutoShardPolicy::kData");
-  int64_t global = batch.empty() || batch[0].dim() == 0 ? 0 : batch[0].size(0);
-  return PerReplica<data::Element>(split_batch(batch, num_local_replicas()), global);
+  const int64_t global = batch.empty() || batch[0].dim() == 0 ? 0 : batch[0].size(0);
+  if (policy == AutoShardPolicy::kOff)
+    return PerReplica<data::Element>(split_batch(batch, num_local_replicas()), global);
+  // kData / kAuto: this worker's replicas are replicas [first, first + local) of the job.
+  std::vector<data::Element> shares;
+  for (int r = 0; r < num_local_replicas(); ++r)
+    shares.push_back(batch_share(batch, first_replica_id() + r, num_replicas_in_sync()));
+  return PerReplica<data::Element>(std::move(shares), global);
+}
+
+int DistributedVariables::current_index() const {
+  const ReplicaContext* context = get_replica_context();
+  if (context == nullptr) return -1;
+  const int index = context->local_replica_id();
+  DIST_CHECK_ARG(context->strategy() == &strategy() && index < num_replicas(),
+                 "this model was made by strategy '", strategy().name(),
+                 "' but is used inside run() of another strategy (replica ", index,
+                 "); create the model with the strategy that runs it");
+  return index;
+}
+
+std::shared_ptr<torch::nn::Module> DistributedVariables::current() const {
+  const int index = current_index();
+  return index < 0 ? primary() : replica(index);
 }
 
 }  // namespace dist

@@ -130,7 +130,7 @@ Model Sequential(const Shape& input_shape, const std::vector<Layer>& layers, std
 const std::string& Model::name() const { return state_->name; }
 bool Model::compiled() const { return state_->mirrored.has_value(); }
 const Strategy& Model::strategy() const { return state_->strategy; }
-bool Model::is_chief() const { return state_->strategy.extended().first_replica_id() == 0; }
+bool Model::is_chief() const { return state_->strategy.is_chief(); }
 void Model::set_stop_training(bool stop) { state_->stop_training = stop; }
 bool Model::stop_training() const { return state_->stop_training; }
 std::shared_ptr<torch::nn::Module> Model::module() const { return state_->module.ptr(); }
@@ -154,7 +154,7 @@ void Model::compile(const Strategy& strategy, const Optimizer& optimizer,
   if (!mirrored) mirrored.emplace(strategy.mirror(s.module));
   std::unique_ptr<torch::optim::Optimizer> made;
   try {
-    made = optimizer.make(mirrored->primary()->parameters());
+    made = optimizer.make(mirrored->variables().trainable_variables());
   } catch (const c10::Error& e) {
     throw InvalidArgument("compile: optimizer '" + optimizer.name +
                           "' rejected its options: " + e.what_without_backtrace());
@@ -257,7 +257,7 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
   for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
     const bool resuming = resume && resume->epoch == epoch && resume->position.elements > 0;
     reset_metrics(s);
-    if (resuming && s.strategy.extended().first_replica_id() == 0) {
+    if (resuming && s.strategy.is_chief()) {
       // Under several workers the sums were saved globally: one worker holds them.
       for (Metric* m : all_metrics(s)) {
         auto total = resume->values.find(m->name() + ".total");
@@ -463,8 +463,6 @@ std::vector<std::pair<std::string, at::Tensor>> Model::weights() const {
 }
 
 void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights) {
-  std::vector<std::shared_ptr<torch::nn::Module>> copies{state_->module.ptr()};
-  if (state_->mirrored) copies = state_->mirrored->variables().replicas;
   // Check everything before changing anything.
   std::map<std::string, at::Tensor> by_name(weights.begin(), weights.end());
   const auto own = this->weights();
@@ -479,12 +477,12 @@ void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& w
                  own.size(), " weights of model '", state_->name,
                  "'; a name does not belong to the model");
   torch::NoGradGuard no_grad;
-  for (const auto& copy : copies) {
-    // A copy's own names: a clone registers its layers under the same names.
-    for (const auto& item : copy->named_parameters()) item.value().copy_(by_name.at(item.key()));
-    for (const auto& item : copy->named_buffers())
-      if (item.value().is_floating_point()) item.value().copy_(by_name.at(item.key()));
-  }
+  // Into the primary module; the strategy's placement follows.
+  const auto& module = state_->module;
+  for (const auto& item : module->named_parameters()) item.value().copy_(by_name.at(item.key()));
+  for (const auto& item : module->named_buffers())
+    if (item.value().is_floating_point()) item.value().copy_(by_name.at(item.key()));
+  if (state_->mirrored) state_->mirrored->variables().sync_from_primary();
 }
 
 void Model::save_weights(const std::string& path) const {

@@ -18,7 +18,7 @@
 #include <torch/optim/sgd.h>
 #include <nlohmann/json.hpp>
 
-#include "dist/core/crc32c.h"
+#include "core/crc32c.h"
 #include "dist/core/error.h"
 #include "dist/train/safetensors.h"
 #include "train/atomic_file.h"
@@ -111,9 +111,13 @@ class ParameterNames {
 }  // namespace
 
 Checkpoint::Checkpoint(std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer* optimizer)
-    : optimizer_(optimizer) {
-  if (model) copies_.push_back(std::move(model));
-}
+    : model_(std::move(model)), optimizer_(optimizer) {}
+
+Checkpoint::Checkpoint(std::shared_ptr<DistributedVariables> variables,
+                       torch::optim::Optimizer* optimizer)
+    : model_(variables ? variables->primary() : nullptr),
+      variables_(std::move(variables)),
+      optimizer_(optimizer) {}
 
 void Checkpoint::write(const std::string& path) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -125,15 +129,16 @@ void Checkpoint::write(const std::string& path) const {
   metadata["position.elements"] = std::to_string(state.position.elements);
   for (const auto& [key, value] : state.values) metadata[kValuePrefix + key] = value;
 
-  if (!copies_.empty()) {
-    for (const auto& p : copies_[0]->named_parameters())
+  if (model_ != nullptr) {
+    for (const auto& p : model_->named_parameters())
       tensors.emplace_back(kModel + p.key(), p.value().detach());
-    for (const auto& b : copies_[0]->named_buffers())
+    for (const auto& b : model_->named_buffers())
       tensors.emplace_back(kModel + b.key(), b.value().detach());
   }
   if (optimizer_ != nullptr) {
-    DIST_CHECK_ARG(!copies_.empty(), "Checkpoint: an optimizer needs its model, to name its slots");
-    const ParameterNames names(*copies_[0]);
+    DIST_CHECK_ARG(model_ != nullptr,
+                   "Checkpoint: an optimizer needs its model, to name its slots");
+    const ParameterNames names(*model_);
     metadata["optimizer"] = detail::optimizer_kind(*optimizer_);
     const auto& groups = optimizer_->param_groups();
     for (size_t g = 0; g < groups.size(); ++g)
@@ -191,10 +196,10 @@ void Checkpoint::read(const std::string& path) {
   };
   std::vector<std::pair<at::Tensor, at::Tensor>> params;  // (destination, value)
   std::vector<at::Tensor> buffers;  // in named_buffers() order; each copy has its own
-  if (!copies_.empty()) {
-    for (const auto& p : copies_[0]->named_parameters())
+  if (model_ != nullptr) {
+    for (const auto& p : model_->named_parameters())
       params.emplace_back(p.value(), take(kModel + p.key(), p.value()));
-    for (const auto& b : copies_[0]->named_buffers())
+    for (const auto& b : model_->named_buffers())
       buffers.push_back(take(kModel + b.key(), b.value()));
   }
   std::vector<std::pair<const void*, std::map<std::string, at::Tensor>>> slots;
@@ -207,7 +212,7 @@ void Checkpoint::read(const std::string& path) {
                                 saved_kind == meta.end() ? "no optimizer state"
                                                          : saved_kind->second + " state",
                                 " but the optimizer is ", kind));
-    const ParameterNames names(*copies_[0]);
+    const ParameterNames names(*model_);
     for (const auto& group : optimizer_->param_groups()) {
       for (const auto& p : group.params()) {
         const std::string prefix = kOptimizer + names.of(p.unsafeGetTensorImpl()) + "/";
@@ -262,13 +267,14 @@ void Checkpoint::read(const std::string& path) {
     if (key.rfind(kValuePrefix, 0) == 0)
       restored.values[key.substr(sizeof(kValuePrefix) - 1)] = value;
 
-  // Apply. Parameters are shared by all copies of a mirrored model; buffers are per copy.
+  // Apply to the primary module, then let the strategy's placement follow.
   torch::NoGradGuard no_grad;
   for (auto& [dst, value] : params) dst.copy_(value);
-  for (const auto& copy : copies_) {
-    auto destinations = copy->buffers();
+  if (model_ != nullptr) {
+    auto destinations = model_->buffers();
     for (size_t b = 0; b < buffers.size(); ++b) destinations[b].copy_(buffers[b]);
   }
+  if (variables_ != nullptr) variables_->sync_from_primary();
   if (optimizer_ != nullptr) {
     detail::import_slots(*optimizer_, slots);
     for (size_t g = 0; g < learning_rates.size(); ++g)

@@ -1,11 +1,12 @@
 #include "dist/train/loss.h"
+#include "train/sample_weight.h"
 
 #include <utility>
 
 #include <torch/torch.h>
 
 #include "dist/core/error.h"
-#include "dist/core/replica_context.h"
+#include "dist/distribute/replica_context.h"
 
 namespace dist {
 namespace {

@@ -1,8 +1,8 @@
 #include "dist/train/metric.h"
 
-#include "dist/core/cross_worker_sum.h"
 #include "dist/core/error.h"
-#include "dist/core/replica_context.h"
+#include "dist/distribute/replica_context.h"
+#include "dist/distribute/strategy_extended.h"
 
 namespace dist {
 
@@ -21,12 +21,24 @@ std::pair<double, double> Metric::local_sums() const {
   return {total, count};
 }
 
+std::pair<double, double> Metric::global_sums() const {
+  const auto local = local_sums();
+  std::shared_ptr<const StrategyExtended> strategy;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    strategy = strategy_.lock();
+  }
+  if (!strategy || strategy->num_workers() == 1) return local;
+  auto sums = strategy->sum_across_workers({local.first, local.second});
+  return {sums[0], sums[1]};
+}
+
 double Metric::result() const {
-  auto [total, count] = cross_worker_sum(local_sums());
+  auto [total, count] = global_sums();
   return finalize(total, count);
 }
 
-std::pair<double, double> Metric::total_and_count() const { return cross_worker_sum(local_sums()); }
+std::pair<double, double> Metric::total_and_count() const { return global_sums(); }
 
 void Metric::restore_state(double total, double count) {
   reset_state();
@@ -54,6 +66,14 @@ void Metric::accumulate(double total, double count) {
   int replica = context == nullptr ? 0 : context->replica_id_in_sync_group();
   DIST_INTERNAL_ASSERT(replica >= 0, "negative replica id ", replica);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (context != nullptr) {
+    auto bound = strategy_.lock();
+    DIST_CHECK_ARG(!bound || bound.get() == context->strategy(), "metric '", name_,
+                   "' is updated under strategy '", context->strategy()->name(),
+                   "' but was first updated under '", bound ? bound->name() : "",
+                   "'; use one metric object per strategy");
+    if (!bound) strategy_ = context->shared_strategy();
+  }
   if (static_cast<size_t>(replica) >= slots_.size()) slots_.resize(replica + 1, {0.0, 0.0});
   slots_[replica].first += total;
   slots_[replica].second += count;

@@ -1,4 +1,5 @@
 #include "dist/train/metrics.h"
+#include "train/sample_weight.h"
 
 #include <utility>
 
@@ -55,7 +56,7 @@ void SparseCategoricalAccuracy::update_state(const torch::Tensor& y_true,
   DIST_CHECK_ARG(y_pred.dim() >= 1 && labels.sizes() == y_pred.sizes().slice(0, y_pred.dim() - 1),
                  name(), ": y_true of shape ", y_true.sizes(), " does not match y_pred of shape ",
                  y_pred.sizes(), "; expected one class id per row of y_pred");
-  if (labels.numel() == 0) return;  // an empty replica batch adds nothing
+  if (labels.numel() == 0) return accumulate(0.0, 0.0);  // an empty replica batch adds nothing
   DIST_CHECK_ARG(y_pred.size(-1) > 0, name(), ": y_pred of shape ", y_pred.sizes(),
                  " has no classes");
   torch::Tensor predicted = y_pred.detach().argmax(-1);

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "dist/core/crc32c.h"
+#include "core/crc32c.h"
 #include "dist/core/error.h"
 
 namespace dist {
@@ -56,7 +56,9 @@ std::string event(double wall_time, int64_t step) {
 
 }  // namespace
 
-uint32_t detail::masked_crc32c(const void* data, size_t size) {
+// TFRecord's checksum: CRC-32C rotated right by 15 bits plus a constant, so that a checksum of
+// data that itself contains checksums is not trivially related to them.
+static uint32_t masked_crc32c(const void* data, size_t size) {
   const uint32_t crc = crc32c(data, size);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
@@ -100,9 +102,9 @@ void SummaryWriter::flush() {
 void SummaryWriter::write_record(const std::string& event) {
   std::string record;
   put_fixed(record, static_cast<uint64_t>(event.size()));
-  put_fixed(record, detail::masked_crc32c(record.data(), 8));
+  put_fixed(record, masked_crc32c(record.data(), 8));
   record += event;
-  put_fixed(record, detail::masked_crc32c(event.data(), event.size()));
+  put_fixed(record, masked_crc32c(event.data(), event.size()));
   out_.write(record.data(), static_cast<std::streamsize>(record.size()));
   DIST_CHECK(out_.good(), Error, "writing summary file '", path_, "' failed");
 }

@@ -5,7 +5,7 @@
 #include "dist/core/error.h"
 #include "dist/core/per_replica.h"
 #include "dist/core/reduce_op.h"
-#include "dist/core/replica_context.h"
+#include "dist/distribute/replica_context.h"
 
 namespace dist {
 namespace {

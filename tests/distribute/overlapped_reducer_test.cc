@@ -5,9 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/train/loss.h"
+#include "distribute/local_cluster.h"
+#include "distribute/mirrored_extended.h"
 #include "distribute/overlapped_reducer.h"
 
 namespace dist {
@@ -74,7 +75,8 @@ TEST(OverlappedReducerTest, PacksStartDuringBackward) {
       torch::nn::Linear(6, 5), torch::nn::Functional(torch::relu), torch::nn::Linear(5, 3)));
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
-  auto& reducer = *static_cast<OverlappedReducer*>(model.variables().strategy_state.get());
+  auto& reducer = *static_cast<OverlappedReducer*>(
+      static_cast<MirroredVariables&>(model.variables()).reducer.get());
   ASSERT_EQ(reducer.num_packs(), 4u);  // 64-byte packs: one tensor each
   for (int step = 0; step < 3; ++step) {
     strategy.run([&] {

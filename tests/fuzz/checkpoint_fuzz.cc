@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "dist/core/crc32c.h"
+#include "core/crc32c.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
 #include "fuzz_util.h"

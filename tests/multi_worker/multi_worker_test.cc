@@ -5,11 +5,11 @@
 #include <torch/torch.h>
 #include <map>
 
-#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/train/safetensors.h"
+#include "distribute/local_cluster.h"
 #include "equivalence_data.h"
 #include "keras/keras_test_models.h"
 #include "multi_worker/process_group.h"

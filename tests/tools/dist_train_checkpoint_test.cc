@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dist/distribute/local_cluster.h"
 #include "dist/train/safetensors.h"
+#include "distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 

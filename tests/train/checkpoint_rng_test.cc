@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dist/core/crc32c.h"
+#include "core/crc32c.h"
 #include "dist/core/error.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"

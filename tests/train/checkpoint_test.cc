@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dist/core/crc32c.h"
+#include "core/crc32c.h"
 #include "dist/core/error.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"

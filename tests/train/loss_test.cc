@@ -11,40 +11,24 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "collective/local/local_communicator.h"
 #include "dist/core/error.h"
-#include "dist/core/replica_context.h"
+#include "dist/distribute/replica_context.h"
 
 namespace dist {
 namespace {
 
-// A sync group whose only real answer is its size: enough for losses, which never communicate.
-class FakeGroup : public detail::ReplicaGroup {
- public:
-  explicit FakeGroup(int replicas) : replicas_(replicas) {}
-  int num_replicas_in_sync() const override { return replicas_; }
-  std::vector<at::Tensor> all_reduce(int, ReduceOp, const std::vector<at::Tensor>&) override {
-    throw std::logic_error("FakeGroup::all_reduce is not implemented");
-  }
-  at::Tensor all_gather(int, const at::Tensor&, int64_t) override {
-    throw std::logic_error("FakeGroup::all_gather is not implemented");
-  }
-  void merge_call(int, const std::function<void()>&) override {
-    throw std::logic_error("FakeGroup::merge_call is not implemented");
-  }
-
- private:
-  int replicas_;
-};
-
 // Runs fn(replica) on one thread per replica, each in its own ReplicaContext, as
 // strategy.run() would; rethrows the first replica's exception.
 void run_replicas(int replicas, int64_t global_batch_size, const std::function<void(int)>& fn) {
-  FakeGroup group(replicas);
+  collective::LocalGroupOptions options;
+  options.size = replicas;
+  auto group = collective::make_local_group(options);
   std::vector<std::exception_ptr> errors(replicas);
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
     threads.emplace_back([&, r] {
-      ReplicaContext context(&group, r, global_batch_size);
+      ReplicaContext context(nullptr, group[static_cast<size_t>(r)].get(), r, global_batch_size);
       ReplicaContextScope scope(&context);
       try {
         fn(r);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/core/host_port.h"
+
 namespace dist {
 
 struct TaskSpec {
@@ -19,12 +21,6 @@ struct TaskSpec {
   int index = 0;
   // "worker:1"
   std::string name() const { return type + ":" + std::to_string(index); }
-};
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-  std::string to_string() const { return host + ":" + std::to_string(port); }
 };
 
 class ClusterSpec {

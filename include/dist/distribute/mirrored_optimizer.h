@@ -1,4 +1,4 @@
-// MirroredOptimizer: one LibTorch optimizer over a Mirrored model's variables.
+// MirroredOptimizer: one LibTorch optimizer over a model's distributed variables.
 //
 // In the step function, after loss.backward(), call apply_gradients(): the strategy combines
 // the gradients of all replicas (a sum across replicas: scale the loss by the global batch
@@ -10,14 +10,13 @@
 
 #include <torch/optim/optimizer.h>
 
-#include "dist/distribute/mirrored.h"
-#include "dist/distribute/strategy_extended.h"
+#include "dist/distribute/distributed_variables.h"
 
 namespace dist {
 
 class MirroredOptimizer {
  public:
-  MirroredOptimizer(std::shared_ptr<detail::MirroredVariables> variables,
+  MirroredOptimizer(std::shared_ptr<DistributedVariables> variables,
                     std::unique_ptr<torch::optim::Optimizer> optimizer);
 
   // All-reduces the gradients, takes one optimizer step, clears the gradients. Call it from
@@ -27,15 +26,16 @@ class MirroredOptimizer {
   // Clears the gradients of every copy without applying them.
   void zero_grad();
 
-  // The optimizer over the primary copy's parameters: its state (slots) and options.
+  // The optimizer over the variables' trainable_variables(): its state (slots) and options.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  DistributedVariables& variables() const { return *variables_; }
 
   // Learning rate of every parameter group (the first group's when read).
   double learning_rate() const;
   void set_learning_rate(double lr);
 
  private:
-  std::shared_ptr<detail::MirroredVariables> variables_;
+  std::shared_ptr<DistributedVariables> variables_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/distribute/cross_device_ops.h"
+#include "dist/collective/cross_device_ops.h"
 #include "dist/distribute/strategy.h"
 
 namespace dist {

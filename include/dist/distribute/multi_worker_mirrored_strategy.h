@@ -25,7 +25,7 @@ namespace dist {
 
 struct CommunicationOptions {
   enum class Implementation { kAuto, kRing, kNccl };
-  // kAuto and kRing use Gloo over TCP on CPU; kNccl needs a CUDA build (DIST_WITH_CUDA).
+  // kAuto and kRing use Gloo over TCP; kNccl needs GPUs, which this CPU-only build lacks.
   Implementation implementation = Implementation::kAuto;
   // A collective not completed within this time fails (a stalled or lost worker).
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
@@ -54,11 +54,13 @@ class MultiWorkerMirroredStrategy : public Strategy {
   MultiWorkerMirroredStrategy();
   explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options);
 
-  // This worker's task and whether it is the chief (rank 0: writes summaries, checkpoints).
-  const TaskSpec& task() const;
-  bool is_chief() const;
-  int num_workers() const;
-  int worker_rank() const;
+  // This worker's task in TF_CONFIG. (Strategy::is_chief, num_workers and worker_index
+  // tell its place in the job.)
+  const TaskSpec& task() const { return task_; }
+
+ private:
+  MultiWorkerMirroredStrategy(const MultiWorkerOptions& options, const ClusterConfig& config);
+  TaskSpec task_;
 };
 
 }  // namespace dist

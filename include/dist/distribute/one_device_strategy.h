@@ -12,8 +12,8 @@ namespace dist {
 
 class OneDeviceStrategy : public Strategy {
  public:
-  // device: "cpu:0" (default) or another device name (device_name.h). A GPU device needs a
-  // build with DIST_WITH_CUDA and a CUDA LibTorch; otherwise this throws InvalidArgument.
+  // device: "cpu:0" (default) or another CPU device name (device_name.h). This build runs on
+  // CPUs only: a GPU device is an InvalidArgument.
   explicit OneDeviceStrategy(const std::string& device = "cpu:0");
 };
 

@@ -32,6 +32,7 @@
 #include "dist/distribute/input_context.h"
 #include "dist/distribute/mirrored.h"
 #include "dist/distribute/mirrored_optimizer.h"
+#include "dist/distribute/replica_context.h"
 #include "dist/distribute/strategy_extended.h"
 
 namespace dist {
@@ -63,6 +64,12 @@ class Strategy {
   int num_replicas_in_sync() const { return extended_->num_replicas_in_sync(); }
   const std::vector<DeviceName>& local_devices() const { return extended_->local_devices(); }
   StrategyExtended& extended() const { return *extended_; }
+
+  // The processes of the job (1 unless multi-worker), this one's index, and whether it is the
+  // one that writes what is written once (checkpoints, summaries, the final weights).
+  int num_workers() const { return extended_->num_workers(); }
+  int worker_index() const { return extended_->worker_index(); }
+  bool is_chief() const { return extended_->is_chief(); }
 
   // Runs fn once per replica, in parallel, with PerReplica arguments replaced by the replica's
   // value and other arguments passed to all. Returns the replicas' results as PerReplica<R>
@@ -96,8 +103,8 @@ class Strategy {
     }
   }
 
-  // True on every worker when `local` is true on any worker (a collective under
-  // MultiWorkerMirroredStrategy: every worker calls it at the same point). For decisions all
+  // True on every worker when `local` is true on any worker (a collective under a
+  // multi-worker strategy: every worker calls it at the same point). For decisions all
   // workers must take together, such as stopping on a signal one of them received.
   bool any_worker(bool local) const { return extended_->any_worker(local); }
 
@@ -117,17 +124,19 @@ class Strategy {
     return value.values();
   }
 
-  // Mirrors a model: the equivalent of creating it inside tf.distribute's strategy.scope().
+  // Places a model's variables as the strategy does (one copy per replica for the mirrored
+  // strategies): the equivalent of creating it inside tf.distribute's strategy.scope().
   template <class M>
   Mirrored<M> mirror(M module) const {
-    return Mirrored<M>(extended_->mirror_module(module.ptr()));
+    return Mirrored<M>(extended_->create_variables(module.ptr()));
   }
 
-  // Makes an optimizer of type Opt (torch::optim::Adam, SGD, ...) over a mirrored model.
+  // Makes an optimizer of type Opt (torch::optim::Adam, SGD, ...; include its LibTorch
+  // header) over a model made by mirror().
   template <class Opt, class M, class Options>
   std::shared_ptr<MirroredOptimizer> mirror_optimizer(const Mirrored<M>& model,
                                                       const Options& options) const {
-    auto optimizer = std::make_unique<Opt>(model.primary()->parameters(), options);
+    auto optimizer = std::make_unique<Opt>(model.variables().trainable_variables(), options);
     return std::make_shared<MirroredOptimizer>(model.shared_variables(), std::move(optimizer));
   }
 

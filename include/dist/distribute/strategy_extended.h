@@ -2,15 +2,22 @@
 //
 // Users hold a Strategy (strategy.h), a cheap handle; the handle's templates (run, mirror,
 // mirror_optimizer) turn typed calls into the untyped virtual calls below. To add a strategy,
-// implement this class and give it a Strategy subclass whose constructor makes the impl.
+// implement every pure virtual here and give it a Strategy subclass whose constructor makes
+// the implementation (docs/design.md, "Adding a strategy").
+//
+// The duties every strategy has, including multi-process ones, are pure virtual, so a
+// strategy cannot forget one and still compile. Cross-worker agreement (any_worker,
+// agree_step, metric sums, reduce) is derived from one primitive, all_reduce_across_workers.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -19,17 +26,15 @@
 #include "dist/core/reduce_op.h"
 #include "dist/data/dataset.h"
 #include "dist/distribute/auto_shard_policy.h"
+#include "dist/distribute/distributed_variables.h"
 
 namespace dist {
-
-namespace detail {
-struct MirroredVariables;
-}
 
 class StrategyExtended {
  public:
   virtual ~StrategyExtended() = default;
 
+  // ---- what the strategy is ----
   // "default", "one_device", "mirrored", ...
   virtual std::string name() const = 0;
   // Replicas across all workers that take part in each step.
@@ -37,53 +42,60 @@ class StrategyExtended {
   // Devices of this process's replicas, in local replica order.
   virtual const std::vector<DeviceName>& local_devices() const = 0;
   int num_local_replicas() const { return static_cast<int>(local_devices().size()); }
-  // Global replica id of this process's first replica (non-zero only under multi-worker).
-  virtual int first_replica_id() const { return 0; }
-  // Input pipelines of the job (one per worker process) and this process's index.
-  virtual int num_input_pipelines() const { return 1; }
-  virtual int input_pipeline_id() const { return 0; }
 
+  // ---- workers (the processes that run replicas; 1 for in-process strategies) ----
+  virtual int num_workers() const = 0;
+  // This process's index among the workers, 0-based.
+  virtual int worker_index() const = 0;
+  // Whether this process writes what is written once per job (checkpoints, summaries, logs).
+  virtual bool is_chief() const = 0;
+  // Global replica id of this process's first replica.
+  int first_replica_id() const { return worker_index() * num_local_replicas(); }
+
+  // ---- running replicas ----
   // Runs body(local_replica) once per local replica, each with its ReplicaContext current,
   // and returns when all are done. The first exception of any replica is rethrown.
   virtual void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) = 0;
 
-  // Cross-replica reduction of one value per local replica (and, under multi-worker, across
-  // workers). With an axis, also reduces along that axis.
-  virtual at::Tensor reduce(ReduceOp op, const std::vector<at::Tensor>& values,
-                            std::optional<int64_t> axis);
-  // Concatenation of the values of all replicas along axis.
-  virtual at::Tensor gather(const std::vector<at::Tensor>& values, int64_t axis);
+  // ---- cross-worker agreement, from cross-replica code ----
+  // In place: the reduction over every worker's tensors (every worker calls it at the same
+  // point; one process: nothing to do). All of the below derive from it.
+  virtual void all_reduce_across_workers(std::vector<at::Tensor>& tensors, ReduceOp op) const = 0;
+  // Every worker's `local` concatenated along dim 0 in worker order (sizes may differ).
+  virtual at::Tensor all_gather_across_workers(const at::Tensor& local) const = 0;
 
-  // Makes the per-replica copies of a model created "in scope". Returns one module per local
-  // replica; element 0 is the primary (the copy cross-replica code sees).
-  virtual std::shared_ptr<detail::MirroredVariables> mirror_module(
+  // True on every worker if `local` is true on any.
+  bool any_worker(bool local) const;
+  // Agreement before each step of a distributed dataset: whether any worker still has data,
+  // and the total number of examples all workers will process in the step.
+  std::pair<bool, int64_t> agree_step(bool has_data, int64_t local_examples) const;
+  // Element-wise sums over the workers (metric totals and counts).
+  std::vector<double> sum_across_workers(const std::vector<double>& local) const;
+
+  // Cross-replica reduction of one value per local replica, across workers too. With an
+  // axis, also reduces along that axis.
+  at::Tensor reduce(ReduceOp op, const std::vector<at::Tensor>& values,
+                    std::optional<int64_t> axis) const;
+  // Concatenation of the values of all replicas (of every worker) along axis.
+  at::Tensor gather(const std::vector<at::Tensor>& values, int64_t axis) const;
+
+  // This process's per-replica shares of one global batch (batch_split.h): the rows of this
+  // worker's replicas (policy kData/kAuto) or the whole batch across the local replicas (kOff).
+  PerReplica<data::Element> distribute_batch(const data::Element& global_batch,
+                                             AutoShardPolicy policy) const;
+
+  // ---- variables ----
+  // Places a model created "in scope" (tf.distribute's strategy.scope()); `primary` becomes
+  // the variables' primary module.
+  virtual std::shared_ptr<DistributedVariables> create_variables(
       std::shared_ptr<torch::nn::Module> primary) = 0;
 
-  // Applies gradients accumulated by backward() on every replica's copy with one optimizer
-  // step, so that all copies stay identical, then clears the gradients. Called from every
-  // replica inside run(), or once from cross-replica code.
-  virtual void apply_gradients(detail::MirroredVariables& variables,
+  // Applies the gradients backward() left on the variables with one optimizer step (over
+  // variables.trainable_variables()), so that every placement holds the same new values,
+  // then clears the gradients. Called from every replica inside run() (a collective), or once
+  // from cross-replica code.
+  virtual void apply_gradients(DistributedVariables& variables,
                                torch::optim::Optimizer& optimizer) = 0;
-
-  // This process's per-replica shares of one global batch (see batch_split.h): under
-  // multi-worker, the rows of this worker's replicas (policy kData/kAuto) or the whole batch
-  // (kOff).
-  virtual PerReplica<data::Element> distribute_batch(const data::Element& global_batch,
-                                                     AutoShardPolicy policy) const;
-
-  // Agreement before each step of a distributed dataset: whether any worker still has data,
-  // and the total number of examples all workers will process in the step. One process:
-  // (has_data, local_examples).
-  // True on every worker if `local` is true on any (a collective across workers).
-  virtual bool any_worker(bool local) const { return local; }
-  virtual std::pair<bool, int64_t> agree_step(bool has_data, int64_t local_examples) const {
-    return {has_data, local_examples};
-  }
-
-  // Local part of reduce(): combines values (and along axis); `count` receives the number of
-  // values (or of elements along axis) that MEAN divides by.
-  static at::Tensor reduce_locally(ReduceOp op, const std::vector<at::Tensor>& values,
-                                   std::optional<int64_t> axis, int64_t* count);
 };
 
 }  // namespace dist

@@ -30,6 +30,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "dist/data/dataset.h"
+#include "dist/distribute/distributed_variables.h"
 #include "dist/distribute/mirrored.h"
 #include "dist/distribute/mirrored_optimizer.h"
 
@@ -46,11 +47,13 @@ class Checkpoint {
  public:
   // A plain module (or none) and an optional optimizer over its parameters.
   Checkpoint(std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer* optimizer);
-  // A mirrored model: saved once from its primary copy; reading restores every copy.
+  // A model placed by a strategy: saved once from its primary module; reading restores it
+  // and lets the strategy bring every other place (replica copies) up to date.
+  Checkpoint(std::shared_ptr<DistributedVariables> variables, torch::optim::Optimizer* optimizer);
   template <class M>
   Checkpoint(const Mirrored<M>& model, MirroredOptimizer* optimizer)
-      : copies_(model.variables().replicas),
-        optimizer_(optimizer != nullptr ? &optimizer->optimizer() : nullptr) {}
+      : Checkpoint(model.shared_variables(),
+                   optimizer != nullptr ? &optimizer->optimizer() : nullptr) {}
 
   TrainingState state;
   bool save_random_state = true;
@@ -63,7 +66,8 @@ class Checkpoint {
   void read(const std::string& path);
 
  private:
-  std::vector<std::shared_ptr<torch::nn::Module>> copies_;  // [0] is saved
+  std::shared_ptr<torch::nn::Module> model_;         // what is saved and restored
+  std::shared_ptr<DistributedVariables> variables_;  // told after a restore, if any
   torch::optim::Optimizer* optimizer_;
 };
 

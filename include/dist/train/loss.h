@@ -134,14 +134,4 @@ torch::Tensor compute_average_loss(const torch::Tensor& per_example_loss,
 // replicas' gradients counts the regularization term once (tf.nn.scale_regularization_loss).
 torch::Tensor scale_regularization_loss(const torch::Tensor& regularization_loss);
 
-namespace detail {
-
-// sample_weight made to broadcast against per-example values `values`: a scalar, or a tensor
-// whose shape is a prefix of values' shape (a trailing axis of size 1 beyond values' rank is
-// dropped), expanded to values' shape and dtype. Undefined stays undefined. Throws
-// InvalidArgument naming both shapes otherwise. Shared by losses and metrics.
-torch::Tensor broadcast_sample_weight(const torch::Tensor& sample_weight,
-                                      const torch::Tensor& values);
-
-}  // namespace detail
 }  // namespace dist

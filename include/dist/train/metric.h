@@ -8,18 +8,26 @@
 //
 // which weighs every example equally however the batches were split. (The mean of per-replica
 // means would not: replica 0 averaging {1} and replica 1 averaging {3, 3, 3} give 2.5, not 2.)
+//
+// Across workers: a metric updated inside strategy.run() belongs to that strategy (as a Keras
+// metric created in strategy.scope() does), and result() also sums over the strategy's
+// workers, through the strategy (StrategyExtended::sum_across_workers). A metric only ever
+// updated in cross-replica code belongs to no strategy and reads this process's state.
 // Totals and counts are kept in double whatever the input dtype.
 //
 // Thread safety: every method may be called concurrently (replicas update in parallel).
 // The concrete metrics are in dist/train/metrics.h.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace dist {
+
+class StrategyExtended;
 
 class Metric {
  public:
@@ -30,9 +38,9 @@ class Metric {
 
   const std::string& name() const { return name_; }
 
-  // finalize() of the totals and counts summed over all replica slots and, under a
-  // multi-worker strategy, over all workers: then a collective that every worker must call
-  // (see dist/core/cross_worker_sum.h).
+  // finalize() of the totals and counts summed over all replica slots and, for a metric
+  // updated under a multi-worker strategy, over all workers: then a collective that every
+  // worker must call at the same point.
   double result() const;
   // The same over this process's replicas only; never communicates (for progress display).
   double local_result() const;
@@ -60,10 +68,13 @@ class Metric {
 
  private:
   std::pair<double, double> local_sums() const;
+  std::pair<double, double> global_sums() const;
 
   std::string name_;
   mutable std::mutex mutex_;
   std::vector<std::pair<double, double>> slots_;  // guarded by mutex_; grows to max replica id
+  // The strategy whose run() updated this metric (guarded by mutex_).
+  std::weak_ptr<const StrategyExtended> strategy_;
 };
 
 }  // namespace dist

@@ -34,10 +34,4 @@ class SummaryWriter {
   std::ofstream out_;
 };
 
-namespace detail {
-// TFRecord's checksum: CRC-32C rotated right by 15 bits plus a constant, so that a checksum of
-// data that itself contains checksums is not trivially related to them.
-uint32_t masked_crc32c(const void* data, size_t size);
-}  // namespace detail
-
 }  // namespace dist

@@ -1,4 +1,4 @@
-#include "collective/store_host.h"
+#include "collective/gloo/store_host.h"
 
 #include <fcntl.h>
 #include <poll.h>

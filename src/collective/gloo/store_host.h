@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/distribute/cluster_spec.h"
+#include "dist/core/host_port.h"
 
 namespace dist::collective {
 

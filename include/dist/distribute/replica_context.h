@@ -4,13 +4,14 @@
 // get_replica_context() returns it, and mirrored models, optimizers, losses and metrics use it
 // to find this replica's copy. Outside run() (cross-replica context) it returns nullptr.
 //
-// Every collective here must be called by every replica of the group, in the same order, with
-// tensors of the same shapes; otherwise the strategy reports an error naming the replica.
+// Every collective here must be called by every replica of the sync group, in the same order,
+// with tensors of the same shapes; otherwise the strategy reports an error naming the replica.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,33 +21,20 @@
 
 namespace dist {
 
-namespace detail {
-
-// The collectives of one sync group, implemented by each strategy. Each call is made by every
-// local replica (identified by its local index `replica`) and returns that replica's result.
-class ReplicaGroup {
- public:
-  virtual ~ReplicaGroup() = default;
-  virtual int num_replicas_in_sync() const = 0;
-  virtual std::vector<at::Tensor> all_reduce(int replica, ReduceOp op,
-                                             const std::vector<at::Tensor>& values) = 0;
-  // Concatenates every replica's tensor along `axis`, in replica order.
-  virtual at::Tensor all_gather(int replica, const at::Tensor& value, int64_t axis) = 0;
-  // Waits for all replicas, runs fn once (in cross-replica context), then releases them all.
-  virtual void merge_call(int replica, const std::function<void()>& fn) = 0;
-};
-
-}  // namespace detail
+class StrategyExtended;
+namespace collective {
+class Communicator;
+}
 
 class ReplicaContext {
  public:
-  // local_replica_id: this replica's index among the replicas of this process (equal to
-  // replica_id except under multi-worker strategies); -1 means "same as replica_id".
-  ReplicaContext(detail::ReplicaGroup* group, int replica_id, int64_t global_batch_size,
-                 int local_replica_id = -1);
+  // Made by strategies. `group`: this replica's member of the sync group (its rank is the
+  // replica's id in the group); `local_replica_id`: its index among this process's replicas.
+  ReplicaContext(std::shared_ptr<const StrategyExtended> strategy, collective::Communicator* group,
+                 int local_replica_id, int64_t global_batch_size);
 
   // 0-based position of this replica in the sync group (across all workers).
-  int replica_id_in_sync_group() const { return replica_id_; }
+  int replica_id_in_sync_group() const;
   // 0-based position of this replica among the replicas of this process.
   int local_replica_id() const { return local_replica_id_; }
   int num_replicas_in_sync() const;
@@ -61,16 +49,20 @@ class ReplicaContext {
   // Every replica's `value` concatenated along `axis` in replica order; shapes may differ
   // along `axis` only.
   at::Tensor all_gather(const at::Tensor& value, int64_t axis = 0);
-  // Pauses all replicas, runs fn once in cross-replica context, then resumes them.
+  // Pauses all replicas, runs fn once per process (replica 0's) in cross-replica context,
+  // then resumes them.
   void merge_call(const std::function<void()>& fn);
 
-  detail::ReplicaGroup* group() const { return group_; }
+  // The strategy whose run() made this context.
+  const StrategyExtended* strategy() const { return strategy_.get(); }
+  const std::shared_ptr<const StrategyExtended>& shared_strategy() const { return strategy_; }
+  collective::Communicator& communicator() const { return *group_; }
 
  private:
-  detail::ReplicaGroup* group_;
-  int replica_id_;
-  int64_t global_batch_size_;
+  std::shared_ptr<const StrategyExtended> strategy_;
+  collective::Communicator* group_;
   int local_replica_id_;
+  int64_t global_batch_size_;
 };
 
 // The current thread's replica context, or nullptr in cross-replica context.

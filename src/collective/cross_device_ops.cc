@@ -1,4 +1,4 @@
-#include "dist/distribute/cross_device_ops.h"
+#include "dist/collective/cross_device_ops.h"
 
 #include "dist/core/error.h"
 

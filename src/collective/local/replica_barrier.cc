@@ -1,4 +1,4 @@
-#include "collective/replica_barrier.h"
+#include "collective/local/replica_barrier.h"
 
 #include "dist/core/error.h"
 

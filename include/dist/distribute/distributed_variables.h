@@ -1,0 +1,46 @@
+// DistributedVariables: a model's variables as a strategy placed them.
+//
+// Where variables live is the strategy's choice: MirroredStrategy keeps a copy per replica
+// (sharing storage on CPU), OneDeviceStrategy one copy, a parameter-server strategy keeps them
+// on other processes. Code that works with any strategy (checkpoints, the Keras Model, the
+// optimizer wrapper) goes through this interface and never assumes copies.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+namespace dist {
+
+class StrategyExtended;
+
+class DistributedVariables {
+ public:
+  virtual ~DistributedVariables() = default;
+
+  // The module cross-replica code reads and writes: after every step it holds the current
+  // values (checkpoints save it, save_weights writes it).
+  virtual std::shared_ptr<torch::nn::Module> primary() const = 0;
+  // The module local replica `local_replica` computes with.
+  virtual std::shared_ptr<torch::nn::Module> replica(int local_replica) const = 0;
+  virtual int num_replicas() const = 0;
+  // The module of the calling thread: its replica's inside run(), primary() outside.
+  std::shared_ptr<torch::nn::Module> current() const;
+  // Its local replica index, or -1 for primary(). InvalidArgument inside run() of a strategy
+  // other than strategy().
+  int current_index() const;
+
+  // The tensors an optimizer updates (its parameter list).
+  virtual std::vector<at::Tensor> trainable_variables() const = 0;
+
+  // Call after changing primary()'s values outside a step (restoring a checkpoint): every
+  // other place that holds them gets the new values.
+  virtual void sync_from_primary() = 0;
+
+  // The strategy that placed them (it applies their gradients).
+  virtual StrategyExtended& strategy() const = 0;
+};
+
+}  // namespace dist

@@ -1,0 +1,42 @@
+#include "collective/factory.h"
+
+#include "collective/gloo/gloo_communicator.h"
+#include "dist/core/error.h"
+
+namespace dist::collective {
+namespace {
+
+using MakeCommunicator = std::unique_ptr<Communicator> (*)(const ProcessGroupSpec&);
+
+struct Backend {
+  const char* name;
+  MakeCommunicator make;
+};
+
+std::unique_ptr<Communicator> make_gloo(const ProcessGroupSpec& spec) {
+  return std::make_unique<GlooCommunicator>(spec);
+}
+
+// One line per backend. (NCCL would go here, in a CUDA build.)
+constexpr Backend kBackends[] = {
+    {"gloo", &make_gloo},
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_process_communicator(const std::string& backend,
+                                                        const ProcessGroupSpec& spec) {
+  for (const auto& b : kBackends)
+    if (backend == b.name) return b.make(spec);
+  std::string known;
+  for (const auto& b : kBackends) known += (known.empty() ? "" : ", ") + std::string(b.name);
+  throw InvalidArgument("unknown collective backend '" + backend + "': this build has " + known);
+}
+
+std::vector<std::string> process_backends() {
+  std::vector<std::string> names;
+  for (const auto& b : kBackends) names.emplace_back(b.name);
+  return names;
+}
+
+}  // namespace dist::collective

@@ -1,0 +1,26 @@
+// The collective backends, chosen by name. A new backend is one folder under src/collective
+// implementing Communicator, plus one line in the table in factory.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "collective/process_group_spec.h"
+
+namespace dist::collective {
+
+// A communicator between processes (one member per process) over `backend` ("gloo").
+// Blocks until every member joined; throws InvalidArgument for an unknown backend and
+// CollectiveError when the group cannot form (naming the member that never joined).
+std::unique_ptr<Communicator> make_process_communicator(const std::string& backend,
+                                                        const ProcessGroupSpec& spec);
+
+// The group of this process alone: every collective is the identity (in-process strategies).
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+// The names make_process_communicator accepts.
+std::vector<std::string> process_backends();
+
+}  // namespace dist::collective

@@ -1,0 +1,510 @@
+#include "collective/gloo/gloo_communicator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <signal.h>
+
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "collective/gloo/store_host.h"
+#include "dist/core/error.h"
+
+namespace dist::collective {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+  }
+  DIST_INTERNAL_ASSERT(false, "unknown ReduceOp");
+}
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+c10::intrusive_ptr<c10d::TCPStore> make_store(const HostPort& at, bool server,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(at.port);
+  options.isServer = server;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(at.host, options);
+}
+
+// Gloo writes to its TCP sockets without MSG_NOSIGNAL: a write to a peer that just died
+// raises SIGPIPE, whose default action kills this process (exit 141) before the failed write
+// can be reported as "lost worker". Ignored unless the program installed its own handling.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(ProcessGroupSpec options) : options_(std::move(options)) {
+  DIST_CHECK_ARG(!options_.members.empty(), "a Gloo group needs at least one member");
+  DIST_CHECK_ARG(options_.rank >= 0 && options_.rank < size(), "Gloo rank ", options_.rank,
+                 " is outside 0..", size() - 1);
+  ignore_sigpipe_unless_handled();
+  connect_store();
+  // Beat from now on: the store's host must see a member waiting for the others as alive.
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  try {
+    store_->set("joined/" + self().name, bytes("1"));
+    wait_for_all("joined/", "joined");
+
+    auto gloo = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
+    gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(self().address.host));
+    gloo->threads = 2;
+    try {
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("gloo", store_), rank(), size(), gloo);
+    } catch (const std::exception& e) {
+      fail_collective("connecting the Gloo process group", 0, e);
+    }
+  } catch (...) {
+    stop_heartbeat();  // a joinable std::thread member would terminate the process
+    throw;
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  stop_heartbeat();
+  group_.reset();
+  store_.reset();
+}
+
+void GlooCommunicator::stop_heartbeat() {
+  stopping_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+std::string GlooCommunicator::member_name(int rank) const {
+  const auto& member = options_.members.at(static_cast<size_t>(rank));
+  return member.name + " (" + member.address.to_string() + ")";
+}
+
+void GlooCommunicator::connect_store() {
+  const HostPort at = options_.store_address;
+  if (rank() == 0) {
+    StoreHostChoice host;
+    if (!options_.store_in_process) {
+      host = locate_store_host();
+      if (host.missing) std::cerr << missing_store_host_warning() << std::endl;
+    }
+    if (host.binary.empty()) {
+      hosts_store_ = true;
+      try {
+        store_ = make_store(at, /*server=*/true, options_.rendezvous_timeout);
+      } catch (const std::exception& e) {
+        throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
+                                             " (", self().name, "): ", e.what(),
+                                             "; is the port in use?"));
+      }
+      return;
+    }
+    std::vector<std::string> names;
+    for (const auto& member : options_.members) names.push_back(member.name);
+    start_store_host({host.binary, at, names, options_.rendezvous_timeout,
+                      options_.collective_timeout, self().name});
+  }
+  // A store that already lists this task as joined, or that is closing, is not this job's: the
+  // host of a previous job on the same address, which exits within seconds once its members
+  // are gone (joining it would keep it alive with our heartbeat), or a second process was
+  // started as this task. Leave it at once and try again until the rendezvous timeout.
+  const auto wait = options_.rendezvous_timeout +
+                    (rank() == 0 ? std::chrono::milliseconds(0) : kStoreHostStartAllowance);
+  const auto deadline = Clock::now() + wait;
+  while (true) {
+    try {
+      store_ = make_store(at, /*server=*/false, wait);
+    } catch (const std::exception& e) {
+      if (rank() == 0)
+        throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
+                                             at.to_string(), " that ", self().name,
+                                             " just started: ", e.what()));
+      throw CollectiveError(
+          detail::concat(member_name(0), " never joined: its rendezvous store at ", at.to_string(),
+                         " did not answer within ", wait.count() / 1000.0, " s (", e.what(), ")"));
+    }
+    const bool joined = store_->check({"joined/" + self().name});
+    const bool closing = !joined && store_->check({"closing"});
+    if (!joined && !closing) return;
+    store_.reset();
+    if (Clock::now() > deadline)
+      throw CollectiveError(
+          joined ? detail::concat("the rendezvous store at ", at.to_string(), " already lists ",
+                                  self().name,
+                                  " as joined: another job on these addresses is still running, "
+                                  "or two processes were started as ",
+                                  self().name, "; stop it or use other ports")
+                 : detail::concat("the rendezvous store at ", at.to_string(),
+                                  " is closing: its job ended before ", self().name,
+                                  " connected; start every worker of a job together"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what) {
+  const auto deadline = Clock::now() + options_.rendezvous_timeout;
+  std::string missing;
+  auto never = [&](const std::string& extra) {
+    return CollectiveError(detail::concat(missing, " never ", what, " within ",
+                                          options_.rendezvous_timeout.count() / 1000.0,
+                                          " s (rendezvous timeout)", extra,
+                                          "; is every worker started with the same TF_CONFIG "
+                                          "cluster?"));
+  };
+  while (true) {
+    std::string now_missing;
+    try {
+      for (int r = 0; r < size(); ++r) {
+        if (!store_->check({prefix + options_.members[static_cast<size_t>(r)].name}))
+          now_missing += (now_missing.empty() ? "" : ", ") + member_name(r);
+      }
+    } catch (const std::exception& e) {
+      // The store's host gave up first (its own rendezvous timeout): report what was missing.
+      if (!missing.empty()) throw never(" and the rendezvous store closed");
+      throw CollectiveError(detail::concat("lost the rendezvous store at ",
+                                           options_.store_address.to_string(), " (", member_name(0),
+                                           ") while waiting for all workers: ", e.what()));
+    }
+    missing = now_missing;
+    if (missing.empty()) return;
+    if (Clock::now() > deadline) throw never("");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void GlooCommunicator::heartbeat_loop() {
+  // Its own connection: the main connection may be blocked in a long wait.
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    store = make_store(options_.store_address, false, options_.rendezvous_timeout);
+  } catch (...) {
+    return;  // the store is gone; collectives will report it
+  }
+  const std::string key = "alive/" + self().name;
+  while (!stopping_) {
+    try {
+      store->add(key, 1);
+      store->set("issued/" + self().name, bytes(std::to_string(issued_.load())));
+    } catch (...) {
+      return;
+    }
+    for (int i = 0; i < 10 && !stopping_; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void GlooCommunicator::fail_collective(const std::string& what, int64_t sequence,
+                                       const std::exception& error) {
+  // Another call already diagnosed this communicator's failure (several packs in flight).
+  DIST_CHECK(!failed_.exchange(true), CollectiveError, what, " on ", member_name(rank()),
+             ": this communicator failed earlier (a worker was lost); recreate the strategy");
+  // Name the lost members. The first survivor to diagnose publishes a verdict in the store;
+  // later ones (often blocked on a survivor that was busy diagnosing) reuse it. The diagnosis
+  // itself: read every heartbeat twice, 1.5 s apart; members whose count did not move are lost.
+  std::string lost;
+  std::string behind;  // live members that never issued this collective
+  std::vector<int> alive;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    store = make_store(options_.store_address, false, std::chrono::seconds(3));
+    if (store->check({"verdict"})) {
+      lost = text(store->get("verdict"));
+    } else {
+      std::map<int, int64_t> first;
+      for (int r = 0; r < size(); ++r)
+        if (r != rank())
+          first[r] = store->add("alive/" + options_.members[static_cast<size_t>(r)].name, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      for (const auto& [r, beats] : first) {
+        if (store->add("alive/" + options_.members[static_cast<size_t>(r)].name, 0) == beats)
+          lost += (lost.empty() ? "" : ", ") + member_name(r);
+        else
+          alive.push_back(r);
+      }
+      if (!lost.empty()) store->set("verdict", bytes(lost));
+    }
+    if (lost.empty() && sequence > 0) {
+      for (int r = 0; r < size(); ++r) {
+        const std::string key = "issued/" + options_.members[static_cast<size_t>(r)].name;
+        if (r == rank() || !store->check({key})) continue;
+        const int64_t theirs = std::stoll(text(store->get(key)));
+        if (theirs < sequence)
+          behind +=
+              detail::concat(behind.empty() ? "" : ", ", member_name(r), " (issued ", theirs, ")");
+      }
+    }
+    store->set("diagnosed/" + self().name, bytes("1"));
+  } catch (...) {
+    if (rank() != 0)
+      lost = member_name(0) + " (the rendezvous store at its address is unreachable)";
+  }
+  // Close this member's Gloo connections now: survivors blocked waiting on it fail at once
+  // and come to read the verdict while the store is still up.
+  group_.reset();
+  if (hosts_store_ && store) {
+    // This process hosts the store (no dist-store-host): keep it up until the surviving
+    // members have read the verdict (bounded), or they would blame the store's host.
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    for (int r : alive) {
+      while (Clock::now() < until &&
+             !store->check({"diagnosed/" + options_.members[static_cast<size_t>(r)].name}))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // And a moment more for them to close their store connections: LibTorch 1.13's TCPStore
+    // client thread aborts its process when the server vanishes under it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  }
+  if (!lost.empty())
+    throw CollectiveError(detail::concat("lost worker: ", lost, " stopped responding during ", what,
+                                         " (seen by ", member_name(rank()), "): ", error.what()));
+  if (!behind.empty())
+    throw CollectiveError(detail::concat("collective timeout: ", behind, " did not reach ", what,
+                                         " (collective #", sequence, ") while ",
+                                         member_name(rank()),
+                                         " waited; every member must issue the same collectives "
+                                         "in the same order: ",
+                                         error.what()));
+  throw CollectiveError(
+      detail::concat(what, " failed on ", member_name(rank()), ": ", error.what()));
+}
+
+void GlooCommunicator::check_usable(const char* what) const {
+  DIST_CHECK(group_, CollectiveError, what, " on ", member_name(rank()),
+             ": this communicator failed earlier (a worker was lost); recreate the strategy");
+}
+
+namespace {
+
+// c10d work plus what to do once it completed (MEAN's division, cutting gathered parts).
+class GlooWork : public Work {
+ public:
+  GlooWork(GlooCommunicator* owner, std::string what, int64_t sequence,
+           std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish)
+      : owner_(owner),
+        what_(std::move(what)),
+        sequence_(sequence),
+        works_(std::move(works)),
+        finish_(std::move(finish)) {}
+
+  void wait(std::chrono::milliseconds deadline) override {
+    if (done_) return;
+    try {
+      for (auto& work : works_) {
+        if (deadline.count() >= 0)
+          work->wait(deadline);
+        else
+          work->wait();
+      }
+    } catch (const std::exception& e) {
+      owner_->fail_collective(what_, sequence_, e);
+    }
+    if (finish_) finish_();
+    done_ = true;
+  }
+
+  bool is_completed() override {
+    for (auto& work : works_)
+      if (!work->isCompleted()) return false;
+    return true;
+  }
+
+ private:
+  GlooCommunicator* owner_;
+  std::string what_;
+  int64_t sequence_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
+  if (tensors.empty()) return completed_work();
+  check_usable("all_reduce");
+  const int64_t sequence = next_sequence();
+  c10d::AllreduceCoalescedOptions options;
+  options.reduceOp = to_c10d(op);
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = tensors.size() == 1 ? group_->allreduce(tensors, options)
+                               : group_->allreduce_coalesced(tensors, options);
+  } catch (const std::exception& e) {
+    fail_collective("all_reduce", sequence, e);
+  }
+  std::function<void()> finish;
+  if (op == ReduceOp::kMean) {
+    finish = [tensors, n = size()]() mutable {
+      for (auto& t : tensors) {
+        if (at::isIntegralType(t.scalar_type(), /*includeBool=*/true))
+          t.div_(n, "trunc");
+        else
+          t.div_(n);
+      }
+    };
+  }
+  return std::make_shared<GlooWork>(this, "all_reduce", sequence,
+                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work},
+                                    std::move(finish));
+}
+
+WorkHandle GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  check_usable("broadcast");
+  DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
+                 size() - 1);
+  const int64_t sequence = next_sequence();
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  try {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      works.push_back(group_->broadcast(one, options));
+    }
+  } catch (const std::exception& e) {
+    fail_collective("broadcast", sequence, e);
+  }
+  return std::make_shared<GlooWork>(this, "broadcast", sequence, std::move(works), nullptr);
+}
+
+WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
+  check_usable("all_gather");
+  // Gloo gathers equal shapes: exchange the sizes along dim 0 first, pad to the largest,
+  // gather, then cut each member's part back to its size.
+  const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+  std::vector<at::Tensor> sizes(static_cast<size_t>(size()));
+  for (auto& s : sizes) s = at::empty({1}, at::kLong);
+  {
+    const int64_t sequence = next_sequence();
+    std::vector<std::vector<at::Tensor>> outputs{sizes};
+    std::vector<at::Tensor> inputs{at::tensor({local.size(0)}, at::kLong)};
+    try {
+      group_->allgather(outputs, inputs)->wait();
+    } catch (const std::exception& e) {
+      fail_collective("all_gather (sizes)", sequence, e);
+    }
+  }
+  int64_t largest = 0;
+  for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
+  auto padded_shape = local.sizes().vec();
+  padded_shape[0] = largest;
+  at::Tensor padded = at::zeros(padded_shape, local.options());
+  padded.narrow(0, 0, local.size(0)).copy_(local);
+  auto parts = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
+  for (int r = 0; r < size(); ++r) (*parts)[0].push_back(at::empty_like(padded));
+  std::vector<at::Tensor> inputs{padded};
+  const int64_t sequence = next_sequence();
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = group_->allgather(*parts, inputs);
+  } catch (const std::exception& e) {
+    fail_collective("all_gather", sequence, e);
+  }
+  return std::make_shared<GlooWork>(
+      this, "all_gather", sequence, std::vector<c10::intrusive_ptr<c10d::Work>>{work},
+      [parts, sizes, output] {
+        std::vector<at::Tensor> cut;
+        for (size_t r = 0; r < sizes.size(); ++r)
+          cut.push_back((*parts)[0][r].narrow(0, 0, sizes[r].item<int64_t>()));
+        *output = at::cat(cut, 0);
+      });
+}
+
+WorkHandle GlooCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                            ReduceOp op) {
+  // LibTorch 1.13's ProcessGroupGloo has no reduce_scatter: all-reduce, keep this member's rows.
+  std::vector<at::Tensor> all{input.contiguous().clone()};
+  auto work = all_reduce(all, op);
+  const auto [begin, end] = chunk_range(input.dim() == 0 ? 1 : input.size(0), size(), rank());
+  struct Scatter : Work {
+    WorkHandle inner;
+    at::Tensor all, output;
+    int64_t begin, end;
+    void wait(std::chrono::milliseconds deadline) override {
+      inner->wait(deadline);
+      output.copy_(all.slice(0, begin, end));
+    }
+    bool is_completed() override { return inner->is_completed(); }
+  };
+  auto scatter = std::make_shared<Scatter>();
+  scatter->inner = work;
+  scatter->all = all[0];
+  scatter->output = output;
+  scatter->begin = begin;
+  scatter->end = end;
+  return scatter;
+}
+
+WorkHandle GlooCommunicator::barrier() {
+  check_usable("barrier");
+  const int64_t sequence = next_sequence();
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = group_->barrier();
+  } catch (const std::exception& e) {
+    fail_collective("barrier", sequence, e);
+  }
+  return std::make_shared<GlooWork>(this, "barrier", sequence,
+                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work}, nullptr);
+}
+
+WorkHandle GlooCommunicator::send(const at::Tensor& tensor, int to, int tag) {
+  check_usable("send");
+  DIST_CHECK_ARG(to >= 0 && to < size() && to != rank(), "send from ", member_name(rank()), " to ",
+                 to, ": not another member of a group of ", size());
+  std::vector<at::Tensor> one{tensor.contiguous()};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = group_->send(one, to, tag);
+  } catch (const std::exception& e) {
+    fail_collective("send", 0, e);
+  }
+  return std::make_shared<GlooWork>(this, "send to " + member_name(to), 0,
+                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work}, nullptr);
+}
+
+WorkHandle GlooCommunicator::recv(at::Tensor& tensor, int from, int tag) {
+  check_usable("recv");
+  DIST_CHECK_ARG(from >= 0 && from < size() && from != rank(), "recv on ", member_name(rank()),
+                 " from ", from, ": not another member of a group of ", size());
+  DIST_CHECK_ARG(tensor.is_contiguous(), "recv needs a contiguous tensor");
+  std::vector<at::Tensor> one{tensor};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = group_->recv(one, from, tag);
+  } catch (const std::exception& e) {
+    fail_collective("recv", 0, e);
+  }
+  return std::make_shared<GlooWork>(this, "recv from " + member_name(from), 0,
+                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work}, nullptr);
+}
+
+std::vector<std::string> GlooCommunicator::exchange(const std::string& key,
+                                                    const std::string& value) {
+  store_->set("exchange/" + key + "/" + self().name, bytes(value));
+  wait_for_all("exchange/" + key + "/", "reached the start-up check");
+  std::vector<std::string> values;
+  for (const auto& member : options_.members)
+    values.push_back(text(store_->get("exchange/" + key + "/" + member.name)));
+  return values;
+}
+
+}  // namespace dist::collective

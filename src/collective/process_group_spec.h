@@ -1,0 +1,32 @@
+// ProcessGroupSpec: what a cross-process communicator needs to know about its group. The
+// collective layer knows nothing of TF_CONFIG or task types: the strategy turns its cluster
+// into a rank, members and a rendezvous address.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "dist/core/host_port.h"
+
+namespace dist::collective {
+
+struct Member {
+  std::string name;  // for messages: "worker:1"
+  HostPort address;  // its host is the interface the transport binds to
+};
+
+struct ProcessGroupSpec {
+  int rank = 0;
+  std::vector<Member> members;  // in rank order
+  HostPort store_address;       // where rank 0 hosts the rendezvous store
+  // A collective not completed within this time fails, naming the lost or missing member.
+  std::chrono::milliseconds collective_timeout = std::chrono::minutes(5);
+  // Every member must have joined within this time.
+  std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(2);
+  // Host the store inside rank 0's process instead of its own process (tests that run every
+  // member as a thread of one process).
+  bool store_in_process = false;
+};
+
+}  // namespace dist::collective

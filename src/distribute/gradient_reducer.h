@@ -1,0 +1,48 @@
+// GradientReducer: sums the gradients of every replica of the sync group before the
+// optimizer step (Flashlight's Reducer is the model).
+//
+//   add(replica, parameter)   as each replica's gradient of a parameter becomes final
+//                             (autograd hooks call it; the inline reducer ignores it);
+//   finalize(replica)         in apply_gradients, from every local replica's thread: returns
+//                             once replica 0's .grad tensors hold the sums over all replicas.
+//
+// The strategy then takes the optimizer step itself; the reducer never does.
+//
+// Gradients travel in packs (make_packs): runs of parameters of one dtype, about `bytes`
+// each, from the last parameter to the first, the order backward produces them in.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace dist {
+
+namespace collective {
+class Communicator;
+}
+
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  virtual void add(int replica, size_t parameter) = 0;
+  virtual void finalize(int replica) = 0;
+  // A run() ended: forget a step whose backward ran without reaching finalize.
+  virtual void settle() {}
+  // Before another collective reaches the processes during a step (every local replica is
+  // waiting at it): gradients not yet final count as final, so their packs go out first.
+  virtual void complete_step() {}
+};
+
+// Parameter indices per pack.
+std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes);
+
+// Reduces every pack when finalize is called, through each replica's communicator
+// (all_reduce_to_process_leader: in process, then across processes).
+std::unique_ptr<GradientReducer> make_inline_reducer(
+    std::vector<std::vector<at::Tensor>> params,  // [replica][parameter]
+    std::vector<collective::Communicator*> communicators, int64_t bytes_per_pack);
+
+}  // namespace dist

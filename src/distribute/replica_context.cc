@@ -1,0 +1,84 @@
+#include "dist/distribute/replica_context.h"
+
+#include <ATen/ATen.h>
+
+#include "collective/communicator.h"
+#include "dist/core/error.h"
+
+namespace dist {
+namespace {
+thread_local ReplicaContext* current_context = nullptr;
+}
+
+ReplicaContext::ReplicaContext(std::shared_ptr<const StrategyExtended> strategy,
+                               collective::Communicator* group, int local_replica_id,
+                               int64_t global_batch_size)
+    : strategy_(std::move(strategy)),
+      group_(group),
+      local_replica_id_(local_replica_id),
+      global_batch_size_(global_batch_size) {
+  DIST_INTERNAL_ASSERT(group_ != nullptr && local_replica_id_ >= 0);
+}
+
+int ReplicaContext::replica_id_in_sync_group() const { return group_->rank(); }
+
+int ReplicaContext::num_replicas_in_sync() const { return group_->size(); }
+
+std::vector<at::Tensor> ReplicaContext::all_reduce(ReduceOp op,
+                                                   const std::vector<at::Tensor>& values) {
+  // Results are fresh tensors the caller may modify; the inputs are left alone.
+  std::vector<at::Tensor> results;
+  results.reserve(values.size());
+  for (const auto& v : values) results.push_back(v.clone(at::MemoryFormat::Contiguous));
+  group_->all_reduce(results, op)->wait();
+  return results;
+}
+
+at::Tensor ReplicaContext::all_reduce(ReduceOp op, const at::Tensor& value) {
+  return all_reduce(op, std::vector<at::Tensor>{value}).at(0);
+}
+
+std::map<std::string, at::Tensor> ReplicaContext::all_reduce(
+    ReduceOp op, const std::map<std::string, at::Tensor>& values) {
+  // std::map iterates in key order, so every replica passes its tensors in the same order.
+  std::vector<at::Tensor> flat;
+  for (const auto& [name, tensor] : values) flat.push_back(tensor);
+  auto reduced = all_reduce(op, flat);
+  std::map<std::string, at::Tensor> out;
+  size_t i = 0;
+  for (const auto& entry : values) out[entry.first] = reduced.at(i++);
+  return out;
+}
+
+at::Tensor ReplicaContext::all_gather(const at::Tensor& value, int64_t axis) {
+  DIST_CHECK_ARG(axis >= 0 && axis < std::max<int64_t>(value.dim(), 1), "all_gather along axis ",
+                 axis, " of a tensor of shape ", value.sizes());
+  // The communicator gathers along dim 0: move `axis` there and back.
+  at::Tensor gathered;
+  group_->all_gather(value.dim() == 0 ? value.reshape({1}) : value.movedim(axis, 0), &gathered)
+      ->wait();
+  return value.dim() == 0 ? gathered : gathered.movedim(0, axis);
+}
+
+void ReplicaContext::merge_call(const std::function<void()>& fn) {
+  group_->barrier()->wait();
+  if (local_replica_id_ == 0) {
+    ReplicaContextScope cross_replica(nullptr);
+    fn();
+  }
+  group_->barrier()->wait();
+}
+
+ReplicaContext* get_replica_context() { return current_context; }
+
+bool in_multi_replica_context() {
+  return current_context != nullptr && current_context->num_replicas_in_sync() > 1;
+}
+
+ReplicaContextScope::ReplicaContextScope(ReplicaContext* context) : previous_(current_context) {
+  current_context = context;
+}
+
+ReplicaContextScope::~ReplicaContextScope() { current_context = previous_; }
+
+}  // namespace dist
