@@ -194,9 +194,9 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   Checkpoint checkpoint(model, optimizer.get());
   std::optional<data::IteratorPosition> resume_at;
   if (!options.checkpoint_dir.empty()) {
-    manager.emplace(options.checkpoint_dir, options.max_to_keep);
+    manager.emplace(options.checkpoint_dir, options.max_to_keep, options.env);
     if (auto latest = manager->latest()) {
-      checkpoint.read(*latest);
+      checkpoint.read(*latest, options.env);
       result.steps = result.resumed_at_step = checkpoint.state.step;
       resume_at = checkpoint.state.position;
       out << "Resumed from " << *latest << " at step " << result.steps << " (epoch "
@@ -329,7 +329,8 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
 
   if (chief && !options.save_weights.empty())
     save_safetensors(options.save_weights, named_weights(*model.primary()),
-                     {{"model", options.model}, {"step", std::to_string(result.steps)}});
+                     {{"model", options.model}, {"step", std::to_string(result.steps)}},
+                     options.env);
 
   result.images_per_sec = images / std::max(result.train_seconds, 1e-9);
   result.seconds = seconds_since(job_start);

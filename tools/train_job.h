@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 
+#include "dist/core/env.h"
 #include "dist/data/dataset.h"
 #include "dist/distribute/strategy.h"
 
@@ -37,6 +38,9 @@ struct TrainOptions {
   std::string log_dir;           // per-epoch metrics as JSON lines
   std::string save_weights;      // final weights as safetensors
   bool progress = true;          // progress bar / lines within each epoch
+  // The custom loop's checkpoints and --save-weights go through it (not owned); the crash tests
+  // pass one that kills the process mid-save. The fit loop's Keras callbacks use the default.
+  Env* env = Env::Default();
 };
 
 struct TrainResult {

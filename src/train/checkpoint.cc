@@ -1,12 +1,8 @@
 #include "dist/train/checkpoint.h"
 
-#include <signal.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -23,7 +19,6 @@
 #include "dist/train/safetensors.h"
 #include "train/atomic_file.h"
 #include "train/optimizer_slots.h"
-#include "train/safetensors_staged.h"
 
 namespace dist {
 namespace {
@@ -35,13 +30,6 @@ constexpr char kRandom[] = "rng/cpu";
 constexpr char kChecksumPrefix[] = "crc32c/";
 constexpr char kHeaderChecksum[] = "header_crc32c";
 constexpr char kValuePrefix[] = "value/";
-
-// The crash tests' seam: DIST_CHECKPOINT_CRASH_AT=<stage> kills this process at that stage of a
-// save (after_data, before_rename, before_pointer), as a power cut or kill -9 would.
-void crash_point(const char* stage) {
-  static const char* wanted = std::getenv("DIST_CHECKPOINT_CRASH_AT");
-  if (wanted != nullptr && std::string(wanted) == stage) ::raise(SIGKILL);
-}
 
 std::string hex(uint32_t value) {
   char text[9];
@@ -119,7 +107,7 @@ Checkpoint::Checkpoint(std::shared_ptr<DistributedVariables> variables,
       variables_(std::move(variables)),
       optimizer_(optimizer) {}
 
-void Checkpoint::write(const std::string& path) const {
+void Checkpoint::write(const std::string& path, Env* env) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
   metadata["format"] = kFormat;
@@ -156,11 +144,11 @@ void Checkpoint::write(const std::string& path) const {
 
   for (const auto& [name, t] : tensors) metadata[kChecksumPrefix + name] = hex(tensor_checksum(t));
   metadata[kHeaderChecksum] = hex(header_checksum(tensors, metadata));
-  detail::save_safetensors_staged(path, tensors, metadata, crash_point);
+  save_safetensors(path, tensors, metadata, env);
 }
 
-void Checkpoint::read(const std::string& path) {
-  SafetensorsFile file = load_safetensors(path);  // layout checked before any allocation
+void Checkpoint::read(const std::string& path, Env* env) {
+  SafetensorsFile file = load_safetensors(path, env);  // layout checked before any allocation
   const auto& meta = file.metadata;
   auto format = meta.find("format");
   if (format == meta.end() || format->second != kFormat)
@@ -303,14 +291,14 @@ struct Pointer {
   std::vector<std::string> kept;  // oldest first
 };
 
-std::optional<Pointer> read_pointer(const std::string& directory) {
+std::optional<Pointer> read_pointer(Env* env, const std::string& directory) {
   const std::string path = directory + "/" + kPointer;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
+  if (!env->file_exists(path)) return std::nullopt;
+  auto file = env->new_random_access_file(path);
+  std::string text(file->size(), '\0');
+  file->read(0, text.size(), text.data());
   try {
-    auto json = nlohmann::json::parse(text.str());
+    auto json = nlohmann::json::parse(text);
     Pointer pointer{json.at("latest").get<std::string>(),
                     json.at("kept").get<std::vector<std::string>>()};
     for (const auto& name : pointer.kept)
@@ -324,47 +312,53 @@ std::optional<Pointer> read_pointer(const std::string& directory) {
   }
 }
 
+// Removes a file that is no longer needed; a failure only leaves it behind, so it is ignored.
+void remove_quietly(Env* env, const std::string& path) {
+  try {
+    env->remove_file(path);
+  } catch (const DataError&) {
+  }
+}
+
 }  // namespace
 
-CheckpointManager::CheckpointManager(std::string directory, int max_to_keep)
-    : directory_(std::move(directory)), max_to_keep_(max_to_keep) {
+CheckpointManager::CheckpointManager(std::string directory, int max_to_keep, Env* env)
+    : directory_(std::move(directory)), max_to_keep_(max_to_keep), env_(env) {
   DIST_CHECK_ARG(!directory_.empty(), "CheckpointManager: the directory is empty");
   DIST_CHECK_ARG(max_to_keep_ >= 1, "CheckpointManager: max_to_keep must be at least 1, got ",
                  max_to_keep_);
-  std::error_code error;
-  std::filesystem::create_directories(directory_, error);
-  DIST_CHECK(!error, Error, "cannot create checkpoint directory '", directory_,
-             "': ", error.message());
+  DIST_CHECK_ARG(env_ != nullptr, "CheckpointManager: the Env is null");
+  try {
+    env_->create_dirs(directory_);
+  } catch (const DataError& e) {
+    throw DataError(detail::concat("cannot create checkpoint directory: ", e.what()));
+  }
 }
 
 std::optional<std::string> CheckpointManager::latest() const {
-  auto pointer = read_pointer(directory_);
+  auto pointer = read_pointer(env_, directory_);
   if (!pointer) return std::nullopt;
   return directory_ + "/" + pointer->latest;
 }
 
 std::vector<std::string> CheckpointManager::checkpoints() const {
   std::vector<std::string> paths;
-  if (auto pointer = read_pointer(directory_))
+  if (auto pointer = read_pointer(env_, directory_))
     for (const auto& name : pointer->kept) paths.push_back(directory_ + "/" + name);
   return paths;
 }
 
 std::string CheckpointManager::save(const Checkpoint& checkpoint) {
   // Leftovers of an interrupted save (any process): temporary files never renamed.
-  for (const auto& entry : std::filesystem::directory_iterator(directory_)) {
-    const std::string name = entry.path().filename().string();
+  for (const std::string& name : env_->get_children(directory_)) {
     if (name.find(".tmp.") != std::string::npos &&
-        (name.rfind("ckpt-", 0) == 0 || name.rfind(kPointer, 0) == 0)) {
-      std::error_code ignored;
-      std::filesystem::remove(entry.path(), ignored);
-    }
+        (name.rfind("ckpt-", 0) == 0 || name.rfind(kPointer, 0) == 0))
+      remove_quietly(env_, directory_ + "/" + name);
   }
-  Pointer pointer = read_pointer(directory_).value_or(Pointer{});
+  Pointer pointer = read_pointer(env_, directory_).value_or(Pointer{});
   const std::string name = checkpoint_name(checkpoint.state.step);
-  checkpoint.write(directory_ + "/" + name);
+  checkpoint.write(directory_ + "/" + name, env_);
 
-  crash_point("before_pointer");
   std::vector<std::string> kept;
   for (const auto& old : pointer.kept)
     if (old != name) kept.push_back(old);
@@ -375,14 +369,10 @@ std::string CheckpointManager::save(const Checkpoint& checkpoint) {
     kept.erase(kept.begin());
   }
   const std::string text = nlohmann::json{{"latest", name}, {"kept", kept}}.dump() + "\n";
-  detail::write_file_atomically(
-      directory_ + "/" + kPointer, "checkpoint pointer file",
-      [&](int fd) { return detail::write_all(fd, text.data(), text.size()); });
+  detail::write_file_atomically(env_, directory_ + "/" + kPointer, "checkpoint pointer file",
+                                [&](WritableFile& file) { file.append(text.data(), text.size()); });
   // Only now, with the new checkpoint complete and pointed to, delete the oldest.
-  for (const auto& old : dropped) {
-    std::error_code ignored;
-    std::filesystem::remove(directory_ + "/" + old, ignored);
-  }
+  for (const auto& old : dropped) remove_quietly(env_, directory_ + "/" + old);
   return directory_ + "/" + name;
 }
 

@@ -1,14 +1,7 @@
 #include "dist/train/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -17,7 +10,6 @@
 
 #include "dist/core/error.h"
 #include "train/atomic_file.h"
-#include "train/safetensors_staged.h"
 
 // The data section is little-endian; writing tensors' memory as is needs a little-endian host.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
@@ -25,8 +17,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assume
 namespace dist {
 namespace {
 
-using detail::write_all;
-using detail::write_file_atomically;
 using nlohmann::json;
 
 // The reference implementation's limit: a bigger header is a corrupt or hostile file.
@@ -58,44 +48,6 @@ const Dtype* find_dtype(const std::string& name) {
     if (name == d.name) return &d;
   return nullptr;
 }
-
-// Closes the descriptor on every path out.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, reporting close()'s result (it can report a failed delayed write).
-  bool close() {
-    int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads exactly `size` bytes at `offset`; false on error or early end of file (errno 0).
-bool pread_all(int fd, void* data, uint64_t size, uint64_t offset) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) errno = 0;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
-}
-
-std::string errno_text(int err) { return err == 0 ? "unexpected end of file" : std::strerror(err); }
 
 // ---- writing ----------------------------------------------------------------------------
 
@@ -262,47 +214,46 @@ void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  detail::save_safetensors_staged(path, tensors, metadata, nullptr);
-}
-
-void detail::save_safetensors_staged(
-    const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-    const std::map<std::string, std::string>& metadata,
-    const std::function<void(const char*)>& at_stage) {
+                      const std::map<std::string, std::string>& metadata, Env* env) {
   // Not a structured binding: C++17 does not let the lambda below capture one (clang refuses).
   const auto built = build_header(path, tensors, metadata);
   const std::string& header = built.first;
   const std::vector<torch::Tensor>& data = built.second;
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  write_file_atomically(
-      path, "safetensors file",
-      [&](int fd) {
-        if (!write_all(fd, length, sizeof(length)) || !write_all(fd, header.data(), header.size()))
-          return false;
-        for (const torch::Tensor& t : data)
-          if (!write_all(fd, t.data_ptr(), t.numel() * t.element_size())) return false;
-        return true;
-      },
-      at_stage);
+  detail::write_file_atomically(env, path, "safetensors file", [&](WritableFile& file) {
+    file.append(length, sizeof(length));
+    file.append(header.data(), header.size());
+    for (const torch::Tensor& t : data) file.append(t.data_ptr(), t.numel() * t.element_size());
+  });
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsFile load_safetensors(const std::string& path, Env* env) {
   auto fail = [&](const std::string& message) {
     throw DataError(detail::concat("safetensors file '", path, "': ", message));
   };
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail(detail::concat("cannot open: ", errno_text(errno)));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) fail(detail::concat("cannot stat: ", errno_text(errno)));
-  uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  DIST_CHECK_ARG(env != nullptr, "load_safetensors('", path, "'): the Env is null");
+  std::unique_ptr<RandomAccessFile> file;
+  try {
+    file = env->new_random_access_file(path);
+  } catch (const DataError& e) {
+    fail(e.what());
+  }
+  // The Env's errors name the operation, the file and the reason.
+  auto read = [&](uint64_t offset, uint64_t size, void* out) {
+    try {
+      file->read(offset, size, out);
+    } catch (const DataError& e) {
+      fail(e.what());
+    }
+  };
+  const uint64_t file_size = file->size();
   if (file_size < 8)
     fail(detail::concat("the file is ", file_size, " bytes long, shorter than the 8-byte header ",
                         "length; it is truncated or not a safetensors file"));
 
   unsigned char length[8];
-  if (!pread_all(fd.get(), length, 8, 0)) fail("cannot read: " + errno_text(errno));
+  read(0, 8, length);
   uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(length[i]) << (8 * i);
   if (header_size > kMaxHeaderBytes)
@@ -313,7 +264,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
                         " bytes that follow it; the file is truncated"));
 
   std::string text(header_size, '\0');
-  if (!pread_all(fd.get(), text.data(), header_size, 8)) fail("cannot read: " + errno_text(errno));
+  read(8, header_size, text.data());
   json header;
   try {
     header = json::parse(text);
@@ -342,8 +293,11 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const Entry& e : entries) {
     torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
     uint64_t bytes = e.end - e.begin;
-    if (!pread_all(fd.get(), t.data_ptr(), bytes, data_start + e.begin))
-      parser.fail(e.name, "cannot read the data: " + errno_text(errno));
+    try {
+      file->read(data_start + e.begin, bytes, t.data_ptr());
+    } catch (const DataError& error) {
+      parser.fail(e.name, std::string("cannot read the data: ") + error.what());
+    }
     if (e.dtype->type == torch::kBool) {
       const auto* p = static_cast<const unsigned char*>(t.data_ptr());
       if (std::any_of(p, p + bytes, [](unsigned char b) { return b > 1; }))

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 
 #include "core/crc32c.h"
 #include "dist/core/error.h"
@@ -63,23 +62,26 @@ static uint32_t masked_crc32c(const void* data, size_t size) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
-SummaryWriter::SummaryWriter(const std::string& log_dir) {
-  std::error_code error;
-  std::filesystem::create_directories(log_dir, error);
-  DIST_CHECK(!error, Error, "cannot create summary directory '", log_dir, "': ", error.message());
+SummaryWriter::SummaryWriter(const std::string& log_dir, Env* env) {
+  DIST_CHECK_ARG(env != nullptr, "SummaryWriter('", log_dir, "'): the Env is null");
+  env->create_dirs(log_dir);
   char host[256] = "localhost";
   ::gethostname(host, sizeof(host) - 1);
   path_ = detail::concat(log_dir, "/events.out.tfevents.", static_cast<int64_t>(now_seconds()), ".",
                          host, ".", ::getpid());
-  out_.open(path_, std::ios::binary | std::ios::trunc);
-  DIST_CHECK(out_.good(), Error, "cannot create summary file '", path_, "'");
+  file_ = env->new_writable_file(path_);
   std::string first = event(now_seconds(), 0);
   put_bytes(first, 3, "brain.Event:2");
   write_record(first);
   flush();
 }
 
-SummaryWriter::~SummaryWriter() { out_.flush(); }
+SummaryWriter::~SummaryWriter() {
+  try {
+    file_->close();
+  } catch (const Error&) {
+  }
+}
 
 void SummaryWriter::scalar(const std::string& tag, double value, int64_t step) {
   // Summary.Value: 1 tag (string), 2 simple_value (float). Summary: 1 value (repeated).
@@ -94,10 +96,7 @@ void SummaryWriter::scalar(const std::string& tag, double value, int64_t step) {
   write_record(e);
 }
 
-void SummaryWriter::flush() {
-  out_.flush();
-  DIST_CHECK(out_.good(), Error, "writing summary file '", path_, "' failed");
-}
+void SummaryWriter::flush() { file_->flush(); }
 
 void SummaryWriter::write_record(const std::string& event) {
   std::string record;
@@ -105,8 +104,7 @@ void SummaryWriter::write_record(const std::string& event) {
   put_fixed(record, masked_crc32c(record.data(), 8));
   record += event;
   put_fixed(record, masked_crc32c(event.data(), event.size()));
-  out_.write(record.data(), static_cast<std::streamsize>(record.size()));
-  DIST_CHECK(out_.good(), Error, "writing summary file '", path_, "' failed");
+  file_->append(record.data(), record.size());
 }
 
 }  // namespace dist

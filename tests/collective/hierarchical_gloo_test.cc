@@ -136,7 +136,11 @@ TEST_P(HierarchicalGlooTest, EveryCollectiveIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(ProcessesTimesReplicas, HierarchicalGlooTest,
                          ::testing::Values(std::make_tuple(2, 2), std::make_tuple(3, 2),
-                                           std::make_tuple(2, 1)));
+                                           std::make_tuple(2, 1)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "x" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(GlooCommunicatorTest, ADeadlineThatExpiresNamesTheMemberThatNeverCame) {
   auto members = gloo_group(2, std::chrono::seconds(3));

@@ -1,5 +1,7 @@
 // dist-train's checkpoints as a user meets them: resuming bit for bit, a process killed at
 // each stage of a save, a damaged checkpoint, and SIGTERM. Real processes, bounded in time.
+// The kills come from crashing_train (crashing_train_main.cc): the same training job with an
+// Env that raises SIGKILL at the chosen stage of a save.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -43,15 +45,24 @@ std::vector<std::string> small_job(const std::string& checkpoint_dir, int64_t ma
   return args;
 }
 
-ProcessResult run(std::vector<std::string> args, std::vector<std::string> env = {}) {
+ProcessResult run(const std::vector<std::string>& args,
+                  const std::string& binary = DIST_TRAIN_BINARY) {
   WorkerProcesses process;
-  process.start(DIST_TRAIN_BINARY, args, env);
+  process.start(binary, args, {});
   return process.wait_all(240s).at(0);
 }
 
 std::string latest_name(const std::string& dir) {
   std::ifstream in(dir + "/checkpoint");
   return nlohmann::json::parse(in)["latest"].get<std::string>();
+}
+
+void expect_same_weights(const std::string& path_a, const std::string& path_b) {
+  auto a = load_safetensors(path_a).tensors;
+  auto b = load_safetensors(path_b).tensors;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
 }
 
 TEST(DistTrainCheckpointTest, AResumedRunEndsWithTheSameWeightsBitForBit) {
@@ -73,11 +84,7 @@ TEST(DistTrainCheckpointTest, AResumedRunEndsWithTheSameWeightsBitForBit) {
   EXPECT_NE(resumed.output.find("at step 6 (epoch 1, batch 6)"), std::string::npos)
       << resumed.output;
 
-  auto a = load_safetensors(dir.file("whole.safetensors")).tensors;
-  auto b = load_safetensors(dir.file("resumed.safetensors")).tensors;
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
+  expect_same_weights(dir.file("whole.safetensors"), dir.file("resumed.safetensors"));
 }
 
 class CrashWhileSavingTest : public ::testing::TestWithParam<std::string> {};
@@ -85,24 +92,34 @@ class CrashWhileSavingTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(CrashWhileSavingTest, TheLatestPointerStillResolvesAndTheNextSaveCleansUp) {
   testing::TempDir dir;
   const std::string ckpt = dir.file("ckpt");
+  auto whole = small_job("", 4);
+  whole.insert(whole.end(), {"--save-weights", dir.file("whole.safetensors")});
+  ASSERT_EQ(run(whole).exit_code, 0);
   ASSERT_EQ(run(small_job(ckpt, 2)).exit_code, 0);
   ASSERT_EQ(latest_name(ckpt), "ckpt-2.safetensors");
 
-  auto crashed = run(small_job(ckpt, 4), {"DIST_CHECKPOINT_CRASH_AT=" + GetParam()});
+  auto crash_at = small_job(ckpt, 4);
+  crash_at.insert(crash_at.end(), {"--crash-at", GetParam()});
+  auto crashed = run(crash_at, CRASHING_TRAIN_BINARY);
   ASSERT_EQ(crashed.exit_code, 128 + SIGKILL) << crashed.output;
+  EXPECT_NE(crashed.output.find("at step 2"), std::string::npos) << crashed.output;
   EXPECT_EQ(latest_name(ckpt), "ckpt-2.safetensors");
   EXPECT_NO_THROW(load_safetensors(ckpt + "/ckpt-2.safetensors"));
 
-  auto again = run(small_job(ckpt, 4));
+  auto resume = small_job(ckpt, 4);
+  resume.insert(resume.end(), {"--save-weights", dir.file("resumed.safetensors")});
+  auto again = run(resume);
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("at step 2"), std::string::npos) << again.output;
   EXPECT_EQ(latest_name(ckpt), "ckpt-4.safetensors");
   for (const auto& entry : std::filesystem::directory_iterator(ckpt))
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+  expect_same_weights(dir.file("whole.safetensors"), dir.file("resumed.safetensors"));
 }
 
-INSTANTIATE_TEST_SUITE_P(DistTrain, CrashWhileSavingTest,
-                         ::testing::Values("after_data", "before_rename", "before_pointer"));
+INSTANTIATE_TEST_SUITE_P(DistTrainCheckpoint, CrashWhileSavingTest,
+                         ::testing::Values("after_data", "before_rename", "before_pointer"),
+                         [](const auto& info) { return info.param; });
 
 TEST(DistTrainCheckpointTest, ADamagedCheckpointIsANamedErrorAndExitCode3) {
   testing::TempDir dir;

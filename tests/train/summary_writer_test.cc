@@ -3,12 +3,14 @@
 // is decoded by protoc --decode_raw (protobuf-compiler).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "dist/train/summary_writer.h"
+#include "test_envs.h"
 #include "test_util.h"
 #include "tfrecord_reader.h"
 
@@ -61,6 +63,41 @@ TEST(SummaryWriterTest, EventFileHoldsTheScalarsInTensorBoardFormat) {
   EXPECT_NE(accuracy.find("2: 6\n"), std::string::npos) << accuracy;
   EXPECT_NE(accuracy.find("1: \"accuracy\""), std::string::npos) << accuracy;
   EXPECT_NE(accuracy.find("2: 0x3f400000"), std::string::npos) << accuracy;  // 0.75f
+}
+
+TEST(SummaryWriterTest, WritesThroughTheGivenEnv) {
+  testing::TempDir dir;
+  testing::RecordingEnv env(dir.path());
+  std::string path;
+  {
+    SummaryWriter writer(dir.file("logs"), &env);
+    writer.scalar("loss", 0.5, 5);
+    writer.flush();
+    path = writer.path();
+  }
+  const auto ops = env.operations();
+  ASSERT_GE(ops.size(), 3u);
+  const std::string name = "logs/" + std::filesystem::path(path).filename().string();
+  const std::string shown = name.substr(0, name.rfind('.')) + ".<pid>";
+  EXPECT_EQ(ops[0], "create_dirs logs");
+  EXPECT_EQ(ops[1], "new_writable_file " + shown);
+  EXPECT_EQ(ops.back(), "close " + shown);
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "flush " + shown), ops.end());
+  EXPECT_EQ(env.appended(path), testing::read_file(path));
+  EXPECT_GT(testing::read_file(path).size(), 0u);
+}
+
+TEST(SummaryWriterTest, AFailedWriteNamesTheFile) {
+  testing::TempDir dir;
+  testing::DiskFullEnv full(64);  // the first event fits
+  SummaryWriter writer(dir.file("logs"), &full);
+  try {
+    writer.scalar("a_long_tag_that_does_not_fit_in_what_is_left_of_the_disk", 1.0, 1);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(writer.path()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

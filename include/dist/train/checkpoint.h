@@ -29,6 +29,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "dist/core/env.h"
 #include "dist/data/dataset.h"
 #include "dist/distribute/distributed_variables.h"
 #include "dist/distribute/mirrored.h"
@@ -58,12 +59,13 @@ class Checkpoint {
   TrainingState state;
   bool save_random_state = true;
 
-  // Writes atomically: a temporary file, fsync, rename, fsync of the directory.
-  void write(const std::string& path) const;
-  // Reads and checks the whole file (format, checksums, every tensor's name, shape and dtype
-  // against the model and optimizer) before changing anything; DataError names the file and
-  // the tensor otherwise.
-  void read(const std::string& path);
+  // Writes atomically through `env` (not owned): a temporary file, sync, rename, sync of the
+  // directory. DataError names the file and the system's reason if the file system fails.
+  void write(const std::string& path, Env* env = Env::Default()) const;
+  // Reads (through `env`) and checks the whole file (format, checksums, every tensor's name,
+  // shape and dtype against the model and optimizer) before changing anything; DataError names
+  // the file and the tensor otherwise.
+  void read(const std::string& path, Env* env = Env::Default());
 
  private:
   std::shared_ptr<torch::nn::Module> model_;         // what is saved and restored
@@ -74,12 +76,15 @@ class Checkpoint {
 // A directory of checkpoints "ckpt-<step>.safetensors" and a pointer file "checkpoint" naming
 // the latest and the kept ones (replaced atomically after the new checkpoint is complete).
 // The oldest beyond max_to_keep are deleted only after that; leftover temporary files of an
-// interrupted save are removed at the next save.
+// interrupted save are removed at the next save. All file access goes through `env` (not
+// owned; it must outlive the manager). Not thread-safe.
 class CheckpointManager {
  public:
-  explicit CheckpointManager(std::string directory, int max_to_keep = 5);
+  // Creates `directory` if needed (DataError naming it if that fails).
+  explicit CheckpointManager(std::string directory, int max_to_keep = 5, Env* env = Env::Default());
 
-  // Writes `checkpoint` as ckpt-<state.step> and returns its path.
+  // Writes `checkpoint` as ckpt-<state.step> and returns its path. If the file system fails
+  // (DataError naming the file), the pointer still names the previous latest checkpoint.
   std::string save(const Checkpoint& checkpoint);
   // The latest complete checkpoint, if any; DataError if the pointer file is damaged.
   std::optional<std::string> latest() const;
@@ -90,6 +95,7 @@ class CheckpointManager {
  private:
   std::string directory_;
   int max_to_keep_;
+  Env* env_;
 };
 
 }  // namespace dist

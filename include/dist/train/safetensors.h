@@ -18,20 +18,25 @@
 
 #include <torch/types.h>
 
+#include "dist/core/env.h"
+
 namespace dist {
 
 // Writes `tensors` (any device and layout; copied to contiguous CPU) in the given order, with
 // `metadata` as "__metadata__" (omitted when empty).
 //
-// Atomic: the bytes go to "<path>.tmp.<pid>", which is fsynced and renamed over `path`, and the
-// directory is fsynced, so a crash leaves either the old file or the complete new one.
+// Atomic: the bytes go to "<path>.tmp.<pid>", which is synced and renamed over `path`, and the
+// directory is synced, so a crash leaves either the old file or the complete new one. All file
+// access goes through `env` (not owned; see env.h).
 // Concurrent saves to one path from one process are not supported (they share the temp name).
 // Throws InvalidArgument for an undefined or sparse tensor, an unsupported dtype, an empty
-// name, a duplicate name or the reserved name "__metadata__" (nothing is written); throws Error
-// naming the path and the system's reason when the file system fails (the temp file is removed).
+// name, a duplicate name or the reserved name "__metadata__" (nothing is written); throws
+// DataError naming the path and the system's reason when the file system fails (the temp file
+// is removed).
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      Env* env = Env::Default());
 
 struct SafetensorsFile {
   // In the order of their data in the file (ascending data_offsets), which for files written
@@ -40,14 +45,15 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
-// Reads a whole file into CPU tensors. The header is validated completely before any tensor is
-// allocated, so a corrupt or hostile file cannot make it allocate more than the file holds.
+// Reads a whole file into CPU tensors, through `env` (not owned). The header is validated
+// completely before any tensor is allocated, so a corrupt or hostile file cannot make it
+// allocate more than the file holds.
 // Throws DataError naming the file (and the tensor, where one is concerned) when the file is
 // missing or unreadable, shorter than 8 bytes, has a header longer than the file or than
 // 100 MB, a header that is not a JSON object of the form above, an unknown dtype, a shape entry
 // that is negative or not an integer, an element count that overflows, data_offsets that are
 // reversed, overlapping, leave gaps or trailing bytes, or lie past the end of the file, a byte
 // range that does not match shape and dtype, or a BOOL byte other than 0 or 1.
-SafetensorsFile load_safetensors(const std::string& path);
+SafetensorsFile load_safetensors(const std::string& path, Env* env = Env::Default());
 
 }  // namespace dist

@@ -9,21 +9,27 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
+#include <memory>
 #include <string>
+
+#include "dist/core/env.h"
 
 namespace dist {
 
+// Not thread-safe: one thread at a time.
 class SummaryWriter {
  public:
-  // Creates log_dir if needed and a new event file in it (Error naming it if that fails).
-  explicit SummaryWriter(const std::string& log_dir);
+  // Creates log_dir if needed and a new event file in it, through `env` (not owned; it must
+  // outlive the writer). DataError naming the path if that fails.
+  explicit SummaryWriter(const std::string& log_dir, Env* env = Env::Default());
+  // Closes the file, ignoring errors.
   ~SummaryWriter();
   SummaryWriter(const SummaryWriter&) = delete;
   SummaryWriter& operator=(const SummaryWriter&) = delete;
 
+  // Appends one scalar event; DataError naming the file if the write fails.
   void scalar(const std::string& tag, double value, int64_t step);
-  // Pushes what was written to the file (TensorBoard reads while training runs).
+  // Hands what was written to the operating system (TensorBoard reads while training runs).
   void flush();
   const std::string& path() const { return path_; }
 
@@ -31,7 +37,7 @@ class SummaryWriter {
   void write_record(const std::string& event);
 
   std::string path_;
-  std::ofstream out_;
+  std::unique_ptr<WritableFile> file_;
 };
 
 }  // namespace dist

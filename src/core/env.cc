@@ -1,0 +1,162 @@
+// Env::Default(): the POSIX file system.
+#include "dist/core/env.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "dist/core/error.h"
+
+namespace dist {
+namespace {
+
+// "<doing> '<path>' failed: <reason>"; errno 0 stands for a short read.
+[[noreturn]] void fail(const std::string& doing, const std::string& path, int err) {
+  throw DataError(detail::concat(
+      doing, " '", path, "' failed: ", err == 0 ? "unexpected end of file" : std::strerror(err)));
+}
+
+class PosixWritableFile : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void append(const void* data, size_t size) override {
+    check_open("append");
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::write(fd_, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("writing", path_, errno);
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+  void flush() override { check_open("flush"); }  // append does not buffer
+  void sync() override {
+    check_open("sync");
+    if (::fsync(fd_) != 0) fail("fsync of", path_, errno);
+  }
+  void close() override {
+    check_open("close");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("closing", path_, errno);
+  }
+
+ private:
+  void check_open(const char* call) const {
+    DIST_INTERNAL_ASSERT(fd_ >= 0, "WritableFile::", call, " on '", path_, "' after close()");
+  }
+
+  std::string path_;
+  int fd_;
+};
+
+class PosixRandomAccessFile : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string path, int fd, uint64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+
+  uint64_t size() const override { return size_; }
+  void read(uint64_t offset, size_t size, void* out) const override {
+    char* p = static_cast<char*>(out);
+    while (size > 0) {
+      const ssize_t n = ::pread(fd_, p, size, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("reading", path_, n == 0 ? 0 : errno);
+      p += n;
+      size -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+  uint64_t size_;
+};
+
+class PosixEnv : public Env {
+ public:
+  std::unique_ptr<WritableFile> new_writable_file(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail("creating", path, errno);
+    return std::make_unique<PosixWritableFile>(path, fd);
+  }
+
+  std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail("opening", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("stat of", path, err);
+    }
+    return std::make_unique<PosixRandomAccessFile>(path, fd, static_cast<uint64_t>(st.st_size));
+  }
+
+  bool file_exists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+  std::vector<std::string> get_children(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) fail("listing directory", dir, errno);
+    std::vector<std::string> names;
+    errno = 0;
+    while (const dirent* entry = ::readdir(d)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    const int err = errno;
+    ::closedir(d);
+    if (err != 0) fail("listing directory", dir, err);
+    return names;
+  }
+
+  void remove_file(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) fail("removing", path, errno);
+  }
+
+  void create_dirs(const std::string& dir) override {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) fail("creating directory", dir, error.value());
+    // create_directories accepts an existing non-directory at `dir` on some libraries.
+    if (!std::filesystem::is_directory(dir, error)) fail("creating directory", dir, ENOTDIR);
+  }
+
+  void rename_file(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      const int err = errno;
+      throw DataError(
+          detail::concat("renaming '", from, "' to '", to, "' failed: ", std::strerror(err)));
+    }
+  }
+
+  void sync_dir(const std::string& dir) override {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fail("opening directory", dir, errno);
+    const bool synced = ::fsync(fd) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!synced) fail("fsync of directory", dir, err);
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  static Env* const env = new PosixEnv;  // never deleted: usable from static destructors
+  return env;
+}
+
+}  // namespace dist
