@@ -1,5 +1,7 @@
 #include "collective/communicator.h"
 
+#include <ATen/ATen.h>
+
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -11,7 +13,50 @@ class CompletedWork : public Work {
   bool is_completed() override { return true; }
 };
 
+// Waits for the all_reduce, then copies this member's chunk out.
+class ChunkOfAllReduce : public Work {
+ public:
+  ChunkOfAllReduce(WorkHandle all_reduce, at::Tensor all, at::Tensor output, int64_t begin,
+                   int64_t end)
+      : all_reduce_(std::move(all_reduce)),
+        all_(std::move(all)),
+        output_(std::move(output)),
+        begin_(begin),
+        end_(end) {}
+  void wait(std::chrono::milliseconds deadline) override {
+    all_reduce_->wait(deadline);
+    output_.copy_(all_.slice(0, begin_, end_));
+  }
+  bool is_completed() override { return all_reduce_->is_completed(); }
+
+ private:
+  WorkHandle all_reduce_;
+  at::Tensor all_, output_;
+  int64_t begin_, end_;
+};
+
 }  // namespace
+
+WorkHandle reduce_scatter_by_all_reduce(Communicator& communicator, const at::Tensor& input,
+                                        at::Tensor& output, ReduceOp op) {
+  std::vector<at::Tensor> all{input.contiguous().clone()};
+  auto work = communicator.all_reduce(all, op);
+  const auto [begin, end] =
+      chunk_range(input.dim() == 0 ? 1 : input.size(0), communicator.size(), communicator.rank());
+  return std::make_shared<ChunkOfAllReduce>(std::move(work), all[0], output, begin, end);
+}
+
+void check_peer(const char* what, const std::string& self_name, int self, int peer, int size) {
+  DIST_CHECK_ARG(peer >= 0 && peer < size && peer != self, what, " on ", self_name, ": peer ", peer,
+                 " is not another member of a group of ", size);
+}
+
+void divide_for_mean(at::Tensor& tensor, int64_t members) {
+  if (at::isIntegralType(tensor.scalar_type(), /*includeBool=*/true))
+    tensor.div_(members, "trunc");
+  else
+    tensor.div_(members);
+}
 
 WorkHandle completed_work() {
   static const auto done = std::make_shared<CompletedWork>();

@@ -85,4 +85,18 @@ class Communicator {
 // as possible, earlier members one row more.
 std::pair<int64_t, int64_t> chunk_range(int64_t rows, int size, int rank);
 
+// InvalidArgument unless `peer` is a member of a group of `size` other than `self`: the check
+// every send and recv makes. `what`: "send", "recv"; `self_name` names the caller.
+void check_peer(const char* what, const std::string& self_name, int self, int peer, int size);
+
+// The division that turns a SUM into a MEAN over `members`, in place; integers truncate,
+// keeping their dtype.
+void divide_for_mean(at::Tensor& tensor, int64_t members);
+
+// reduce_scatter for backends without one of their own (LibTorch 1.13's Gloo has none): an
+// all_reduce of a copy of `input` through `communicator`, of which `output` gets this member's
+// chunk when the returned work is waited for. Twice the traffic of a real reduce_scatter.
+WorkHandle reduce_scatter_by_all_reduce(Communicator& communicator, const at::Tensor& input,
+                                        at::Tensor& output, ReduceOp op);
+
 }  // namespace dist::collective

@@ -33,10 +33,4 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
   throw InvalidArgument("unknown collective backend '" + backend + "': this build has " + known);
 }
 
-std::vector<std::string> process_backends() {
-  std::vector<std::string> names;
-  for (const auto& b : kBackends) names.emplace_back(b.name);
-  return names;
-}
-
 }  // namespace dist::collective

@@ -20,7 +20,4 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
 // The group of this process alone: every collective is the identity (in-process strategies).
 std::unique_ptr<Communicator> make_single_process_communicator();
 
-// The names make_process_communicator accepts.
-std::vector<std::string> process_backends();
-
 }  // namespace dist::collective

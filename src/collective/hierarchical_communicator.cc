@@ -150,11 +150,7 @@ WorkHandle HierarchicalCommunicator::all_gather(const at::Tensor& input, at::Ten
 
 WorkHandle HierarchicalCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
                                                     ReduceOp op) {
-  std::vector<at::Tensor> all{input.clone()};
-  all_reduce(all, op);
-  const auto [begin, end] = chunk_range(input.dim() == 0 ? 1 : input.size(0), size(), rank());
-  output.copy_(all[0].slice(0, begin, end));
-  return completed_work();
+  return reduce_scatter_by_all_reduce(*this, input, output, op);
 }
 
 WorkHandle HierarchicalCommunicator::barrier() {
@@ -169,8 +165,7 @@ int HierarchicalCommunicator::cross_tag(int tag, int local_from, int local_to) c
 }
 
 WorkHandle HierarchicalCommunicator::send(const at::Tensor& tensor, int to, int tag) {
-  DIST_CHECK_ARG(to >= 0 && to < size() && to != rank(), "send from ", member_name(rank()), " to ",
-                 to, ": not another member of a group of ", size());
+  check_peer("send", member_name(rank()), rank(), to, size());
   const int local = group_->local_size();
   if (to / local == group_->process_rank()) {
     group_->local().send(local_rank_, tensor, to % local, tag);
@@ -180,8 +175,7 @@ WorkHandle HierarchicalCommunicator::send(const at::Tensor& tensor, int to, int 
 }
 
 WorkHandle HierarchicalCommunicator::recv(at::Tensor& tensor, int from, int tag) {
-  DIST_CHECK_ARG(from >= 0 && from < size() && from != rank(), "recv on ", member_name(rank()),
-                 " from ", from, ": not another member of a group of ", size());
+  check_peer("recv", member_name(rank()), rank(), from, size());
   const int local = group_->local_size();
   if (from / local == group_->process_rank()) {
     group_->local().recv(local_rank_, tensor, from % local, tag);

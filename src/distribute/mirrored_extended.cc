@@ -90,7 +90,8 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   if (!cross_process) cross_process = collective::make_single_process_communicator();
   group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
-  group_->set_before_cross_stage([this] { complete_reducer_steps(); });
+  // Only reducers that send packs on their own (overlap) need the others to wait for them.
+  if (overlap_with_backward_) group_->set_before_cross_stage([this] { complete_reducer_steps(); });
   // Every worker must hold the same number of replicas (equal shares of each batch).
   if (num_workers() > 1) {
     auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
@@ -289,6 +290,7 @@ void MirroredExtended::check_same_model(const torch::nn::Module& model) {
 }
 
 void MirroredExtended::complete_reducer_steps() const {
+  if (!overlap_with_backward_) return;  // the inline reducer has nothing in flight
   std::lock_guard<std::mutex> lock(reducers_mu_);
   for (const auto& weak : reducers_)
     if (auto reducer = weak.lock()) reducer->complete_step();

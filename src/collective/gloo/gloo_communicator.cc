@@ -293,11 +293,13 @@ void GlooCommunicator::check_usable(const char* what) const {
 
 namespace {
 
+using C10dWork = c10::intrusive_ptr<c10d::Work>;
+
 // c10d work plus what to do once it completed (MEAN's division, cutting gathered parts).
 class GlooWork : public Work {
  public:
-  GlooWork(GlooCommunicator* owner, std::string what, int64_t sequence,
-           std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish)
+  GlooWork(GlooCommunicator* owner, std::string what, int64_t sequence, std::vector<C10dWork> works,
+           std::function<void()> finish)
       : owner_(owner),
         what_(std::move(what)),
         sequence_(sequence),
@@ -330,78 +332,71 @@ class GlooWork : public Work {
   GlooCommunicator* owner_;
   std::string what_;
   int64_t sequence_;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::vector<C10dWork> works_;
   std::function<void()> finish_;
   bool done_ = false;
 };
 
 }  // namespace
 
+WorkHandle GlooCommunicator::issue(const std::string& what, int64_t sequence,
+                                   const std::function<std::vector<C10dWork>()>& start,
+                                   std::function<void()> finish) {
+  check_usable(what.c_str());
+  std::vector<C10dWork> works;
+  try {
+    works = start();
+  } catch (const std::exception& e) {
+    fail_collective(what, sequence, e);
+  }
+  return std::make_shared<GlooWork>(this, what, sequence, std::move(works), std::move(finish));
+}
+
 WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return completed_work();
-  check_usable("all_reduce");
-  const int64_t sequence = next_sequence();
-  c10d::AllreduceCoalescedOptions options;
-  options.reduceOp = to_c10d(op);
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = tensors.size() == 1 ? group_->allreduce(tensors, options)
-                               : group_->allreduce_coalesced(tensors, options);
-  } catch (const std::exception& e) {
-    fail_collective("all_reduce", sequence, e);
-  }
   std::function<void()> finish;
   if (op == ReduceOp::kMean) {
     finish = [tensors, n = size()]() mutable {
-      for (auto& t : tensors) {
-        if (at::isIntegralType(t.scalar_type(), /*includeBool=*/true))
-          t.div_(n, "trunc");
-        else
-          t.div_(n);
-      }
+      for (auto& t : tensors) divide_for_mean(t, n);
     };
   }
-  return std::make_shared<GlooWork>(this, "all_reduce", sequence,
-                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work},
-                                    std::move(finish));
+  return issue(
+      "all_reduce", next_sequence(),
+      [&]() -> std::vector<C10dWork> {
+        c10d::AllreduceCoalescedOptions options;
+        options.reduceOp = to_c10d(op);
+        return {tensors.size() == 1 ? group_->allreduce(tensors, options)
+                                    : group_->allreduce_coalesced(tensors, options)};
+      },
+      std::move(finish));
 }
 
 WorkHandle GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
-  check_usable("broadcast");
   DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
                  size() - 1);
-  const int64_t sequence = next_sequence();
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  try {
+  return issue("broadcast", next_sequence(), [&] {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    std::vector<C10dWork> works;
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
       works.push_back(group_->broadcast(one, options));
     }
-  } catch (const std::exception& e) {
-    fail_collective("broadcast", sequence, e);
-  }
-  return std::make_shared<GlooWork>(this, "broadcast", sequence, std::move(works), nullptr);
+    return works;
+  });
 }
 
 WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
-  check_usable("all_gather");
   // Gloo gathers equal shapes: exchange the sizes along dim 0 first, pad to the largest,
   // gather, then cut each member's part back to its size.
   const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
   std::vector<at::Tensor> sizes(static_cast<size_t>(size()));
   for (auto& s : sizes) s = at::empty({1}, at::kLong);
-  {
-    const int64_t sequence = next_sequence();
+  issue("all_gather (sizes)", next_sequence(), [&]() -> std::vector<C10dWork> {
     std::vector<std::vector<at::Tensor>> outputs{sizes};
     std::vector<at::Tensor> inputs{at::tensor({local.size(0)}, at::kLong)};
-    try {
-      group_->allgather(outputs, inputs)->wait();
-    } catch (const std::exception& e) {
-      fail_collective("all_gather (sizes)", sequence, e);
-    }
-  }
+    return {group_->allgather(outputs, inputs)};
+  })->wait();
   int64_t largest = 0;
   for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
   auto padded_shape = local.sizes().vec();
@@ -410,16 +405,12 @@ WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* out
   padded.narrow(0, 0, local.size(0)).copy_(local);
   auto parts = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
   for (int r = 0; r < size(); ++r) (*parts)[0].push_back(at::empty_like(padded));
-  std::vector<at::Tensor> inputs{padded};
-  const int64_t sequence = next_sequence();
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->allgather(*parts, inputs);
-  } catch (const std::exception& e) {
-    fail_collective("all_gather", sequence, e);
-  }
-  return std::make_shared<GlooWork>(
-      this, "all_gather", sequence, std::vector<c10::intrusive_ptr<c10d::Work>>{work},
+  return issue(
+      "all_gather", next_sequence(),
+      [&]() -> std::vector<C10dWork> {
+        std::vector<at::Tensor> inputs{padded};
+        return {group_->allgather(*parts, inputs)};
+      },
       [parts, sizes, output] {
         std::vector<at::Tensor> cut;
         for (size_t r = 0; r < sizes.size(); ++r)
@@ -430,71 +421,31 @@ WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* out
 
 WorkHandle GlooCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
                                             ReduceOp op) {
-  // LibTorch 1.13's ProcessGroupGloo has no reduce_scatter: all-reduce, keep this member's rows.
-  std::vector<at::Tensor> all{input.contiguous().clone()};
-  auto work = all_reduce(all, op);
-  const auto [begin, end] = chunk_range(input.dim() == 0 ? 1 : input.size(0), size(), rank());
-  struct Scatter : Work {
-    WorkHandle inner;
-    at::Tensor all, output;
-    int64_t begin, end;
-    void wait(std::chrono::milliseconds deadline) override {
-      inner->wait(deadline);
-      output.copy_(all.slice(0, begin, end));
-    }
-    bool is_completed() override { return inner->is_completed(); }
-  };
-  auto scatter = std::make_shared<Scatter>();
-  scatter->inner = work;
-  scatter->all = all[0];
-  scatter->output = output;
-  scatter->begin = begin;
-  scatter->end = end;
-  return scatter;
+  // LibTorch 1.13's ProcessGroupGloo has no reduce_scatter.
+  return reduce_scatter_by_all_reduce(*this, input, output, op);
 }
 
 WorkHandle GlooCommunicator::barrier() {
-  check_usable("barrier");
-  const int64_t sequence = next_sequence();
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->barrier();
-  } catch (const std::exception& e) {
-    fail_collective("barrier", sequence, e);
-  }
-  return std::make_shared<GlooWork>(this, "barrier", sequence,
-                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work}, nullptr);
+  return issue("barrier", next_sequence(),
+               [&]() -> std::vector<C10dWork> { return {group_->barrier()}; });
 }
 
 WorkHandle GlooCommunicator::send(const at::Tensor& tensor, int to, int tag) {
-  check_usable("send");
-  DIST_CHECK_ARG(to >= 0 && to < size() && to != rank(), "send from ", member_name(rank()), " to ",
-                 to, ": not another member of a group of ", size());
-  std::vector<at::Tensor> one{tensor.contiguous()};
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->send(one, to, tag);
-  } catch (const std::exception& e) {
-    fail_collective("send", 0, e);
-  }
-  return std::make_shared<GlooWork>(this, "send to " + member_name(to), 0,
-                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work}, nullptr);
+  check_peer("send", member_name(rank()), rank(), to, size());
+  // Point to point is tagged, not sequenced: 0 keeps it out of the missing-member diagnosis.
+  return issue("send to " + member_name(to), 0, [&]() -> std::vector<C10dWork> {
+    std::vector<at::Tensor> one{tensor.contiguous()};
+    return {group_->send(one, to, tag)};
+  });
 }
 
 WorkHandle GlooCommunicator::recv(at::Tensor& tensor, int from, int tag) {
-  check_usable("recv");
-  DIST_CHECK_ARG(from >= 0 && from < size() && from != rank(), "recv on ", member_name(rank()),
-                 " from ", from, ": not another member of a group of ", size());
+  check_peer("recv", member_name(rank()), rank(), from, size());
   DIST_CHECK_ARG(tensor.is_contiguous(), "recv needs a contiguous tensor");
-  std::vector<at::Tensor> one{tensor};
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->recv(one, from, tag);
-  } catch (const std::exception& e) {
-    fail_collective("recv", 0, e);
-  }
-  return std::make_shared<GlooWork>(this, "recv from " + member_name(from), 0,
-                                    std::vector<c10::intrusive_ptr<c10d::Work>>{work}, nullptr);
+  return issue("recv from " + member_name(from), 0, [&]() -> std::vector<C10dWork> {
+    std::vector<at::Tensor> one{tensor};
+    return {group_->recv(one, from, tag)};
+  });
 }
 
 std::vector<std::string> GlooCommunicator::exchange(const std::string& key,

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 namespace c10d {
 class Store;
 class ProcessGroupGloo;
+class Work;
 }  // namespace c10d
 
 namespace dist::collective {
@@ -64,6 +66,13 @@ class GlooCommunicator : public Communicator {
   void wait_for_all(const std::string& prefix, const char* what);
   void heartbeat_loop();
   void check_usable(const char* what) const;
+  using C10dWork = c10::intrusive_ptr<c10d::Work>;
+  // Issues one operation's c10d calls (`start`) as collective number `sequence` (0: point to
+  // point); a failure while issuing is diagnosed as one while waiting. `finish` runs once the
+  // work completed (MEAN's division, cutting gathered parts).
+  WorkHandle issue(const std::string& what, int64_t sequence,
+                   const std::function<std::vector<C10dWork>()>& start,
+                   std::function<void()> finish = nullptr);
   const Member& self() const { return options_.members[static_cast<size_t>(options_.rank)]; }
   // Numbers the next collective (published by the heartbeat for diagnosis).
   int64_t next_sequence() { return ++issued_; }

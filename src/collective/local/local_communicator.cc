@@ -35,11 +35,7 @@ WorkHandle LocalCommunicator::all_gather(const at::Tensor& input, at::Tensor* ou
 WorkHandle LocalCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
                                              ReduceOp op) {
   // The in-process all_reduce already splits the work by member; keep this member's rows.
-  std::vector<at::Tensor> all{input.clone()};
-  group_->all_reduce(rank_, all, op);
-  auto [begin, end] = chunk_range(input.dim() == 0 ? 1 : input.size(0), size(), rank_);
-  output.copy_(all[0].slice(0, begin, end));
-  return completed_work();
+  return reduce_scatter_by_all_reduce(*this, input, output, op);
 }
 
 WorkHandle LocalCommunicator::barrier() {

@@ -20,6 +20,8 @@
 // in a fixed order, so all replicas see bit-identical results and repeated runs agree.
 #include "collective/local/local_group.h"
 
+#include "collective/communicator.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -50,11 +52,7 @@ void reduce_into(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>& so
 }
 
 void finish_mean(ReduceOp op, at::Tensor& out, int replicas) {
-  if (op != ReduceOp::kMean) return;
-  if (at::isIntegralType(out.scalar_type(), /*includeBool=*/true))
-    out.div_(replicas, "trunc");  // integer MEAN truncates, keeping the dtype
-  else
-    out.div_(replicas);
+  if (op == ReduceOp::kMean) divide_for_mean(out, replicas);
 }
 
 std::string shape_text(const at::Tensor& t) {
@@ -261,16 +259,14 @@ void LocalGroup::barrier(int rank, const char* what, const std::function<void()>
 }
 
 void LocalGroup::send(int rank, const at::Tensor& tensor, int to, int tag) {
-  DIST_CHECK_ARG(to >= 0 && to < size() && to != rank, "send from ", member_name(rank), " to ", to,
-                 ": not another member of a group of ", size());
+  check_peer("send", member_name(rank), rank, to, size());
   std::lock_guard<std::mutex> lock(mailbox_mu_);
   mailbox_[{rank, to, tag}].push_back(tensor.clone());
   mailbox_changed_.notify_all();
 }
 
 void LocalGroup::recv(int rank, at::Tensor& tensor, int from, int tag) {
-  DIST_CHECK_ARG(from >= 0 && from < size() && from != rank, "recv on ", member_name(rank),
-                 " from ", from, ": not another member of a group of ", size());
+  check_peer("recv", member_name(rank), rank, from, size());
   std::unique_lock<std::mutex> lock(mailbox_mu_);
   const auto key = std::make_tuple(from, rank, tag);
   const bool arrived = mailbox_changed_.wait_for(lock, options_.timeout, [&] {
