@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Trains with dist-train on ten equivalence settings with two builds and compares the saved
+# weights tensor by tensor (sha256 of each tensor's bytes): a refactoring must leave them
+# bit-identical. A directory holds tools/ as a build tree does.
+#   bench/compare_weights.sh BEFORE_DIR AFTER_DIR
+set -uo pipefail
+before=$1
+after=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common="--epochs 1 --train-examples 1536 --global-batch 96 --no-progress --seed 7"
+train() {  # train BUILD OUT
+  local build=$1 out=$2
+  mkdir -p "$out"
+  export DIST_STORE_HOST=$build/tools/dist-store-host
+  run() { local name=$1; shift; "$build/tools/dist-train" "$@" --save-weights "$out/$name.safetensors" > "$out/$name.log" 2>&1 || echo "$name failed (see $out/$name.log)"; }
+  run one_device $common --strategy one_device
+  run default_sgd $common --strategy default --optimizer sgd --lr 0.05
+  run mirrored2 $common --strategy mirrored --replicas 2
+  run mirrored3_sgd $common --strategy mirrored --replicas 3 --optimizer sgd --lr 0.05
+  run central3 $common --strategy central_storage --replicas 3
+  run hier4 $common --strategy mirrored --replicas 4 --cross-device-ops hierarchical_copy
+  run mlp2 --epochs 1 --train-examples 384 --global-batch 96 --no-progress --seed 7 --strategy mirrored --replicas 2 --model mlp
+  run fit2 $common --strategy mirrored --replicas 2 --loop fit
+  "$build/tools/dist-launch" --workers 2 --replicas-per-worker 2 -- "$build/tools/dist-train" --strategy multi_worker $common --save-weights "$out/mw2x2.safetensors" > "$out/mw2x2.log" 2>&1 || echo "mw2x2 failed"
+  "$build/tools/dist-launch" --workers 3 -- "$build/tools/dist-train" --strategy multi_worker $common --save-weights "$out/mw3x1.safetensors" > "$out/mw3x1.log" 2>&1 || echo "mw3x1 failed"
+}
+train "$before" "$work/before"
+train "$after" "$work/after"
+python3 - "$work/before" "$work/after" <<'PY'
+import hashlib, json, os, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    return {k: hashlib.sha256(body[v["data_offsets"][0]:v["data_offsets"][1]]).hexdigest()
+            for k, v in header.items() if k != "__metadata__"}
+a_dir, b_dir = sys.argv[1:3]
+failed = 0
+for name in sorted(os.listdir(a_dir)):
+    if not name.endswith(".safetensors"): continue
+    b = os.path.join(b_dir, name)
+    same = os.path.exists(b) and tensors(os.path.join(a_dir, name)) == tensors(b)
+    failed += not same
+    print(f"{name}: {'bit-identical' if same else 'DIFFERENT'}")
+sys.exit(1 if failed else 0)
+PY
