@@ -4,11 +4,19 @@
 //
 // Picks free loopback ports, starts one process per worker with TF_CONFIG naming its task
 // (and DIST_REPLICAS_PER_WORKER), prefixes every line they print with the task name, stops
-// all of them as soon as one fails (SIGTERM, then SIGKILL after a grace period), and exits
-// with the failing worker's exit code (0 when all succeed). SIGINT/SIGTERM to the launcher
-// are passed on to the workers.
+// all of them as soon as one fails (SIGTERM, then SIGKILL after a grace period).
+//
+// Signals: SIGINT and SIGTERM to the launcher are passed on to the workers; SIGHUP (its
+// terminal closed) is passed on as SIGTERM, which dist-train handles by saving a checkpoint.
+// If the launcher itself is killed (SIGKILL), the kernel sends each worker SIGTERM
+// (PR_SET_PDEATHSIG): no worker outlives it.
+//
+// Exit code: 0 when every worker succeeded; the first failing worker's code; after a signal,
+// 4 ("stopped, resumable": what dist-train returns when it stopped cleanly on a signal) if
+// every worker exited with 0 or 4, else the first other code.
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,8 +45,12 @@ struct Worker {
 volatile sig_atomic_t forwarded_signal = 0;
 void on_signal(int signal) { forwarded_signal = signal; }
 
+// dist-train's exit code after stopping cleanly on SIGTERM/SIGINT (checkpoint saved).
+constexpr int kStoppedResumable = 4;
+
 Worker start(const std::vector<std::string>& command, const std::string& config, int index,
              int replicas) {
+  const pid_t launcher = getpid();
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
   Worker worker;
@@ -47,6 +59,10 @@ Worker start(const std::vector<std::string>& command, const std::string& config,
   if (worker.pid < 0) throw std::runtime_error("fork failed");
   if (worker.pid == 0) {
     setpgid(0, 0);  // its own process group, so stopping it stops its children too
+    // Dies with the launcher, even a SIGKILLed one; SIGTERM lets dist-train save first. The
+    // launcher may have died before prctl took effect: then stop here.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher) _exit(128 + SIGTERM);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
     close(pipe_fds[0]);
@@ -111,7 +127,8 @@ int main(int argc, char** argv) {
 
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
-  signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, on_signal);
+  signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill the launcher before its workers
   std::vector<Worker> workers;
   try {
     auto ports = dist::free_loopback_ports(workers_count);
@@ -126,14 +143,16 @@ int main(int argc, char** argv) {
   int result = 0;
   std::string failed;
   bool stopping = false;
+  bool signalled = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   size_t running = workers.size();
   while (running > 0) {
     if (forwarded_signal != 0 && !stopping) {
-      stopping = true;
-      signal_all(workers, forwarded_signal);
+      stopping = signalled = true;
+      std::cout << "[dist-launch] " << strsignal(forwarded_signal)
+                << ": stopping the workers (they save a checkpoint if they have one)" << std::endl;
+      signal_all(workers, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_seconds);
-      result = 128 + forwarded_signal;
     }
     std::vector<pollfd> fds;
     std::vector<Worker*> readable;  // the worker behind each entry of fds
@@ -166,7 +185,16 @@ int main(int argc, char** argv) {
       w.exited = true;
       --running;
       w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (w.exit_code != 0 && !stopping) {
+      if (signalled) {
+        // Stopped on request: 4 unless a worker failed at it (0 if all had finished anyway).
+        if (w.exit_code == kStoppedResumable && result == 0) {
+          result = kStoppedResumable;
+        } else if (w.exit_code != 0 && w.exit_code != kStoppedResumable &&
+                   (result == 0 || result == kStoppedResumable)) {
+          result = w.exit_code;
+          failed = w.name;
+        }
+      } else if (w.exit_code != 0 && !stopping) {
         stopping = true;
         result = w.exit_code;
         failed = w.name;

@@ -1,14 +1,14 @@
-// dist-store-host: hosts the rendezvous store (a c10d TCPStore server) of one multi-worker job
-// in its own process, so that it outlives a crashed chief. The chief (collective rank 0)
+// dist-store-host: hosts the rendezvous store (src/collective/store/store_server.h) of one
+// multi-worker job in its own process, so that it outlives a crashed chief. The chief (collective rank 0)
 // starts it; users do not run it by hand.
 //
 //   dist-store-host --host H --port P --members worker:0,worker:1,worker:2
 //                   --rendezvous-timeout-ms N --collective-timeout-ms M --ready-fd FD
 //
-// Why a separate process: LibTorch 1.13's TCPStore clients run a background thread that
-// std::terminate()s its process when the server's socket closes. With the server inside the
-// chief, kill -9 of the chief aborted every other worker instead of letting them report
-// "lost worker: ...". Here the store stays up until the survivors have diagnosed and exited.
+// Why a separate process: with the store inside the chief, kill -9 of the chief takes the
+// store with it, and the survivors can only say that the store vanished, not which worker was
+// lost (the verdict lives in the store). Here the store stays up until the survivors have
+// diagnosed and exited.
 //
 // Start-up: forks at once (before any thread exists) and the parent exits, so the chief can
 // reap it immediately and the real host is reparented to init (no zombie in the chief); it
@@ -23,7 +23,7 @@
 // timeout has passed since the start; it first sets the key "closing" and waits 2 s, so that a
 // next job's member probing this store leaves it first. As a backstop, it exits 2 once the chief
 // (the first member) has been gone for rendezvous + collective timeout + 10 s, the longest the
-// survivors can take to fail and exit; it exits 1 if it cannot read its own store.
+// survivors can take to fail and exit.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -41,7 +41,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "collective/store/store_server.h"
 
 namespace {
 
@@ -105,17 +106,14 @@ bool report(int fd, const std::string& line) {
   return ok;
 }
 
-c10::intrusive_ptr<c10d::TCPStore> host_store(const Options& options, std::string* error) {
-  c10d::TCPStoreOptions store;
-  store.port = static_cast<std::uint16_t>(options.port);
-  store.isServer = true;
-  store.waitWorkers = false;
-  store.timeout = milliseconds(options.rendezvous_timeout_ms);
+std::unique_ptr<dist::collective::StoreServer> host_store(const Options& options,
+                                                          std::string* error) {
   const auto give_up =
       Clock::now() + std::min(kBindRetryFor, milliseconds(options.rendezvous_timeout_ms));
   while (true) {
     try {
-      return c10::make_intrusive<c10d::TCPStore>(options.host, store);
+      return std::make_unique<dist::collective::StoreServer>(
+          dist::HostPort{options.host, options.port});
     } catch (const std::exception& e) {
       *error = e.what();
     }
@@ -125,7 +123,7 @@ c10::intrusive_ptr<c10d::TCPStore> host_store(const Options& options, std::strin
 }
 
 // The exit rule of the top comment; returns the exit code.
-int watch(c10d::TCPStore& store, const Options& options) {
+int watch(dist::collective::StoreServer& store, const Options& options) {
   struct Member {
     bool seen = false;
     int64_t beats = 0;
@@ -144,15 +142,11 @@ int watch(c10d::TCPStore& store, const Options& options) {
     for (const auto& name : options.members) {
       Member& m = members[name];
       const std::string key = "alive/" + name;
-      try {
-        if (store.check({key})) {  // add(key, 0) would create a missing key
-          const int64_t beats = store.add(key, 0);
-          if (!m.seen || beats != m.beats) m.moved = now;
-          m.seen = true;
-          m.beats = beats;
-        }
-      } catch (const std::exception&) {
-        return 1;
+      if (store.check(key)) {  // add(key, 0) would create a missing key
+        const int64_t beats = store.add(key, 0);
+        if (!m.seen || beats != m.beats) m.moved = now;
+        m.seen = true;
+        m.beats = beats;
       }
       const bool gone = m.seen ? now - m.moved > kStaleAfter : now - start > rendezvous;
       all_gone = all_gone && gone;
@@ -165,13 +159,9 @@ int watch(c10d::TCPStore& store, const Options& options) {
     }
     if (all_gone) {
       // A member of a next job on this address may be connected right now, probing whether
-      // this store is its own (GlooCommunicator::connect_store); its TCPStore client would
-      // abort its process if we vanished under it. "closing" tells it to leave at once.
-      try {
-        store.set("closing", {'1'});
-      } catch (const std::exception&) {
-        return 1;
-      }
+      // this store is its own (GlooCommunicator::connect_store): "closing" tells it to leave at
+      // once rather than wait for a job that has ended.
+      store.set("closing", "1");
       std::this_thread::sleep_for(kClosingGrace);
       return 0;
     }

@@ -6,11 +6,28 @@
 // checkpoint was saved first: rerun the same command to resume).
 // The last line of stdout is one JSON object with the results.
 #include <iostream>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
 #include "dist/core/error.h"
 #include "train_job.h"
+
+namespace {
+
+// -1 ("no limit", "all") or at least 1: 0 is neither, and used to mean "the default" silently.
+const CLI::Validator kMinusOneOrPositive(
+    [](std::string& text) -> std::string {
+      try {
+        const long long value = std::stoll(text);
+        if (value == -1 || value >= 1) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be -1 or at least 1, got " + text;
+    },
+    "-1 or >= 1");
+
+}  // namespace
 
 int main(int argc, char** argv) {
   dist::tools::TrainOptions o;
@@ -23,9 +40,10 @@ int main(int argc, char** argv) {
                  "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG)")
       ->capture_default_str();
   app.add_option("--replicas", o.replicas,
-                 "replicas (mirrored/central_storage; default: one per core)");
-  app.add_option("--threads", o.threads,
-                 "intra-op threads per replica (default: cores / replicas)");
+                 "replicas (mirrored/central_storage; default: one per core)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "intra-op threads per replica (default: cores / replicas)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--collective-timeout", o.collective_timeout,
                  "multi_worker: seconds before a lost or stalled worker is reported")
       ->capture_default_str();
@@ -34,13 +52,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cross-device-ops", o.cross_device_ops,
                  "parallel | reduction_to_one_device | hierarchical_copy");
-  app.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs to train")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many global steps (-1: no limit)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
   app.add_option("--batch-per-replica", o.batch_per_replica, "examples per replica per step")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--global-batch", o.global_batch,
-                 "examples per step across all replicas (overrides --batch-per-replica)");
+                 "examples per step across all replicas (overrides --batch-per-replica)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "adam | sgd")->capture_default_str();
   app.add_option("--model", o.model, "cnn (tutorial CNN) | mlp (784-4096-4096-10)")
@@ -49,14 +72,20 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--train-examples", o.train_examples,
                  "train on the first N examples only (-1: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "save resumable checkpoints here (each epoch end, every --checkpoint-every "
                  "steps, at --max-steps and on SIGTERM/SIGINT); resume from the latest one");
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "also save every K global steps (0: only at epoch ends and stops)")
       ->capture_default_str();
-  app.add_option("--max-to-keep", o.max_to_keep, "checkpoints to keep")->capture_default_str();
+  app.add_option("--resume-from", o.resume_from,
+                 "resume from this checkpoint file instead of the latest in --checkpoint-dir "
+                 "(--loop custom)");
+  app.add_option("--max-to-keep", o.max_to_keep, "checkpoints to keep")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--log-dir", o.log_dir,
                  "append per-epoch metrics to LOG_DIR/metrics.jsonl (--loop fit: TensorBoard "
                  "event files and LOG_DIR/metrics.csv)");
@@ -85,6 +114,11 @@ int main(int argc, char** argv) {
   } catch (const dist::DataError& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 3;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "dist-train: out of memory (a batch, the model or the data set did not fit); "
+                 "try a smaller --global-batch or --batch-per-replica"
+              << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 1;

@@ -77,12 +77,12 @@ keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
   throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
 }
 
-}  // namespace
-
-TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out) {
-  const auto job_start = Clock::now();
-  JobSetup job = start_job(options, chief_out);
+TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
+                    Clock::time_point job_start) {
   const Strategy& strategy = job.strategy;
+  // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
+  // it: each worker restores inside fit; the directory must be shared.)
+  strategy.check_workers_agree(step_settings(options, job, -1));
   const bool chief = job.chief;
   std::ostream discard(nullptr);
   std::ostream& out = chief ? chief_out : discard;
@@ -156,6 +156,18 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
   result.images_per_sec = timer->images / std::max(timer->seconds, 1e-9);
   result.seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
   return result;
+}
+
+}  // namespace
+
+TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out) {
+  DIST_CHECK_ARG(options.resume_from.empty(),
+                 "--resume-from applies to --loop custom; --loop fit resumes from the latest "
+                 "backup in --checkpoint-dir");
+  const auto job_start = Clock::now();
+  JobSetup job = start_job(options, chief_out);
+  return failing_together(job.strategy,
+                          [&] { return fit_job(options, job, chief_out, job_start); });
 }
 
 }  // namespace dist::tools

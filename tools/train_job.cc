@@ -1,7 +1,11 @@
 #include "train_job.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -37,6 +41,8 @@ double seconds_since(Clock::time_point start) {
 
 void check_options(const TrainOptions& options) {
   DIST_CHECK_ARG(options.epochs >= 1, "--epochs must be at least 1, got ", options.epochs);
+  DIST_CHECK_ARG(std::isfinite(options.lr) && options.lr > 0,
+                 "--lr must be a positive finite number, got ", options.lr);
   DIST_CHECK_ARG(options.max_steps == -1 || options.max_steps >= 1,
                  "--max-steps must be at least 1 (or -1 for no limit), got ", options.max_steps);
   DIST_CHECK_ARG(options.batch_per_replica >= 1, "--batch-per-replica must be at least 1, got ",
@@ -66,8 +72,13 @@ Strategy make_strategy(const TrainOptions& options) {
     if (const char* env = std::getenv("DIST_REPLICAS_PER_WORKER"); env && options.replicas == 0)
       multi.replicas_per_worker = std::atoi(env);
     multi.threads_per_replica = options.threads;
-    DIST_CHECK_ARG(options.collective_timeout > 0 && options.rendezvous_timeout > 0,
-                   "--collective-timeout and --rendezvous-timeout must be positive");
+    // Whole milliseconds reach the communicator: less than one would become 0.
+    DIST_CHECK_ARG(options.collective_timeout >= 0.001,
+                   "--collective-timeout must be at least 0.001 (seconds), got ",
+                   options.collective_timeout);
+    DIST_CHECK_ARG(options.rendezvous_timeout >= 0.001,
+                   "--rendezvous-timeout must be at least 0.001 (seconds), got ",
+                   options.rendezvous_timeout);
     multi.communication.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout * 1000));
     multi.communication.rendezvous_timeout =
@@ -90,17 +101,76 @@ Strategy make_strategy(const TrainOptions& options) {
                         "': use default, one_device, mirrored, central_storage or multi_worker");
 }
 
-JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
-  check_options(options);
-  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
-                 options.checkpoint_every);
-  Strategy strategy = make_strategy(options);
+namespace {
+
+// Creates `dir` if needed and proves that a file can be created in it, so that a result is
+// never lost to an unwritable path after training.
+void check_writable_directory(const char* flag, const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  DIST_CHECK_ARG(!error, "cannot create the directory ", dir, " for ", flag, ": ",
+                 error.message(), "; choose a writable path");
+  const std::string probe = dir + "/.dist-train-probe-" + std::to_string(getpid());
+  {
+    std::ofstream file(probe);
+    DIST_CHECK_ARG(file.good(), "cannot write in ", dir, " (", flag, "): ", std::strerror(errno),
+                   "; choose a writable path");
+  }
+  std::filesystem::remove(probe, error);
+}
+
+void check_output_paths(const TrainOptions& options) {
+  if (!options.save_weights.empty()) {
+    const std::filesystem::path path(options.save_weights);
+    DIST_CHECK_ARG(!std::filesystem::is_directory(path), "--save-weights ", options.save_weights,
+                   " is a directory; give a file name such as weights.safetensors");
+    check_writable_directory("--save-weights",
+                             path.has_parent_path() ? path.parent_path().string() : ".");
+  }
+  if (!options.log_dir.empty()) check_writable_directory("--log-dir", options.log_dir);
+  if (!options.checkpoint_dir.empty())
+    check_writable_directory("--checkpoint-dir", options.checkpoint_dir);
+}
+
+std::string exact(double value) {
+  std::ostringstream out;
+  out << std::setprecision(17) << value;
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
+                                                               const JobSetup& job,
+                                                               int64_t resume_step) {
+  return {{"--loop", options.loop},
+          {"--model", options.model},
+          {"--optimizer", options.optimizer},
+          {"--lr", exact(options.lr)},
+          {"--seed", std::to_string(options.seed)},
+          {"--epochs", std::to_string(options.epochs)},
+          {"--max-steps", std::to_string(options.max_steps)},
+          {"the global batch", std::to_string(job.global_batch)},
+          {"the training examples", std::to_string(job.num_train)},
+          {"the test examples", std::to_string(job.test.cardinality())},
+          {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
+          {"--checkpoint-every", std::to_string(options.checkpoint_every)},
+          {"the step resumed from", resume_step < 0 ? "none (a fresh start)"
+                                                     : std::to_string(resume_step)}};
+}
+
+namespace {
+
+// start_job once the strategy exists.
+JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
+                     std::ostream& chief_out) {
   // Only the chief prints and writes files; the others would repeat it, and two workers must
   // never write the same file.
   const bool chief = strategy.is_chief();
   const int replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch =
       options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+  if (chief) check_output_paths(options);
   if (chief) {
     chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
               << "\nGlobal batch size: " << global_batch << std::endl;
@@ -115,9 +185,20 @@ JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
   data::Dataset train = examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
   data::Dataset test =
       data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
-  return JobSetup{std::move(strategy), chief,          replicas, global_batch, num_train,
-                  std::move(train),    std::move(test)};
+  return JobSetup{strategy,         chief,          replicas, global_batch, num_train,
+                  std::move(train), std::move(test)};
 }
+
+}  // namespace
+
+JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
+  check_options(options);
+  DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
+                 options.checkpoint_every);
+  Strategy strategy = make_strategy(options);
+  return failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
+}
+
 
 namespace {
 
@@ -147,14 +228,43 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-}  // namespace
+// Reads the checkpoint to resume from. When the latest of a directory is damaged, the
+// DataError says which older ones are kept and how to resume from one.
+void read_for_resume(Checkpoint& checkpoint, const std::string& path,
+                     const CheckpointManager* manager, const TrainOptions& options) {
+  try {
+    checkpoint.read(path, options.env);
+  } catch (const DataError& e) {
+    if (manager == nullptr || !options.resume_from.empty()) throw;
+    std::string older;
+    for (const auto& kept : manager->checkpoints())
+      if (kept != path) older = kept;  // oldest first: the last one is the newest
+    if (older.empty()) throw;
+    throw DataError(detail::concat(e.what(), "; an older checkpoint is kept: run again with ",
+                                   "--resume-from ", older, " to resume from it"));
+  }
+}
 
-TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
-  if (options.loop == "fit") return run_fit_training(options, chief_out);
-  DIST_CHECK_ARG(options.loop == "custom", "unknown --loop '", options.loop,
-                 "': use custom or fit");
-  const auto job_start = Clock::now();
-  JobSetup job = start_job(options, chief_out);
+// InvalidArgument if the checkpoint's data position was counted in other units than this
+// run's (another global batch, shuffle seed or number of examples).
+void check_same_run(const std::map<std::string, std::string>& values, const std::string& path,
+                    const JobSetup& job, const TrainOptions& options) {
+  auto same = [&](const char* key, const char* flag, const std::string& now) {
+    const auto it = values.find(key);
+    if (it == values.end()) return;  // written before checkpoints recorded it
+    DIST_CHECK_ARG(it->second == now, "the checkpoint ", path, " was written with ", flag, " ",
+                   it->second, " but this run has ", now,
+                   ": its data position would be replayed in other units. Resume with ", flag,
+                   " ", it->second, ", or start afresh with a new --checkpoint-dir");
+  };
+  same("run.global_batch", "--global-batch", std::to_string(job.global_batch));
+  same("run.seed", "--seed", std::to_string(options.seed));
+  same("run.train_examples", "--train-examples", std::to_string(job.num_train));
+}
+
+// The custom training loop, once the job is set up.
+TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
+                            Clock::time_point job_start) {
   const Strategy& strategy = job.strategy;
   const bool chief = job.chief;
   std::ostream discard(nullptr);
@@ -193,16 +303,23 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   std::optional<CheckpointManager> manager;
   Checkpoint checkpoint(model, optimizer.get());
   std::optional<data::IteratorPosition> resume_at;
-  if (!options.checkpoint_dir.empty()) {
+  if (!options.checkpoint_dir.empty())
     manager.emplace(options.checkpoint_dir, options.max_to_keep, options.env);
-    if (auto latest = manager->latest()) {
-      checkpoint.read(*latest, options.env);
-      result.steps = result.resumed_at_step = checkpoint.state.step;
-      resume_at = checkpoint.state.position;
-      out << "Resumed from " << *latest << " at step " << result.steps << " (epoch "
-          << resume_at->epoch + 1 << ", batch " << resume_at->elements << ")" << std::endl;
-    }
+  std::optional<std::string> resume_path;
+  if (!options.resume_from.empty())
+    resume_path = options.resume_from;
+  else if (manager)
+    resume_path = manager->latest();
+  if (resume_path) {
+    read_for_resume(checkpoint, *resume_path, manager ? &*manager : nullptr, options);
+    check_same_run(checkpoint.state.values, *resume_path, job, options);
+    result.steps = result.resumed_at_step = checkpoint.state.step;
+    resume_at = checkpoint.state.position;
+    out << "Resumed from " << *resume_path << " at step " << result.steps << " (epoch "
+        << resume_at->epoch + 1 << ", batch " << resume_at->elements << ")" << std::endl;
   }
+  // Every worker must take the same steps: compare what decides them before the first one.
+  strategy.check_workers_agree(step_settings(options, job, result.resumed_at_step));
   auto metric_values = [&] {
     std::map<std::string, std::string> values;
     for (const Metric* m : std::initializer_list<const Metric*>{&train_loss, &train_accuracy}) {
@@ -217,11 +334,41 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
     checkpoint.state.epoch = epoch;
     checkpoint.state.position = position;
     checkpoint.state.values = metric_values();
+    // What the data position is counted in: a resume with other values would misplace it.
+    checkpoint.state.values["run.global_batch"] = std::to_string(global_batch);
+    checkpoint.state.values["run.seed"] = std::to_string(options.seed);
+    checkpoint.state.values["run.train_examples"] = std::to_string(job.num_train);
     if (chief) result.last_checkpoint = manager->save(checkpoint);
   };
   PreemptionWatcher preemption;
+  auto evaluate = [&] {
+    model.eval();
+    for (const auto& batch : test_data.iterator(0)) {
+      strategy.run(
+          [&](const Element& b) {
+            torch::NoGradGuard no_grad;
+            auto logits = model->forward(b[0]);
+            test_loss.update_state(loss_fn(b[1], logits));
+            test_accuracy.update_state(b[1], logits);
+          },
+          batch);
+    }
+  };
 
   const int first_epoch = resume_at ? static_cast<int>(resume_at->epoch) : 0;
+  const bool at_max_already = options.max_steps > 0 && result.steps >= options.max_steps;
+  if (resume_at && (first_epoch >= options.epochs || at_max_already)) {
+    // A finished job run again: say so, and report what the trained weights score.
+    out << "Nothing left to train: the checkpoint is at step " << result.steps << ", the end of "
+        << (at_max_already ? "--max-steps " + std::to_string(options.max_steps)
+                           : "--epochs " + std::to_string(options.epochs))
+        << " (raise it, or use a new --checkpoint-dir to train afresh); evaluating" << std::endl;
+    evaluate();
+    result.epochs = std::min(first_epoch, options.epochs);
+    result.train_loss = result.train_accuracy = std::nan("");  // no training in this run
+    result.test_loss = test_loss.result();
+    result.test_accuracy = test_accuracy.result();
+  }
   for (int epoch = first_epoch; epoch < options.epochs; ++epoch) {
     if (options.max_steps > 0 && result.steps >= options.max_steps) break;
     const bool resuming = resume_at && resume_at->epoch == epoch;
@@ -288,18 +435,7 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
     result.train_seconds += epoch_train_seconds;
     images += epoch_images;
 
-    model.eval();
-    for (const auto& batch : test_data.iterator(0)) {
-      strategy.run(
-          [&](const Element& b) {
-            torch::NoGradGuard no_grad;
-            auto logits = model->forward(b[0]);
-            test_loss.update_state(loss_fn(b[1], logits));
-            test_accuracy.update_state(b[1], logits);
-          },
-          batch);
-    }
-
+    evaluate();
     result.epochs = epoch + 1;
     result.train_loss = train_loss.result();
     result.train_accuracy = train_accuracy.result();
@@ -335,6 +471,18 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   result.images_per_sec = images / std::max(result.train_seconds, 1e-9);
   result.seconds = seconds_since(job_start);
   return result;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
+  if (options.loop == "fit") return run_fit_training(options, chief_out);
+  DIST_CHECK_ARG(options.loop == "custom", "unknown --loop '", options.loop,
+                 "': use custom or fit");
+  const auto job_start = Clock::now();
+  JobSetup job = start_job(options, chief_out);
+  return failing_together(job.strategy,
+                          [&] { return run_custom_loop(options, job, chief_out, job_start); });
 }
 
 std::string to_json_line(const TrainResult& r) {

@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dist/core/env.h"
+#include "dist/core/error.h"
 #include "dist/data/dataset.h"
 #include "dist/distribute/strategy.h"
 
@@ -33,6 +36,7 @@ struct TrainOptions {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t train_examples = -1;   // use only the first N training examples; -1: all
   std::string checkpoint_dir;    // resumable checkpoints; resumes from the latest one here
+  std::string resume_from;       // a checkpoint file to resume from instead of the latest
   int64_t checkpoint_every = 0;  // also save every K global steps (0: epoch ends and stops)
   int max_to_keep = 3;           // checkpoints kept in checkpoint_dir
   std::string log_dir;           // per-epoch metrics as JSON lines
@@ -62,8 +66,24 @@ struct TrainResult {
   std::string last_checkpoint;   // path of the last checkpoint written (chief), if any
 };
 
-// InvalidArgument naming the flag when epochs, steps or batch sizes are out of range.
+// InvalidArgument naming the flag when a value is out of range (0 is "the default" only where
+// TrainOptions says so; dist-train's command line refuses it).
 void check_options(const TrainOptions& options);
+
+// Runs body(); if it throws anything but a CollectiveError (which the other workers see
+// anyway), the other workers are told first (Strategy::report_failure), so they stop at once
+// naming this worker and the error instead of waiting for it until a timeout.
+template <class Body>
+auto failing_together(const Strategy& strategy, Body&& body) {
+  try {
+    return body();
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const std::exception& e) {
+    strategy.report_failure(e.what());
+    throw;
+  }
+}
 
 // What both loops start from.
 struct JobSetup {
@@ -75,8 +95,15 @@ struct JobSetup {
   data::Dataset train;  // shuffled global batches of the training examples
   data::Dataset test;   // global batches of the test set
 };
-// Checks the options, makes the strategy, prints the job's header on the chief, opens the data.
+// Checks the options, makes the strategy, prints the job's header on the chief, checks that
+// every output path can be written (chief), opens the data.
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out);
+
+// The settings that decide which steps a worker takes, by flag name, for
+// Strategy::check_workers_agree. `resume_step`: the step the run resumes from, -1 if fresh.
+std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
+                                                               const JobSetup& job,
+                                                               int64_t resume_step);
 
 // The strategy the options choose (also sets the intra-op thread count where needed).
 Strategy make_strategy(const TrainOptions& options);

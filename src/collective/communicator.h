@@ -79,6 +79,12 @@ class Communicator {
   // Publishes this member's `value` under `key` and returns every member's value in rank
   // order. Blocking; for start-up checks (small strings, out of band of the collectives).
   virtual std::vector<std::string> exchange(const std::string& key, const std::string& value) = 0;
+
+  // This member is failing for `reason` (its data or checkpoint could not be read, ...): tell
+  // the others, so that whatever they wait for fails at once naming this member and the reason,
+  // instead of at a timeout. The communicator is unusable afterwards. Members of one process
+  // fail together anyway: only cross-process communicators have something to do.
+  virtual void abort(const std::string& reason) {}
 };
 
 // The rows [begin, end) of dim 0 that member `rank` of `size` gets in reduce_scatter: as even

@@ -44,6 +44,7 @@ class SerializedCommunicator : public Communicator {
   std::vector<std::string> exchange(const std::string& key, const std::string& value) override {
     return inner_.exchange(key, value);  // the store, out of band
   }
+  void abort(const std::string& reason) override { inner_.abort(reason); }
 
  private:
   Communicator& inner_;

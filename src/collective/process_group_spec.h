@@ -27,6 +27,10 @@ struct ProcessGroupSpec {
   // Host the store inside rank 0's process instead of its own process (tests that run every
   // member as a thread of one process).
   bool store_in_process = false;
+  // Before each collective, agree on what it is (kind, element count, dtype) in a small
+  // fixed-size all-reduce, so members that diverge get a CollectiveError naming what each
+  // issued; without it, Gloo aborts the process on the first mismatched message size.
+  bool check_collectives = true;
 };
 
 }  // namespace dist::collective

@@ -50,6 +50,11 @@ ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
   DIST_CHECK(images.scalar_type() == at::kByte && images.dim() == 3, DataError, images_path,
              " holds ", images.scalar_type(), " values of rank ", images.dim(),
              " but MNIST images are uint8 of rank 3 [N, rows, cols]");
+  // Every MNIST-format set (MNIST, Fashion-MNIST, KMNIST, EMNIST) has 28x28 images, and the
+  // models built for them rely on it.
+  DIST_CHECK(images.size(1) == 28 && images.size(2) == 28, DataError, images_path, " holds ",
+             images.size(1), "x", images.size(2),
+             " images but MNIST-format images are 28x28; is it the right file?");
   at::Tensor labels = read_idx(labels_path);
   DIST_CHECK(labels.scalar_type() == at::kByte && labels.dim() == 1, DataError, labels_path,
              " holds ", labels.scalar_type(), " values of rank ", labels.dim(),

@@ -106,6 +106,14 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   threads_ = std::make_unique<ReplicaThreads>(replicas, threads);
 }
 
+std::string MirroredExtended::worker_name(int index) const {
+  return group_->cross_process().member_name(index);
+}
+
+void MirroredExtended::report_failure(const std::string& reason) {
+  group_->cross_process().abort(reason);
+}
+
 void MirroredExtended::run_replicas(const std::function<void(int)>& body,
                                     int64_t global_batch_size) {
   DIST_CHECK_ARG(get_replica_context() == nullptr,

@@ -58,6 +58,8 @@ class MirroredExtended : public StrategyExtended,
   int num_workers() const override { return group_->num_processes(); }
   int worker_index() const override { return group_->process_rank(); }
   bool is_chief() const override { return group_->process_rank() == 0; }
+  std::string worker_name(int index) const override;
+  void report_failure(const std::string& reason) override;
 
   void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) override;
   void all_reduce_across_workers(std::vector<at::Tensor>& tensors, ReduceOp op) const override;

@@ -47,6 +47,7 @@ class OneDeviceExtended : public StrategyExtended,
   int num_workers() const override { return 1; }
   int worker_index() const override { return 0; }
   bool is_chief() const override { return true; }
+  void report_failure(const std::string&) override {}  // no other worker to tell
 
   void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) override {
     ReplicaContext context(shared_from_this(), group_.get(), 0, global_batch_size);

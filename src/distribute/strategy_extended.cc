@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+#include <map>
+#include <sstream>
+
 #include "dist/core/error.h"
 #include "dist/distribute/batch_split.h"
 #include "dist/distribute/replica_context.h"
@@ -50,6 +54,73 @@ at::Tensor reduce_locally(ReduceOp op, const std::vector<at::Tensor>& values,
 }
 
 }  // namespace
+
+namespace {
+
+// "name=value" lines; a newline inside a value would end it early, so it is escaped.
+std::string settings_text(const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::string text;
+  for (const auto& [name, value] : settings) {
+    std::string escaped;
+    for (char c : value) escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
+    text += name + "=" + escaped + "\n";
+  }
+  return text;
+}
+
+std::map<std::string, std::string> parse_settings(const std::string& text,
+                                                  std::vector<std::string>* order) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    const std::string name = line.substr(0, eq);
+    if (order) order->push_back(name);
+    out[name] = eq == std::string::npos ? "" : line.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+void StrategyExtended::check_workers_agree(
+    const std::vector<std::pair<std::string, std::string>>& settings) const {
+  if (num_workers() == 1) return;
+  // Two all-gathers of fixed shape per worker: the lengths, then the texts.
+  const std::string mine = settings_text(settings);
+  at::Tensor bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
+  std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+  at::Tensor lengths =
+      all_gather_across_workers(at::tensor({static_cast<int64_t>(mine.size())}, at::kLong));
+  at::Tensor texts = all_gather_across_workers(bytes);
+  std::vector<std::string> per_worker;
+  int64_t offset = 0;
+  for (int w = 0; w < num_workers(); ++w) {
+    const int64_t n = lengths[w].item<int64_t>();
+    per_worker.emplace_back(reinterpret_cast<const char*>(texts.data_ptr<uint8_t>()) + offset,
+                            static_cast<size_t>(n));
+    offset += n;
+  }
+  std::vector<std::string> order;
+  const auto chiefs = parse_settings(per_worker[0], &order);
+  for (int w = 1; w < num_workers(); ++w) {
+    auto theirs = parse_settings(per_worker[static_cast<size_t>(w)], nullptr);
+    for (const auto& [name, value] : theirs)
+      if (chiefs.count(name) == 0) order.push_back(name);
+    for (const auto& name : order) {
+      const auto a = chiefs.find(name);
+      const auto b = theirs.find(name);
+      const std::string chief_value = a == chiefs.end() ? "(not set)" : a->second;
+      const std::string their_value = b == theirs.end() ? "(not set)" : b->second;
+      if (chief_value == their_value) continue;
+      throw CollectiveError(detail::concat(
+          "the workers disagree before step 1: ", worker_name(w), " has ", name, " = ",
+          their_value, " where ", worker_name(0), " has ", name, " = ", chief_value,
+          "; start every worker with the same settings (and, to resume, the same checkpoint "
+          "directory)"));
+    }
+  }
+}
 
 bool StrategyExtended::any_worker(bool local) const {
   std::vector<at::Tensor> flag{at::tensor({local ? int64_t{1} : 0}, at::kLong)};

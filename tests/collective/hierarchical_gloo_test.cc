@@ -7,6 +7,10 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <iostream>
+#include <set>
+
 #include "collective/factory.h"
 #include "collective/hierarchical_communicator.h"
 #include "collective_test_util.h"
@@ -21,7 +25,7 @@ using testing::member_tensor;
 using testing::run_threads;
 
 ProcessGroupSpec spec_for(int rank, const std::vector<int>& ports,
-                          std::chrono::milliseconds collective_timeout) {
+                          std::chrono::milliseconds collective_timeout, bool check_collectives) {
   ProcessGroupSpec spec;
   spec.rank = rank;
   for (size_t p = 0; p < ports.size(); ++p)
@@ -30,23 +34,24 @@ ProcessGroupSpec spec_for(int rank, const std::vector<int>& ports,
   spec.collective_timeout = collective_timeout;
   spec.rendezvous_timeout = std::chrono::seconds(30);
   spec.store_in_process = true;
+  spec.check_collectives = check_collectives;
   return spec;
 }
 
 // P Gloo members, formed in parallel (each blocks until all joined).
 std::vector<std::unique_ptr<Communicator>> gloo_group(
-    int processes, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    int processes, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    bool check_collectives = true) {
   const auto ports = free_loopback_ports(processes);
   std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(processes));
   run_threads(processes, [&](int p) {
     members[static_cast<size_t>(p)] =
-        make_process_communicator("gloo", spec_for(p, ports, timeout));
+        make_process_communicator("gloo", spec_for(p, ports, timeout, check_collectives));
   });
   return members;
 }
 
-// Rank 0 hosts the store: the others must let go of it first (LibTorch 1.13's store clients
-// abort their process when the server goes away under them).
+// Rank 0 hosts the store: the others let go of it first (their next call would fail).
 void release(std::vector<std::unique_ptr<Communicator>>& members) {
   for (size_t p = members.size(); p-- > 0;) members[p].reset();
 }
@@ -143,7 +148,9 @@ INSTANTIATE_TEST_SUITE_P(ProcessesTimesReplicas, HierarchicalGlooTest,
                          });
 
 TEST(GlooCommunicatorTest, ADeadlineThatExpiresNamesTheMemberThatNeverCame) {
-  auto members = gloo_group(2, std::chrono::seconds(3));
+  // Without the agreement before each collective, issuing returns at once and the wait's own
+  // deadline is what expires (with it, issuing blocks until every member issued).
+  auto members = gloo_group(2, std::chrono::seconds(3), /*check_collectives=*/false);
   std::string message;
   // worker:1 is alive (its heartbeat runs) but never issues the all_reduce.
   std::vector<at::Tensor> t{member_tensor(0, 0, 4)};
@@ -156,6 +163,75 @@ TEST(GlooCommunicatorTest, ADeadlineThatExpiresNamesTheMemberThatNeverCame) {
   }
   EXPECT_NE(message.find("worker:1 (127.0.0.1:"), std::string::npos) << message;
   EXPECT_NE(message.find("did not reach all_reduce (collective #1)"), std::string::npos) << message;
+  release(members);
+}
+
+TEST(GlooCommunicatorTest, MembersThatIssueDifferentCollectivesGetANamedErrorNotAnAbort) {
+  auto members = gloo_group(2);
+  // Without the agreement before each collective, Gloo would abort this process when the
+  // 1000-element message meets the 4-element buffer.
+  run_threads(2, [&](int p) {
+    std::vector<at::Tensor> t{member_tensor(p, 0, p == 0 ? 4 : 1000)};
+    try {
+      members[static_cast<size_t>(p)]->all_reduce(t, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "mismatched all_reduce completed";
+    } catch (const CollectiveError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("worker:0 (127.0.0.1:"), std::string::npos) << message;
+      EXPECT_NE(message.find("issued all_reduce SUM of 4 Long values"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("issued all_reduce SUM of 1000 Long values"), std::string::npos)
+          << message;
+    }
+  });
+  release(members);
+}
+
+TEST(GlooCommunicatorTest, AMemberThatAbortsIsNamedWithItsReasonAtOnce) {
+  auto members = gloo_group(2);
+  const auto start = std::chrono::steady_clock::now();
+  run_threads(2, [&](int p) {
+    if (p == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      members[1]->abort("cannot read its data directory");
+      return;
+    }
+    std::vector<at::Tensor> t{member_tensor(0, 0, 4)};
+    try {
+      members[0]->all_reduce(t, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "all_reduce completed without worker:1";
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("worker:1 (127.0.0.1:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("failed: cannot read its data directory"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  release(members);
+}
+
+TEST(GlooCommunicatorTest, ListensOnlyOnTheConfiguredAddress) {
+  // Gloo's per-pair listeners live only while the mesh connects: watch the whole formation.
+  std::atomic<bool> formed{false};
+  std::set<std::string> seen;
+  std::thread watcher([&] {
+    while (!formed) {
+      for (const auto& address : testing::listening_addresses_of_this_process())
+        seen.insert(address);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  auto members = gloo_group(3);
+  formed = true;
+  watcher.join();
+  for (const auto& address : testing::listening_addresses_of_this_process()) seen.insert(address);
+  EXPECT_FALSE(seen.empty());  // the store, at least
+  for (const auto& address : seen)
+    EXPECT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address << " is not the configured address";
+  std::cout << "listeners seen while 3 members formed: " << seen.size() << std::endl;
   release(members);
 }
 

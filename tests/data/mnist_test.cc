@@ -145,6 +145,15 @@ TEST(MnistTest, RejectsImagesOfWrongType) {
                   {dir.file("train-images-idx3-ubyte"), "uint8 of rank 3"});
 }
 
+TEST(MnistTest, RejectsImagesThatAreNot28By28) {
+  TempDir dir;
+  write_file(dir.file("train-images-idx3-ubyte"),
+             idx_header(0x08, {1, 14, 56}) + std::string(14 * 56, '\0'));
+  write_file(dir.file("train-labels-idx1-ubyte"), labels_file({1}));
+  expect_contains(data_error([&] { load_mnist_format(dir.path(), Split::kTrain); }),
+                  {dir.file("train-images-idx3-ubyte"), "14x56 images", "28x28"});
+}
+
 TEST(MnistTest, RejectsMissingDirectory) {
   TempDir dir;
   std::string missing = dir.file("nowhere");

@@ -71,6 +71,14 @@ class Strategy {
   int worker_index() const { return extended_->worker_index(); }
   bool is_chief() const { return extended_->is_chief(); }
 
+  // Before the first step of a multi-worker job: throws CollectiveError on every worker unless
+  // all of them hold the chief's values of these named settings (StrategyExtended).
+  void check_workers_agree(const std::vector<std::pair<std::string, std::string>>& settings) const {
+    extended_->check_workers_agree(settings);
+  }
+  // This worker is failing for `reason`: the others stop at once naming it (StrategyExtended).
+  void report_failure(const std::string& reason) const { extended_->report_failure(reason); }
+
   // Runs fn once per replica, in parallel, with PerReplica arguments replaced by the replica's
   // value and other arguments passed to all. Returns the replicas' results as PerReplica<R>
   // (or nothing when fn returns void).

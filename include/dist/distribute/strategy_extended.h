@@ -51,6 +51,22 @@ class StrategyExtended {
   virtual bool is_chief() const = 0;
   // Global replica id of this process's first replica.
   int first_replica_id() const { return worker_index() * num_local_replicas(); }
+  // Worker `index` for messages: "worker 1" here; multi-process strategies add the task and
+  // address ("worker:1 (10.0.0.2:2222)").
+  virtual std::string worker_name(int index) const { return "worker " + std::to_string(index); }
+
+  // ---- failing together ----
+  // This worker is failing for `reason` (its data or checkpoint could not be read, a setting
+  // is wrong): tell the other workers, so that whatever they wait for fails at once with an
+  // error naming this worker and `reason`, instead of at a timeout. Call it before leaving
+  // with the exception; the strategy cannot run collectives afterwards. One process: nothing
+  // to tell.
+  virtual void report_failure(const std::string& reason) = 0;
+  // Every worker calls it at the same point with its values of the settings that decide which
+  // steps it takes (batch, epochs, seed, the step a resume starts from, ...), by name. Returns
+  // if every worker's settings equal the chief's; otherwise throws CollectiveError on every
+  // worker, naming the first differing worker and setting with both values.
+  void check_workers_agree(const std::vector<std::pair<std::string, std::string>>& settings) const;
 
   // ---- running replicas ----
   // Runs body(local_replica) once per local replica, each with its ReplicaContext current,

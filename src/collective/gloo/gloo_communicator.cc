@@ -2,7 +2,6 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <signal.h>
 
@@ -11,6 +10,8 @@
 #include <map>
 
 #include "collective/gloo/store_host.h"
+#include "collective/store/store_client.h"
+#include "collective/store/store_server.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -34,14 +35,8 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-c10::intrusive_ptr<c10d::TCPStore> make_store(const HostPort& at, bool server,
-                                              std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(at.port);
-  options.isServer = server;
-  options.waitWorkers = false;
-  options.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(at.host, options);
+c10::intrusive_ptr<StoreClient> connect_to(const HostPort& at, std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<StoreClient>(at, timeout);
 }
 
 // Gloo writes to its TCP sockets without MSG_NOSIGNAL: a write to a peer that just died
@@ -53,6 +48,34 @@ void ignore_sigpipe_unless_handled() {
     signal(SIGPIPE, SIG_IGN);
 }
 
+// Backstop for errors raised on Gloo's own threads, where nothing can catch them (with
+// check_collectives they should not happen): a named message and exit code 1, the documented
+// code for a failure while training, instead of "terminate called ..." and SIGABRT.
+[[noreturn]] void on_uncaught_exception() {
+  std::string what = "an unknown exception";
+  if (auto error = std::current_exception()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+  }
+  std::cerr << "distribute: fatal: an error escaped a background thread: " << what
+            << (what.find("gloo") != std::string::npos
+                    ? "\n(Gloo failed on its own thread: the workers sent messages that do not "
+                      "match, i.e. they issued different collectives; start every worker with the "
+                      "same settings and the same program)"
+                    : "")
+            << std::endl;
+  std::_Exit(1);
+}
+
+void install_terminate_backstop() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::set_terminate(on_uncaught_exception); });
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(ProcessGroupSpec options) : options_(std::move(options)) {
@@ -60,6 +83,7 @@ GlooCommunicator::GlooCommunicator(ProcessGroupSpec options) : options_(std::mov
   DIST_CHECK_ARG(options_.rank >= 0 && options_.rank < size(), "Gloo rank ", options_.rank,
                  " is outside 0..", size() - 1);
   ignore_sigpipe_unless_handled();
+  install_terminate_backstop();
   connect_store();
   // Beat from now on: the store's host must see a member waiting for the others as alive.
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
@@ -83,9 +107,14 @@ GlooCommunicator::GlooCommunicator(ProcessGroupSpec options) : options_(std::mov
 }
 
 GlooCommunicator::~GlooCommunicator() {
+  // Destroyed while an exception unwinds: this member is failing. Say so, unless the failure is
+  // a collective's that the others already see.
+  if (std::uncaught_exceptions() > 0 && !failed_)
+    abort("it stopped with an error (its own output says which)");
   stop_heartbeat();
   group_.reset();
   store_.reset();
+  server_.reset();
 }
 
 void GlooCommunicator::stop_heartbeat() {
@@ -107,20 +136,19 @@ void GlooCommunicator::connect_store() {
       if (host.missing) std::cerr << missing_store_host_warning() << std::endl;
     }
     if (host.binary.empty()) {
-      hosts_store_ = true;
       try {
-        store_ = make_store(at, /*server=*/true, options_.rendezvous_timeout);
+        server_ = std::make_unique<StoreServer>(at);
       } catch (const std::exception& e) {
         throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
                                              " (", self().name, "): ", e.what(),
                                              "; is the port in use?"));
       }
-      return;
+    } else {
+      std::vector<std::string> names;
+      for (const auto& member : options_.members) names.push_back(member.name);
+      start_store_host({host.binary, at, names, options_.rendezvous_timeout,
+                        options_.collective_timeout, self().name});
     }
-    std::vector<std::string> names;
-    for (const auto& member : options_.members) names.push_back(member.name);
-    start_store_host({host.binary, at, names, options_.rendezvous_timeout,
-                      options_.collective_timeout, self().name});
   }
   // A store that already lists this task as joined, or that is closing, is not this job's: the
   // host of a previous job on the same address, which exits within seconds once its members
@@ -131,7 +159,7 @@ void GlooCommunicator::connect_store() {
   const auto deadline = Clock::now() + wait;
   while (true) {
     try {
-      store_ = make_store(at, /*server=*/false, wait);
+      store_ = connect_to(at, wait);
     } catch (const std::exception& e) {
       if (rank() == 0)
         throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
@@ -171,7 +199,9 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
   };
   while (true) {
     std::string now_missing;
+    std::string failures;
     try {
+      failures = failure_reports(*store_);
       for (int r = 0; r < size(); ++r) {
         if (!store_->check({prefix + options_.members[static_cast<size_t>(r)].name}))
           now_missing += (now_missing.empty() ? "" : ", ") + member_name(r);
@@ -183,6 +213,12 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
                                            options_.store_address.to_string(), " (", member_name(0),
                                            ") while waiting for all workers: ", e.what()));
     }
+    if (!failures.empty()) {
+      failed_ = true;
+      throw CollectiveError(detail::concat(failures, "; ", member_name(rank()),
+                                           " stops too (it was waiting until every worker ",
+                                           what, ")"));
+    }
     missing = now_missing;
     if (missing.empty()) return;
     if (Clock::now() > deadline) throw never("");
@@ -192,9 +228,9 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
 
 void GlooCommunicator::heartbeat_loop() {
   // Its own connection: the main connection may be blocked in a long wait.
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<StoreClient> store;
   try {
-    store = make_store(options_.store_address, false, options_.rendezvous_timeout);
+    store = connect_to(options_.store_address, options_.rendezvous_timeout);
   } catch (...) {
     return;  // the store is gone; collectives will report it
   }
@@ -222,10 +258,14 @@ void GlooCommunicator::fail_collective(const std::string& what, int64_t sequence
   std::string lost;
   std::string behind;  // live members that never issued this collective
   std::vector<int> alive;
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::string failures;  // members that failed on their own (abort) and published why
+  c10::intrusive_ptr<StoreClient> store;
   try {
-    store = make_store(options_.store_address, false, std::chrono::seconds(3));
-    if (store->check({"verdict"})) {
+    store = connect_to(options_.store_address, std::chrono::seconds(3));
+    failures = failure_reports(*store);
+    if (!failures.empty()) {
+      // That is the whole story.
+    } else if (store->check({"verdict"})) {
       lost = text(store->get("verdict"));
     } else {
       std::map<int, int64_t> first;
@@ -259,7 +299,7 @@ void GlooCommunicator::fail_collective(const std::string& what, int64_t sequence
   // Close this member's Gloo connections now: survivors blocked waiting on it fail at once
   // and come to read the verdict while the store is still up.
   group_.reset();
-  if (hosts_store_ && store) {
+  if (server_ && store) {
     // This process hosts the store (no dist-store-host): keep it up until the surviving
     // members have read the verdict (bounded), or they would blame the store's host.
     const auto until = Clock::now() + std::chrono::seconds(5);
@@ -268,10 +308,10 @@ void GlooCommunicator::fail_collective(const std::string& what, int64_t sequence
              !store->check({"diagnosed/" + options_.members[static_cast<size_t>(r)].name}))
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    // And a moment more for them to close their store connections: LibTorch 1.13's TCPStore
-    // client thread aborts its process when the server vanishes under it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   }
+  if (!failures.empty())
+    throw CollectiveError(
+        detail::concat(failures, "; ", member_name(rank()), " stops too (in ", what, ")"));
   if (!lost.empty())
     throw CollectiveError(detail::concat("lost worker: ", lost, " stopped responding during ", what,
                                          " (seen by ", member_name(rank()), "): ", error.what()));
@@ -284,6 +324,27 @@ void GlooCommunicator::fail_collective(const std::string& what, int64_t sequence
                                          error.what()));
   throw CollectiveError(
       detail::concat(what, " failed on ", member_name(rank()), ": ", error.what()));
+}
+
+void GlooCommunicator::abort(const std::string& reason) {
+  if (failed_.exchange(true)) return;  // already failed in a collective the others see too
+  try {
+    store_->set("failed/" + self().name, bytes(reason));
+  } catch (const std::exception&) {
+    // The store is gone: the peers' own diagnosis names this member as lost.
+  }
+  group_.reset();
+}
+
+std::string GlooCommunicator::failure_reports(c10d::Store& store) const {
+  std::string reports;
+  for (int r = 0; r < size(); ++r) {
+    const std::string key = "failed/" + options_.members[static_cast<size_t>(r)].name;
+    if (r == rank() || !store.check({key})) continue;
+    reports += detail::concat(reports.empty() ? "" : "; ", member_name(r),
+                              " failed: ", text(store.get(key)));
+  }
+  return reports;
 }
 
 void GlooCommunicator::check_usable(const char* what) const {
@@ -339,10 +400,86 @@ class GlooWork : public Work {
 
 }  // namespace
 
+namespace {
+
+std::string describe(int64_t kind, int64_t elements, int64_t dtype, int64_t tensors) {
+  static const char* kKinds[] = {"?", "all_reduce", "broadcast", "all_gather (sizes)",
+                                 "all_gather", "barrier"};
+  const int64_t base = kind / 16;
+  std::string name = base >= 1 && base <= 5 ? kKinds[base] : "?";
+  if (base == 1) {
+    static const char* kOps[] = {"SUM", "MEAN", "MIN", "MAX"};
+    name += std::string(" ") + (kind % 16 < 4 ? kOps[kind % 16] : "?");
+  }
+  if (base == 2) name += " from rank " + std::to_string(kind % 16);
+  if (base == 5) return name;
+  return detail::concat(name, " of ", elements, " ",
+                        dtype >= 0 && dtype < static_cast<int64_t>(at::ScalarType::NumOptions)
+                            ? c10::toString(static_cast<at::ScalarType>(dtype))
+                            : "?",
+                        " values in ", tensors, " tensor", tensors == 1 ? "" : "s");
+}
+
+int64_t total_elements(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
+}  // namespace
+
+void GlooCommunicator::check_same_collective(const std::string& what, int64_t sequence,
+                                             const Fingerprint& mine) {
+  const std::vector<int64_t> fields = {mine.kind, mine.elements, mine.dtype, mine.tensors};
+  // MAX of (f, -f) gives every field's maximum and minimum in one small all-reduce.
+  at::Tensor extremes = at::empty({8}, at::kLong);
+  for (size_t i = 0; i < 4; ++i) {
+    extremes[static_cast<int64_t>(i)] = fields[i];
+    extremes[static_cast<int64_t>(i + 4)] = -fields[i];
+  }
+  std::vector<at::Tensor> one{extremes};
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    group_->allreduce(one, options)->wait(options_.collective_timeout);
+  } catch (const std::exception& e) {
+    fail_collective(what, sequence, e);
+  }
+  auto e = extremes.accessor<int64_t, 1>();
+  bool same = true;
+  for (int64_t i = 0; i < 4; ++i) same = same && e[i] == -e[i + 4];
+  if (same) return;
+  // Every member saw the disagreement (the same extremes): gather what each issued, to name it.
+  at::Tensor all = at::empty({size(), 4}, at::kLong);
+  try {
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < size(); ++r) outputs[0].push_back(all[r]);
+    std::vector<at::Tensor> input{at::tensor(fields, at::kLong)};
+    group_->allgather(outputs, input)->wait(options_.collective_timeout);
+  } catch (const std::exception& error) {
+    fail_collective(what, sequence, error);
+  }
+  std::string issued;
+  for (int r = 0; r < size(); ++r) {
+    auto f = all[r];
+    issued += detail::concat(r == 0 ? "" : ", ", member_name(r), " issued ",
+                             describe(f[0].item<int64_t>(), f[1].item<int64_t>(),
+                                      f[2].item<int64_t>(), f[3].item<int64_t>()));
+  }
+  failed_ = true;  // every member throws this; none has more to tell the others
+  throw CollectiveError(detail::concat(
+      "collective mismatch at collective #", sequence, ": ", issued,
+      "; the workers are running different steps (different settings, data or code): start "
+      "every worker with the same settings"));
+}
+
 WorkHandle GlooCommunicator::issue(const std::string& what, int64_t sequence,
+                                   const Fingerprint* fingerprint,
                                    const std::function<std::vector<C10dWork>()>& start,
                                    std::function<void()> finish) {
   check_usable(what.c_str());
+  if (fingerprint != nullptr && options_.check_collectives)
+    check_same_collective(what, sequence, *fingerprint);
   std::vector<C10dWork> works;
   try {
     works = start();
@@ -360,8 +497,11 @@ WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Reduce
       for (auto& t : tensors) divide_for_mean(t, n);
     };
   }
+  const Fingerprint fingerprint{16 * 1 + static_cast<int64_t>(op), total_elements(tensors),
+                                static_cast<int64_t>(tensors[0].scalar_type()),
+                                static_cast<int64_t>(tensors.size())};
   return issue(
-      "all_reduce", next_sequence(),
+      "all_reduce", next_sequence(), &fingerprint,
       [&]() -> std::vector<C10dWork> {
         c10d::AllreduceCoalescedOptions options;
         options.reduceOp = to_c10d(op);
@@ -374,7 +514,10 @@ WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Reduce
 WorkHandle GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
                  size() - 1);
-  return issue("broadcast", next_sequence(), [&] {
+  const Fingerprint fingerprint{16 * 2 + root, total_elements(tensors),
+                                tensors.empty() ? 0 : static_cast<int64_t>(tensors[0].scalar_type()),
+                                static_cast<int64_t>(tensors.size())};
+  return issue("broadcast", next_sequence(), &fingerprint, [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     std::vector<C10dWork> works;
@@ -392,7 +535,8 @@ WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* out
   const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
   std::vector<at::Tensor> sizes(static_cast<size_t>(size()));
   for (auto& s : sizes) s = at::empty({1}, at::kLong);
-  issue("all_gather (sizes)", next_sequence(), [&]() -> std::vector<C10dWork> {
+  const Fingerprint sizes_fingerprint{16 * 3, 1, static_cast<int64_t>(at::kLong), 1};
+  issue("all_gather (sizes)", next_sequence(), &sizes_fingerprint, [&]() -> std::vector<C10dWork> {
     std::vector<std::vector<at::Tensor>> outputs{sizes};
     std::vector<at::Tensor> inputs{at::tensor({local.size(0)}, at::kLong)};
     return {group_->allgather(outputs, inputs)};
@@ -405,8 +549,10 @@ WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* out
   padded.narrow(0, 0, local.size(0)).copy_(local);
   auto parts = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
   for (int r = 0; r < size(); ++r) (*parts)[0].push_back(at::empty_like(padded));
+  const Fingerprint fingerprint{16 * 4, padded.numel(), static_cast<int64_t>(padded.scalar_type()),
+                                1};
   return issue(
-      "all_gather", next_sequence(),
+      "all_gather", next_sequence(), &fingerprint,
       [&]() -> std::vector<C10dWork> {
         std::vector<at::Tensor> inputs{padded};
         return {group_->allgather(*parts, inputs)};
@@ -426,14 +572,15 @@ WorkHandle GlooCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor&
 }
 
 WorkHandle GlooCommunicator::barrier() {
-  return issue("barrier", next_sequence(),
+  const Fingerprint fingerprint{16 * 5, 0, 0, 0};
+  return issue("barrier", next_sequence(), &fingerprint,
                [&]() -> std::vector<C10dWork> { return {group_->barrier()}; });
 }
 
 WorkHandle GlooCommunicator::send(const at::Tensor& tensor, int to, int tag) {
   check_peer("send", member_name(rank()), rank(), to, size());
   // Point to point is tagged, not sequenced: 0 keeps it out of the missing-member diagnosis.
-  return issue("send to " + member_name(to), 0, [&]() -> std::vector<C10dWork> {
+  return issue("send to " + member_name(to), 0, nullptr, [&]() -> std::vector<C10dWork> {
     std::vector<at::Tensor> one{tensor.contiguous()};
     return {group_->send(one, to, tag)};
   });
@@ -442,7 +589,7 @@ WorkHandle GlooCommunicator::send(const at::Tensor& tensor, int to, int tag) {
 WorkHandle GlooCommunicator::recv(at::Tensor& tensor, int from, int tag) {
   check_peer("recv", member_name(rank()), rank(), from, size());
   DIST_CHECK_ARG(tensor.is_contiguous(), "recv needs a contiguous tensor");
-  return issue("recv from " + member_name(from), 0, [&]() -> std::vector<C10dWork> {
+  return issue("recv from " + member_name(from), 0, nullptr, [&]() -> std::vector<C10dWork> {
     std::vector<at::Tensor> one{tensor};
     return {group_->recv(one, from, tag)};
   });

@@ -1,5 +1,5 @@
 // GlooCommunicator: Communicator over LibTorch's c10d ProcessGroupGloo (TCP), one member per
-// process, with a c10d TCPStore for rendezvous at `store_address`. Rank 0 starts the store in
+// process, with our own rendezvous store (collective/store/) at `store_address`. Rank 0 starts the store in
 // its own process, dist-store-host (store_host.h), so that it outlives a crashed rank 0; with
 // `store_in_process` (or without that binary) rank 0 hosts it itself.
 //
@@ -37,6 +37,8 @@ class Work;
 
 namespace dist::collective {
 
+class StoreServer;
+
 class GlooCommunicator : public Communicator {
  public:
   explicit GlooCommunicator(ProcessGroupSpec options);
@@ -54,6 +56,9 @@ class GlooCommunicator : public Communicator {
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override;
   WorkHandle recv(at::Tensor& tensor, int from, int tag) override;
   std::vector<std::string> exchange(const std::string& key, const std::string& value) override;
+  // Publishes "failed/<this member>" = reason in the store, then closes this member's Gloo
+  // connections so that peers blocked on it fail at once and read the reason.
+  void abort(const std::string& reason) override;
 
   // Turns a failed collective into a CollectiveError naming the lost or missing members if it
   // can, and closes this member's Gloo connections (the communicator is unusable afterwards).
@@ -67,18 +72,30 @@ class GlooCommunicator : public Communicator {
   void heartbeat_loop();
   void check_usable(const char* what) const;
   using C10dWork = c10::intrusive_ptr<c10d::Work>;
+  // What a collective is, as every member must agree before its data moves.
+  struct Fingerprint {
+    int64_t kind = 0;   // which collective (and its ReduceOp or root)
+    int64_t elements = 0;
+    int64_t dtype = 0;  // at::ScalarType
+    int64_t tensors = 0;
+  };
   // Issues one operation's c10d calls (`start`) as collective number `sequence` (0: point to
-  // point); a failure while issuing is diagnosed as one while waiting. `finish` runs once the
-  // work completed (MEAN's division, cutting gathered parts).
-  WorkHandle issue(const std::string& what, int64_t sequence,
+  // point, with no fingerprint); a failure while issuing is diagnosed as one while waiting.
+  // `finish` runs once the work completed (MEAN's division, cutting gathered parts).
+  WorkHandle issue(const std::string& what, int64_t sequence, const Fingerprint* fingerprint,
                    const std::function<std::vector<C10dWork>()>& start,
                    std::function<void()> finish = nullptr);
+  // The agreement of ProcessGroupSpec::check_collectives: throws CollectiveError naming what
+  // each member issued when they differ.
+  void check_same_collective(const std::string& what, int64_t sequence, const Fingerprint& mine);
+  // "worker:1 (host:port) failed: <reason>" for the members that called abort(), or empty.
+  std::string failure_reports(c10d::Store& store) const;
   const Member& self() const { return options_.members[static_cast<size_t>(options_.rank)]; }
   // Numbers the next collective (published by the heartbeat for diagnosis).
   int64_t next_sequence() { return ++issued_; }
 
   ProcessGroupSpec options_;
-  bool hosts_store_ = false;  // the store's server runs in this process
+  std::unique_ptr<StoreServer> server_;  // set when the store's server runs in this process
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::atomic<int64_t> issued_{0};

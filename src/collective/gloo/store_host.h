@@ -1,7 +1,7 @@
 // Starting the rendezvous store's host process, dist-store-host (tools/dist_store_host.cc),
 // from the chief. The store lives outside the chief so that a crashed chief does not take it
-// down under the other workers (LibTorch 1.13's TCPStore clients abort their process when the
-// server vanishes); see docs/design.md, "MultiWorkerMirroredStrategy".
+// down with it (the survivors need it to name the lost worker); see docs/design.md,
+// "MultiWorkerMirroredStrategy".
 #pragma once
 
 #include <chrono>
@@ -12,9 +12,9 @@
 
 namespace dist::collective {
 
-// dist-store-host loads LibTorch before it listens: about 0.6 s on an idle machine, seconds on
-// a busy one. Everyone waits that much longer for the store than the rendezvous timeout, so a
-// short timeout does not count the host's start against the chief.
+// dist-store-host listens within milliseconds on an idle machine, but a loaded one may not run
+// it for seconds. Everyone waits that much longer for the store than the rendezvous timeout, so
+// a short timeout does not count the host's start against the chief.
 constexpr std::chrono::milliseconds kStoreHostStartAllowance{5000};
 
 struct StoreHostChoice {

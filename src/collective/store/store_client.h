@@ -1,0 +1,60 @@
+// StoreClient: a c10d::Store (what ProcessGroupGloo's rendezvous takes) that talks to a
+// StoreServer. One connection; calls from several threads take turns.
+//
+// Unlike LibTorch 1.13's TCPStore client, it has no background thread: when the server goes
+// away, the next call throws CollectiveError naming the store's address, and nothing aborts the
+// process.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "collective/store/store_protocol.h"
+#include "dist/core/host_port.h"
+
+namespace dist::collective {
+
+class StoreClient : public c10d::Store {
+ public:
+  // Connects to `at`, retrying until `timeout` has passed (the server may start later), and
+  // says hello. `timeout` is also how long get() and wait() wait for keys. Throws
+  // CollectiveError naming the address.
+  StoreClient(const HostPort& at, std::chrono::milliseconds timeout);
+  ~StoreClient() override;
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
+  // Waits up to the timeout for the key.
+  std::vector<uint8_t> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t value) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t getNumKeys() override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+  const HostPort& address() const { return at_; }
+
+ private:
+  struct Reply {
+    store::Status status;
+    store::Bytes body;  // after the status byte
+  };
+  // One request and its reply, within `deadline` from now.
+  Reply call(const store::Writer& request, std::chrono::milliseconds deadline);
+  void send_all(const store::Bytes& frame, std::chrono::steady_clock::time_point deadline);
+  void receive(uint8_t* data, size_t size, std::chrono::steady_clock::time_point deadline);
+  [[noreturn]] void fail(const std::string& why);
+
+  HostPort at_;
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
+}  // namespace dist::collective

@@ -1,0 +1,350 @@
+#include "collective/store/store_server.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include "collective/store/store_protocol.h"
+
+namespace dist::collective {
+
+using store::Bytes;
+using store::Op;
+using store::Status;
+using Clock = std::chrono::steady_clock;
+
+struct StoreServer::Client {
+  int fd = -1;
+  bool said_hello = false;
+  Bytes in;   // received, not yet handled
+  Bytes out;  // replies not yet sent
+  // A kWait that is not yet answered: no further request of this client is read meanwhile.
+  std::optional<std::vector<std::string>> waiting_for;
+  Clock::time_point wait_deadline;
+  ~Client() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+namespace {
+
+std::runtime_error bind_error(const HostPort& at, const std::string& why) {
+  return std::runtime_error("cannot listen on " + at.to_string() + ": " + why);
+}
+
+void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+Bytes reply(Status status) { return store::Writer().u8(static_cast<uint8_t>(status)).frame(); }
+Bytes reply(Status status, const Bytes& value) {
+  return store::Writer().u8(static_cast<uint8_t>(status)).bytes(value).frame();
+}
+Bytes reply_number(int64_t value) {
+  return store::Writer().u8(static_cast<uint8_t>(Status::kOk)).i64(value).frame();
+}
+Bytes reply_error(const std::string& why) {
+  return store::Writer().u8(static_cast<uint8_t>(Status::kError)).str(why).frame();
+}
+
+}  // namespace
+
+StoreServer::StoreServer(const HostPort& at) : address_(at) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(at.port);
+  if (int rc = getaddrinfo(at.host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    throw bind_error(at, std::string("cannot resolve the host: ") + gai_strerror(rc));
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, freeaddrinfo);
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int on = 1;
+    // A previous job's connections in TIME_WAIT must not keep the port from the next job.
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
+      listener_ = fd;
+      sockaddr_storage bound{};
+      socklen_t length = sizeof(bound);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+      address_.port = ntohs(bound.ss_family == AF_INET6
+                                ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      break;
+    }
+    why = std::strerror(errno);
+    close(fd);
+  }
+  if (listener_ < 0) throw bind_error(at, why);
+  set_nonblocking(listener_);
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    close(listener_);
+    throw bind_error(at, std::string("pipe failed: ") + std::strerror(errno));
+  }
+  thread_ = std::thread([this] { serve(); });
+}
+
+StoreServer::~StoreServer() {
+  const char stop = 1;
+  [[maybe_unused]] ssize_t n = write(wake_[1], &stop, 1);
+  thread_.join();
+  clients_.clear();
+  close(listener_);
+  close(wake_[0]);
+  close(wake_[1]);
+}
+
+bool StoreServer::check(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return data_.count(key) > 0;
+}
+
+int64_t StoreServer::add(const std::string& key, int64_t delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& value = data_[key];
+  const int64_t now = (value.empty() ? 0 : std::stoll(std::string(value.begin(), value.end()))) + delta;
+  const std::string text = std::to_string(now);
+  value.assign(text.begin(), text.end());
+  return now;
+}
+
+void StoreServer::set(const std::string& key, const std::string& value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_[key].assign(value.begin(), value.end());
+  }
+  // serve() answers waits on its own thread, at its next turn (at most 100 ms away).
+}
+
+void StoreServer::serve() {
+  while (true) {
+    std::vector<pollfd> fds;
+    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({listener_, POLLIN, 0});
+    for (const auto& c : clients_) {
+      short events = 0;
+      if (!c->waiting_for && c->out.empty()) events |= POLLIN;
+      if (!c->out.empty()) events |= POLLOUT;
+      fds.push_back({c->fd, events, 0});
+    }
+    // Waits time out, and direct set() calls may satisfy them: look again at least every 100 ms.
+    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) return;
+    if (fds[1].revents & POLLIN) accept_clients();
+    std::vector<bool> drop(clients_.size(), false);
+    for (size_t i = 0; i < clients_.size() && i + 2 < fds.size(); ++i) {
+      Client& c = *clients_[i];
+      const short revents = fds[i + 2].revents;
+      if (revents & (POLLERR | POLLNVAL)) drop[i] = true;
+      if (!drop[i] && (revents & POLLOUT)) drop[i] = !flush(c);
+      if (!drop[i] && (revents & (POLLIN | POLLHUP))) drop[i] = !read_from(c);
+      if (!drop[i] && !c.waiting_for && c.out.empty()) drop[i] = !handle_frames(c);
+    }
+    for (size_t i = drop.size(); i-- > 0;)
+      if (drop[i]) clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
+    answer_waits();
+  }
+}
+
+void StoreServer::accept_clients() {
+  while (true) {
+    const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    if (static_cast<int>(clients_.size()) >= store::kMaxConnections) {
+      ++refused_connections_;
+      close(fd);
+      continue;
+    }
+    const int on = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    auto client = std::make_unique<Client>();
+    client->fd = fd;
+    clients_.push_back(std::move(client));
+  }
+}
+
+bool StoreServer::read_from(Client& c) {
+  uint8_t buffer[65536];
+  while (true) {
+    // Never hold more than one frame's worth: the length is checked before the rest is read.
+    const ssize_t n = recv(c.fd, buffer, sizeof(buffer), 0);
+    if (n > 0) {
+      c.in.insert(c.in.end(), buffer, buffer + n);
+      if (c.in.size() >= 4 && store::read_u32(c.in.data()) > store::kMaxFrameBytes) {
+        ++refused_requests_;
+        if (!c.said_hello) ++refused_connections_;
+        return false;
+      }
+      if (c.in.size() > store::kMaxFrameBytes + 4u) return false;  // several frames pipelined
+      continue;
+    }
+    if (n == 0) return false;  // closed by the client
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  }
+}
+
+bool StoreServer::handle_frames(Client& c) {
+  size_t used = 0;
+  while (!c.waiting_for && c.out.empty() && c.in.size() - used >= 4) {
+    const uint32_t length = store::read_u32(c.in.data() + used);
+    if (length > store::kMaxFrameBytes) {
+      ++refused_requests_;
+      return false;
+    }
+    if (c.in.size() - used - 4 < length) break;
+    const bool keep = handle(c, c.in.data() + used + 4, length);
+    used += 4 + length;
+    if (!keep) return false;
+  }
+  c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(used));
+  return flush(c);
+}
+
+bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
+  store::Reader in(body, size);
+  const auto op = static_cast<Op>(in.u8());
+  if (!c.said_hello) {
+    const std::string magic = in.str(64);
+    const uint32_t version = in.u32();
+    if (op != Op::kHello || !in.ok() || magic != store::kMagic || version != store::kVersion) {
+      ++refused_connections_;
+      return false;
+    }
+    c.said_hello = true;
+    c.out = reply(Status::kOk);
+    return true;
+  }
+  auto keys = [&] {
+    const uint32_t n = in.u32();
+    std::vector<std::string> out;
+    if (n > store::kMaxKeysPerRequest) return out;
+    for (uint32_t i = 0; i < n && in.ok(); ++i) out.push_back(in.str(store::kMaxKeyBytes));
+    return out;
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (op) {
+    case Op::kSet: {
+      std::string key = in.str(store::kMaxKeyBytes);
+      Bytes value = in.bytes(store::kMaxFrameBytes);
+      if (!in.ok() || !in.at_end()) break;
+      data_[key] = std::move(value);
+      c.out = reply(Status::kOk);
+      return true;
+    }
+    case Op::kGet: {
+      const std::string key = in.str(store::kMaxKeyBytes);
+      if (!in.ok() || !in.at_end()) break;
+      auto it = data_.find(key);
+      c.out = it == data_.end() ? reply(Status::kNotFound) : reply(Status::kOk, it->second);
+      return true;
+    }
+    case Op::kAdd: {
+      const std::string key = in.str(store::kMaxKeyBytes);
+      const int64_t delta = in.i64();
+      if (!in.ok() || !in.at_end()) break;
+      auto& value = data_[key];
+      int64_t now = delta;
+      try {
+        if (!value.empty()) now += std::stoll(std::string(value.begin(), value.end()));
+      } catch (const std::exception&) {
+        c.out = reply_error("the value of '" + key + "' is not a number");
+        return true;
+      }
+      const std::string text = std::to_string(now);
+      value.assign(text.begin(), text.end());
+      c.out = reply_number(now);
+      return true;
+    }
+    case Op::kCheck: {
+      const auto wanted = keys();
+      if (!in.ok() || !in.at_end()) break;
+      const bool all = std::all_of(wanted.begin(), wanted.end(),
+                                   [&](const std::string& k) { return data_.count(k) > 0; });
+      c.out = reply(all ? Status::kOk : Status::kNotFound);
+      return true;
+    }
+    case Op::kWait: {
+      const int64_t timeout_ms = in.i64();
+      auto wanted = keys();
+      if (!in.ok() || !in.at_end() || timeout_ms < 0) break;
+      c.waiting_for = std::move(wanted);
+      c.wait_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+      return true;  // answered by answer_waits
+    }
+    case Op::kDelete: {
+      const std::string key = in.str(store::kMaxKeyBytes);
+      if (!in.ok() || !in.at_end()) break;
+      c.out = reply(data_.erase(key) > 0 ? Status::kOk : Status::kNotFound);
+      return true;
+    }
+    case Op::kNumKeys:
+      if (!in.at_end()) break;
+      c.out = reply_number(static_cast<int64_t>(data_.size()));
+      return true;
+    case Op::kCompareSet: {
+      const std::string key = in.str(store::kMaxKeyBytes);
+      Bytes expected = in.bytes(store::kMaxFrameBytes);
+      Bytes desired = in.bytes(store::kMaxFrameBytes);
+      if (!in.ok() || !in.at_end()) break;
+      auto it = data_.find(key);
+      if (it == data_.end()) {
+        if (expected.empty()) data_[key] = desired;
+        c.out = reply(Status::kOk, expected.empty() ? desired : expected);
+      } else if (it->second == expected) {
+        it->second = std::move(desired);
+        c.out = reply(Status::kOk, it->second);
+      } else {
+        c.out = reply(Status::kOk, it->second);
+      }
+      return true;
+    }
+    case Op::kHello:
+      break;
+  }
+  ++refused_requests_;
+  return false;  // malformed: drop the connection, keep serving the others
+}
+
+bool StoreServer::flush(Client& c) {
+  while (!c.out.empty()) {
+    const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out.erase(c.out.begin(), c.out.begin() + n);
+      continue;
+    }
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+  }
+  return true;
+}
+
+void StoreServer::answer_waits() {
+  const auto now = Clock::now();
+  for (auto& c : clients_) {
+    if (!c->waiting_for) continue;
+    bool all = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      all = std::all_of(c->waiting_for->begin(), c->waiting_for->end(),
+                        [&](const std::string& k) { return data_.count(k) > 0; });
+    }
+    if (!all && now < c->wait_deadline) continue;
+    c->waiting_for.reset();
+    c->out = reply(all ? Status::kOk : Status::kTimeout);
+    flush(*c);  // a failure shows at the next poll as POLLERR/POLLHUP
+  }
+}
+
+}  // namespace dist::collective

@@ -1,0 +1,68 @@
+// StoreServer: the rendezvous store of a multi-worker job, a key-value map served over TCP
+// (store_protocol.h) by one thread. It binds exactly the address it is given, never the
+// wildcard, and refuses a message longer than store::kMaxFrameBytes from its declared length,
+// before allocating it. It serves until destroyed.
+//
+// It does not depend on LibTorch or the rest of the library: dist-store-host (tools/) compiles
+// it in directly.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/core/host_port.h"
+
+namespace dist::collective {
+
+class StoreServer {
+ public:
+  // Binds at.host (a name or a numeric address; its first IPv4 or IPv6 address) and at.port (0:
+  // any free port). Throws std::runtime_error saying why it cannot (port in use, unknown host).
+  explicit StoreServer(const HostPort& at);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  // The bound address, with the actual port.
+  const HostPort& address() const { return address_; }
+
+  // Direct access for the process that hosts the server (dist-store-host's exit rule).
+  bool check(const std::string& key) const;
+  int64_t add(const std::string& key, int64_t delta);
+  void set(const std::string& key, const std::string& value);
+
+  // What was turned away, for tests and diagnosis: connections that did not open with the
+  // protocol's hello (or came beyond kMaxConnections), and requests that were malformed or
+  // declared more than the limits.
+  int64_t refused_connections() const { return refused_connections_; }
+  int64_t refused_requests() const { return refused_requests_; }
+
+ private:
+  struct Client;
+  void serve();
+  void accept_clients();
+  // Reads what arrived; false when the client is to be dropped.
+  bool read_from(Client& client);
+  bool handle_frames(Client& client);
+  bool handle(Client& client, const uint8_t* body, size_t size);
+  bool flush(Client& client);
+  void answer_waits();
+
+  HostPort address_;
+  int listener_ = -1;
+  int wake_[2] = {-1, -1};  // the destructor writes here to stop serve()
+  std::thread thread_;
+  mutable std::mutex mu_;  // guards data_ (serve() and the direct access)
+  std::map<std::string, std::vector<uint8_t>> data_;
+  std::vector<std::unique_ptr<Client>> clients_;  // serve()'s thread only
+  std::atomic<int64_t> refused_connections_{0};
+  std::atomic<int64_t> refused_requests_{0};
+};
+
+}  // namespace dist::collective
