@@ -1,6 +1,6 @@
 // dist-store-host: hosts the rendezvous store (src/collective/store/store_server.h) of one
-// multi-worker job in its own process, so that it outlives a crashed chief. The chief (collective rank 0)
-// starts it; users do not run it by hand.
+// multi-worker job in its own process, so that it outlives a crashed chief. The chief (collective
+// rank 0) starts it; users do not run it by hand.
 //
 //   dist-store-host --host H --port P --members worker:0,worker:1,worker:2
 //                   --rendezvous-timeout-ms N --collective-timeout-ms M --ready-fd FD

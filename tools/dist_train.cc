@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   bool no_progress = false;
   app.add_flag("--no-progress", no_progress, "only print per-epoch lines");
+  bool unchecked = false;
+  app.add_flag("--unchecked-collectives", unchecked,
+               "multi_worker: skip the agreement before each collective (for measuring its "
+               "cost; workers that diverge then abort inside Gloo)");
 
   try {
     app.parse(argc, argv);
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   o.progress = !no_progress;
+  o.check_collectives = !unchecked;
 
   try {
     auto result = dist::tools::run_training(o, std::cout);

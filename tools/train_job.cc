@@ -83,6 +83,7 @@ Strategy make_strategy(const TrainOptions& options) {
         std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout * 1000));
     multi.communication.rendezvous_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options.rendezvous_timeout * 1000));
+    multi.communication.check_collectives = options.check_collectives;
     return MultiWorkerMirroredStrategy(multi);
   }
   DIST_CHECK_ARG(options.cross_device_ops.empty(),
@@ -108,8 +109,8 @@ namespace {
 void check_writable_directory(const char* flag, const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  DIST_CHECK_ARG(!error, "cannot create the directory ", dir, " for ", flag, ": ",
-                 error.message(), "; choose a writable path");
+  DIST_CHECK_ARG(!error, "cannot create the directory ", dir, " for ", flag, ": ", error.message(),
+                 "; choose a writable path");
   const std::string probe = dir + "/.dist-train-probe-" + std::to_string(getpid());
   {
     std::ofstream file(probe);
@@ -155,8 +156,8 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
           {"the test examples", std::to_string(job.test.cardinality())},
           {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
           {"--checkpoint-every", std::to_string(options.checkpoint_every)},
-          {"the step resumed from", resume_step < 0 ? "none (a fresh start)"
-                                                     : std::to_string(resume_step)}};
+          {"the step resumed from",
+           resume_step < 0 ? "none (a fresh start)" : std::to_string(resume_step)}};
 }
 
 namespace {
@@ -198,7 +199,6 @@ JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
   Strategy strategy = make_strategy(options);
   return failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
 }
-
 
 namespace {
 
@@ -254,8 +254,8 @@ void check_same_run(const std::map<std::string, std::string>& values, const std:
     if (it == values.end()) return;  // written before checkpoints recorded it
     DIST_CHECK_ARG(it->second == now, "the checkpoint ", path, " was written with ", flag, " ",
                    it->second, " but this run has ", now,
-                   ": its data position would be replayed in other units. Resume with ", flag,
-                   " ", it->second, ", or start afresh with a new --checkpoint-dir");
+                   ": its data position would be replayed in other units. Resume with ", flag, " ",
+                   it->second, ", or start afresh with a new --checkpoint-dir");
   };
   same("run.global_batch", "--global-batch", std::to_string(job.global_batch));
   same("run.seed", "--seed", std::to_string(options.seed));

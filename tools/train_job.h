@@ -25,6 +25,7 @@ struct TrainOptions {
                                       // reduction_to_one_device | hierarchical_copy
   double collective_timeout = 300;    // multi_worker: seconds before a lost worker is reported
   double rendezvous_timeout = 120;    // multi_worker: seconds for all workers to join
+  bool check_collectives = true;      // multi_worker: CommunicationOptions::check_collectives
   int epochs = 10;
   int64_t max_steps = -1;  // global steps; -1: no limit
   int64_t batch_per_replica = 64;

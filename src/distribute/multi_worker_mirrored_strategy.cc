@@ -38,6 +38,7 @@ collective::ProcessGroupSpec process_group(const ClusterConfig& config,
   spec.store_address = config.cluster.store_address();
   spec.collective_timeout = communication.timeout;
   spec.rendezvous_timeout = communication.rendezvous_timeout;
+  spec.check_collectives = communication.check_collectives;
   return spec;
 }
 

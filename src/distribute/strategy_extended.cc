@@ -114,8 +114,8 @@ void StrategyExtended::check_workers_agree(
       const std::string their_value = b == theirs.end() ? "(not set)" : b->second;
       if (chief_value == their_value) continue;
       throw CollectiveError(detail::concat(
-          "the workers disagree before step 1: ", worker_name(w), " has ", name, " = ",
-          their_value, " where ", worker_name(0), " has ", name, " = ", chief_value,
+          "the workers disagree before step 1: ", worker_name(w), " has ", name, " = ", their_value,
+          " where ", worker_name(0), " has ", name, " = ", chief_value,
           "; start every worker with the same settings (and, to resume, the same checkpoint "
           "directory)"));
     }

@@ -177,8 +177,7 @@ TEST(GlooCommunicatorTest, MembersThatIssueDifferentCollectivesGetANamedErrorNot
       ADD_FAILURE() << "mismatched all_reduce completed";
     } catch (const CollectiveError& e) {
       const std::string message = e.what();
-      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos)
-          << message;
+      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos) << message;
       EXPECT_NE(message.find("worker:0 (127.0.0.1:"), std::string::npos) << message;
       EXPECT_NE(message.find("issued all_reduce SUM of 4 Long values"), std::string::npos)
           << message;

@@ -24,9 +24,9 @@ using testing::WorkerProcesses;
 
 // 1024 examples in global batches of 128: 8 steps per epoch.
 std::vector<std::string> job(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"--epochs",       "1",   "--train-examples",     "1024",
-                                "--global-batch", "128", "--no-progress",        "--seed",
-                                "3",              "--collective-timeout",        "60"};
+  std::vector<std::string> args{
+      "--epochs", "1", "--train-examples",     "1024", "--global-batch", "128", "--no-progress",
+      "--seed",   "3", "--collective-timeout", "60"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -49,6 +49,17 @@ std::vector<ProcessResult> two_workers(const std::vector<std::string>& extra0,
 ProcessResult one_process(const std::vector<std::string>& extra) {
   WorkerProcesses process;
   process.start(DIST_TRAIN_BINARY, job(extra), {});
+  return process.wait_all(240s).at(0);
+}
+
+// job() with `flag` set to `value` instead of its usual value.
+ProcessResult one_process_with(const std::string& flag, const std::string& value,
+                               const std::vector<std::string>& extra) {
+  auto args = job(extra);
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == flag) args[i + 1] = value;
+  WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, args, {});
   return process.wait_all(240s).at(0);
 }
 
@@ -104,9 +115,8 @@ TEST(HostileUserTest, OnlyOneWorkerHoldingACheckpointIsNamedBeforeStepOne) {
 
 TEST(HostileUserTest, AWorkerThatFailsAfterJoiningIsNamedAtOnceWithItsError) {
   const auto start = std::chrono::steady_clock::now();
-  auto results =
-      two_workers({"--rendezvous-timeout", "120"},
-                  {"--rendezvous-timeout", "120", "--data-dir", "/nonexistent/fashion"});
+  auto results = two_workers({"--rendezvous-timeout", "120"},
+                             {"--rendezvous-timeout", "120", "--data-dir", "/nonexistent/fashion"});
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(results[1].exit_code, 3) << results[1].output;
@@ -121,8 +131,8 @@ TEST(HostileUserTest, AWorkerThatFailsAfterJoiningIsNamedAtOnceWithItsError) {
 TEST(HostileUserTest, AnUnwritableSaveWeightsPathIsRefusedBeforeTraining) {
   testing::TempDir dir;
   testing::write_file(dir.file("a_file"), "x");
-  auto r = one_process({"--strategy", "default", "--save-weights",
-                        dir.file("a_file") + "/weights.safetensors"});
+  auto r = one_process(
+      {"--strategy", "default", "--save-weights", dir.file("a_file") + "/weights.safetensors"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "--save-weights")) << r.output;
   EXPECT_FALSE(has(r.output, "Epoch 1/1")) << r.output;
@@ -135,14 +145,14 @@ TEST(HostileUserTest, AnUnwritableSaveWeightsPathIsRefusedBeforeTraining) {
 }
 
 TEST(HostileUserTest, MeaninglessFlagValuesAreRefusedNamingTheFlag) {
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--replicas", "0"},
-           {"--threads", "0"},
-           {"--global-batch", "0"},
-           {"--train-examples", "0"},
-           {"--lr", "inf"},
-           {"--lr", "nan"},
-           {"--max-steps", "0"}}) {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--replicas", "0"},
+                                                        {"--threads", "0"},
+                                                        {"--global-batch", "0"},
+                                                        {"--train-examples", "0"},
+                                                        {"--lr", "inf"},
+                                                        {"--lr", "nan"},
+                                                        {"--max-steps", "0"}}) {
     auto r = one_process({"--strategy", "default", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.output;
     EXPECT_TRUE(has(r.output, flag)) << r.output;
@@ -158,12 +168,12 @@ TEST(HostileUserTest, ResumingWithAnotherGlobalBatchOrSeedIsRefused) {
   ASSERT_EQ(one_process({"--strategy", "default", "--max-steps", "2", "--checkpoint-dir", ckpt})
                 .exit_code,
             0);
-  auto batch = one_process({"--strategy", "default", "--checkpoint-dir", ckpt, "--global-batch",
-                            "256"});
+  auto batch = one_process_with("--global-batch", "256",
+                                {"--strategy", "default", "--checkpoint-dir", ckpt});
   EXPECT_EQ(batch.exit_code, 2) << batch.output;
   EXPECT_TRUE(has(batch.output, "written with --global-batch 128 but this run has 256"))
       << batch.output;
-  auto seed = one_process({"--strategy", "default", "--checkpoint-dir", ckpt, "--seed", "4"});
+  auto seed = one_process_with("--seed", "4", {"--strategy", "default", "--checkpoint-dir", ckpt});
   EXPECT_EQ(seed.exit_code, 2) << seed.output;
   EXPECT_TRUE(has(seed.output, "--seed 3 but this run has 4")) << seed.output;
 }

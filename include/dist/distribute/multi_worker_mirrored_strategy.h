@@ -37,6 +37,11 @@ struct CommunicationOptions {
   // result is bit-identical). Turn off to accumulate gradients over several backward passes
   // before apply_gradients.
   bool overlap_with_backward = true;
+  // Before each collective, the workers agree on what it is (kind, element count, dtype) in one
+  // small all-reduce, so workers that run different steps get a CollectiveError naming what
+  // each issued instead of Gloo aborting the process. One round trip per collective; turn off
+  // only to measure it.
+  bool check_collectives = true;
 };
 
 struct MultiWorkerOptions {

@@ -216,8 +216,8 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
     if (!failures.empty()) {
       failed_ = true;
       throw CollectiveError(detail::concat(failures, "; ", member_name(rank()),
-                                           " stops too (it was waiting until every worker ",
-                                           what, ")"));
+                                           " stops too (it was waiting until every worker ", what,
+                                           ")"));
     }
     missing = now_missing;
     if (missing.empty()) return;
@@ -403,7 +403,7 @@ class GlooWork : public Work {
 namespace {
 
 std::string describe(int64_t kind, int64_t elements, int64_t dtype, int64_t tensors) {
-  static const char* kKinds[] = {"?", "all_reduce", "broadcast", "all_gather (sizes)",
+  static const char* kKinds[] = {"?",          "all_reduce", "broadcast", "all_gather (sizes)",
                                  "all_gather", "barrier"};
   const int64_t base = kind / 16;
   std::string name = base >= 1 && base <= 5 ? kKinds[base] : "?";
@@ -514,9 +514,10 @@ WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Reduce
 WorkHandle GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
                  size() - 1);
-  const Fingerprint fingerprint{16 * 2 + root, total_elements(tensors),
-                                tensors.empty() ? 0 : static_cast<int64_t>(tensors[0].scalar_type()),
-                                static_cast<int64_t>(tensors.size())};
+  const Fingerprint fingerprint{
+      16 * 2 + root, total_elements(tensors),
+      tensors.empty() ? 0 : static_cast<int64_t>(tensors[0].scalar_type()),
+      static_cast<int64_t>(tensors.size())};
   return issue("broadcast", next_sequence(), &fingerprint, [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;

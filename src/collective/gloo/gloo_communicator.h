@@ -1,7 +1,7 @@
 // GlooCommunicator: Communicator over LibTorch's c10d ProcessGroupGloo (TCP), one member per
-// process, with our own rendezvous store (collective/store/) at `store_address`. Rank 0 starts the store in
-// its own process, dist-store-host (store_host.h), so that it outlives a crashed rank 0; with
-// `store_in_process` (or without that binary) rank 0 hosts it itself.
+// process, with our own rendezvous store (collective/store/) at `store_address`. Rank 0 starts the
+// store in its own process, dist-store-host (store_host.h), so that it outlives a crashed rank 0;
+// with `store_in_process` (or without that binary) rank 0 hosts it itself.
 //
 // Start-up: every member connects to the store, starts its heartbeat and announces itself; a
 // member that does not within the rendezvous timeout is reported by name ("worker:2 never
@@ -74,7 +74,7 @@ class GlooCommunicator : public Communicator {
   using C10dWork = c10::intrusive_ptr<c10d::Work>;
   // What a collective is, as every member must agree before its data moves.
   struct Fingerprint {
-    int64_t kind = 0;   // which collective (and its ReduceOp or root)
+    int64_t kind = 0;  // which collective (and its ReduceOp or root)
     int64_t elements = 0;
     int64_t dtype = 0;  // at::ScalarType
     int64_t tensors = 0;

@@ -96,7 +96,8 @@ StoreClient::~StoreClient() {
 void StoreClient::fail(const std::string& why) {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
-  throw CollectiveError(detail::concat("lost the rendezvous store at ", at_.to_string(), ": ", why));
+  throw CollectiveError(
+      detail::concat("lost the rendezvous store at ", at_.to_string(), ": ", why));
 }
 
 void StoreClient::send_all(const store::Bytes& frame, Clock::time_point deadline) {
@@ -222,7 +223,9 @@ void StoreClient::wait(const std::vector<std::string>& keys, const milliseconds&
   // c10d's kNoTimeout (0) means "forever"; here every wait is bounded by the store's timeout.
   const milliseconds timeout = requested.count() > 0 ? requested : timeout_;
   store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kWait)).i64(timeout.count()).u32(static_cast<uint32_t>(keys.size()));
+  w.u8(static_cast<uint8_t>(Op::kWait))
+      .i64(timeout.count())
+      .u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
   if (call(w, timeout).status == Status::kOk) return;
   std::string names;

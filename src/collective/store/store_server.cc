@@ -80,9 +80,9 @@ StoreServer::StoreServer(const HostPort& at) : address_(at) {
       sockaddr_storage bound{};
       socklen_t length = sizeof(bound);
       getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-      address_.port = ntohs(bound.ss_family == AF_INET6
-                                ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      address_.port =
+          ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
       break;
     }
     why = std::strerror(errno);
@@ -115,7 +115,8 @@ bool StoreServer::check(const std::string& key) const {
 int64_t StoreServer::add(const std::string& key, int64_t delta) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& value = data_[key];
-  const int64_t now = (value.empty() ? 0 : std::stoll(std::string(value.begin(), value.end()))) + delta;
+  const int64_t now =
+      (value.empty() ? 0 : std::stoll(std::string(value.begin(), value.end()))) + delta;
   const std::string text = std::to_string(now);
   value.assign(text.begin(), text.end());
   return now;
