@@ -263,7 +263,8 @@ void check_same_run(const std::map<std::string, std::string>& values, const std:
 }
 
 // The custom training loop, once the job is set up.
-TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
+TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
+                            PreemptionWatcher& preemption, std::ostream& chief_out,
                             Clock::time_point job_start) {
   const Strategy& strategy = job.strategy;
   const bool chief = job.chief;
@@ -340,7 +341,6 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job, std::ost
     checkpoint.state.values["run.train_examples"] = std::to_string(job.num_train);
     if (chief) result.last_checkpoint = manager->save(checkpoint);
   };
-  PreemptionWatcher preemption;
   auto evaluate = [&] {
     model.eval();
     for (const auto& batch : test_data.iterator(0)) {
@@ -480,9 +480,13 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   DIST_CHECK_ARG(options.loop == "custom", "unknown --loop '", options.loop,
                  "': use custom or fit");
   const auto job_start = Clock::now();
+  // From the start: a SIGTERM during start-up (dist-launch stopping the job) then stops after
+  // the first step, resumably, instead of killing the process.
+  PreemptionWatcher preemption;
   JobSetup job = start_job(options, chief_out);
-  return failing_together(job.strategy,
-                          [&] { return run_custom_loop(options, job, chief_out, job_start); });
+  return failing_together(job.strategy, [&] {
+    return run_custom_loop(options, job, preemption, chief_out, job_start);
+  });
 }
 
 std::string to_json_line(const TrainResult& r) {

@@ -44,6 +44,16 @@ int raw_connect(const std::string& ip, int port) {
   return fd;
 }
 
+// The protocol's hello on a raw connection, and the server's answer to it.
+bool say_hello(int fd) {
+  store::Writer hello;
+  hello.u8(static_cast<uint8_t>(store::Op::kHello)).str(store::kMagic).u32(store::kVersion);
+  const auto frame = hello.frame();
+  if (send(fd, frame.data(), frame.size(), 0) != static_cast<ssize_t>(frame.size())) return false;
+  uint8_t ok[5];
+  return recv(fd, ok, sizeof(ok), MSG_WAITALL) == 5 && ok[4] == 0;
+}
+
 // Whether the server closed `fd` within 5 s (what it does to a client it refuses).
 bool closed_by_server(int fd) {
   timeval wait{5, 0};
@@ -136,12 +146,7 @@ TEST(StoreTest, AMessageDeclaringTwoGibibytesIsRefusedWithoutAllocatingIt) {
   // The 9 bytes: after a proper hello, a frame that declares 2 GiB and sends 5.
   const int fd = raw_connect("127.0.0.1", server.address().port);
   ASSERT_GE(fd, 0);
-  store::Writer hello;
-  hello.u8(static_cast<uint8_t>(store::Op::kHello)).str(store::kMagic).u32(store::kVersion);
-  auto frame = hello.frame();
-  ASSERT_EQ(send(fd, frame.data(), frame.size(), 0), static_cast<ssize_t>(frame.size()));
-  uint8_t ok[5];
-  ASSERT_EQ(recv(fd, ok, sizeof(ok), MSG_WAITALL), 5);
+  ASSERT_TRUE(say_hello(fd));
   const uint8_t huge[9] = {0x00, 0x00, 0x00, 0x80, 2, 0, 0, 0, 0};
   ASSERT_EQ(send(fd, huge, sizeof(huge), 0), 9);
   EXPECT_TRUE(closed_by_server(fd));
@@ -169,16 +174,11 @@ TEST(StoreTest, AMalformedRequestClosesOnlyThatConnection) {
   StoreServer server({"127.0.0.1", 0});
   const int fd = raw_connect("127.0.0.1", server.address().port);
   ASSERT_GE(fd, 0);
-  store::Writer hello;
-  hello.u8(static_cast<uint8_t>(store::Op::kHello)).str(store::kMagic).u32(store::kVersion);
-  auto frame = hello.frame();
-  ASSERT_EQ(send(fd, frame.data(), frame.size(), 0), static_cast<ssize_t>(frame.size()));
-  uint8_t ok[5];
-  ASSERT_EQ(recv(fd, ok, sizeof(ok), MSG_WAITALL), 5);
+  ASSERT_TRUE(say_hello(fd));
   // A set whose key claims 1000 bytes in a 10-byte frame.
   store::Writer lying;
   lying.u8(static_cast<uint8_t>(store::Op::kSet)).u32(1000).u32(0).u8(0);
-  frame = lying.frame();
+  const auto frame = lying.frame();
   ASSERT_EQ(send(fd, frame.data(), frame.size(), 0), static_cast<ssize_t>(frame.size()));
   EXPECT_TRUE(closed_by_server(fd));
   close(fd);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "collective/store/resolve.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -33,18 +34,8 @@ int milliseconds_left(Clock::time_point deadline) {
 
 // One attempt: a connected socket, or -1 with *why set.
 int connect_once(const HostPort& at, Clock::time_point deadline, std::string* why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(at.port);
-  if (int rc = getaddrinfo(at.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    *why = std::string("cannot resolve the host: ") + gai_strerror(rc);
-    return -1;
-  }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, freeaddrinfo);
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  const store::AddressList addresses = store::resolve(at, why);
+  for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) continue;
     int rc = connect(fd, a->ai_addr, a->ai_addrlen);

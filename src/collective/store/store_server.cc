@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "collective/store/resolve.h"
 #include "collective/store/store_protocol.h"
 
 namespace dist::collective {
@@ -59,17 +60,10 @@ Bytes reply_error(const std::string& why) {
 }  // namespace
 
 StoreServer::StoreServer(const HostPort& at) : address_(at) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(at.port);
-  if (int rc = getaddrinfo(at.host.c_str(), port.c_str(), &hints, &found); rc != 0)
-    throw bind_error(at, std::string("cannot resolve the host: ") + gai_strerror(rc));
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, freeaddrinfo);
   std::string why = "no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  const store::AddressList addresses = store::resolve(at, &why);
+  if (!addresses) throw bind_error(at, why);
+  for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
     const int on = 1;
