@@ -188,6 +188,26 @@ TEST(GlooCommunicatorTest, MembersThatIssueDifferentCollectivesGetANamedErrorNot
   release(members);
 }
 
+// The backstop, with the agreement turned off: Gloo's own thread meets a message of the wrong
+// size and throws where nothing can catch it. The process still ends with a named error and
+// exit code 1, not "terminate called" and SIGABRT.
+TEST(GlooCommunicatorDeathTest, UncheckedMismatchedCollectivesEndInANamedErrorAndExitCode1) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto members = gloo_group(2, std::chrono::seconds(10), /*check_collectives=*/false);
+        run_threads(2, [&](int p) {
+          std::vector<at::Tensor> t{member_tensor(p, 0, p == 0 ? 4 : 100000)};
+          try {
+            members[static_cast<size_t>(p)]->all_reduce(t, ReduceOp::kSum)->wait();
+          } catch (const std::exception&) {
+          }
+        });
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(1), "Gloo failed on its own thread");
+}
+
 TEST(GlooCommunicatorTest, AMemberThatAbortsIsNamedWithItsReasonAtOnce) {
   auto members = gloo_group(2);
   const auto start = std::chrono::steady_clock::now();

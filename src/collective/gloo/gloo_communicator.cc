@@ -5,9 +5,11 @@
 
 #include <signal.h>
 
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <mutex>
 
 #include "collective/gloo/store_host.h"
 #include "collective/store/store_client.h"
@@ -48,11 +50,14 @@ void ignore_sigpipe_unless_handled() {
     signal(SIGPIPE, SIG_IGN);
 }
 
+std::terminate_handler previous_terminate = nullptr;
+
 // Backstop for errors raised on Gloo's own threads, where nothing can catch them (with
 // check_collectives they should not happen): a named message and exit code 1, the documented
-// code for a failure while training, instead of "terminate called ..." and SIGABRT.
+// code for a failure while training, instead of "terminate called ..." and SIGABRT. Anything
+// else goes to the handler that was there before.
 [[noreturn]] void on_uncaught_exception() {
-  std::string what = "an unknown exception";
+  std::string what;
   if (auto error = std::current_exception()) {
     try {
       std::rethrow_exception(error);
@@ -61,19 +66,21 @@ void ignore_sigpipe_unless_handled() {
     } catch (...) {
     }
   }
-  std::cerr << "distribute: fatal: an error escaped a background thread: " << what
-            << (what.find("gloo") != std::string::npos
-                    ? "\n(Gloo failed on its own thread: the workers sent messages that do not "
-                      "match, i.e. they issued different collectives; start every worker with the "
-                      "same settings and the same program)"
-                    : "")
+  // Gloo's errors carry their source path ("[./gloo/transport/tcp/pair.cc:598] ...").
+  if (what.find("gloo/") == std::string::npos) {
+    if (previous_terminate != nullptr) previous_terminate();
+    std::abort();
+  }
+  std::cerr << "distribute: fatal: Gloo failed on its own thread: " << what
+            << "\n(the workers sent messages that do not match: they issued different "
+               "collectives; start every worker with the same settings and the same program)"
             << std::endl;
   std::_Exit(1);
 }
 
 void install_terminate_backstop() {
   static std::once_flag once;
-  std::call_once(once, [] { std::set_terminate(on_uncaught_exception); });
+  std::call_once(once, [] { previous_terminate = std::set_terminate(on_uncaught_exception); });
 }
 
 }  // namespace
