@@ -71,7 +71,6 @@ class StopAtStep : public keras::Callback {
 };
 
 keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
-  DIST_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
   if (options.optimizer == "adam") return keras::optimizers::Adam(options.lr);
   if (options.optimizer == "sgd") return keras::optimizers::SGD(options.lr);
   throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");

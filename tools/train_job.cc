@@ -205,7 +205,6 @@ namespace {
 std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
                                                   const Mirrored<torch::nn::Sequential>& model,
                                                   const TrainOptions& options) {
-  DIST_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
   if (options.optimizer == "adam")
     return strategy.mirror_optimizer<torch::optim::Adam>(model,
                                                          torch::optim::AdamOptions(options.lr));

@@ -57,6 +57,16 @@ Bytes reply_error(const std::string& why) {
   return store::Writer().u8(static_cast<uint8_t>(Status::kError)).str(why).frame();
 }
 
+// A counter: the number `value` holds as text (empty: 0) plus delta, written back. Throws
+// std::invalid_argument if it holds something else.
+int64_t add_to(Bytes& value, int64_t delta) {
+  const int64_t now =
+      (value.empty() ? 0 : std::stoll(std::string(value.begin(), value.end()))) + delta;
+  const std::string text = std::to_string(now);
+  value.assign(text.begin(), text.end());
+  return now;
+}
+
 }  // namespace
 
 StoreServer::StoreServer(const HostPort& at) : address_(at) {
@@ -108,12 +118,7 @@ bool StoreServer::check(const std::string& key) const {
 
 int64_t StoreServer::add(const std::string& key, int64_t delta) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& value = data_[key];
-  const int64_t now =
-      (value.empty() ? 0 : std::stoll(std::string(value.begin(), value.end()))) + delta;
-  const std::string text = std::to_string(now);
-  value.assign(text.begin(), text.end());
-  return now;
+  return add_to(data_[key], delta);
 }
 
 void StoreServer::set(const std::string& key, const std::string& value) {
@@ -250,17 +255,11 @@ bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
       const std::string key = in.str(store::kMaxKeyBytes);
       const int64_t delta = in.i64();
       if (!in.ok() || !in.at_end()) break;
-      auto& value = data_[key];
-      int64_t now = delta;
       try {
-        if (!value.empty()) now += std::stoll(std::string(value.begin(), value.end()));
+        c.out = reply_number(add_to(data_[key], delta));
       } catch (const std::exception&) {
         c.out = reply_error("the value of '" + key + "' is not a number");
-        return true;
       }
-      const std::string text = std::to_string(now);
-      value.assign(text.begin(), text.end());
-      c.out = reply_number(now);
       return true;
     }
     case Op::kCheck: {
