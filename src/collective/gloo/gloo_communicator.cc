@@ -220,6 +220,9 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
                                            options_.store_address.to_string(), " (", member_name(0),
                                            ") while waiting for all workers: ", e.what()));
     }
+    // Everyone arrived: a member's failure after it published its key is not this wait's to
+    // report (the caller's own check, say of the models, names the real cause).
+    if (now_missing.empty()) return;
     if (!failures.empty()) {
       failed_ = true;
       throw CollectiveError(detail::concat(failures, "; ", member_name(rank()),
