@@ -13,6 +13,8 @@ packages=(
   protobuf-compiler     # tests decode TensorBoard event files with protoc --decode_raw
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
   clang-14 libclang-rt-14-dev  # libFuzzer, ASan, UBSan for the "fuzz" tests (tests/fuzz)
+  openmpi-bin           # the tests start workers with a real mpirun
+  slurm-wlm munge       # the tests start a real single-node Slurm and run workers with srun
 )
 
 missing=()

@@ -14,6 +14,15 @@
 // Exit code: 0 when every worker succeeded; the first failing worker's code; after a signal,
 // 4 ("stopped, resumable": what dist-train returns when it stopped cleanly on a signal) if
 // every worker exited with 0 or 4, else the first other code.
+//
+// Restarts (--max-restarts K, as torchrun's elastic agent): when a worker fails, all are
+// stopped and the job starts again on fresh ports, at most K times; dist-train resumes from the
+// latest checkpoint in its --checkpoint-dir. Exit codes 2 and 3 (bad flags, bad data) are not
+// restarted. The workers see DIST_RESTART_COUNT (0 on the first run).
+//
+// Job token: every worker gets DIST_JOB_TOKEN, 32 random bytes as hex (or the launcher's own
+// DIST_JOB_TOKEN), which the rendezvous store demands before it lets a connection in
+// (SECURITY.md).
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -21,7 +30,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -49,7 +60,7 @@ void on_signal(int signal) { forwarded_signal = signal; }
 constexpr int kStoppedResumable = 4;
 
 Worker start(const std::vector<std::string>& command, const std::string& config, int index,
-             int replicas) {
+             const std::vector<std::string>& env) {
   const pid_t launcher = getpid();
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
@@ -68,7 +79,7 @@ Worker start(const std::vector<std::string>& command, const std::string& config,
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     setenv("TF_CONFIG", config.c_str(), 1);
-    setenv("DIST_REPLICAS_PER_WORKER", std::to_string(replicas).c_str(), 1);
+    for (const auto& entry : env) putenv(const_cast<char*>(entry.c_str()));
     std::vector<char*> argv;
     for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -102,42 +113,49 @@ void signal_all(std::vector<Worker>& workers, int signal) {
     if (!w.exited) kill(-w.pid, signal);
 }
 
-}  // namespace
+// A random job token: 32 bytes from the kernel, as 64 hex digits.
+std::string new_job_token() {
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[32];
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes)))
+    throw std::runtime_error("cannot read /dev/urandom for the job token");
+  std::string token;
+  const char* digits = "0123456789abcdef";
+  for (unsigned char b : bytes) {
+    token += digits[b >> 4];
+    token += digits[b & 15];
+  }
+  return token;
+}
 
-int main(int argc, char** argv) {
-  int workers_count = 2, replicas = 1, grace_seconds = 10;
+struct JobSetup {
   std::vector<std::string> command;
-  CLI::App app{"dist-launch: run a multi-worker job as local processes"};
-  app.add_option("--workers", workers_count, "worker processes")->capture_default_str();
-  app.add_option("--replicas-per-worker", replicas, "replicas in each worker")
-      ->capture_default_str();
-  app.add_option("--grace-seconds", grace_seconds,
-                 "after a failure, SIGKILL workers still running after this long")
-      ->capture_default_str();
-  app.add_option("command", command, "the worker command, after --")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (workers_count < 1 || replicas < 1) {
-    std::cerr << "dist-launch: --workers and --replicas-per-worker must be at least 1" << std::endl;
-    return 2;
-  }
+  int workers = 2;
+  int replicas = 1;
+  int grace_seconds = 10;
+  std::string job_token;
+  int restart = 0;  // DIST_RESTART_COUNT of the workers
+};
 
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  signal(SIGHUP, on_signal);
-  signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill the launcher before its workers
+struct JobResult {
+  int exit_code = 0;
+  bool signalled = false;  // the launcher was asked to stop: not to be restarted
+};
+
+// Runs the job's workers until all have exited: the exit code rules of the top comment.
+JobResult run_job(const JobSetup& setup) {
   std::vector<Worker> workers;
   try {
-    auto ports = dist::free_loopback_ports(workers_count);
-    for (int i = 0; i < workers_count; ++i)
-      workers.push_back(start(command, dist::local_tf_config(ports, i), i, replicas));
+    auto ports = dist::free_loopback_ports(setup.workers);
+    const std::vector<std::string> env = {
+        "DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
+        "DIST_JOB_TOKEN=" + setup.job_token, "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
+    for (int i = 0; i < setup.workers; ++i)
+      workers.push_back(start(setup.command, dist::local_tf_config(ports, i), i, env));
   } catch (const std::exception& e) {
     std::cerr << "dist-launch: " << e.what() << std::endl;
     signal_all(workers, SIGKILL);
-    return 1;
+    return {1, false};
   }
 
   int result = 0;
@@ -152,7 +170,7 @@ int main(int argc, char** argv) {
       std::cout << "[dist-launch] " << strsignal(forwarded_signal)
                 << ": stopping the workers (they save a checkpoint if they have one)" << std::endl;
       signal_all(workers, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_seconds);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(setup.grace_seconds);
     }
     std::vector<pollfd> fds;
     std::vector<Worker*> readable;  // the worker behind each entry of fds
@@ -201,7 +219,8 @@ int main(int argc, char** argv) {
         std::cout << "[dist-launch] " << w.name << " exited with code " << w.exit_code
                   << "; stopping the other workers" << std::endl;
         signal_all(workers, SIGTERM);
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_seconds);
+        stop_deadline =
+            std::chrono::steady_clock::now() + std::chrono::seconds(setup.grace_seconds);
       }
     }
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) signal_all(workers, SIGKILL);
@@ -217,5 +236,68 @@ int main(int argc, char** argv) {
   }
   if (!failed.empty())
     std::cerr << "dist-launch: " << failed << " failed with exit code " << result << std::endl;
-  return result;
+  return {result, signalled};
+}
+
+// dist-train's exit codes that a restart cannot cure: bad flags (2) and bad data (3).
+bool worth_restarting(int exit_code) { return exit_code != 2 && exit_code != 3; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  JobSetup setup;
+  int max_restarts = 0;
+  CLI::App app{"dist-launch: run a multi-worker job as local processes"};
+  app.add_option("--workers", setup.workers, "worker processes")->capture_default_str();
+  app.add_option("--replicas-per-worker", setup.replicas, "replicas in each worker")
+      ->capture_default_str();
+  app.add_option("--grace-seconds", setup.grace_seconds,
+                 "after a failure, SIGKILL workers still running after this long")
+      ->capture_default_str();
+  app.add_option("--max-restarts", max_restarts,
+                 "when a worker fails, stop all and start the job again this many times at most "
+                 "(dist-train resumes from the latest checkpoint in its --checkpoint-dir)")
+      ->capture_default_str();
+  app.add_option("command", setup.command, "the worker command, after --")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (setup.workers < 1 || setup.replicas < 1) {
+    std::cerr << "dist-launch: --workers and --replicas-per-worker must be at least 1" << std::endl;
+    return 2;
+  }
+  if (max_restarts < 0) {
+    std::cerr << "dist-launch: --max-restarts must be 0 or more, got " << max_restarts << std::endl;
+    return 2;
+  }
+
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGHUP, on_signal);
+  signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill the launcher before its workers
+  try {
+    // One token for the whole job, restarts included: the workers of a restart are the same job.
+    if (const char* given = std::getenv("DIST_JOB_TOKEN"); given && *given)
+      setup.job_token = given;
+    else
+      setup.job_token = new_job_token();
+  } catch (const std::exception& e) {
+    std::cerr << "dist-launch: " << e.what() << std::endl;
+    return 1;
+  }
+  unsetenv("DIST_JOB_TOKEN_FILE");  // the workers get the token itself
+  while (true) {
+    const JobResult job = run_job(setup);
+    if (job.exit_code == 0 || job.signalled || setup.restart >= max_restarts) return job.exit_code;
+    if (!worth_restarting(job.exit_code)) {
+      std::cout << "[dist-launch] not restarting: exit code " << job.exit_code
+                << " means bad input, which a restart would meet again" << std::endl;
+      return job.exit_code;
+    }
+    ++setup.restart;
+    std::cout << "[dist-launch] restarting the job (restart " << setup.restart << " of "
+              << max_restarts << "); the workers resume from their latest checkpoint" << std::endl;
+  }
 }

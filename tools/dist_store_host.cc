@@ -4,6 +4,7 @@
 //
 //   dist-store-host --host H --port P --members worker:0,worker:1,worker:2
 //                   --rendezvous-timeout-ms N --collective-timeout-ms M --ready-fd FD
+// with the job token, if the job has one, in DIST_JOB_TOKEN.
 //
 // Why a separate process: with the store inside the chief, kill -9 of the chief takes the
 // store with it, and the survivors can only say that the store vanished, not which worker was
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -61,6 +63,7 @@ struct Options {
   int64_t rendezvous_timeout_ms = 120000;
   int64_t collective_timeout_ms = 300000;
   int ready_fd = -1;
+  std::string job_token;  // from DIST_JOB_TOKEN (the chief sets it; not on the command line)
 };
 
 std::vector<std::string> split(const std::string& text, char by) {
@@ -113,7 +116,7 @@ std::unique_ptr<dist::collective::StoreServer> host_store(const Options& options
   while (true) {
     try {
       return std::make_unique<dist::collective::StoreServer>(
-          dist::HostPort{options.host, options.port});
+          dist::HostPort{options.host, options.port}, options.job_token);
     } catch (const std::exception& e) {
       *error = e.what();
     }
@@ -195,6 +198,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (const char* token = std::getenv("DIST_JOB_TOKEN")) options.job_token = token;
   options.members = split(members, ',');
   if (options.members.empty()) {
     std::cerr << "dist-store-host: --members lists no task" << std::endl;

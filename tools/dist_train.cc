@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
                  "Model::fit with callbacks)")
       ->capture_default_str();
   app.add_option("--strategy", o.strategy,
-                 "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG)")
+                 "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG, "
+                 "srun or mpirun)")
       ->capture_default_str();
   app.add_option("--replicas", o.replicas,
                  "replicas (mirrored/central_storage; default: one per core)")

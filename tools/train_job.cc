@@ -16,6 +16,7 @@
 
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
+#include "dist/distribute/cluster_resolver.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
@@ -84,6 +85,12 @@ Strategy make_strategy(const TrainOptions& options) {
     multi.communication.rendezvous_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options.rendezvous_timeout * 1000));
     multi.communication.check_collectives = options.check_collectives;
+    // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
+    const ResolvedCluster resolved = resolve_cluster();
+    multi.cluster = resolved.config;
+    if (resolved.config.cluster.collective_rank(resolved.config.task) == 0)
+      std::cout << "Cluster: " << resolved.config.cluster.collective_tasks().size()
+                << " workers from " << resolved.source << std::endl;
     return MultiWorkerMirroredStrategy(multi);
   }
   DIST_CHECK_ARG(options.cross_device_ops.empty(),

@@ -18,7 +18,7 @@ namespace dist::tools {
 struct TrainOptions {
   std::string loop = "custom";        // custom (the tf.distribute custom loop) | fit (Keras)
   std::string strategy = "mirrored";  // default | one_device | mirrored | central_storage |
-                                      // multi_worker (cluster from TF_CONFIG)
+                                      // multi_worker (cluster from TF_CONFIG, Slurm or MPI)
   int replicas = 0;                   // 0: the strategy's default (mirrored: one per core)
   int threads = 0;                    // intra-op threads per replica; 0: cores / replicas
   std::string cross_device_ops;       // mirrored and central_storage only: parallel |

@@ -31,6 +31,10 @@ struct ProcessGroupSpec {
   // fixed-size all-reduce, so members that diverge get a CollectiveError naming what each
   // issued; without it, Gloo aborts the process on the first mismatched message size.
   bool check_collectives = true;
+  // The secret every member presents to the rendezvous store before it can read or write
+  // anything of the job; empty: a job without one (the store then admits any client that
+  // speaks its protocol).
+  std::string job_token;
 };
 
 }  // namespace dist::collective

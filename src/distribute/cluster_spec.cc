@@ -101,6 +101,10 @@ ClusterConfig parse_tf_config(const std::string& text) {
   if (!root.contains("cluster"))
     fail("cluster", "missing; TF_CONFIG needs \"cluster\" and \"task\"");
   if (!root.contains("task")) fail("task", "missing; TF_CONFIG needs \"cluster\" and \"task\"");
+  // Kubeflow's TFJob operator adds "environment": "cloud"; TensorFlow reads it as a string.
+  if (root.contains("environment") && !root["environment"].is_string())
+    fail("environment",
+         "expected a string (TFJob writes \"cloud\"), got " + root["environment"].dump());
   const auto& cluster = root["cluster"];
   if (!cluster.is_object()) fail("cluster", "expected an object, got " + cluster.dump());
 

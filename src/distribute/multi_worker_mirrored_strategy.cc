@@ -4,6 +4,7 @@
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 
 #include "collective/factory.h"
+#include "dist/distribute/cluster_resolver.h"
 #include "distribute/mirrored_extended.h"
 
 namespace dist {
@@ -39,6 +40,12 @@ collective::ProcessGroupSpec process_group(const ClusterConfig& config,
   spec.collective_timeout = communication.timeout;
   spec.rendezvous_timeout = communication.rendezvous_timeout;
   spec.check_collectives = communication.check_collectives;
+  if (communication.job_token.empty()) {
+    spec.job_token = job_token_from_environment();
+  } else {
+    check_job_token(communication.job_token, "CommunicationOptions::job_token");
+    spec.job_token = communication.job_token;
+  }
   return spec;
 }
 
@@ -57,8 +64,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
     : MultiWorkerMirroredStrategy(MultiWorkerOptions{}) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions options)
-    : MultiWorkerMirroredStrategy(
-          options, options.cluster ? *options.cluster : cluster_config_from_environment()) {}
+    : MultiWorkerMirroredStrategy(options,
+                                  options.cluster ? *options.cluster : resolve_cluster().config) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerOptions& options,
                                                          const ClusterConfig& config)

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "collective/store/store_client.h"
@@ -26,8 +27,9 @@ using std::chrono::milliseconds;
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
 c10::intrusive_ptr<StoreClient> client_of(const StoreServer& server,
-                                          milliseconds timeout = milliseconds(5000)) {
-  return c10::make_intrusive<StoreClient>(server.address(), timeout);
+                                          milliseconds timeout = milliseconds(5000),
+                                          const std::string& token = "") {
+  return c10::make_intrusive<StoreClient>(server.address(), timeout, token);
 }
 
 // A raw TCP connection to 127.0.0.1:port (-1 if refused).
@@ -47,7 +49,7 @@ int raw_connect(const std::string& ip, int port) {
 // The protocol's hello on a raw connection, and the server's answer to it.
 bool say_hello(int fd) {
   store::Writer hello;
-  hello.u8(static_cast<uint8_t>(store::Op::kHello)).str(store::kMagic).u32(store::kVersion);
+  hello.u8(static_cast<uint8_t>(store::Op::kHello)).str(store::kMagic).u32(store::kVersion).str("");
   const auto frame = hello.frame();
   if (send(fd, frame.data(), frame.size(), 0) != static_cast<ssize_t>(frame.size())) return false;
   uint8_t ok[5];
@@ -213,6 +215,61 @@ TEST(StoreTest, AnAddressInUseIsNamed) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(StoreTest, AJobTokenKeepsStrangersOutAndLogsThemWhileMembersAreServed) {
+  const std::string token = "5e1f0c2a9b7d4e3f8a6c1b0d2e4f6a8c";
+  StoreServer server({"127.0.0.1", 0}, token);
+  auto member = client_of(server, milliseconds(5000), token);
+  member->set("k", bytes("v"));
+  auto refusal = [&](const std::string& their_token) {
+    try {
+      client_of(server, milliseconds(2000), their_token);
+      return std::string("admitted");
+    } catch (const CollectiveError& e) {
+      return std::string(e.what());
+    }
+  };
+  const std::string wrong = refusal("ffffffffffffffffffffffffffffffff");
+  EXPECT_NE(wrong.find("the job token does not match"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("DIST_JOB_TOKEN"), std::string::npos) << wrong;
+  const std::string none = refusal("");
+  EXPECT_NE(none.find("this job needs a job token"), std::string::npos) << none;
+  // 100 connections sending random bytes.
+  std::mt19937 random(7);
+  for (int i = 0; i < 100; ++i) {
+    const int fd = raw_connect("127.0.0.1", server.address().port);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> junk(4 + random() % 300);
+    for (auto& b : junk) b = static_cast<uint8_t>(random());
+    junk[3] = 0xff;  // declares more than a hello may: refused at once, not after the timeout
+    send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    EXPECT_TRUE(closed_by_server(fd)) << "connection " << i;
+    close(fd);
+  }
+  EXPECT_EQ(server.refused_connections(), 102);
+  EXPECT_EQ(member->get("k"), bytes("v"));  // the member was served throughout
+  // The log keeps the last lines, numbered, naming the peer and the reason.
+  const auto log = member->get(store::kRefusalLogKey);
+  const std::string text(log.begin(), log.end());
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), static_cast<long>(store::kRefusalLogLines));
+  EXPECT_NE(text.find("102 127.0.0.1:"), std::string::npos) << text;
+  EXPECT_NE(text.find("its first message is not the store's hello"), std::string::npos) << text;
+  EXPECT_EQ(text.find(token), std::string::npos) << "the log must not hold the token";
+}
+
+TEST(StoreTest, AConnectionThatNeverSaysHelloIsClosedAfterTheHelloTimeout) {
+  StoreServer server({"127.0.0.1", 0});
+  const int fd = raw_connect("127.0.0.1", server.address().port);
+  ASSERT_GE(fd, 0);
+  const auto start = std::chrono::steady_clock::now();
+  timeval wait{store::kHelloTimeoutMs / 1000 + 5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  char c;
+  EXPECT_EQ(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(store::kHelloTimeoutMs));
+  EXPECT_EQ(server.refused_connections(), 1);
 }
 
 }  // namespace

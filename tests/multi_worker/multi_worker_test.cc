@@ -46,13 +46,14 @@ struct Shape {
 
 class MultiWorkerEquivalenceTest : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
-  const auto [workers, replicas] = GetParam();
+// `workers` processes of `replicas` replicas each train the equivalence steps (SGD, 20 steps)
+// and end with the weights one device reaches on the same global batches.
+void expect_workers_reproduce_one_device(int workers, int replicas, int timeout_ms) {
   testing::TempDir dir;
   WorkerProcesses processes;
   start_workers(processes, workers,
-                {"equivalence", std::to_string(replicas), dir.file("w.safetensors")});
-  auto results = processes.wait_all(120s);
+                {"equivalence", std::to_string(replicas), dir.file("w.safetensors")}, timeout_ms);
+  auto results = processes.wait_all(std::chrono::milliseconds(timeout_ms) + 100s);
   for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
 
   auto expected = testing::train_equivalence_steps(OneDeviceStrategy());
@@ -67,6 +68,17 @@ TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
   const double diff = testing::max_relative_difference(a, b);
   std::printf("%d workers x %d replicas: max relative difference %.3g\n", workers, replicas, diff);
   EXPECT_LT(diff, 1e-5);
+}
+
+TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
+  const auto [workers, replicas] = GetParam();
+  expect_workers_reproduce_one_device(workers, replicas, 20000);
+}
+
+// World size 16 on loopback: 8 worker processes x 2 replicas on this machine's cores. Label
+// "long" (tests/CMakeLists.txt runs LongMultiWorkerTest apart from the unit tests).
+TEST(LongMultiWorkerTest, EightWorkersOfTwoReplicasReproduceOneDeviceWeights) {
+  expect_workers_reproduce_one_device(8, 2, 300000);
 }
 
 // Batch norm statistics are averaged over every replica of every worker after each step, so

@@ -32,6 +32,7 @@ class WorkerProcesses {
   // Waits until process i's output contains `text` (false on timeout or exit).
   bool wait_for_output(size_t i, const std::string& text, std::chrono::milliseconds timeout);
   void kill(size_t i, int signal);
+  pid_t pid(size_t i) const { return processes_.at(i).pid; }
   size_t size() const { return processes_.size(); }
 
  private:

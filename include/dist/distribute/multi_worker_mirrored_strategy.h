@@ -1,10 +1,11 @@
 // MultiWorkerMirroredStrategy: synchronous data parallelism across processes and hosts.
 //
-// Every worker process runs the same program. The cluster comes from TF_CONFIG (or an
-// explicit ClusterConfig); collective rank 0 (the chief, or worker 0) hosts the rendezvous
-// store. Each worker holds `replicas_per_worker` local replicas: gradients are reduced in
-// process first, then across workers over Gloo (TCP), then applied once per worker, so all
-// copies everywhere stay identical (tf.distribute.MultiWorkerMirroredStrategy).
+// Every worker process runs the same program. The cluster comes from TF_CONFIG, Slurm or MPI
+// (resolve_cluster in cluster_resolver.h), or an explicit ClusterConfig; collective rank 0 (the
+// chief, or worker 0) hosts the rendezvous store. Each worker holds `replicas_per_worker` local
+// replicas: gradients are reduced in process first, then across workers over Gloo (TCP), then
+// applied once per worker, so all copies everywhere stay identical
+// (tf.distribute.MultiWorkerMirroredStrategy).
 //
 // Start-up (in strategy.mirror): the chief's initial values are broadcast, and every worker
 // checks that all workers built the same model (parameter names, shapes, dtypes); a mismatch
@@ -42,10 +43,14 @@ struct CommunicationOptions {
   // each issued instead of Gloo aborting the process. One round trip per collective; turn off
   // only to measure it.
   bool check_collectives = true;
+  // The secret every worker presents to the rendezvous store (SECURITY.md); empty: read
+  // DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE (job_token_from_environment), and run without one
+  // when neither is set. dist-launch sets DIST_JOB_TOKEN for its workers.
+  std::string job_token;
 };
 
 struct MultiWorkerOptions {
-  // The cluster and this task; empty: read TF_CONFIG.
+  // The cluster and this task; empty: resolve_cluster() (TF_CONFIG, MPI or Slurm).
   std::optional<ClusterConfig> cluster;
   int replicas_per_worker = 1;
   // Intra-op threads per replica; 0: cores / replicas_per_worker.
@@ -55,7 +60,7 @@ struct MultiWorkerOptions {
 
 class MultiWorkerMirroredStrategy : public Strategy {
  public:
-  // Cluster from TF_CONFIG, one replica per worker.
+  // Cluster from resolve_cluster(), one replica per worker.
   MultiWorkerMirroredStrategy();
   explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options);
 

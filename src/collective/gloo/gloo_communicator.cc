@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "collective/gloo/store_host.h"
 #include "collective/store/store_client.h"
@@ -37,8 +38,9 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-c10::intrusive_ptr<StoreClient> connect_to(const HostPort& at, std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<StoreClient>(at, timeout);
+c10::intrusive_ptr<StoreClient> connect_to(const HostPort& at, std::chrono::milliseconds timeout,
+                                           const std::string& job_token) {
+  return c10::make_intrusive<StoreClient>(at, timeout, job_token);
 }
 
 // Gloo writes to its TCP sockets without MSG_NOSIGNAL: a write to a peer that just died
@@ -137,6 +139,10 @@ std::string GlooCommunicator::member_name(int rank) const {
 void GlooCommunicator::connect_store() {
   const HostPort at = options_.store_address;
   if (rank() == 0) {
+    if (options_.job_token.empty())
+      std::cerr << "warning: this job has no job token (DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE; "
+                   "dist-launch makes one), so any process that can reach "
+                << at.to_string() << " can join its rendezvous; see SECURITY.md" << std::endl;
     StoreHostChoice host;
     if (!options_.store_in_process) {
       host = locate_store_host();
@@ -144,7 +150,7 @@ void GlooCommunicator::connect_store() {
     }
     if (host.binary.empty()) {
       try {
-        server_ = std::make_unique<StoreServer>(at);
+        server_ = std::make_unique<StoreServer>(at, options_.job_token);
       } catch (const std::exception& e) {
         throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
                                              " (", self().name, "): ", e.what(),
@@ -154,7 +160,7 @@ void GlooCommunicator::connect_store() {
       std::vector<std::string> names;
       for (const auto& member : options_.members) names.push_back(member.name);
       start_store_host({host.binary, at, names, options_.rendezvous_timeout,
-                        options_.collective_timeout, self().name});
+                        options_.collective_timeout, self().name, options_.job_token});
     }
   }
   // A store that already lists this task as joined, or that is closing, is not this job's: the
@@ -166,7 +172,7 @@ void GlooCommunicator::connect_store() {
   const auto deadline = Clock::now() + wait;
   while (true) {
     try {
-      store_ = connect_to(at, wait);
+      store_ = connect_to(at, wait, options_.job_token);
     } catch (const std::exception& e) {
       if (rank() == 0)
         throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
@@ -236,24 +242,59 @@ void GlooCommunicator::wait_for_all(const std::string& prefix, const char* what)
   }
 }
 
+int64_t GlooCommunicator::print_refusals(const std::string& log, int64_t shown) const {
+  std::istringstream lines(log);
+  int64_t last = shown;
+  int64_t skipped = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.find(' ');
+    int64_t number = 0;
+    try {
+      number = std::stoll(line.substr(0, space));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (number <= shown) continue;
+    if (last == shown && number > shown + 1) skipped = number - shown - 1;
+    if (skipped > 0) {
+      std::cerr << "rendezvous store at " << options_.store_address.to_string() << ": refused "
+                << skipped << " more connection(s)" << std::endl;
+      skipped = 0;
+    }
+    std::cerr << "rendezvous store at " << options_.store_address.to_string() << ": refused "
+              << line.substr(space + 1) << std::endl;
+    last = number;
+  }
+  return last;
+}
+
 void GlooCommunicator::heartbeat_loop() {
   // Its own connection: the main connection may be blocked in a long wait.
   c10::intrusive_ptr<StoreClient> store;
   try {
-    store = connect_to(options_.store_address, options_.rendezvous_timeout);
+    store = connect_to(options_.store_address, options_.rendezvous_timeout, options_.job_token);
   } catch (...) {
     return;  // the store is gone; collectives will report it
   }
   const std::string key = "alive/" + self().name;
-  while (!stopping_) {
+  int64_t refusals_shown = 0;
+  for (int64_t beat = 0; !stopping_; ++beat) {
     try {
       store->add(key, 1);
       store->set("issued/" + self().name, bytes(std::to_string(issued_.load())));
+      // Rank 0 tells its user, every 2 s, whom the store turned away.
+      if (rank() == 0 && beat % 4 == 0 && store->check({store::kRefusalLogKey}))
+        refusals_shown = print_refusals(text(store->get(store::kRefusalLogKey)), refusals_shown);
     } catch (...) {
       return;
     }
     for (int i = 0; i < 10 && !stopping_; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  try {  // and whom it turned away since the last look
+    if (rank() == 0 && store->check({store::kRefusalLogKey}))
+      print_refusals(text(store->get(store::kRefusalLogKey)), refusals_shown);
+  } catch (...) {
   }
 }
 
@@ -271,7 +312,7 @@ void GlooCommunicator::fail_collective(const std::string& what, int64_t sequence
   std::string failures;  // members that failed on their own (abort) and published why
   c10::intrusive_ptr<StoreClient> store;
   try {
-    store = connect_to(options_.store_address, std::chrono::seconds(3));
+    store = connect_to(options_.store_address, std::chrono::seconds(3), options_.job_token);
     failures = failure_reports(*store);
     if (!failures.empty()) {
       // That is the whole story.

@@ -70,6 +70,9 @@ class GlooCommunicator : public Communicator {
   void stop_heartbeat();
   void wait_for_all(const std::string& prefix, const char* what);
   void heartbeat_loop();
+  // Prints the refusal log's lines numbered above `shown` (store_protocol.h, kRefusalLogKey);
+  // returns the last number printed.
+  int64_t print_refusals(const std::string& log, int64_t shown) const;
   void check_usable(const char* what) const;
   using C10dWork = c10::intrusive_ptr<c10d::Work>;
   // What a collective is, as every member must agree before its data moves.

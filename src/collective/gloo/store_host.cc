@@ -114,9 +114,18 @@ void start_store_host(const StoreHostRequest& request) {
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], child_fd);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  // The environment, with DIST_JOB_TOKEN set to the job's token (the command line would show it
+  // to every user of the machine in ps).
+  std::vector<std::string> environment;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "DIST_JOB_TOKEN", 14) != 0) environment.emplace_back(*e);
+  environment.push_back("DIST_JOB_TOKEN=" + request.job_token);
+  std::vector<char*> envp;
+  for (auto& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
   const int spawned =
-      posix_spawn(&pid, request.binary.c_str(), &actions, nullptr, argv.data(), environ);
+      posix_spawn(&pid, request.binary.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   if (spawned != 0) {

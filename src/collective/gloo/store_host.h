@@ -38,6 +38,7 @@ struct StoreHostRequest {
   std::chrono::milliseconds rendezvous_timeout;
   std::chrono::milliseconds collective_timeout;
   std::string requested_by;  // for messages: "worker:0"
+  std::string job_token;     // reaches the host in its environment, never on its command line
 };
 
 // Starts dist-store-host and returns once its store accepts connections. Throws

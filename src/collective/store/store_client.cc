@@ -63,7 +63,8 @@ int connect_once(const HostPort& at, Clock::time_point deadline, std::string* wh
 
 }  // namespace
 
-StoreClient::StoreClient(const HostPort& at, milliseconds timeout) : Store(timeout), at_(at) {
+StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::string& job_token)
+    : Store(timeout), at_(at) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "no address";
   while (true) {
@@ -75,9 +76,15 @@ StoreClient::StoreClient(const HostPort& at, milliseconds timeout) : Store(timeo
     throw CollectiveError(detail::concat("cannot reach the rendezvous store at ", at_.to_string(),
                                          " within ", timeout.count() / 1000.0, " s: ", why));
   store::Writer hello;
-  hello.u8(static_cast<uint8_t>(Op::kHello)).str(store::kMagic).u32(store::kVersion);
-  if (call(hello, timeout).status != Status::kOk)
-    fail("it refused this client's hello (a different version of distribute?)");
+  hello.u8(static_cast<uint8_t>(Op::kHello)).str(store::kMagic).u32(store::kVersion).str(job_token);
+  const Reply answer = call(hello, timeout);
+  if (answer.status != Status::kOk) {
+    store::Reader why(answer.body.data(), answer.body.size());
+    const std::string text = why.str(store::kMaxFrameBytes);
+    fail(detail::concat("it refused this process: ", why.ok() ? text : "a malformed answer",
+                        "; every worker of a job needs the same DIST_JOB_TOKEN (or "
+                        "DIST_JOB_TOKEN_FILE) and the same version of distribute"));
+  }
 }
 
 StoreClient::~StoreClient() {

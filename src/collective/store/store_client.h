@@ -21,9 +21,10 @@ namespace dist::collective {
 class StoreClient : public c10d::Store {
  public:
   // Connects to `at`, retrying until `timeout` has passed (the server may start later), and
-  // says hello. `timeout` is also how long get() and wait() wait for keys. Throws
-  // CollectiveError naming the address.
-  StoreClient(const HostPort& at, std::chrono::milliseconds timeout);
+  // says hello with `job_token`. `timeout` is also how long get() and wait() wait for keys.
+  // Throws CollectiveError naming the address (and, when the server refuses the token, saying
+  // so).
+  StoreClient(const HostPort& at, std::chrono::milliseconds timeout, const std::string& job_token);
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;

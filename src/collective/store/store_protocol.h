@@ -5,8 +5,10 @@
 // A frame is a little-endian u32 body length, then the body. A request body is one op byte and
 // its fields; a reply body is one status byte and its fields. Fields: a string or byte string is
 // a u32 length and the bytes; a number is an i64. The first request on a connection must be
-// kHello with kMagic and kVersion, or the server closes it. A frame longer than kMaxFrameBytes
-// is refused from its length alone, before anything is allocated, and the connection closed.
+// kHello with kMagic, kVersion and the job's token (empty when the job has none), or the server
+// closes it; before the hello, a frame may declare at most kMaxHelloBytes. A frame longer than
+// kMaxFrameBytes is refused from its length alone, before anything is allocated, and the connection
+// closed.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,7 @@
 namespace dist::collective::store {
 
 constexpr char kMagic[] = "dist-store";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the hello carries the job token
 
 // Limits, documented in README ("Multi-worker training"): rendezvous values are addresses and
 // short start-up records, so these are generous.
@@ -25,9 +27,17 @@ constexpr uint32_t kMaxFrameBytes = 64u << 20;  // 64 MiB per message
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxKeysPerRequest = 4096;
 constexpr int kMaxConnections = 1024;
+constexpr uint32_t kMaxTokenBytes = 1024;
+constexpr uint32_t kMaxHelloBytes = 2048;  // a stranger cannot make the server hold more
+constexpr int kHelloTimeoutMs = 10000;     // a connection silent this long is closed
+
+// The server's own key: the latest refused connections, one per line, "<number> <peer>:
+// <reason>", the last kRefusalLogLines of them. The chief prints new lines (GlooCommunicator).
+constexpr char kRefusalLogKey[] = "dist/refused";
+constexpr size_t kRefusalLogLines = 32;
 
 enum class Op : uint8_t {
-  kHello = 1,       // magic, version
+  kHello = 1,       // magic, version, token -> kOk | kError with why
   kSet = 2,         // key, value
   kGet = 3,         // key -> value | kNotFound
   kAdd = 4,         // key, i64 delta -> i64 (a missing key counts as 0)

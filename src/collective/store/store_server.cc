@@ -27,6 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 struct StoreServer::Client {
   int fd = -1;
+  std::string peer;  // "127.0.0.1:51234", for the refusal log
+  Clock::time_point accepted;
   bool said_hello = false;
   Bytes in;   // received, not yet handled
   Bytes out;  // replies not yet sent
@@ -67,9 +69,27 @@ int64_t add_to(Bytes& value, int64_t delta) {
   return now;
 }
 
+std::string peer_of(const sockaddr_storage& peer) {
+  char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
+  getnameinfo(reinterpret_cast<const sockaddr*>(&peer), sizeof(peer), host, sizeof(host), port,
+              sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+  return std::string(host) + ":" + port;
+}
+
+// Equal strings, in time that depends only on their lengths (a token is not guessed byte by
+// byte from how fast the server answers).
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
-StoreServer::StoreServer(const HostPort& at) : address_(at) {
+StoreServer::StoreServer(const HostPort& at, std::string job_token)
+    : address_(at), job_token_(std::move(job_token)) {
   std::string why = "no address";
   const store::AddressList addresses = store::resolve(at, &why);
   if (!addresses) throw bind_error(at, why);
@@ -156,15 +176,20 @@ void StoreServer::serve() {
     for (size_t i = drop.size(); i-- > 0;)
       if (drop[i]) clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
     answer_waits();
+    close_silent_clients();
   }
 }
 
 void StoreServer::accept_clients() {
   while (true) {
-    const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage peer{};
+    socklen_t length = sizeof(peer);
+    const int fd = accept4(listener_, reinterpret_cast<sockaddr*>(&peer), &length,
+                           SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
     if (static_cast<int>(clients_.size()) >= store::kMaxConnections) {
-      ++refused_connections_;
+      refuse(peer_of(peer),
+             "too many connections (at most " + std::to_string(store::kMaxConnections) + ")");
       close(fd);
       continue;
     }
@@ -172,6 +197,8 @@ void StoreServer::accept_clients() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     auto client = std::make_unique<Client>();
     client->fd = fd;
+    client->peer = peer_of(peer);
+    client->accepted = Clock::now();
     clients_.push_back(std::move(client));
   }
 }
@@ -183,9 +210,13 @@ bool StoreServer::read_from(Client& c) {
     const ssize_t n = recv(c.fd, buffer, sizeof(buffer), 0);
     if (n > 0) {
       c.in.insert(c.in.end(), buffer, buffer + n);
+      if (!c.said_hello && c.in.size() >= 4 &&
+          store::read_u32(c.in.data()) > store::kMaxHelloBytes) {
+        refuse(c.peer, "its first message is not the store's hello");
+        return false;
+      }
       if (c.in.size() >= 4 && store::read_u32(c.in.data()) > store::kMaxFrameBytes) {
         ++refused_requests_;
-        if (!c.said_hello) ++refused_connections_;
         return false;
       }
       if (c.in.size() > store::kMaxFrameBytes + 4u) return false;  // several frames pipelined
@@ -219,8 +250,23 @@ bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
   if (!c.said_hello) {
     const std::string magic = in.str(64);
     const uint32_t version = in.u32();
-    if (op != Op::kHello || !in.ok() || magic != store::kMagic || version != store::kVersion) {
-      ++refused_connections_;
+    const std::string token = in.str(store::kMaxTokenBytes);
+    if (op != Op::kHello || magic != store::kMagic) {
+      refuse(c.peer, "its first message is not the store's hello");
+      return false;
+    }
+    if (version != store::kVersion || !in.ok() || !in.at_end()) {
+      refuse(c.peer, "a hello of another protocol version (" + std::to_string(version) + ")");
+      c.out = reply_error("this store speaks protocol version " + std::to_string(store::kVersion) +
+                          ": run the same version of distribute on every worker");
+      flush(c);
+      return false;
+    }
+    if (!same_token(token, job_token_)) {
+      refuse(c.peer, token.empty() ? "no job token" : "a wrong job token");
+      c.out = reply_error(token.empty() ? "this job needs a job token"
+                                        : "the job token does not match this job's");
+      flush(c);
       return false;
     }
     c.said_hello = true;
@@ -338,6 +384,26 @@ void StoreServer::answer_waits() {
     c->waiting_for.reset();
     c->out = reply(all ? Status::kOk : Status::kTimeout);
     flush(*c);  // a failure shows at the next poll as POLLERR/POLLHUP
+  }
+}
+
+void StoreServer::refuse(const std::string& peer, const std::string& why) {
+  const int64_t number = ++refused_connections_;
+  std::lock_guard<std::mutex> lock(mu_);
+  refusal_log_.push_back(std::to_string(number) + " " + peer + ": " + why);
+  if (refusal_log_.size() > store::kRefusalLogLines) refusal_log_.erase(refusal_log_.begin());
+  std::string text;
+  for (const auto& line : refusal_log_) text += line + "\n";
+  data_[store::kRefusalLogKey].assign(text.begin(), text.end());
+}
+
+void StoreServer::close_silent_clients() {
+  const auto limit = Clock::now() - std::chrono::milliseconds(store::kHelloTimeoutMs);
+  for (size_t i = clients_.size(); i-- > 0;) {
+    if (clients_[i]->said_hello || clients_[i]->accepted > limit) continue;
+    refuse(clients_[i]->peer,
+           "no hello within " + std::to_string(store::kHelloTimeoutMs / 1000) + " s");
+    clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 }
 

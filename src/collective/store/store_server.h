@@ -3,6 +3,11 @@
 // wildcard, and refuses a message longer than store::kMaxFrameBytes from its declared length,
 // before allocating it. It serves until destroyed.
 //
+// With a job token, a connection must present it in its hello before it can read or write
+// anything; a wrong token, a malformed hello, or silence for store::kHelloTimeoutMs closes the
+// connection and is recorded (refused_connections(), and the log under store::kRefusalLogKey)
+// while every other client goes on undisturbed.
+//
 // It does not depend on LibTorch or the rest of the library: dist-store-host (tools/) compiles
 // it in directly.
 #pragma once
@@ -24,7 +29,9 @@ class StoreServer {
  public:
   // Binds at.host (a name or a numeric address; its first IPv4 or IPv6 address) and at.port (0:
   // any free port). Throws std::runtime_error saying why it cannot (port in use, unknown host).
-  explicit StoreServer(const HostPort& at);
+  // `job_token`: what every client's hello must carry (compared in constant time); empty: a
+  // job without a token, whose clients send an empty one.
+  explicit StoreServer(const HostPort& at, std::string job_token = "");
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -53,8 +60,12 @@ class StoreServer {
   bool handle(Client& client, const uint8_t* body, size_t size);
   bool flush(Client& client);
   void answer_waits();
+  // Counts and logs a refused connection (under kRefusalLogKey); the caller drops it.
+  void refuse(const std::string& peer, const std::string& why);
+  void close_silent_clients();
 
   HostPort address_;
+  std::string job_token_;
   int listener_ = -1;
   int wake_[2] = {-1, -1};  // the destructor writes here to stop serve()
   std::thread thread_;
@@ -63,6 +74,7 @@ class StoreServer {
   std::vector<std::unique_ptr<Client>> clients_;  // serve()'s thread only
   std::atomic<int64_t> refused_connections_{0};
   std::atomic<int64_t> refused_requests_{0};
+  std::vector<std::string> refusal_log_;  // under mu_: the last kRefusalLogLines lines
 };
 
 }  // namespace dist::collective

@@ -1,0 +1,284 @@
+// Multi-worker dist-train started the ways a cluster starts it: Open MPI's real mpirun, a real
+// single-node Slurm's srun (daemons started by the test, slurm_cluster.sh), and dist-launch
+// restarting a job after kill -9 of a worker; and a job that strangers knock on. Real processes
+// on 127.0.0.1, every one bounded in time.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "collective/store/store_client.h"
+#include "dist/core/error.h"
+#include "dist/train/safetensors.h"
+#include "distribute/local_cluster.h"
+#include "equivalence_data.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ProcessResult;
+using testing::WorkerProcesses;
+
+const std::string kToken = "c0ffee00c0ffee00c0ffee00c0ffee00";
+
+// 20 SGD steps of global batch 64, the same for one device and for 2 workers x 1 replica.
+std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
+                                  int max_steps = 20) {
+  return {"--strategy",
+          strategy,
+          "--optimizer",
+          "sgd",
+          "--train-examples",
+          "1280",
+          "--global-batch",
+          "64",
+          "--epochs",
+          "100",
+          "--max-steps",
+          std::to_string(max_steps),
+          "--seed",
+          "5",
+          "--no-progress",
+          "--collective-timeout",
+          "60",
+          "--save-weights",
+          weights};
+}
+
+std::vector<torch::Tensor> weights_in(const std::string& path) {
+  std::vector<torch::Tensor> values;
+  for (const auto& [name, tensor] : load_safetensors(path).tensors) values.push_back(tensor);
+  return values;
+}
+
+// Trains on one device with job_args and returns where the weights are.
+std::string one_device_weights(const testing::TempDir& dir) {
+  WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, job_args("one_device", dir.file("one.safetensors")), {});
+  const auto result = process.wait_all(240s).at(0);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  return dir.file("one.safetensors");
+}
+
+void expect_bit_identical(const std::string& a, const std::string& b) {
+  auto x = load_safetensors(a).tensors, y = load_safetensors(b).tensors;
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].first, y[i].first);
+    EXPECT_TRUE(torch::equal(x[i].second, y[i].second)) << x[i].first << " differs";
+  }
+}
+
+// The program's path on PATH (or /usr/sbin), empty if absent.
+std::string find_program(const std::string& name) {
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  path += ":/usr/sbin:/usr/bin";
+  std::istringstream dirs(path);
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
+  return "";
+}
+
+TEST(ClusterLaunchTest, MpirunStartsTwoWorkersThatReproduceOneDeviceWeights) {
+  const std::string mpirun = find_program("mpirun");
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
+  testing::TempDir dir;
+  const std::string expected = one_device_weights(dir);
+  const int port = free_loopback_ports(1).at(0);
+  std::vector<std::string> args;
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"--oversubscribe", "-np", "2", "-x", "DIST_PORT_BASE", "-x",
+                           "DIST_JOB_TOKEN", DIST_TRAIN_BINARY});
+  for (const auto& a : job_args("multi_worker", dir.file("mpi.safetensors"))) args.push_back(a);
+  WorkerProcesses launcher;
+  launcher.start(mpirun, args,
+                 {"DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
+  const auto result = launcher.wait_all(240s).at(0);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("Cluster: 2 workers from Open MPI"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("Number of devices: 2"), std::string::npos) << result.output;
+  const double diff = testing::max_relative_difference(weights_in(dir.file("mpi.safetensors")),
+                                                       weights_in(expected));
+  std::printf("mpirun, 2 workers: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
+TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWeights) {
+  if (find_program("srun").empty() || find_program("slurmctld").empty())
+    GTEST_SKIP() << "Slurm is not installed (apt-get install slurm-wlm munge)";
+  testing::TempDir dir;
+  const std::string script = std::string(DIST_SOURCE_DIR) + "/tests/tools/slurm_cluster.sh";
+  const std::string slurm_dir = dir.file("slurm");
+  std::filesystem::create_directories(slurm_dir);
+  // The daemons are stopped whatever happens below.
+  struct Stop {
+    std::string command;
+    ~Stop() { std::system(command.c_str()); }
+  } stop{"timeout -s KILL 30 " + script + " stop " + slurm_dir + " >/dev/null 2>&1"};
+  const int started = std::system(("timeout -s KILL 60 " + script + " start " + slurm_dir + " > " +
+                                   dir.file("slurm_start.log") + " 2>&1")
+                                      .c_str());
+  const std::string start_log = testing::read_file(dir.file("slurm_start.log"));
+  if (WIFEXITED(started) && WEXITSTATUS(started) == 77) GTEST_SKIP() << start_log;
+  ASSERT_EQ(started, 0) << start_log;
+
+  const std::string expected = one_device_weights(dir);
+  const int port = free_loopback_ports(1).at(0);
+  std::vector<std::string> args{"-n", "2", "--time", "5", DIST_TRAIN_BINARY};
+  for (const auto& a : job_args("multi_worker", dir.file("slurm.safetensors"))) args.push_back(a);
+  WorkerProcesses launcher;
+  launcher.start(find_program("srun"), args,
+                 {"SLURM_CONF=" + slurm_dir + "/slurm.conf",
+                  "DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
+  const auto result = launcher.wait_all(240s).at(0);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("Cluster: 2 workers from Slurm"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("Number of devices: 2"), std::string::npos) << result.output;
+  const double diff = testing::max_relative_difference(weights_in(dir.file("slurm.safetensors")),
+                                                       weights_in(expected));
+  std::printf("srun, 2 workers: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
+// The child of `parent` whose TF_CONFIG makes it task worker:`index` (dist-launch's workers).
+pid_t worker_of(pid_t parent, int index) {
+  const std::string task = "\"index\": " + std::to_string(index) + "}";
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream environ(entry.path() / "environ");
+    std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    if (env.find("TF_CONFIG=") != std::string::npos && env.find(task) != std::string::npos)
+      return std::stoi(name);
+  }
+  return -1;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  std::ifstream in(dir + "/checkpoint");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text;
+}
+
+// dist-launch --max-restarts 1: worker:1 is killed with SIGKILL after the first checkpoint;
+// the launcher stops the job, starts it again, the workers resume from the latest checkpoint,
+// and the final weights equal an uninterrupted run's bit for bit.
+TEST(ClusterLaunchTest, KilledWorkerUnderMaxRestartsResumesToTheSameWeightsBitForBit) {
+  testing::TempDir dir;
+  auto launch = [&](const std::string& name, bool kill_worker) {
+    std::vector<std::string> args{"--workers", "2", "--max-restarts", "1", "--", DIST_TRAIN_BINARY};
+    for (const auto& a : job_args("multi_worker", dir.file(name + ".safetensors"), 150))
+      args.push_back(a);
+    args.insert(args.end(),
+                {"--checkpoint-dir", dir.file(name + "_ckpt"), "--checkpoint-every", "10"});
+    WorkerProcesses launcher;
+    launcher.start(DIST_LAUNCH_BINARY, args, {});
+    if (kill_worker) {
+      // After the first checkpoint, with steps still to go.
+      const auto deadline = std::chrono::steady_clock::now() + 120s;
+      while (latest_checkpoint(dir.file(name + "_ckpt")).empty() &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(20ms);
+      const pid_t worker = worker_of(launcher.pid(0), 1);
+      EXPECT_GT(worker, 0) << "worker:1 of dist-launch not found";
+      if (worker > 0) ::kill(worker, SIGKILL);
+    }
+    return launcher.wait_all(300s).at(0);
+  };
+  const auto whole = launch("whole", false);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto restarted = launch("restarted", true);
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("[dist-launch] worker:1 exited with code 137"), std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("[dist-launch] restarting the job (restart 1 of 1)"),
+            std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("[worker:0] Resumed from "), std::string::npos)
+      << restarted.output;
+  expect_bit_identical(dir.file("whole.safetensors"), dir.file("restarted.safetensors"));
+}
+
+// Sends `count` connections of random bytes to 127.0.0.1:port.
+void knock_with_garbage(int port, int count) {
+  std::mt19937 random(11);
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) {
+      std::vector<uint8_t> junk(4 + random() % 500);
+      for (auto& b : junk) b = static_cast<uint8_t>(random());
+      send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    }
+    close(fd);
+  }
+}
+
+TEST(ClusterLaunchTest, StrangersAtTheStorePortLeaveTheJobUndisturbed) {
+  testing::TempDir dir;
+  auto run_job = [&](const std::string& name, bool attack) {
+    const auto ports = free_loopback_ports(2);
+    WorkerProcesses workers;
+    for (int i = 0; i < 2; ++i)
+      workers.start(DIST_TRAIN_BINARY,
+                    job_args("multi_worker", dir.file(name + ".safetensors"), 200),
+                    {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_JOB_TOKEN=" + kToken});
+    std::string stranger;
+    if (attack) {
+      EXPECT_TRUE(workers.wait_for_output(0, "Number of devices: 2", 120s));
+      knock_with_garbage(ports[0], 100);
+      try {
+        collective::StoreClient client({"127.0.0.1", ports[0]}, 5s,
+                                       "not-the-token-of-this-job-0000000");
+        client.set("alive/worker:1", {'9'});
+        stranger = "admitted";
+      } catch (const CollectiveError& e) {
+        stranger = e.what();
+      }
+    }
+    auto results = workers.wait_all(300s);
+    return std::make_pair(results, stranger);
+  };
+  const auto [quiet, none] = run_job("quiet", false);
+  for (const auto& r : quiet) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto [attacked, stranger] = run_job("attacked", true);
+  for (const auto& r : attacked) ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(stranger.find("the job token does not match"), std::string::npos) << stranger;
+  // The chief names the refused connections.
+  const std::string& chief = attacked[0].output;
+  EXPECT_NE(chief.find("rendezvous store at 127.0.0.1:"), std::string::npos) << chief;
+  EXPECT_NE(chief.find(": a wrong job token"), std::string::npos) << chief;
+  EXPECT_EQ(chief.find(kToken), std::string::npos) << "the token must not be printed";
+  expect_bit_identical(dir.file("quiet.safetensors"), dir.file("attacked.safetensors"));
+}
+
+}  // namespace
+}  // namespace dist
