@@ -27,6 +27,16 @@ void expect_error(F call, const std::vector<std::string>& parts) {
   }
 }
 
+// `env` with `name` set to `value`, or removed when `value` is empty.
+EnvironmentVariables changed(EnvironmentVariables env, const std::string& name,
+                             const std::string& value) {
+  if (value.empty())
+    env.erase(name);
+  else
+    env[name] = value;
+  return env;
+}
+
 std::vector<std::string> addresses(const ClusterConfig& config) {
   return config.cluster.jobs().at("worker");
 }
@@ -104,12 +114,7 @@ TEST(SlurmClusterResolverTest, PlacesTasksInBlocksWithAPortPerLocalTask) {
 
 TEST(SlurmClusterResolverTest, MalformedOrInconsistentValuesAreNamedErrors) {
   auto with = [](int rank, const std::string& name, const std::string& value) {
-    auto env = slurm_task(rank);
-    if (value.empty())
-      env.erase(name);
-    else
-      env[name] = value;
-    return env;
+    return changed(slurm_task(rank), name, value);
   };
   const std::vector<std::tuple<EnvironmentVariables, std::vector<std::string>>> cases = {
       {with(0, "SLURM_PROCID", "x"), {"SLURM_PROCID='x'", "not a non-negative integer"}},
@@ -170,12 +175,7 @@ TEST(MpiClusterResolverTest, MalformedOrInconsistentValuesAreNamedErrors) {
                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                                      {"DIST_NODE_LIST", "h[1-2]"}};
   auto with = [&](const std::string& name, const std::string& value) {
-    auto env = good;
-    if (value.empty())
-      env.erase(name);
-    else
-      env[name] = value;
-    return env;
+    return changed(good, name, value);
   };
   const std::vector<std::tuple<EnvironmentVariables, std::vector<std::string>>> cases = {
       {with("OMPI_COMM_WORLD_SIZE", "two"), {"OMPI_COMM_WORLD_SIZE='two'"}},

@@ -91,6 +91,19 @@ std::string find_program(const std::string& name) {
   return "";
 }
 
+// The launcher's run of job_args under 2 workers found its cluster through `source` and ended
+// with one device's weights (`expected`) within 1e-5.
+void expect_two_workers_reached(const ProcessResult& result, const std::string& source,
+                                const std::string& weights, const std::string& expected) {
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("Cluster: 2 workers from " + source), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("Number of devices: 2"), std::string::npos) << result.output;
+  const double diff = testing::max_relative_difference(weights_in(weights), weights_in(expected));
+  std::printf("%s, 2 workers: max relative difference %.3g\n", source.c_str(), diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
 TEST(ClusterLaunchTest, MpirunStartsTwoWorkersThatReproduceOneDeviceWeights) {
   const std::string mpirun = find_program("mpirun");
   if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
@@ -105,15 +118,8 @@ TEST(ClusterLaunchTest, MpirunStartsTwoWorkersThatReproduceOneDeviceWeights) {
   WorkerProcesses launcher;
   launcher.start(mpirun, args,
                  {"DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
-  const auto result = launcher.wait_all(240s).at(0);
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("Cluster: 2 workers from Open MPI"), std::string::npos)
-      << result.output;
-  EXPECT_NE(result.output.find("Number of devices: 2"), std::string::npos) << result.output;
-  const double diff = testing::max_relative_difference(weights_in(dir.file("mpi.safetensors")),
-                                                       weights_in(expected));
-  std::printf("mpirun, 2 workers: max relative difference %.3g\n", diff);
-  EXPECT_LT(diff, 1e-5);
+  expect_two_workers_reached(launcher.wait_all(240s).at(0), "Open MPI", dir.file("mpi.safetensors"),
+                             expected);
 }
 
 TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWeights) {
@@ -143,15 +149,8 @@ TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWe
   launcher.start(find_program("srun"), args,
                  {"SLURM_CONF=" + slurm_dir + "/slurm.conf",
                   "DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
-  const auto result = launcher.wait_all(240s).at(0);
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("Cluster: 2 workers from Slurm"), std::string::npos)
-      << result.output;
-  EXPECT_NE(result.output.find("Number of devices: 2"), std::string::npos) << result.output;
-  const double diff = testing::max_relative_difference(weights_in(dir.file("slurm.safetensors")),
-                                                       weights_in(expected));
-  std::printf("srun, 2 workers: max relative difference %.3g\n", diff);
-  EXPECT_LT(diff, 1e-5);
+  expect_two_workers_reached(launcher.wait_all(240s).at(0), "Slurm", dir.file("slurm.safetensors"),
+                             expected);
 }
 
 // The child of `parent` whose TF_CONFIG makes it task worker:`index` (dist-launch's workers).
