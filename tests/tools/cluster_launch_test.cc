@@ -23,12 +23,15 @@
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/weight_files.h"
 
 namespace dist {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::expect_same_weights;
 using testing::ProcessResult;
+using testing::weights_in;
 using testing::WorkerProcesses;
 
 const std::string kToken = "c0ffee00c0ffee00c0ffee00c0ffee00";
@@ -57,12 +60,6 @@ std::vector<std::string> job_args(const std::string& strategy, const std::string
           weights};
 }
 
-std::vector<torch::Tensor> weights_in(const std::string& path) {
-  std::vector<torch::Tensor> values;
-  for (const auto& [name, tensor] : load_safetensors(path).tensors) values.push_back(tensor);
-  return values;
-}
-
 // Trains on one device with job_args and returns where the weights are.
 std::string one_device_weights(const testing::TempDir& dir) {
   WorkerProcesses process;
@@ -70,15 +67,6 @@ std::string one_device_weights(const testing::TempDir& dir) {
   const auto result = process.wait_all(240s).at(0);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return dir.file("one.safetensors");
-}
-
-void expect_bit_identical(const std::string& a, const std::string& b) {
-  auto x = load_safetensors(a).tensors, y = load_safetensors(b).tensors;
-  ASSERT_EQ(x.size(), y.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_EQ(x[i].first, y[i].first);
-    EXPECT_TRUE(torch::equal(x[i].second, y[i].second)) << x[i].first << " differs";
-  }
 }
 
 // The program's path on PATH (or /usr/sbin), empty if absent.
@@ -220,7 +208,7 @@ TEST(ClusterLaunchTest, KilledWorkerUnderMaxRestartsResumesToTheSameWeightsBitFo
       << restarted.output;
   EXPECT_NE(restarted.output.find("[worker:0] Resumed from "), std::string::npos)
       << restarted.output;
-  expect_bit_identical(dir.file("whole.safetensors"), dir.file("restarted.safetensors"));
+  expect_same_weights(dir.file("whole.safetensors"), dir.file("restarted.safetensors"));
 }
 
 // Sends `count` connections of random bytes to 127.0.0.1:port.
@@ -276,7 +264,7 @@ TEST(ClusterLaunchTest, StrangersAtTheStorePortLeaveTheJobUndisturbed) {
   EXPECT_NE(chief.find("rendezvous store at 127.0.0.1:"), std::string::npos) << chief;
   EXPECT_NE(chief.find(": a wrong job token"), std::string::npos) << chief;
   EXPECT_EQ(chief.find(kToken), std::string::npos) << "the token must not be printed";
-  expect_bit_identical(dir.file("quiet.safetensors"), dir.file("attacked.safetensors"));
+  expect_same_weights(dir.file("quiet.safetensors"), dir.file("attacked.safetensors"));
 }
 
 }  // namespace

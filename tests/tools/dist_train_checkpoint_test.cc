@@ -16,11 +16,13 @@
 #include "distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/weight_files.h"
 
 namespace dist {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::expect_same_weights;
 using testing::ProcessResult;
 using testing::WorkerProcesses;
 
@@ -55,14 +57,6 @@ ProcessResult run(const std::vector<std::string>& args,
 std::string latest_name(const std::string& dir) {
   std::ifstream in(dir + "/checkpoint");
   return nlohmann::json::parse(in)["latest"].get<std::string>();
-}
-
-void expect_same_weights(const std::string& path_a, const std::string& path_b) {
-  auto a = load_safetensors(path_a).tensors;
-  auto b = load_safetensors(path_b).tensors;
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
 }
 
 TEST(DistTrainCheckpointTest, AResumedRunEndsWithTheSameWeightsBitForBit) {

@@ -14,12 +14,15 @@
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/weight_files.h"
 
 namespace dist {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::expect_same_weights;
 using testing::ProcessResult;
+using testing::weights_in;
 using testing::WorkerProcesses;
 
 // 640 examples in global batches of 64: 10 steps per epoch.
@@ -55,21 +58,6 @@ nlohmann::json last_json(const std::string& output) {
     if (line.rfind("{", 0) == 0) json = line;
   EXPECT_FALSE(json.empty()) << "no JSON result line in:\n" << output;
   return json.empty() ? nlohmann::json::object({{"missing", true}}) : nlohmann::json::parse(json);
-}
-
-std::vector<torch::Tensor> weights_in(const std::string& path) {
-  std::vector<torch::Tensor> values;
-  for (const auto& [name, tensor] : load_safetensors(path).tensors) values.push_back(tensor);
-  return values;
-}
-
-void expect_same_weights(const std::string& a, const std::string& b) {
-  auto x = load_safetensors(a).tensors, y = load_safetensors(b).tensors;
-  ASSERT_EQ(x.size(), y.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_EQ(x[i].first, y[i].first);
-    EXPECT_TRUE(torch::equal(x[i].second, y[i].second)) << x[i].first << " differs";
-  }
 }
 
 TEST(DistTrainFitTest, FitTakesTheCustomLoopsStepsBitForBit) {

@@ -277,23 +277,25 @@ void GlooCommunicator::heartbeat_loop() {
     return;  // the store is gone; collectives will report it
   }
   const std::string key = "alive/" + self().name;
+  // Rank 0 tells its user whom the store turned away: every 2 s, and once at the end.
   int64_t refusals_shown = 0;
+  auto show_refusals = [&] {
+    if (rank() == 0 && store->check({store::kRefusalLogKey}))
+      refusals_shown = print_refusals(text(store->get(store::kRefusalLogKey)), refusals_shown);
+  };
   for (int64_t beat = 0; !stopping_; ++beat) {
     try {
       store->add(key, 1);
       store->set("issued/" + self().name, bytes(std::to_string(issued_.load())));
-      // Rank 0 tells its user, every 2 s, whom the store turned away.
-      if (rank() == 0 && beat % 4 == 0 && store->check({store::kRefusalLogKey}))
-        refusals_shown = print_refusals(text(store->get(store::kRefusalLogKey)), refusals_shown);
+      if (beat % 4 == 0) show_refusals();
     } catch (...) {
       return;
     }
     for (int i = 0; i < 10 && !stopping_; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  try {  // and whom it turned away since the last look
-    if (rank() == 0 && store->check({store::kRefusalLogKey}))
-      print_refusals(text(store->get(store::kRefusalLogKey)), refusals_shown);
+  try {
+    show_refusals();
   } catch (...) {
   }
 }

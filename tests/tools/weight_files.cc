@@ -1,0 +1,24 @@
+#include "tools/weight_files.h"
+
+#include <gtest/gtest.h>
+
+#include "dist/train/safetensors.h"
+
+namespace dist::testing {
+
+std::vector<torch::Tensor> weights_in(const std::string& path) {
+  std::vector<torch::Tensor> values;
+  for (const auto& [name, tensor] : load_safetensors(path).tensors) values.push_back(tensor);
+  return values;
+}
+
+void expect_same_weights(const std::string& path_a, const std::string& path_b) {
+  auto a = load_safetensors(path_a).tensors, b = load_safetensors(path_b).tensors;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
+  }
+}
+
+}  // namespace dist::testing
