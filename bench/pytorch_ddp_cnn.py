@@ -1,11 +1,12 @@
-"""PyTorch DistributedDataParallel peer of the 2-replica benchmarks.
+"""PyTorch peer of the benchmarks: DistributedDataParallel, or one plain process.
 
-Two processes on 127.0.0.1 with the gloo backend, one intra-op thread each, the tutorial
-CNN (or the 784-4096-4096-10 MLP), 64 examples per process, Adam 1e-3, per-example
-cross-entropy averaged over the global batch. Prints one line: images/s over the timed steps
-(median of the rounds).
+WORLD processes on 127.0.0.1 with the gloo backend (default 2), THREADS intra-op threads each
+(default 1), the tutorial CNN (or the 784-4096-4096-10 MLP), 64 examples per process, Adam 1e-3,
+per-example cross-entropy averaged over the global batch. WORLD=1 is a plain loop in one
+process, without DDP. Prints one line: images/s over the timed steps (median of the rounds).
+Run it as PyTorch's CPU tuning guide advises, with tcmalloc preloaded (the bench scripts do).
 
-    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30] [cnn|mlp]
+    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30] [cnn|mlp] [WORLD=2] [THREADS=1]
 """
 import os
 import socket
@@ -31,13 +32,15 @@ def make_mlp():
                          nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
 
 
-def worker(rank, world, port, rounds, steps, out, model_name):
-    torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def worker(rank, world, port, rounds, steps, out, model_name, threads):
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(make_cnn() if model_name == "cnn" else make_mlp())
+    model = make_cnn() if model_name == "cnn" else make_mlp()
+    if world > 1:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.rand(64, 1, 28, 28)
     y = torch.randint(0, 10, (64,))
@@ -53,14 +56,16 @@ def worker(rank, world, port, rounds, steps, out, model_name):
         step()
     times = []
     for _ in range(rounds):
-        dist.barrier()
+        if world > 1:
+            dist.barrier()
         start = time.perf_counter()
         for _ in range(steps):
             step()
         times.append((time.perf_counter() - start) / steps)
     if rank == 0:
         out.put(64 * world / statistics.median(times))
-    dist.destroy_process_group()
+    if world > 1:
+        dist.destroy_process_group()
 
 
 def free_port():
@@ -75,13 +80,16 @@ if __name__ == "__main__":
     model_name = sys.argv[3] if len(sys.argv) > 3 else "cnn"
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    world = 2
+    world = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+    threads = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, rounds, steps, out, model_name)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, rounds, steps, out, model_name, threads))
+             for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=600)
         if p.exitcode != 0:
             sys.exit(f"a DDP worker failed (exit code {p.exitcode})")
-    print(f"pytorch ddp {model_name} 2x1: {out.get(timeout=10):.0f} images/s")
+    kind = "ddp" if world > 1 else "plain"
+    print(f"pytorch {kind} {model_name} {world}x{threads}: {out.get(timeout=10):.0f} images/s")

@@ -8,6 +8,7 @@ packages=(
   libtorch-dev          # tensors, autograd, layers, optimizers (CPU build, 1.13)
   libgloo-dev           # headers c10d's ProcessGroupGloo needs
   libopenblas0-openmp   # BLAS for LibTorch; the reference BLAS is ~10x slower
+  libgoogle-perftools-dev  # tcmalloc, linked into every executable (cmake/DistAllocator.cmake)
   zlib1g-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   protobuf-compiler     # tests decode TensorBoard event files with protoc --decode_raw

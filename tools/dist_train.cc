@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
                  "event files and LOG_DIR/metrics.csv)");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   bool no_progress = false;
+  app.add_option("--mixed-precision", o.mixed_precision,
+                 "float32 | bf16 (compute in bfloat16, variables float32; Keras' "
+                 "mixed_bfloat16) | fp16 (GPU only)")
+      ->capture_default_str();
   app.add_flag("--no-progress", no_progress, "only print per-epoch lines");
   bool unchecked = false;
   app.add_flag("--unchecked-collectives", unchecked,

@@ -8,6 +8,7 @@
 #include "dist/data/mnist.h"
 #include "dist/keras/callbacks.h"
 #include "dist/models/keras_models.h"
+#include "dist/train/mixed_precision.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -116,6 +117,15 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
     fit.callbacks.push_back(std::make_shared<keras::callbacks::CSVLogger>(
         options.log_dir + "/metrics.csv", ',', /*append=*/true));
   }
+  // fit runs under the global policy, as in Keras; restored after, since a test may train again
+  // in the same process.
+  const auto precision = mixed_precision::policy_from_name(options.mixed_precision);
+  const auto previous_policy = mixed_precision::global_policy();
+  mixed_precision::set_global_policy(precision);
+  struct RestorePolicy {
+    mixed_precision::Policy policy;
+    ~RestorePolicy() { mixed_precision::set_global_policy(policy); }
+  } restore{previous_policy};
   keras::History history = model.fit(job.train, fit);
 
   TrainResult result;
@@ -123,6 +133,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.strategy = strategy.name();
   result.num_replicas_in_sync = job.replicas;
   result.global_batch = global_batch;
+  result.mixed_precision = mixed_precision::policy_name(precision);
   result.steps = model.global_step();
   if (backup) {
     result.resumed_at_step = backup->resumed_at_step();

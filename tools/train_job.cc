@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "dist/core/allocator.h"
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
 #include "dist/distribute/cluster_resolver.h"
@@ -24,6 +25,7 @@
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
+#include "dist/train/mixed_precision.h"
 #include "dist/train/preemption.h"
 #include "dist/train/progress_bar.h"
 #include "dist/train/safetensors.h"
@@ -41,6 +43,7 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 void check_options(const TrainOptions& options) {
+  mixed_precision::check_supported(mixed_precision::policy_from_name(options.mixed_precision));
   DIST_CHECK_ARG(options.epochs >= 1, "--epochs must be at least 1, got ", options.epochs);
   DIST_CHECK_ARG(std::isfinite(options.lr) && options.lr > 0,
                  "--lr must be a positive finite number, got ", options.lr);
@@ -158,6 +161,8 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
           {"--seed", std::to_string(options.seed)},
           {"--epochs", std::to_string(options.epochs)},
           {"--max-steps", std::to_string(options.max_steps)},
+          {"--mixed-precision", mixed_precision::policy_name(
+                                    mixed_precision::policy_from_name(options.mixed_precision))},
           {"the global batch", std::to_string(job.global_batch)},
           {"the training examples", std::to_string(job.num_train)},
           {"the test examples", std::to_string(job.test.cardinality())},
@@ -285,6 +290,7 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
   auto model = strategy.mirror(models::make_model(options.model));
   auto optimizer = make_optimizer(strategy, model, options);
   SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, Reduction::kNone);
+  const auto precision = mixed_precision::policy_from_name(options.mixed_precision);
 
   metrics::Mean train_loss("train_loss"), test_loss("test_loss");
   metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy"),
@@ -301,6 +307,7 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
   result.strategy = strategy.name();
   result.num_replicas_in_sync = replicas;
   result.global_batch = global_batch;
+  result.mixed_precision = mixed_precision::policy_name(precision);
   int64_t images = 0;
   const bool interactive = chief && ProgressBar::stdout_is_terminal();
 
@@ -353,7 +360,8 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
       strategy.run(
           [&](const Element& b) {
             torch::NoGradGuard no_grad;
-            auto logits = model->forward(b[0]);
+            auto logits =
+                mixed_precision::forward_in_policy([&] { return model->forward(b[0]); }, precision);
             test_loss.update_state(loss_fn(b[1], logits));
             test_accuracy.update_state(b[1], logits);
           },
@@ -401,7 +409,8 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
     for (const auto& batch : batches) {
       auto losses = strategy.run(
           [&](const Element& b) {
-            auto logits = model->forward(b[0]);
+            auto logits =
+                mixed_precision::forward_in_policy([&] { return model->forward(b[0]); }, precision);
             auto loss = compute_average_loss(loss_fn(b[1], logits));
             loss.backward();
             optimizer->apply_gradients();
@@ -509,7 +518,10 @@ std::string to_json_line(const TrainResult& r) {
                         {"test_loss", r.test_loss},
                         {"test_accuracy", r.test_accuracy},
                         {"resumed_at_step", r.resumed_at_step},
-                        {"interrupted", r.interrupted}}
+                        {"interrupted", r.interrupted},
+                        {"mixed_precision", r.mixed_precision},
+                        // What the figures ran on: malloc decides speed (issue 13).
+                        {"malloc", malloc_name()}}
       .dump();
 }
 

@@ -33,6 +33,8 @@ struct TrainOptions {
   double lr = 1e-3;
   std::string optimizer = "adam";  // adam | sgd
   std::string model = "cnn";       // cnn | mlp
+  // Compute precision (mixed_precision.h): float32 | bf16 (mixed_bfloat16) | fp16 (GPU only).
+  std::string mixed_precision = "float32";
   uint64_t seed = 42;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t train_examples = -1;   // use only the first N training examples; -1: all
@@ -65,6 +67,7 @@ struct TrainResult {
   int64_t resumed_at_step = -1;  // the checkpoint's step when the run resumed; -1: fresh
   bool interrupted = false;      // stopped by SIGTERM/SIGINT after the current step
   std::string last_checkpoint;   // path of the last checkpoint written (chief), if any
+  std::string mixed_precision = "float32";  // the policy's Keras name
 };
 
 // InvalidArgument naming the flag when a value is out of range (0 is "the default" only where

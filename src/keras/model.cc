@@ -7,6 +7,7 @@
 #include "dist/core/error.h"
 #include "dist/keras/callbacks.h"
 #include "dist/train/metrics.h"
+#include "dist/train/mixed_precision.h"
 #include "dist/train/safetensors.h"
 #include "graph_module.h"
 
@@ -179,8 +180,9 @@ void check_compiled(const ModelState& s, const char* what) {
 void set_training(ModelState& s, bool on) { s.mirrored->train(on); }
 
 // The calling replica's copy applied to x (the primary outside run()).
+// Under the global mixed precision policy (mixed_precision.h), with float32 outputs.
 at::Tensor replica_forward(ModelState& s, const at::Tensor& x) {
-  return s.mirrored->operator->()->forward(x);
+  return mixed_precision::forward_in_policy([&] { return s.mirrored->operator->()->forward(x); });
 }
 
 void reset_metrics(ModelState& s) {
@@ -436,7 +438,7 @@ at::Tensor Model::operator()(const at::Tensor& x) const {
   auto& module = *state_->module;
   const bool was_training = module.is_training();
   module.eval();
-  at::Tensor y = module.forward(x);
+  at::Tensor y = mixed_precision::forward_in_policy([&] { return module.forward(x); });
   module.train(was_training);
   return y;
 }

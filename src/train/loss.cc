@@ -94,7 +94,11 @@ torch::Tensor Loss::operator()(const torch::Tensor& y_true, const torch::Tensor&
 torch::Tensor Loss::unreduced(const torch::Tensor& y_true, const torch::Tensor& y_pred,
                               const torch::Tensor& sample_weight) const {
   check_defined(name_, y_true, y_pred);
-  torch::Tensor losses = per_example(y_true, y_pred);
+  // A model under a mixed precision policy returns bfloat16 or float16 outputs; the loss (a
+  // log of a softmax, a mean of squares) is computed in float32, as Keras' guide advises.
+  const bool reduced =
+      y_pred.scalar_type() == torch::kBFloat16 || y_pred.scalar_type() == torch::kHalf;
+  torch::Tensor losses = per_example(y_true, reduced ? y_pred.to(torch::kFloat) : y_pred);
   torch::Tensor weight = detail::broadcast_sample_weight(sample_weight, losses);
   return weight.defined() ? losses * weight : losses;
 }

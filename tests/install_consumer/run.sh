@@ -17,5 +17,8 @@ if ! cmake --build "$work/build" -j 2 > "$work/build.log" 2>&1; then
   grep -E "error|readme_block" "$work/build.log" | head -40 >&2
   exit 1
 fi
-"$work/build/consumer" | tee /dev/stderr | grep -q "consumer: 42"
+# distribute::allocator gave the consumer the allocator the package was built with.
+allocator=$(sed -nE 's/^DIST_ALLOCATOR:STRING=(.*)/\1/p' "$build_dir/CMakeCache.txt")
+[[ $allocator == system ]] && allocator=glibc
+"$work/build/consumer" | tee /dev/stderr | grep -q "consumer: 42 (malloc: $allocator)"
 "$work/build/readme_blocks"

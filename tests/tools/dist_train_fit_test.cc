@@ -75,6 +75,58 @@ TEST(DistTrainFitTest, FitTakesTheCustomLoopsStepsBitForBit) {
   EXPECT_EQ(last_json(fit.output)["steps"], 20);
 }
 
+// --mixed-precision bf16: both loops compute in bfloat16 the same way (the same ops under
+// autocast, float32 outputs), so they still agree bit for bit; and bfloat16 really ran: the
+// weights differ from float32's.
+TEST(DistTrainFitTest, Bf16FitTakesTheCustomLoopsStepsBitForBit) {
+  testing::TempDir dir;
+  auto bf16 = [&](std::vector<std::string> args) {
+    args.insert(args.end(), {"--mixed-precision", "bf16"});
+    return args;
+  };
+  auto custom = run(bf16(small_job("custom", dir.file("custom.safetensors"), 1)));
+  ASSERT_EQ(custom.exit_code, 0) << custom.output;
+  auto fit = run(bf16(small_job("fit", dir.file("fit.safetensors"), 1)));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  expect_same_weights(dir.file("custom.safetensors"), dir.file("fit.safetensors"));
+  EXPECT_EQ(last_json(custom.output)["mixed_precision"], "mixed_bfloat16");
+  EXPECT_EQ(last_json(fit.output)["mixed_precision"], "mixed_bfloat16");
+  EXPECT_EQ(last_json(custom.output)["test_accuracy"], last_json(fit.output)["test_accuracy"]);
+
+  auto float32 = run(small_job("custom", dir.file("float32.safetensors"), 1));
+  ASSERT_EQ(float32.exit_code, 0) << float32.output;
+  EXPECT_EQ(last_json(float32.output)["mixed_precision"], "float32");
+  auto a = testing::weights_in(dir.file("float32.safetensors"));
+  auto b = testing::weights_in(dir.file("custom.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  bool any_differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].scalar_type(), torch::kFloat) << "variables stay float32";
+    any_differs = any_differs || !torch::equal(a[i], b[i]);
+    // Ten steps of Adam at 1e-3 from the same start: bfloat16's rounding moves weights by
+    // a fraction of a step, not more.
+    EXPECT_LT((a[i] - b[i]).abs().max().item<double>(), 0.02) << "tensor " << i;
+  }
+  EXPECT_TRUE(any_differs) << "bf16 weights equal float32's: autocast did not run";
+}
+
+TEST(DistTrainFitTest, Fp16IsRefusedOnThisCpuBuildWithTheAlternative) {
+  testing::TempDir dir;
+  auto args = small_job("custom", dir.file("w.safetensors"), 1);
+  args.insert(args.end(), {"--mixed-precision", "fp16"});
+  auto result = run(args);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("mixed_float16 needs a GPU"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("mixed_bfloat16 (bf16)"), std::string::npos) << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("w.safetensors")));
+
+  args.back() = "bf61";
+  result = run(args);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("unknown mixed precision policy 'bf61'"), std::string::npos)
+      << result.output;
+}
+
 TEST(DistTrainFitTest, FitUnderTwoWorkerProcessesEqualsFitOnOneDevice) {
   testing::TempDir dir;
   auto one = small_job("fit", dir.file("one.safetensors"), 1);

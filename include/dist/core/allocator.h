@@ -1,0 +1,21 @@
+// Which memory allocator this process runs on. The project's executables link tcmalloc (CMake
+// option DIST_ALLOCATOR; a user's executable opts in with
+// `target_link_libraries(app PRIVATE distribute::allocator)`), because with the C library's
+// malloc a training step spends more time in page faults than in arithmetic. dist-train reports
+// the answer with its figures, so a benchmark says what it measured.
+#pragma once
+
+#include <string>
+
+namespace dist {
+
+// The file name of the shared object whose `malloc` the process calls, e.g.
+// "libtcmalloc_minimal.so.4", or "libc.so.6" for the C library's own; "unknown" if the
+// dynamic linker cannot say.
+std::string malloc_library();
+
+// A short name for it: "tcmalloc", "jemalloc", "mimalloc", "glibc", or malloc_library()
+// itself for anything else.
+std::string malloc_name();
+
+}  // namespace dist
