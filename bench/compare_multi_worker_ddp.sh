@@ -16,7 +16,7 @@ for model in cnn mlp; do
     mw+=("$("$build/tools/dist-launch" --workers 2 -- "$build/bench/multi_worker_bench" multi_worker "$model" "$steps" | ips)")
     after+=("$("$build/tools/dist-launch" --workers 2 -- "$build/bench/multi_worker_bench" multi_worker_after_backward "$model" "$steps" | ips)")
     inproc+=("$("$build/bench/multi_worker_bench" mirrored "$model" "$steps" | ips)")
-    ddp+=("$(/usr/bin/python3 bench/pytorch_ddp_cnn.py 3 $((steps / 3)) "$model" | ips)")
+    ddp+=("$(LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/bin/python3 bench/pytorch_ddp_cnn.py 3 $((steps / 3)) "$model" | ips)")
     echo "$model round $i: 2 workers x 1 ${mw[-1]} (without overlap ${after[-1]}), 1 worker x 2 ${inproc[-1]}, pytorch ddp ${ddp[-1]} images/s"
   done
   a=$(median "${mw[@]}") b=$(median "${inproc[@]}") c=$(median "${ddp[@]}") d=$(median "${after[@]}")

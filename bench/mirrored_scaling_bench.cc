@@ -110,9 +110,9 @@ class PlainTrainer final : public Trainer {
   }
 
   void step() override {
-    // The strategies set their replicas' thread counts; this one must set its own each time,
-    // since the variants share the process (at::set_num_threads is cheap when unchanged).
-    at::set_num_threads(threads_);
+    // The strategies set their replica threads' counts; this loop runs on the main thread and
+    // sets its own, only when it differs (at::set_num_threads rebuilds the thread pool).
+    if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     optimizer_->zero_grad();
     auto logits =
         dist::mixed_precision::forward_in_policy([&] { return model_->forward(x_); }, policy_);

@@ -22,11 +22,11 @@ last_ips() { sed -nE 's/.* ([0-9]+) images\/s.*/\1/p' | tail -1; }
 json_ips() { grep '"images_per_sec"' | tail -1 | sed -E 's/.*"images_per_sec":([0-9.eE+-]+).*/\1/'; }
 pytorch() { LD_PRELOAD=$tcmalloc /usr/bin/python3 bench/pytorch_ddp_cnn.py 3 "$steps" "$@" | last_ips; }
 ours() { "$build/bench/mirrored_scaling_bench" 3 "$steps" "$@" | last_ips; }
-report() {  # report LABEL A_NAME B_NAME "A samples" "B samples"
+report() {  # report LABEL A_NAME "A samples" B_NAME "B samples": medians and A / B
   local a b
-  a=$(median $4) b=$(median $5)
-  printf '%-44s %s %7.0f  %s %7.0f  ratio %s  (runs: %s | %s)\n' "$1" "$2" "$a" "$3" "$b" \
-    "$(ratio "$a" "$b")" "$4" "$5"
+  a=$(median $3) b=$(median $5)
+  printf '%-46s %s %6.0f, %s %6.0f: ratio %s  (runs: %s| %s)\n' "$1" "$2" "$a" "$4" "$b" \
+    "$(ratio "$a" "$b")" "$3" "$5"
 }
 
 for model in cnn mlp; do
