@@ -21,7 +21,8 @@
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
-                 "usage: multi_worker_bench multi_worker|multi_worker_after_backward|mirrored "
+                 "usage: multi_worker_bench multi_worker|multi_worker_after_backward|"
+                 "multi_worker_unchecked|mirrored "
                  "cnn|mlp [steps]\n");
     return 2;
   }
@@ -29,10 +30,13 @@ int main(int argc, char** argv) {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 40;
   std::unique_ptr<dist::Strategy> strategy;
   bool chief = true;
-  if (layout == "multi_worker" || layout == "multi_worker_after_backward") {
+  if (layout == "multi_worker" || layout == "multi_worker_after_backward" ||
+      layout == "multi_worker_unchecked") {
     dist::MultiWorkerOptions options;
     options.threads_per_replica = 1;
-    options.communication.overlap_with_backward = layout == "multi_worker";
+    options.communication.overlap_with_backward = layout != "multi_worker_after_backward";
+    // Without the agreement before each collective: what the check costs.
+    options.communication.check_collectives = layout != "multi_worker_unchecked";
     auto mw = std::make_unique<dist::MultiWorkerMirroredStrategy>(options);
     chief = mw->is_chief();
     strategy = std::move(mw);
