@@ -5,7 +5,9 @@
 
 #include "collective/factory.h"
 #include "dist/distribute/cluster_resolver.h"
+#include "dist/distribute/mirrored_strategy.h"
 #include "distribute/mirrored_extended.h"
+#include "distribute/worker_cores.h"
 
 namespace dist {
 namespace {
@@ -52,6 +54,11 @@ collective::ProcessGroupSpec process_group(const ClusterConfig& config,
 std::shared_ptr<StrategyExtended> make_extended(const MultiWorkerOptions& options,
                                                 const ClusterConfig& config) {
   MirroredOptions local = local_options(options);  // checks the options before connecting
+  if (local.threads_per_replica == 0) {
+    local.threads_per_replica = detail::default_threads_per_replica(
+        options.replicas_per_worker, detail::workers_on_host(config), available_cores(),
+        detail::allowed_cores());
+  }
   return std::make_shared<MirroredExtended>(
       "multi_worker", std::move(local),
       collective::make_process_communicator("gloo", process_group(config, options.communication)),

@@ -53,7 +53,9 @@ struct MultiWorkerOptions {
   // The cluster and this task; empty: resolve_cluster() (TF_CONFIG, MPI or Slurm).
   std::optional<ClusterConfig> cluster;
   int replicas_per_worker = 1;
-  // Intra-op threads per replica; 0: cores / replicas_per_worker.
+  // Intra-op threads per replica; 0: this worker's share of its host's cores, split among its
+  // replicas. The share is the CPUs a launcher bound the process to (srun, mpirun --bind-to),
+  // else the host's cores divided among the workers whose address names the same host.
   int threads_per_replica = 0;
   CommunicationOptions communication;
 };
