@@ -19,6 +19,8 @@ set(_dist_allocator_package_mimalloc libmimalloc-dev)
 
 add_library(dist_allocator INTERFACE)
 add_library(distribute::allocator ALIAS dist_allocator)
+# Installed as distribute::allocator too (the export's namespace plus this name).
+set_target_properties(dist_allocator PROPERTIES EXPORT_NAME allocator)
 if(DIST_ALLOCATOR STREQUAL "system")
   message(STATUS "distribute: executables use the C library's malloc (DIST_ALLOCATOR=system)")
 elseif(DEFINED _dist_allocator_names_${DIST_ALLOCATOR})
