@@ -64,9 +64,9 @@ struct TrainResult {
   double train_accuracy = 0;
   double test_loss = 0;
   double test_accuracy = 0;
-  int64_t resumed_at_step = -1;  // the checkpoint's step when the run resumed; -1: fresh
-  bool interrupted = false;      // stopped by SIGTERM/SIGINT after the current step
-  std::string last_checkpoint;   // path of the last checkpoint written (chief), if any
+  int64_t resumed_at_step = -1;             // the checkpoint's step when the run resumed; -1: fresh
+  bool interrupted = false;                 // stopped by SIGTERM/SIGINT after the current step
+  std::string last_checkpoint;              // path of the last checkpoint written (chief), if any
   std::string mixed_precision = "float32";  // the policy's Keras name
 };
 
