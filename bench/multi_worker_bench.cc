@@ -3,7 +3,8 @@
 // Multi-worker: start it under dist-launch; the chief prints the result.
 //
 //   dist-launch --workers 2 -- build/bench/multi_worker_bench multi_worker cnn [steps=40]
-//   (multi_worker_after_backward: the same without overlapping the all-reduce with backward)
+//   (multi_worker_after_backward: the same without overlapping the all-reduce with backward;
+//    multi_worker_tcp: collectives over Gloo/TCP even on one host, not shared memory)
 //   build/bench/multi_worker_bench mirrored cnn [steps=40]        (2 replicas in one process)
 #include <chrono>
 #include <cstdio>
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: multi_worker_bench multi_worker|multi_worker_after_backward|"
-                 "multi_worker_unchecked|mirrored "
+                 "multi_worker_unchecked|multi_worker_tcp|mirrored "
                  "cnn|mlp [steps]\n");
     return 2;
   }
@@ -31,12 +32,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<dist::Strategy> strategy;
   bool chief = true;
   if (layout == "multi_worker" || layout == "multi_worker_after_backward" ||
-      layout == "multi_worker_unchecked") {
+      layout == "multi_worker_unchecked" || layout == "multi_worker_tcp") {
     dist::MultiWorkerOptions options;
     options.threads_per_replica = 1;
     options.communication.overlap_with_backward = layout != "multi_worker_after_backward";
     // Without the agreement before each collective: what the check costs.
     options.communication.check_collectives = layout != "multi_worker_unchecked";
+    if (layout == "multi_worker_tcp")
+      options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
     auto mw = std::make_unique<dist::MultiWorkerMirroredStrategy>(options);
     chief = mw->is_chief();
     strategy = std::move(mw);

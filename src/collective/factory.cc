@@ -1,6 +1,7 @@
 #include "collective/factory.h"
 
 #include "collective/gloo/gloo_communicator.h"
+#include "collective/shm/same_host_communicator.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -13,8 +14,17 @@ struct Backend {
   MakeCommunicator make;
 };
 
+bool on_one_host(const ProcessGroupSpec& spec) {
+  for (const auto& member : spec.members)
+    if (member.address.host != spec.members[0].address.host) return false;
+  return true;
+}
+
 std::unique_ptr<Communicator> make_gloo(const ProcessGroupSpec& spec) {
-  return std::make_unique<GlooCommunicator>(spec);
+  auto gloo = std::make_unique<GlooCommunicator>(spec);
+  if (!spec.same_host_shared_memory || spec.members.size() < 2 || !on_one_host(spec)) return gloo;
+  return std::make_unique<SameHostCommunicator>(std::move(gloo), spec.shared_memory_slot_bytes,
+                                                spec.collective_timeout);
 }
 
 // One line per backend. (NCCL would go here, in a CUDA build.)

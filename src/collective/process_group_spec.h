@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct ProcessGroupSpec {
   // fixed-size all-reduce, so members that diverge get a CollectiveError naming what each
   // issued; without it, Gloo aborts the process on the first mismatched message size.
   bool check_collectives = true;
+  // When every member's address names the same host: all_reduce, broadcast and barrier go
+  // through a shared-memory segment instead of TCP (shm/same_host_communicator.h), with data
+  // areas of this many bytes per member.
+  bool same_host_shared_memory = false;
+  int64_t shared_memory_slot_bytes = int64_t{4} << 20;
   // The secret every member presents to the rendezvous store before it can read or write
   // anything of the job; empty: a job without one (the store then admits any client that
   // speaks its protocol).

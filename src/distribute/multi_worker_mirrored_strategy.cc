@@ -42,6 +42,8 @@ collective::ProcessGroupSpec process_group(const ClusterConfig& config,
   spec.collective_timeout = communication.timeout;
   spec.rendezvous_timeout = communication.rendezvous_timeout;
   spec.check_collectives = communication.check_collectives;
+  spec.same_host_shared_memory =
+      communication.implementation == CommunicationOptions::Implementation::kAuto;
   if (communication.job_token.empty()) {
     spec.job_token = job_token_from_environment();
   } else {

@@ -11,6 +11,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "dist/core/error.h"
+#include "dist/models/channels_last.h"
 
 namespace dist::keras {
 
@@ -108,6 +109,9 @@ class Conv2DSpec : public LayerSpec {
   at::Tensor call(torch::nn::Module* m, const std::vector<at::Tensor>& x, bool) const override {
     at::Tensor input =
         padding == "same" && !symmetric_same() ? pad_same(x[0], kernel, strides, 0.0) : x[0];
+    // Channels-last activations run 1.5x faster through oneDNN (dist/models/channels_last.h);
+    // a view when the input already is channels-last, as every later layer's is.
+    input = models::to_channels_last(input);
     return activate(dynamic_cast<torch::nn::Conv2dImpl*>(m)->forward(input), activation, 1);
   }
 

@@ -6,13 +6,16 @@
 #include <torch/nn/modules/pooling.h>
 
 #include "dist/core/error.h"
+#include "dist/models/channels_last.h"
 
 namespace dist::models {
 
 using namespace torch::nn;  // NOLINT: layer names read better unqualified here
 
 Sequential make_tutorial_cnn() {
-  return Sequential({{"conv1", Conv2d(Conv2dOptions(1, 32, 3))},
+  // Channels-last activations: 1.5x faster on CPU (channels_last.h); parameters unchanged.
+  return Sequential({{"channels_last", ChannelsLast()},
+                     {"conv1", Conv2d(Conv2dOptions(1, 32, 3))},
                      {"relu1", ReLU()},
                      {"pool1", MaxPool2d(MaxPool2dOptions(2))},
                      {"conv2", Conv2d(Conv2dOptions(32, 64, 3))},

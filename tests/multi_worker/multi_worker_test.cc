@@ -22,13 +22,16 @@ using namespace std::chrono_literals;
 using testing::WorkerProcesses;
 
 // Starts `workers` worker processes running `args` with TF_CONFIG for worker:i.
+// Workers on 127.0.0.1: their collectives go through shared memory (kAuto), or with
+// `implementation` "ring" through Gloo over TCP.
 void start_workers(WorkerProcesses& processes, int workers, const std::vector<std::string>& args,
-                   int timeout_ms = 20000) {
+                   int timeout_ms = 20000, const std::string& implementation = "auto") {
   auto ports = free_loopback_ports(workers);
   for (int i = 0; i < workers; ++i)
     processes.start(DIST_TEST_WORKER_BINARY, args,
                     {"TF_CONFIG=" + local_tf_config(ports, i),
-                     "DIST_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms)});
+                     "DIST_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms),
+                     "DIST_TEST_IMPLEMENTATION=" + implementation});
 }
 
 std::string all_output(const std::vector<testing::ProcessResult>& results) {
@@ -144,6 +147,41 @@ TEST(MultiWorkerTest, CollectivesOnIntegerDataAreExactForWorldSizes1To4) {
       ASSERT_EQ(r.exit_code, 0) << all_output(results);
       EXPECT_NE(r.output.find("collectives exact"), std::string::npos) << r.output;
     }
+  }
+}
+
+TEST(MultiWorkerTest, CollectivesOverTcpOnOneHostAreExactToo) {
+  for (int workers : {2, 3}) {
+    WorkerProcesses processes;
+    start_workers(processes, workers, {"collectives", "2"}, 20000, "ring");
+    auto results = processes.wait_all(60s);
+    for (const auto& r : results) {
+      ASSERT_EQ(r.exit_code, 0) << all_output(results);
+      EXPECT_NE(r.output.find("collectives exact"), std::string::npos) << r.output;
+    }
+  }
+}
+
+// Shared memory and TCP are two transports of the same sums: with 2 workers (where a + b is
+// b + a) the trained weights are equal bit for bit.
+TEST(MultiWorkerTest, SharedMemoryAndTcpTrainTheSameWeightsBitForBit) {
+  testing::TempDir dir;
+  std::map<std::string, std::vector<std::pair<std::string, torch::Tensor>>> weights;
+  for (std::string implementation : {"auto", "ring"}) {
+    WorkerProcesses processes;
+    start_workers(processes, 2, {"equivalence", "1", dir.file(implementation + ".safetensors")},
+                  20000, implementation);
+    auto results = processes.wait_all(120s);
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+    weights[implementation] = load_safetensors(dir.file(implementation + ".safetensors")).tensors;
+  }
+  const auto& a = weights["auto"];
+  const auto& b = weights["ring"];
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
   }
 }
 

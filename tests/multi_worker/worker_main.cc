@@ -34,6 +34,9 @@ dist::MultiWorkerOptions options_from_env(int replicas) {
   dist::MultiWorkerOptions options;
   options.replicas_per_worker = replicas;
   options.threads_per_replica = 1;
+  // "ring": Gloo over TCP even on one host (the default, kAuto, uses shared memory there).
+  if (const char* i = std::getenv("DIST_TEST_IMPLEMENTATION"); i && std::string(i) == "ring")
+    options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
   if (const char* t = std::getenv("DIST_TEST_TIMEOUT_MS")) {
     options.communication.timeout = std::chrono::milliseconds(std::atoi(t));
     options.communication.rendezvous_timeout = std::chrono::milliseconds(std::atoi(t));

@@ -147,9 +147,12 @@ TEST(DistTrainFitTest, FitUnderTwoWorkerProcessesEqualsFitOnOneDevice) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("[worker:0] Number of devices: 2"), std::string::npos)
       << result.output;
+  // Adam's tolerance of the in-process equivalence (mirrored_strategy_test.cc): the batch of 32
+  // per worker sums the convolutions' weight gradients in another order than the batch of 64
+  // (oneDNN blocks channels-last by batch), and Adam divides by each gradient's own scale.
   EXPECT_LT(testing::max_relative_difference(weights_in(dir.file("workers.safetensors")),
                                              weights_in(dir.file("one.safetensors"))),
-            1e-5);
+            1e-4);
 }
 
 std::string latest_name(const std::string& dir) {

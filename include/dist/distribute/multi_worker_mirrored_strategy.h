@@ -26,7 +26,10 @@ namespace dist {
 
 struct CommunicationOptions {
   enum class Implementation { kAuto, kRing, kNccl };
-  // kAuto and kRing use Gloo over TCP; kNccl needs GPUs, which this CPU-only build lacks.
+  // kAuto: when every worker's address names the same host, all_reduce, broadcast and barrier
+  // go through shared memory (each worker copies in, reduces its share, copies out; no socket
+  // and no round trip), everything else through Gloo over TCP; across hosts, Gloo alone.
+  // kRing: Gloo over TCP always. kNccl needs GPUs, which this CPU-only build lacks.
   Implementation implementation = Implementation::kAuto;
   // A collective not completed within this time fails (a stalled or lost worker).
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
@@ -40,8 +43,8 @@ struct CommunicationOptions {
   bool overlap_with_backward = true;
   // Before each collective, the workers agree on what it is (kind, element count, dtype) in one
   // small all-reduce, so workers that run different steps get a CollectiveError naming what
-  // each issued instead of Gloo aborting the process. One round trip per collective; turn off
-  // only to measure it.
+  // each issued instead of Gloo aborting the process. One round trip per collective over TCP;
+  // turn off only to measure it. (In shared memory the check is always made: it costs nothing.)
   bool check_collectives = true;
   // The secret every worker presents to the rendezvous store (SECURITY.md); empty: read
   // DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE (job_token_from_environment), and run without one

@@ -9,7 +9,8 @@ namespace dist::models {
 
 // TensorFlow's custom-training tutorial CNN for 28x28x1 images (input [N,1,28,28]):
 // Conv2D 32 3x3 relu, MaxPool 2, Conv2D 64 3x3 relu, MaxPool 2, Flatten, Dense 64 relu,
-// Dense 10 (logits). 121,930 parameters, named conv1.*, conv2.*, dense1.*, dense2.*.
+// Dense 10 (logits). 121,930 parameters, named conv1.*, conv2.*, dense1.*, dense2.*. Its
+// activations are channels-last (a first layer "channels_last", see channels_last.h).
 torch::nn::Sequential make_tutorial_cnn();
 
 // A communication-heavy MLP: Flatten, 784-hidden-hidden-10 with relu (hidden 4096: about

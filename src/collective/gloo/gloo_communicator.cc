@@ -453,34 +453,6 @@ class GlooWork : public Work {
 
 }  // namespace
 
-namespace {
-
-std::string describe(int64_t kind, int64_t elements, int64_t dtype, int64_t tensors) {
-  static const char* kKinds[] = {"?",          "all_reduce", "broadcast", "all_gather (sizes)",
-                                 "all_gather", "barrier"};
-  const int64_t base = kind / 16;
-  std::string name = base >= 1 && base <= 5 ? kKinds[base] : "?";
-  if (base == 1) {
-    static const char* kOps[] = {"SUM", "MEAN", "MIN", "MAX"};
-    name += std::string(" ") + (kind % 16 < 4 ? kOps[kind % 16] : "?");
-  }
-  if (base == 2) name += " from rank " + std::to_string(kind % 16);
-  if (base == 5) return name;
-  return detail::concat(name, " of ", elements, " ",
-                        dtype >= 0 && dtype < static_cast<int64_t>(at::ScalarType::NumOptions)
-                            ? c10::toString(static_cast<at::ScalarType>(dtype))
-                            : "?",
-                        " values in ", tensors, " tensor", tensors == 1 ? "" : "s");
-}
-
-int64_t total_elements(const std::vector<at::Tensor>& tensors) {
-  int64_t n = 0;
-  for (const auto& t : tensors) n += t.numel();
-  return n;
-}
-
-}  // namespace
-
 void GlooCommunicator::check_same_collective(const std::string& what, int64_t sequence,
                                              const Fingerprint& mine) {
   const std::vector<int64_t> fields = {mine.kind, mine.elements, mine.dtype, mine.tensors};
@@ -516,8 +488,8 @@ void GlooCommunicator::check_same_collective(const std::string& what, int64_t se
   for (int r = 0; r < size(); ++r) {
     auto f = all[r];
     issued += detail::concat(r == 0 ? "" : ", ", member_name(r), " issued ",
-                             describe(f[0].item<int64_t>(), f[1].item<int64_t>(),
-                                      f[2].item<int64_t>(), f[3].item<int64_t>()));
+                             describe({f[0].item<int64_t>(), f[1].item<int64_t>(),
+                                       f[2].item<int64_t>(), f[3].item<int64_t>()}));
   }
   failed_ = true;  // every member throws this; none has more to tell the others
   throw CollectiveError(detail::concat(
@@ -550,9 +522,7 @@ WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Reduce
       for (auto& t : tensors) divide_for_mean(t, n);
     };
   }
-  const Fingerprint fingerprint{16 * 1 + static_cast<int64_t>(op), total_elements(tensors),
-                                static_cast<int64_t>(tensors[0].scalar_type()),
-                                static_cast<int64_t>(tensors.size())};
+  const Fingerprint fingerprint = fingerprint_of(all_reduce_kind(op), tensors);
   return issue(
       "all_reduce", next_sequence(), &fingerprint,
       [&]() -> std::vector<C10dWork> {
@@ -567,10 +537,7 @@ WorkHandle GlooCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Reduce
 WorkHandle GlooCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
                  size() - 1);
-  const Fingerprint fingerprint{
-      16 * 2 + root, total_elements(tensors),
-      tensors.empty() ? 0 : static_cast<int64_t>(tensors[0].scalar_type()),
-      static_cast<int64_t>(tensors.size())};
+  const Fingerprint fingerprint = fingerprint_of(broadcast_kind(root), tensors);
   return issue("broadcast", next_sequence(), &fingerprint, [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -589,7 +556,7 @@ WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* out
   const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
   std::vector<at::Tensor> sizes(static_cast<size_t>(size()));
   for (auto& s : sizes) s = at::empty({1}, at::kLong);
-  const Fingerprint sizes_fingerprint{16 * 3, 1, static_cast<int64_t>(at::kLong), 1};
+  const Fingerprint sizes_fingerprint{kAllGatherSizesKind, 1, static_cast<int64_t>(at::kLong), 1};
   issue("all_gather (sizes)", next_sequence(), &sizes_fingerprint, [&]() -> std::vector<C10dWork> {
     std::vector<std::vector<at::Tensor>> outputs{sizes};
     std::vector<at::Tensor> inputs{at::tensor({local.size(0)}, at::kLong)};
@@ -603,8 +570,8 @@ WorkHandle GlooCommunicator::all_gather(const at::Tensor& input, at::Tensor* out
   padded.narrow(0, 0, local.size(0)).copy_(local);
   auto parts = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
   for (int r = 0; r < size(); ++r) (*parts)[0].push_back(at::empty_like(padded));
-  const Fingerprint fingerprint{16 * 4, padded.numel(), static_cast<int64_t>(padded.scalar_type()),
-                                1};
+  const Fingerprint fingerprint{kAllGatherKind, padded.numel(),
+                                static_cast<int64_t>(padded.scalar_type()), 1};
   return issue(
       "all_gather", next_sequence(), &fingerprint,
       [&]() -> std::vector<C10dWork> {
@@ -626,7 +593,7 @@ WorkHandle GlooCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor&
 }
 
 WorkHandle GlooCommunicator::barrier() {
-  const Fingerprint fingerprint{16 * 5, 0, 0, 0};
+  const Fingerprint fingerprint{kBarrierKind, 0, 0, 0};
   return issue("barrier", next_sequence(), &fingerprint,
                [&]() -> std::vector<C10dWork> { return {group_->barrier()}; });
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/fingerprint.h"
 #include "collective/process_group_spec.h"
 
 namespace c10d {
@@ -75,13 +76,6 @@ class GlooCommunicator : public Communicator {
   int64_t print_refusals(const std::string& log, int64_t shown) const;
   void check_usable(const char* what) const;
   using C10dWork = c10::intrusive_ptr<c10d::Work>;
-  // What a collective is, as every member must agree before its data moves.
-  struct Fingerprint {
-    int64_t kind = 0;  // which collective (and its ReduceOp or root)
-    int64_t elements = 0;
-    int64_t dtype = 0;  // at::ScalarType
-    int64_t tensors = 0;
-  };
   // Issues one operation's c10d calls (`start`) as collective number `sequence` (0: point to
   // point, with no fingerprint); a failure while issuing is diagnosed as one while waiting.
   // `finish` runs once the work completed (MEAN's division, cutting gathered parts).

@@ -1,0 +1,245 @@
+#include "collective/shm/same_host_communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "dist/core/error.h"
+
+namespace dist::collective {
+namespace {
+
+// Copies elements [begin, begin + count) of the concatenation of `flat` (1-D tensors) to
+// `buffer` (count elements), or from it when `into_flat`.
+void copy_range(const std::vector<at::Tensor>& flat, int64_t begin, int64_t count,
+                const at::Tensor& buffer, bool into_flat) {
+  int64_t start = 0;  // of the current tensor in the concatenation
+  for (const auto& t : flat) {
+    const int64_t lo = std::max(begin, start), hi = std::min(begin + count, start + t.numel());
+    if (lo < hi) {
+      at::Tensor part = t.slice(0, lo - start, hi - start);
+      at::Tensor window = buffer.slice(0, lo - begin, hi - begin);
+      if (into_flat)
+        part.copy_(window);
+      else
+        window.copy_(part);
+    }
+    start += t.numel();
+    if (start >= begin + count) break;
+  }
+}
+
+// out = in[0] op in[1] op ..., in rank order.
+void reduce_in_order(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>& in) {
+  if (in.size() == 1) {
+    out.copy_(in[0]);
+    return;
+  }
+  for (size_t m = 1; m < in.size(); ++m) {
+    const at::Tensor& left = m == 1 ? in[0] : out;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        at::add_out(out, left, in[m]);
+        break;
+      case ReduceOp::kMin:
+        at::minimum_out(out, left, in[m]);
+        break;
+      case ReduceOp::kMax:
+        at::maximum_out(out, left, in[m]);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+SameHostCommunicator::SameHostCommunicator(std::unique_ptr<Communicator> inner, int64_t slot_bytes,
+                                           std::chrono::milliseconds timeout)
+    : inner_(std::move(inner)), timeout_(timeout) {
+  std::optional<SharedMemoryGroup> group;
+  std::string refused;  // why this member has no mapping ("" when it has one)
+  std::string created;  // rank 0: "ok <name>" or "failed"
+  if (rank() == 0) {
+    try {
+      group.emplace(SharedMemoryGroup::create(size(), slot_bytes));
+      created = "ok " + group->name();
+    } catch (const std::exception& e) {
+      refused = e.what();
+      created = "failed";
+    }
+  }
+  const auto announced = inner_->exchange("shared-memory/segment", created);
+  if (rank() != 0) {
+    if (announced[0].rfind("ok ", 0) == 0) {
+      try {
+        group.emplace(SharedMemoryGroup::open(announced[0].substr(3), rank()));
+      } catch (const std::exception& e) {
+        refused = e.what();
+      }
+    } else {
+      refused = "-";  // member 0 has none to open
+    }
+  }
+  const auto opened = inner_->exchange("shared-memory/opened", refused);
+  // Everyone mapped it or gave up: the name is no longer needed.
+  if (group && rank() == 0) group->unlink();
+  std::string reasons;
+  for (int m = 0; m < size(); ++m) {
+    const std::string& why = opened[static_cast<size_t>(m)];
+    if (!why.empty() && why != "-")
+      reasons += detail::concat(reasons.empty() ? "" : "; ", member_name(m), ": ", why);
+  }
+  const bool everyone =
+      std::all_of(opened.begin(), opened.end(), [](const std::string& why) { return why.empty(); });
+  if (everyone) {
+    group_.emplace(std::move(*group));
+    return;
+  }
+  if (rank() == 0)
+    std::cerr << "warning: the workers on this host cannot share memory (" << reasons
+              << "); their collectives go over TCP (Gloo), which is slower" << std::endl;
+}
+
+template <typename Body>
+void SameHostCommunicator::guarded(const std::string& what, Body body) {
+  DIST_CHECK(!failed_, CollectiveError, what, " on ", member_name(rank()),
+             ": this communicator failed earlier (a worker was lost); recreate the strategy");
+  try {
+    body();
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
+}
+
+void SameHostCommunicator::wait_for_all(const std::string& what) {
+  group_->arrive_and_wait(detail::concat(what, " (collective #", sequence_, ")"), timeout_,
+                          [this](int m) { return member_name(m); });
+}
+
+void SameHostCommunicator::check_same_collective(const Fingerprint& mine) {
+  bool same = true;
+  for (int m = 0; m < size(); ++m) same = same && group_->fingerprint(m, sequence_) == mine;
+  if (same) return;
+  // Every member read the same fingerprints, so every member throws this.
+  std::string issued;
+  for (int m = 0; m < size(); ++m)
+    issued += detail::concat(m == 0 ? "" : ", ", member_name(m), " issued ",
+                             describe(group_->fingerprint(m, sequence_)));
+  throw CollectiveError(detail::concat(
+      "collective mismatch at collective #", sequence_, ": ", issued,
+      "; the workers are running different steps (different settings, data or code): start "
+      "every worker with the same settings"));
+}
+
+WorkHandle SameHostCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
+  if (!group_) return inner_->all_reduce(tensors, op);
+  if (tensors.empty()) return completed_work();
+  for (const auto& t : tensors)
+    DIST_CHECK_ARG(t.scalar_type() == tensors[0].scalar_type() && t.device().is_cpu(),
+                   "all_reduce needs CPU tensors of one dtype, got ", t.scalar_type(), " on ",
+                   t.device(), " after ", tensors[0].scalar_type());
+  guarded("all_reduce", [&] {
+    const Fingerprint mine = fingerprint_of(all_reduce_kind(op), tensors);
+    group_->publish(++sequence_, mine);
+    // 1-D views, through contiguous copies for strided tensors (copied back at the end).
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) flat.push_back(t.contiguous().view(-1));
+    const auto options = at::TensorOptions().dtype(tensors[0].scalar_type());
+    const int64_t capacity = group_->slot_bytes() / static_cast<int64_t>(tensors[0].element_size());
+    const int64_t total = mine.elements;
+    int64_t done = 0;
+    do {
+      const int64_t n = std::min(capacity, total - done);
+      copy_range(flat, done, n, at::from_blob(group_->slot(rank()), {n}, options), false);
+      wait_for_all("all_reduce");  // every slot is full
+      if (done == 0) check_same_collective(mine);
+      const auto [begin, end] = chunk_range(n, size(), rank());
+      if (end > begin) {
+        std::vector<at::Tensor> shares;
+        for (int m = 0; m < size(); ++m)
+          shares.push_back(at::from_blob(group_->slot(m), {n}, options).slice(0, begin, end));
+        at::Tensor out = at::from_blob(group_->results(), {n}, options).slice(0, begin, end);
+        reduce_in_order(op, out, shares);
+      }
+      // Every share is reduced. Nobody writes the results again before every member reached
+      // the next collective's first barrier, so copying out needs no barrier after it.
+      wait_for_all("all_reduce");
+      copy_range(flat, done, n, at::from_blob(group_->results(), {n}, options), true);
+      done += n;
+    } while (done < total);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (op == ReduceOp::kMean) divide_for_mean(flat[i], size());
+      if (flat[i].data_ptr() != tensors[i].data_ptr())
+        tensors[i].copy_(flat[i].view(tensors[i].sizes()));
+    }
+  });
+  return completed_work();
+}
+
+WorkHandle SameHostCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (!group_) return inner_->broadcast(tensors, root);
+  DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
+                 size() - 1);
+  guarded("broadcast", [&] {
+    const Fingerprint mine = fingerprint_of(broadcast_kind(root), tensors);
+    group_->publish(++sequence_, mine);
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) flat.push_back(t.contiguous().view(-1));
+    // Runs of tensors of one dtype go together (model state mixes float and integer buffers).
+    bool checked = false;
+    size_t first = 0;
+    do {
+      size_t last = first;
+      while (last < flat.size() && flat[last].scalar_type() == flat[first].scalar_type()) ++last;
+      const std::vector<at::Tensor> run(flat.begin() + static_cast<int64_t>(first),
+                                        flat.begin() + static_cast<int64_t>(last));
+      const auto options =
+          at::TensorOptions().dtype(run.empty() ? at::kByte : run[0].scalar_type());
+      const int64_t capacity =
+          group_->slot_bytes() / (run.empty() ? 1 : static_cast<int64_t>(run[0].element_size()));
+      const int64_t total = total_elements(run);
+      int64_t done = 0;
+      do {
+        const int64_t n = std::min(capacity, total - done);
+        // The root's slot: free after any earlier collective (an all_reduce's results area
+        // may still be read by a member that has not reached this broadcast).
+        const at::Tensor part = at::from_blob(group_->slot(root), {n}, options);
+        if (rank() == root) copy_range(run, done, n, part, false);
+        wait_for_all("broadcast");
+        if (!checked) check_same_collective(mine);
+        checked = true;
+        if (rank() != root) copy_range(run, done, n, part, true);
+        done += n;
+        // Everyone copied: the root may write the next part, and the next collective may fill
+        // the slots.
+        wait_for_all("broadcast");
+      } while (done < total);
+      first = last;
+    } while (first < flat.size());
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (flat[i].data_ptr() != tensors[i].data_ptr())
+        tensors[i].copy_(flat[i].view(tensors[i].sizes()));
+  });
+  return completed_work();
+}
+
+WorkHandle SameHostCommunicator::barrier() {
+  if (!group_) return inner_->barrier();
+  guarded("barrier", [&] {
+    const Fingerprint mine{kBarrierKind, 0, 0, 0};
+    group_->publish(++sequence_, mine);
+    wait_for_all("barrier");
+    check_same_collective(mine);
+  });
+  return completed_work();
+}
+
+void SameHostCommunicator::abort(const std::string& reason) {
+  if (group_) group_->abort(reason);
+  inner_->abort(reason);
+}
+
+}  // namespace dist::collective

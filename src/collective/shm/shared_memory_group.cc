@@ -1,0 +1,303 @@
+#include "collective/shm/shared_memory_group.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "dist/core/error.h"
+
+namespace dist::collective {
+
+// The futex word must be a plain 32-bit integer in the shared mapping.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "the barrier needs lock-free 32-bit atomics");
+static_assert(std::atomic<int64_t>::is_always_lock_free, "control blocks need lock-free atomics");
+
+namespace {
+
+constexpr uint64_t kMagic = 0x3153'4d48'5453'4944;  // "DISTHMS1"
+constexpr size_t kAlign = 64;
+constexpr size_t kReasonBytes = 512;
+
+size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
+
+// This process's pid namespace: process ids of members in another one mean nothing here.
+uint64_t pid_namespace() {
+  struct stat s {};
+  return ::stat("/proc/self/ns/pid", &s) == 0 ? static_cast<uint64_t>(s.st_ino) : 0;
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds at_most) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(at_most.count() / 1000);
+  ts.tv_nsec = static_cast<long>(at_most.count() % 1000) * 1000000L;
+  // Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+struct SharedMemoryGroup::Header {
+  uint64_t magic;
+  int32_t members;
+  int64_t slot_bytes;
+  alignas(kAlign) std::atomic<uint32_t> arrived;
+  std::atomic<uint32_t> generation;  // the futex word: bumped when the last member arrives
+  alignas(kAlign) std::atomic<int32_t> aborted_by;  // the first member to abort, or -1
+};
+
+struct SharedMemoryGroup::Control {
+  alignas(kAlign) std::atomic<int64_t> pid;
+  std::atomic<uint64_t> pid_namespace;
+  std::atomic<int64_t> arrivals;  // barriers this member reached
+  // Two fingerprints by collective parity: a member writes the next one while slower members
+  // may still read its current one.
+  std::atomic<int64_t> fingerprint[2][4];
+  char abort_reason[kReasonBytes];  // written before the member claims Header::aborted_by
+};
+
+SharedMemoryGroup::Header& SharedMemoryGroup::header() const {
+  return *static_cast<Header*>(base_);
+}
+
+SharedMemoryGroup::Control& SharedMemoryGroup::control(int member) const {
+  auto* first = reinterpret_cast<Control*>(static_cast<char*>(base_) + round_up(sizeof(Header)));
+  return first[member];
+}
+
+void* SharedMemoryGroup::results() const {
+  return static_cast<char*>(base_) + round_up(sizeof(Header)) +
+         round_up(sizeof(Control) * static_cast<size_t>(members_));
+}
+
+void* SharedMemoryGroup::slot(int member) const {
+  return static_cast<char*>(results()) + static_cast<size_t>(slot_bytes_) * (member + 1);
+}
+
+namespace {
+
+size_t segment_bytes(int members, int64_t slot_bytes, size_t header, size_t control) {
+  return round_up(header) + round_up(control * static_cast<size_t>(members)) +
+         static_cast<size_t>(slot_bytes) * static_cast<size_t>(members + 1);
+}
+
+// Maps `fd` and closes it (the mapping keeps the memory).
+void* map(int fd, size_t bytes) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int error = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    errno = error;
+    throw std::runtime_error(errno_text("mmap"));
+  }
+  return base;
+}
+
+}  // namespace
+
+SharedMemoryGroup SharedMemoryGroup::create(int members, int64_t slot_bytes) {
+  DIST_CHECK_ARG(members >= 1, "a shared-memory group needs at least one member");
+  DIST_CHECK_ARG(slot_bytes >= 64 && slot_bytes % 64 == 0,
+                 "shared-memory slot bytes must be a positive multiple of 64, got ", slot_bytes);
+  std::random_device random;
+  const std::string name = detail::concat("/dist-", getpid(), "-", random(), random());
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw std::runtime_error(errno_text("shm_open"));
+  const size_t bytes = segment_bytes(members, slot_bytes, sizeof(Header), sizeof(Control));
+  // Reserve the memory now: a tmpfs that cannot hold it refuses here instead of sending SIGBUS
+  // at the first touch of a page it has no room for.
+  const int reserved = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (reserved != 0) {
+    ::close(fd);
+    shm_unlink(name.c_str());
+    throw std::runtime_error(
+        detail::concat("reserving ", bytes, " bytes in /dev/shm: ", std::strerror(reserved)));
+  }
+  void* base = nullptr;
+  try {
+    base = map(fd, bytes);
+  } catch (...) {
+    shm_unlink(name.c_str());
+    throw;
+  }
+  SharedMemoryGroup group(name, 0, base, bytes, /*owner=*/true);
+  group.members_ = members;
+  group.slot_bytes_ = slot_bytes;
+  auto* header = new (base) Header{};
+  header->members = members;
+  header->slot_bytes = slot_bytes;
+  header->aborted_by.store(-1);
+  for (int m = 0; m < members; ++m) new (&group.control(m)) Control{};
+  header->magic = kMagic;  // last: an opener that sees it sees the rest
+  std::atomic_thread_fence(std::memory_order_release);
+  group.control(0).pid = getpid();
+  group.control(0).pid_namespace = pid_namespace();
+  return group;
+}
+
+SharedMemoryGroup SharedMemoryGroup::open(const std::string& name, int rank) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) throw std::runtime_error(errno_text("shm_open") + " (" + name + ")");
+  struct stat s {};
+  if (fstat(fd, &s) != 0 || s.st_size < static_cast<off_t>(sizeof(Header))) {
+    ::close(fd);
+    throw std::runtime_error("the shared-memory segment " + name + " is smaller than its header");
+  }
+  void* base = map(fd, static_cast<size_t>(s.st_size));
+  SharedMemoryGroup group(name, rank, base, static_cast<size_t>(s.st_size), /*owner=*/false);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const Header& header = group.header();
+  if (header.magic != kMagic)
+    throw std::runtime_error("the shared-memory segment " + name + " is not a distribute group");
+  group.members_ = header.members;
+  group.slot_bytes_ = header.slot_bytes;
+  if (rank <= 0 || rank >= group.members_ ||
+      segment_bytes(group.members_, group.slot_bytes_, sizeof(Header), sizeof(Control)) >
+          group.bytes_)
+    throw std::runtime_error(detail::concat("the shared-memory segment ", name, " has ",
+                                            group.members_, " members; rank ", rank,
+                                            " does not fit"));
+  group.control(rank).pid = getpid();
+  group.control(rank).pid_namespace = pid_namespace();
+  return group;
+}
+
+SharedMemoryGroup::SharedMemoryGroup(std::string name, int rank, void* base, size_t bytes,
+                                     bool owner)
+    : name_(std::move(name)), rank_(rank), base_(base), bytes_(bytes), linked_(owner) {}
+
+SharedMemoryGroup::SharedMemoryGroup(SharedMemoryGroup&& other) noexcept
+    : name_(std::move(other.name_)),
+      rank_(other.rank_),
+      members_(other.members_),
+      slot_bytes_(other.slot_bytes_),
+      base_(other.base_),
+      bytes_(other.bytes_),
+      linked_(other.linked_) {
+  other.base_ = nullptr;
+  other.linked_ = false;
+}
+
+SharedMemoryGroup::~SharedMemoryGroup() {
+  unlink();
+  if (base_ != nullptr) munmap(base_, bytes_);
+}
+
+void SharedMemoryGroup::unlink() {
+  if (linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+std::string SharedMemoryGroup::lost_members(
+    const std::function<std::string(int)>& member_name) const {
+  std::string lost;
+  const uint64_t mine = control(rank_).pid_namespace;
+  for (int m = 0; m < members_; ++m) {
+    const Control& c = control(m);
+    const auto pid = static_cast<pid_t>(c.pid.load());
+    if (m == rank_ || pid <= 0 || c.pid_namespace.load() != mine) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH)
+      lost +=
+          detail::concat(lost.empty() ? "" : ", ", member_name(m), " (process ", pid, " ended)");
+  }
+  return lost;
+}
+
+void SharedMemoryGroup::arrive_and_wait(const std::string& what, std::chrono::milliseconds timeout,
+                                        const std::function<std::string(int)>& member_name) {
+  using Clock = std::chrono::steady_clock;
+  Header& h = header();
+  const int64_t arrival = control(rank_).arrivals.fetch_add(1) + 1;
+  const uint32_t generation = h.generation.load(std::memory_order_acquire);
+  if (h.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(members_)) {
+    h.arrived.store(0, std::memory_order_relaxed);
+    h.generation.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&h.generation);
+    return;
+  }
+  auto passed = [&] { return h.generation.load(std::memory_order_acquire) != generation; };
+  // Peers usually arrive within microseconds of each other: look briefly before sleeping.
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::microseconds(20))
+    if (passed()) return;
+  const auto deadline = start + timeout;
+  auto next_check = start + std::chrono::milliseconds(100);
+  while (!passed()) {
+    futex_wait(&h.generation, generation, std::chrono::milliseconds(50));
+    if (passed()) return;
+    const int aborted = h.aborted_by.load();
+    const auto now = Clock::now();
+    if (now < next_check && aborted < 0) continue;
+    next_check = now + std::chrono::milliseconds(100);
+    // A lost member first: every survivor names it itself (a peer's abort may be about it).
+    const std::string lost = lost_members(member_name);
+    if (!lost.empty())
+      throw CollectiveError(detail::concat("lost worker: ", lost, " stopped responding during ",
+                                           what, " (seen by ", member_name(rank_), ")"));
+    if (aborted >= 0 && aborted != rank_)
+      throw CollectiveError(detail::concat(member_name(aborted), " failed: ", abort_reason(), "; ",
+                                           member_name(rank_), " stops too (in ", what, ")"));
+    if (now > deadline) {
+      std::string behind;
+      for (int m = 0; m < members_; ++m)
+        if (control(m).arrivals.load() < arrival)
+          behind += detail::concat(behind.empty() ? "" : ", ", member_name(m));
+      abort(detail::concat("its collective timed out waiting for ", behind));
+      throw CollectiveError(detail::concat("collective timeout: ", behind, " did not reach ", what,
+                                           " within ", timeout.count() / 1000.0, " s while ",
+                                           member_name(rank_),
+                                           " waited; every member must issue the same "
+                                           "collectives in the same order"));
+    }
+  }
+}
+
+void SharedMemoryGroup::publish(int64_t sequence, const Fingerprint& mine) {
+  auto& f = control(rank_).fingerprint[sequence % 2];
+  f[0] = mine.kind;
+  f[1] = mine.elements;
+  f[2] = mine.dtype;
+  f[3] = mine.tensors;
+}
+
+Fingerprint SharedMemoryGroup::fingerprint(int member, int64_t sequence) const {
+  const auto& f = control(member).fingerprint[sequence % 2];
+  return {f[0].load(), f[1].load(), f[2].load(), f[3].load()};
+}
+
+void SharedMemoryGroup::abort(const std::string& reason) {
+  Header& h = header();
+  if (h.aborted_by.load() >= 0) return;  // the first reason stands
+  char* mine = control(rank_).abort_reason;
+  std::strncpy(mine, reason.c_str(), kReasonBytes - 1);
+  mine[kReasonBytes - 1] = '\0';
+  int32_t none = -1;
+  // Sequentially consistent: whoever sees this member as the aborter sees its reason.
+  if (h.aborted_by.compare_exchange_strong(none, rank_)) futex_wake_all(&h.generation);
+}
+
+int SharedMemoryGroup::aborted_by() const { return header().aborted_by.load(); }
+
+std::string SharedMemoryGroup::abort_reason() const {
+  const int member = aborted_by();
+  return member < 0 ? std::string() : std::string(control(member).abort_reason);
+}
+
+}  // namespace dist::collective

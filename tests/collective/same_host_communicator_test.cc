@@ -1,0 +1,181 @@
+// SameHostCommunicator: members on one host share memory for all_reduce, broadcast and
+// barrier. Members are threads of this test here (each its own Gloo member and its own mapping
+// of the segment); the multi-worker tests run the same path between real processes
+// (tests/multi_worker: collectives, equivalence, a killed worker). Slots of 64 bytes make every
+// collective above 16 floats travel in several parts.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <dirent.h>
+
+#include "collective/factory.h"
+#include "collective/shm/same_host_communicator.h"
+#include "collective_test_util.h"
+#include "dist/core/error.h"
+#include "distribute/local_cluster.h"
+
+namespace dist::collective {
+namespace {
+
+using testing::expected_sum;
+using testing::member_tensor;
+using testing::run_threads;
+
+std::vector<std::unique_ptr<Communicator>> same_host_group(
+    int size, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const auto ports = free_loopback_ports(size);
+  std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(size));
+  run_threads(size, [&](int r) {
+    ProcessGroupSpec spec;
+    spec.rank = r;
+    for (int p = 0; p < size; ++p)
+      spec.members.push_back({"worker:" + std::to_string(p), {"127.0.0.1", ports[p]}});
+    spec.store_address = spec.members[0].address;
+    spec.collective_timeout = timeout;
+    spec.rendezvous_timeout = std::chrono::seconds(30);
+    spec.store_in_process = true;
+    spec.same_host_shared_memory = true;
+    spec.shared_memory_slot_bytes = 64;
+    members[static_cast<size_t>(r)] = make_process_communicator("gloo", spec);
+  });
+  return members;
+}
+
+void release(std::vector<std::unique_ptr<Communicator>>& members) {
+  for (size_t p = members.size(); p-- > 0;) members[p].reset();
+}
+
+int dist_segments_in_dev_shm() {
+  int n = 0;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) n += std::string(entry->d_name).rfind("dist-", 0) == 0;
+    closedir(dir);
+  }
+  return n;
+}
+
+class SameHostCommunicatorTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SameHostCommunicatorTest, EveryCollectiveIsExactInSeveralParts) {
+  const int size = GetParam();
+  auto members = same_host_group(size);
+  for (auto& m : members) ASSERT_TRUE(dynamic_cast<SameHostCommunicator&>(*m).uses_shared_memory());
+  run_threads(size, [&](int r) {
+    Communicator& c = *members[static_cast<size_t>(r)];
+    for (int64_t elements : {0, 1, 7, 1000}) {
+      std::vector<at::Tensor> sum{member_tensor(r, 0, elements), member_tensor(r, 1, 3)};
+      c.all_reduce(sum, ReduceOp::kSum)->wait();
+      ASSERT_TRUE(at::equal(sum[0], expected_sum(size, 0, elements))) << elements;
+      ASSERT_TRUE(at::equal(sum[1], expected_sum(size, 1, 3)));
+    }
+    std::vector<at::Tensor> hi{member_tensor(r, 0, 50)}, lo{member_tensor(r, 0, 50)};
+    c.all_reduce(hi, ReduceOp::kMax)->wait();
+    c.all_reduce(lo, ReduceOp::kMin)->wait();
+    ASSERT_TRUE(at::equal(hi[0], member_tensor(size - 1, 0, 50)));
+    ASSERT_TRUE(at::equal(lo[0], member_tensor(0, 0, 50)));
+    // MEAN of integers truncates, as over Gloo.
+    std::vector<at::Tensor> mean{member_tensor(r, 0, 40)};
+    c.all_reduce(mean, ReduceOp::kMean)->wait();
+    ASSERT_TRUE(at::equal(mean[0], expected_sum(size, 0, 40).div(size, "trunc")));
+    // A strided tensor is reduced in place too.
+    at::Tensor matrix = member_tensor(r, 0, 60).reshape({6, 10});
+    std::vector<at::Tensor> transposed{matrix.t()};
+    c.all_reduce(transposed, ReduceOp::kSum)->wait();
+    ASSERT_TRUE(at::equal(matrix, expected_sum(size, 0, 60).reshape({6, 10})));
+    // Floats: every member holds the same bits.
+    std::vector<at::Tensor> floats{at::arange(100, at::kFloat).mul(0.1f * (r + 1))};
+    c.all_reduce(floats, ReduceOp::kSum)->wait();
+    at::Tensor expected = at::zeros({100}, at::kFloat);
+    for (int m = 0; m < size; ++m) expected.add_(at::arange(100, at::kFloat).mul(0.1f * (m + 1)));
+    ASSERT_TRUE(at::equal(floats[0], expected));
+    for (int root = 0; root < size; ++root) {
+      // Mixed dtypes, as a model's parameters and integer buffers.
+      std::vector<at::Tensor> b{member_tensor(r, 0, 40).to(at::kFloat), member_tensor(r, 1, 3),
+                                member_tensor(r, 2, 30).to(at::kFloat)};
+      c.broadcast(b, root)->wait();
+      ASSERT_TRUE(at::equal(b[0], member_tensor(root, 0, 40).to(at::kFloat))) << root;
+      ASSERT_TRUE(at::equal(b[1], member_tensor(root, 1, 3)));
+      ASSERT_TRUE(at::equal(b[2], member_tensor(root, 2, 30).to(at::kFloat)));
+    }
+    c.barrier()->wait();
+    // What shared memory does not carry goes through Gloo, in the same program order.
+    at::Tensor gathered;
+    c.all_gather(at::full({r, 2}, r, at::kLong), &gathered)->wait();
+    std::vector<at::Tensor> parts;
+    for (int q = 0; q < size; ++q) parts.push_back(at::full({q, 2}, q, at::kLong));
+    ASSERT_TRUE(at::equal(gathered, at::cat(parts, 0)));
+  });
+  release(members);
+  EXPECT_EQ(dist_segments_in_dev_shm(), 0) << "a segment's name was left in /dev/shm";
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, SameHostCommunicatorTest, ::testing::Values(2, 3, 4));
+
+TEST(SameHostCommunicatorTest, MembersThatIssueDifferentCollectivesGetANamedError) {
+  auto members = same_host_group(2);
+  run_threads(2, [&](int r) {
+    std::vector<at::Tensor> t{member_tensor(r, 0, r == 0 ? 4 : 1000)};
+    try {
+      members[static_cast<size_t>(r)]->all_reduce(t, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "mismatched all_reduce completed";
+    } catch (const CollectiveError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos) << message;
+      EXPECT_NE(message.find("worker:0 (127.0.0.1:"), std::string::npos) << message;
+      EXPECT_NE(message.find("issued all_reduce SUM of 4 Long values"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("issued all_reduce SUM of 1000 Long values"), std::string::npos)
+          << message;
+    }
+    // The communicator is unusable afterwards, and says so.
+    std::vector<at::Tensor> again{member_tensor(r, 0, 4)};
+    EXPECT_THROW(members[static_cast<size_t>(r)]->all_reduce(again, ReduceOp::kSum),
+                 CollectiveError);
+  });
+  release(members);
+}
+
+TEST(SameHostCommunicatorTest, AMemberThatAbortsIsNamedWithItsReasonAtOnce) {
+  auto members = same_host_group(2);
+  const auto start = std::chrono::steady_clock::now();
+  run_threads(2, [&](int r) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      members[1]->abort("cannot read its data directory");
+      return;
+    }
+    std::vector<at::Tensor> t{member_tensor(0, 0, 4)};
+    try {
+      members[0]->all_reduce(t, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "all_reduce completed without worker:1";
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("worker:1 (127.0.0.1:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("failed: cannot read its data directory"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  release(members);
+}
+
+TEST(SameHostCommunicatorTest, ATimeoutNamesTheMemberThatNeverCame) {
+  auto members = same_host_group(3, std::chrono::seconds(1));
+  run_threads(3, [&](int r) {
+    if (r == 2) return;  // alive, but never issues the barrier
+    try {
+      members[static_cast<size_t>(r)]->barrier()->wait();
+      ADD_FAILURE() << "barrier completed without worker:2";
+    } catch (const CollectiveError& e) {
+      const std::string message = e.what();
+      // The first to time out names worker:2; the other may hear of it from the first.
+      EXPECT_NE(message.find("worker:2 (127.0.0.1:"), std::string::npos) << message;
+      EXPECT_NE(message.find("barrier (collective #1)"), std::string::npos) << message;
+    }
+  });
+  release(members);
+}
+
+}  // namespace
+}  // namespace dist::collective
