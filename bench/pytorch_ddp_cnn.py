@@ -2,11 +2,13 @@
 
 WORLD processes on 127.0.0.1 with the gloo backend (default 2), THREADS intra-op threads each
 (default 1), the tutorial CNN (or the 784-4096-4096-10 MLP), 64 examples per process, Adam 1e-3,
-per-example cross-entropy averaged over the global batch. WORLD=1 is a plain loop in one
+per-example cross-entropy averaged over the global batch. cnn-channels-last: the CNN in
+channels-last memory format (model.to(memory_format=...), as PyTorch's CPU tuning guide advises
+for CNNs; our reference CNN runs channels-last by itself). WORLD=1 is a plain loop in one
 process, without DDP. Prints one line: images/s over the timed steps (median of the rounds).
 Run it as PyTorch's CPU tuning guide advises, with tcmalloc preloaded (the bench scripts do).
 
-    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30] [cnn|mlp] [WORLD=2] [THREADS=1]
+    /usr/bin/python3 bench/pytorch_ddp_cnn.py [rounds=9] [steps=30] [cnn|cnn-channels-last|mlp] [WORLD=2] [THREADS=1]
 """
 import os
 import socket
@@ -35,7 +37,9 @@ def make_mlp():
 def worker(rank, world, port, rounds, steps, out, model_name, threads):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = make_cnn() if model_name == "cnn" else make_mlp()
+    model = make_mlp() if model_name == "mlp" else make_cnn()
+    if model_name == "cnn-channels-last":
+        model = model.to(memory_format=torch.channels_last)
     if world > 1:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
@@ -43,6 +47,8 @@ def worker(rank, world, port, rounds, steps, out, model_name, threads):
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.rand(64, 1, 28, 28)
+    if model_name == "cnn-channels-last":
+        x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (64,))
     loss_fn = nn.CrossEntropyLoss(reduction="none")
 

@@ -47,6 +47,12 @@ for model in cnn mlp; do
     ddp+="$(pytorch "$model" 2 1) "
   done
   report "$model: Mirrored 2x1 / PyTorch DDP 2x1" mirrored "$mirrored" ddp "$ddp"
+  if [[ $model == cnn ]]; then
+    # Our CNN runs channels-last by itself; PyTorch's tuning guide asks users to opt in.
+    ddp_cl=""
+    for ((r = 0; r < rounds; r++)); do ddp_cl+="$(pytorch cnn-channels-last 2 1) "; done
+    report "$model: Mirrored 2x1 / DDP channels-last" mirrored "$mirrored" ddp_cl "$ddp_cl"
+  fi
 
   # 3. MultiWorkerMirrored 2 workers x 1 replica (dist-launch) against the same DDP.
   workers=""
@@ -55,6 +61,8 @@ for model in cnn mlp; do
                 multi_worker "$model" "$steps" | last_ips) "
   done
   report "$model: MultiWorker 2 workers x 1 / PyTorch DDP" workers "$workers" ddp "$ddp"
+  [[ $model == cnn ]] &&
+    report "$model: MultiWorker 2x1 / DDP channels-last" workers "$workers" ddp_cl "$ddp_cl"
 
   # 4. One replica with 2 threads against PyTorch in one process with 2 threads, and against
   #    the same step written with LibTorch alone (in one process, interleaved).

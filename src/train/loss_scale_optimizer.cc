@@ -5,11 +5,21 @@
 #include <torch/optim/sgd.h>
 
 #include <cmath>
+#include <vector>
 
 #include "dist/core/error.h"
 #include "dist/distribute/strategy_extended.h"
 
 namespace dist {
+namespace {
+
+// Scales are powers of two of at least 1, so that scaling and unscaling are exact.
+bool is_valid_scale(double scale) {
+  int exponent = 0;
+  return scale >= 1 && std::isfinite(scale) && std::frexp(scale, &exponent) == 0.5;
+}
+
+}  // namespace
 
 // What the strategy calls as "the optimizer's step" once the gradients are all-reduced: it
 // unscales them, checks them, and steps the inner optimizer or not. Strategies only ever call
@@ -26,16 +36,19 @@ class LossScaleOptimizer::ScaledStep final : public torch::optim::Optimizer {
   at::Tensor step(LossClosure closure) override {
     DIST_CHECK_ARG(closure == nullptr, "LossScaleOptimizer: a loss closure is not supported");
     torch::NoGradGuard no_grad;
-    bool finite = true;
     const double inverse = 1.0 / scale_;  // exact: the scale is a power of two
+    // One flag for all gradients, read once: a read per parameter would wait for each.
+    std::vector<at::Tensor> all_finite;
     for (auto& group : inner_.param_groups()) {
       for (auto& p : group.params()) {
         if (!p.grad().defined()) continue;
         at::Tensor& grad = p.mutable_grad();
         grad.mul_(inverse);
-        if (finite && !at::isfinite(grad).all().item<bool>()) finite = false;
+        // A fixed scale applies every step whatever the gradients hold: nothing to check.
+        if (options_.dynamic) all_finite.push_back(at::isfinite(grad).all());
       }
     }
+    const bool finite = all_finite.empty() || at::stack(all_finite).all().item<bool>();
     // A fixed scale (Keras' dynamic=False) applies every step, as Keras does.
     applied_ = finite || !options_.dynamic;
     if (applied_) inner_.step();
@@ -68,13 +81,9 @@ LossScaleOptimizer::LossScaleOptimizer(std::shared_ptr<MirroredOptimizer> inner,
                                        LossScaleOptions options)
     : inner_(std::move(inner)) {
   DIST_CHECK_ARG(inner_ != nullptr, "LossScaleOptimizer: the inner optimizer is null");
-  DIST_CHECK_ARG(options.initial_scale >= 1 && std::isfinite(options.initial_scale),
-                 "LossScaleOptimizer: initial_scale must be finite and at least 1, got ",
-                 options.initial_scale);
-  int exponent = 0;
-  DIST_CHECK_ARG(std::frexp(options.initial_scale, &exponent) == 0.5,
-                 "LossScaleOptimizer: initial_scale must be a power of two (so that scaling is "
-                 "exact), got ",
+  DIST_CHECK_ARG(is_valid_scale(options.initial_scale),
+                 "LossScaleOptimizer: initial_scale must be a power of two of at least 1 (so "
+                 "that scaling is exact), got ",
                  options.initial_scale);
   DIST_CHECK_ARG(options.growth_steps >= 1,
                  "LossScaleOptimizer: growth_steps must be at least 1, got ", options.growth_steps);
@@ -97,12 +106,10 @@ int64_t LossScaleOptimizer::skipped_steps() const { return step_->skipped_; }
 bool LossScaleOptimizer::last_step_applied() const { return step_->applied_; }
 
 void LossScaleOptimizer::set_state(double loss_scale, int64_t counter) {
-  int exponent = 0;
-  DIST_CHECK_ARG(
-      loss_scale >= 1 && std::isfinite(loss_scale) && std::frexp(loss_scale, &exponent) == 0.5,
-      "LossScaleOptimizer::set_state: loss_scale must be a power of two of at least "
-      "1, got ",
-      loss_scale);
+  DIST_CHECK_ARG(is_valid_scale(loss_scale),
+                 "LossScaleOptimizer::set_state: loss_scale must be a power of two of at least 1, "
+                 "got ",
+                 loss_scale);
   DIST_CHECK_ARG(counter >= 0, "LossScaleOptimizer::set_state: counter must be at least 0, got ",
                  counter);
   step_->scale_ = loss_scale;
