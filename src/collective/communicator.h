@@ -85,6 +85,11 @@ class Communicator {
   // instead of at a timeout. The communicator is unusable afterwards. Members of one process
   // fail together anyway: only cross-process communicators have something to do.
   virtual void abort(const std::string& reason) {}
+
+  // Whether every collective completes inside the call (its Work is done when returned). Then
+  // issuing gradient packs during backward overlaps nothing: each pack would only wait for the
+  // slowest member while backward is held up.
+  virtual bool completes_in_call() const { return false; }
 };
 
 // The rows [begin, end) of dim 0 that member `rank` of `size` gets in reduce_scatter: as even

@@ -123,8 +123,10 @@ TEST(MultiWorkerTest, OverlapWithBackwardIsBitIdenticalToReducingAfterBackward) 
   std::map<std::string, std::vector<std::pair<std::string, torch::Tensor>>> weights;
   for (std::string reduce : {"overlap", "after_backward"}) {
     WorkerProcesses processes;
+    // Over TCP: in shared memory the reduction always runs after backward.
     start_workers(processes, 3,
-                  {"equivalence", "2", dir.file(reduce + ".safetensors"), "4096", reduce});
+                  {"equivalence", "2", dir.file(reduce + ".safetensors"), "4096", reduce}, 20000,
+                  "ring");
     auto results = processes.wait_all(120s);
     for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
     weights[reduce] = load_safetensors(dir.file(reduce + ".safetensors")).tensors;

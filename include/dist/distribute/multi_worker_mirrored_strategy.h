@@ -39,7 +39,9 @@ struct CommunicationOptions {
   int64_t bytes_per_pack = int64_t{25} << 20;
   // Start each pack's all-reduce during backward, as soon as its gradients are final (the
   // result is bit-identical). Turn off to accumulate gradients over several backward passes
-  // before apply_gradients.
+  // before apply_gradients. Workers that share memory (kAuto on one host) reduce after backward
+  // whatever this says: there the collective runs on the calling thread, so starting it during
+  // backward only holds backward up until the slowest worker arrives.
   bool overlap_with_backward = true;
   // Before each collective, the workers agree on what it is (kind, element count, dtype) in one
   // small all-reduce, so workers that run different steps get a CollectiveError naming what

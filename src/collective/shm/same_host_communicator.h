@@ -66,6 +66,8 @@ class SameHostCommunicator : public Communicator {
     return inner_->exchange(key, value);
   }
   void abort(const std::string& reason) override;
+  // In shared memory, the calling thread does the work; over the fallback, Gloo's threads do.
+  bool completes_in_call() const override { return uses_shared_memory(); }
 
  private:
   void wait_for_all(const std::string& what);
