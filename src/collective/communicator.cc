@@ -51,6 +51,30 @@ void check_peer(const char* what, const std::string& self_name, int self, int pe
                  " is not another member of a group of ", size);
 }
 
+void reduce_in_order(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>& sources,
+                     bool out_is_first) {
+  if (sources.size() == 1) {
+    if (!out_is_first) out.copy_(sources[0]);
+    return;
+  }
+  for (size_t q = 1; q < sources.size(); ++q) {
+    // The first pair straight into out: no copy of sources[0] first.
+    const at::Tensor& left = q == 1 && !out_is_first ? sources[0] : out;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        at::add_out(out, left, sources[q]);
+        break;
+      case ReduceOp::kMin:
+        at::minimum_out(out, left, sources[q]);
+        break;
+      case ReduceOp::kMax:
+        at::maximum_out(out, left, sources[q]);
+        break;
+    }
+  }
+}
+
 void divide_for_mean(at::Tensor& tensor, int64_t members) {
   if (at::isIntegralType(tensor.scalar_type(), /*includeBool=*/true))
     tensor.div_(members, "trunc");

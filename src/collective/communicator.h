@@ -100,6 +100,11 @@ std::pair<int64_t, int64_t> chunk_range(int64_t rows, int size, int rank);
 // every send and recv makes. `what`: "send", "recv"; `self_name` names the caller.
 void check_peer(const char* what, const std::string& self_name, int self, int peer, int size);
 
+// out = sources[0] op sources[1] op ..., in this order, so whoever computes it gets the same
+// bits (MEAN sums; divide_for_mean finishes it). `out_is_first`: out aliases sources[0].
+void reduce_in_order(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>& sources,
+                     bool out_is_first);
+
 // The division that turns a SUM into a MEAN over `members`, in place; integers truncate,
 // keeping their dtype.
 void divide_for_mean(at::Tensor& tensor, int64_t members);

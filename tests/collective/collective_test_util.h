@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <dirent.h>
 #include <unistd.h>
@@ -16,6 +17,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "collective/communicator.h"
+#include "dist/core/error.h"
 
 namespace dist::collective::testing {
 
@@ -88,6 +92,50 @@ inline std::vector<std::string> listening_addresses_of_this_process() {
     }
   }
   return found;
+}
+
+// Member 1 of `members` (two) aborts with a reason while member 0 waits in an all_reduce:
+// member 0's error names member 1 and the reason, within seconds rather than at a timeout.
+inline void expect_abort_named_at_once(std::vector<std::unique_ptr<Communicator>>& members) {
+  const auto start = std::chrono::steady_clock::now();
+  run_threads(2, [&](int p) {
+    if (p == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      members[1]->abort("cannot read its data directory");
+      return;
+    }
+    std::vector<at::Tensor> t{member_tensor(0, 0, 4)};
+    try {
+      members[0]->all_reduce(t, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "all_reduce completed without worker:1";
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("worker:1 (127.0.0.1:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("failed: cannot read its data directory"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Two members issue all_reduces of different sizes: both get a named error saying what each
+// issued, instead of a transport abort.
+inline void expect_mismatch_named(std::vector<std::unique_ptr<Communicator>>& members) {
+  run_threads(2, [&](int p) {
+    std::vector<at::Tensor> t{member_tensor(p, 0, p == 0 ? 4 : 1000)};
+    try {
+      members[static_cast<size_t>(p)]->all_reduce(t, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "mismatched all_reduce completed";
+    } catch (const CollectiveError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos) << message;
+      EXPECT_NE(message.find("worker:0 (127.0.0.1:"), std::string::npos) << message;
+      EXPECT_NE(message.find("issued all_reduce SUM of 4 Long values"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("issued all_reduce SUM of 1000 Long values"), std::string::npos)
+          << message;
+    }
+  });
 }
 
 }  // namespace dist::collective::testing

@@ -170,21 +170,7 @@ TEST(GlooCommunicatorTest, MembersThatIssueDifferentCollectivesGetANamedErrorNot
   auto members = gloo_group(2);
   // Without the agreement before each collective, Gloo would abort this process when the
   // 1000-element message meets the 4-element buffer.
-  run_threads(2, [&](int p) {
-    std::vector<at::Tensor> t{member_tensor(p, 0, p == 0 ? 4 : 1000)};
-    try {
-      members[static_cast<size_t>(p)]->all_reduce(t, ReduceOp::kSum)->wait();
-      ADD_FAILURE() << "mismatched all_reduce completed";
-    } catch (const CollectiveError& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos) << message;
-      EXPECT_NE(message.find("worker:0 (127.0.0.1:"), std::string::npos) << message;
-      EXPECT_NE(message.find("issued all_reduce SUM of 4 Long values"), std::string::npos)
-          << message;
-      EXPECT_NE(message.find("issued all_reduce SUM of 1000 Long values"), std::string::npos)
-          << message;
-    }
-  });
+  testing::expect_mismatch_named(members);
   release(members);
 }
 
@@ -210,25 +196,7 @@ TEST(GlooCommunicatorDeathTest, UncheckedMismatchedCollectivesEndInANamedErrorAn
 
 TEST(GlooCommunicatorTest, AMemberThatAbortsIsNamedWithItsReasonAtOnce) {
   auto members = gloo_group(2);
-  const auto start = std::chrono::steady_clock::now();
-  run_threads(2, [&](int p) {
-    if (p == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      members[1]->abort("cannot read its data directory");
-      return;
-    }
-    std::vector<at::Tensor> t{member_tensor(0, 0, 4)};
-    try {
-      members[0]->all_reduce(t, ReduceOp::kSum)->wait();
-      ADD_FAILURE() << "all_reduce completed without worker:1";
-    } catch (const CollectiveError& e) {
-      EXPECT_NE(std::string(e.what()).find("worker:1 (127.0.0.1:"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("failed: cannot read its data directory"),
-                std::string::npos)
-          << e.what();
-    }
-  });
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  testing::expect_abort_named_at_once(members);
   release(members);
 }
 

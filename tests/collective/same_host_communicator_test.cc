@@ -114,49 +114,18 @@ INSTANTIATE_TEST_SUITE_P(Members, SameHostCommunicatorTest, ::testing::Values(2,
 
 TEST(SameHostCommunicatorTest, MembersThatIssueDifferentCollectivesGetANamedError) {
   auto members = same_host_group(2);
-  run_threads(2, [&](int r) {
-    std::vector<at::Tensor> t{member_tensor(r, 0, r == 0 ? 4 : 1000)};
-    try {
-      members[static_cast<size_t>(r)]->all_reduce(t, ReduceOp::kSum)->wait();
-      ADD_FAILURE() << "mismatched all_reduce completed";
-    } catch (const CollectiveError& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("collective mismatch at collective #1"), std::string::npos) << message;
-      EXPECT_NE(message.find("worker:0 (127.0.0.1:"), std::string::npos) << message;
-      EXPECT_NE(message.find("issued all_reduce SUM of 4 Long values"), std::string::npos)
-          << message;
-      EXPECT_NE(message.find("issued all_reduce SUM of 1000 Long values"), std::string::npos)
-          << message;
-    }
-    // The communicator is unusable afterwards, and says so.
-    std::vector<at::Tensor> again{member_tensor(r, 0, 4)};
-    EXPECT_THROW(members[static_cast<size_t>(r)]->all_reduce(again, ReduceOp::kSum),
-                 CollectiveError);
-  });
+  testing::expect_mismatch_named(members);
+  // The communicator is unusable afterwards, and says so.
+  for (auto& member : members) {
+    std::vector<at::Tensor> again{member_tensor(0, 0, 4)};
+    EXPECT_THROW(member->all_reduce(again, ReduceOp::kSum), CollectiveError);
+  }
   release(members);
 }
 
 TEST(SameHostCommunicatorTest, AMemberThatAbortsIsNamedWithItsReasonAtOnce) {
   auto members = same_host_group(2);
-  const auto start = std::chrono::steady_clock::now();
-  run_threads(2, [&](int r) {
-    if (r == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      members[1]->abort("cannot read its data directory");
-      return;
-    }
-    std::vector<at::Tensor> t{member_tensor(0, 0, 4)};
-    try {
-      members[0]->all_reduce(t, ReduceOp::kSum)->wait();
-      ADD_FAILURE() << "all_reduce completed without worker:1";
-    } catch (const CollectiveError& e) {
-      EXPECT_NE(std::string(e.what()).find("worker:1 (127.0.0.1:"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("failed: cannot read its data directory"),
-                std::string::npos)
-          << e.what();
-    }
-  });
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  testing::expect_abort_named_at_once(members);
   release(members);
 }
 

@@ -34,6 +34,17 @@ void start_workers(WorkerProcesses& processes, int workers, const std::vector<st
                      "DIST_TEST_IMPLEMENTATION=" + implementation});
 }
 
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+void expect_bit_identical(const NamedTensors& a, const NamedTensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
+  }
+}
+
 std::string all_output(const std::vector<testing::ProcessResult>& results) {
   std::string out;
   for (size_t i = 0; i < results.size(); ++i)
@@ -120,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerEquivalenceTest,
 // all-reduce's order matter.
 TEST(MultiWorkerTest, OverlapWithBackwardIsBitIdenticalToReducingAfterBackward) {
   testing::TempDir dir;
-  std::map<std::string, std::vector<std::pair<std::string, torch::Tensor>>> weights;
+  std::map<std::string, NamedTensors> weights;
   for (std::string reduce : {"overlap", "after_backward"}) {
     WorkerProcesses processes;
     // Over TCP: in shared memory the reduction always runs after backward.
@@ -131,13 +142,7 @@ TEST(MultiWorkerTest, OverlapWithBackwardIsBitIdenticalToReducingAfterBackward) 
     for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
     weights[reduce] = load_safetensors(dir.file(reduce + ".safetensors")).tensors;
   }
-  const auto& a = weights["overlap"];
-  const auto& b = weights["after_backward"];
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
-  }
+  expect_bit_identical(weights["overlap"], weights["after_backward"]);
 }
 
 TEST(MultiWorkerTest, CollectivesOnIntegerDataAreExactForWorldSizes1To4) {
@@ -168,7 +173,7 @@ TEST(MultiWorkerTest, CollectivesOverTcpOnOneHostAreExactToo) {
 // b + a) the trained weights are equal bit for bit.
 TEST(MultiWorkerTest, SharedMemoryAndTcpTrainTheSameWeightsBitForBit) {
   testing::TempDir dir;
-  std::map<std::string, std::vector<std::pair<std::string, torch::Tensor>>> weights;
+  std::map<std::string, NamedTensors> weights;
   for (std::string implementation : {"auto", "ring"}) {
     WorkerProcesses processes;
     start_workers(processes, 2, {"equivalence", "1", dir.file(implementation + ".safetensors")},
@@ -177,14 +182,7 @@ TEST(MultiWorkerTest, SharedMemoryAndTcpTrainTheSameWeightsBitForBit) {
     for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
     weights[implementation] = load_safetensors(dir.file(implementation + ".safetensors")).tensors;
   }
-  const auto& a = weights["auto"];
-  const auto& b = weights["ring"];
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
-  }
+  expect_bit_identical(weights["auto"], weights["ring"]);
 }
 
 TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParameter) {

@@ -31,26 +31,6 @@
 namespace dist::collective {
 namespace {
 
-// out = op(sources...) in source order; when out aliases sources[0], the copy is skipped.
-void reduce_into(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>& sources,
-                 bool out_is_first) {
-  if (!out_is_first) out.copy_(sources[0]);
-  for (size_t q = 1; q < sources.size(); ++q) {
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kMean:
-        out.add_(sources[q]);
-        break;
-      case ReduceOp::kMin:
-        at::minimum_out(out, out, sources[q]);
-        break;
-      case ReduceOp::kMax:
-        at::maximum_out(out, out, sources[q]);
-        break;
-    }
-  }
-}
-
 void finish_mean(ReduceOp op, at::Tensor& out, int replicas) {
   if (op == ReduceOp::kMean) divide_for_mean(out, replicas);
 }
@@ -69,7 +49,7 @@ void LocalGroup::reduce_range(ReduceOp op, size_t tensor, int64_t begin, int64_t
   for (const auto* in : inputs_) sources.push_back((*in)[tensor].view(-1).slice(0, begin, end));
   at::Tensor out = outputs_[tensor].view(-1).slice(0, begin, end);
   bool aliases_first = outputs_[tensor].is_same((*inputs_[0])[tensor]);
-  reduce_into(op, out, sources, aliases_first);
+  reduce_in_order(op, out, sources, aliases_first);
   finish_mean(op, out, static_cast<int>(inputs_.size()));
 }
 
@@ -93,7 +73,7 @@ void LocalGroup::reduce_share(int rank, ReduceOp op) {
         std::vector<at::Tensor> sources;
         for (int q = rank; q < last; ++q) sources.push_back((*inputs_[static_cast<size_t>(q)])[t]);
         at::Tensor out = at::empty_like(first[t], at::MemoryFormat::Contiguous);
-        reduce_into(partial_op, out, sources, false);
+        reduce_in_order(partial_op, out, sources, false);
         partial.push_back(out);
       }
     }
@@ -103,7 +83,7 @@ void LocalGroup::reduce_share(int rank, ReduceOp op) {
       for (size_t t = 0; t < first.size(); ++t) {
         std::vector<at::Tensor> sources;
         for (const auto& partial : partials_) sources.push_back(partial[t]);
-        reduce_into(partial_op, outputs_[t], sources, false);
+        reduce_in_order(partial_op, outputs_[t], sources, false);
         finish_mean(op, outputs_[t], replicas);
       }
     }

@@ -30,29 +30,6 @@ void copy_range(const std::vector<at::Tensor>& flat, int64_t begin, int64_t coun
   }
 }
 
-// out = in[0] op in[1] op ..., in rank order.
-void reduce_in_order(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>& in) {
-  if (in.size() == 1) {
-    out.copy_(in[0]);
-    return;
-  }
-  for (size_t m = 1; m < in.size(); ++m) {
-    const at::Tensor& left = m == 1 ? in[0] : out;
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kMean:
-        at::add_out(out, left, in[m]);
-        break;
-      case ReduceOp::kMin:
-        at::minimum_out(out, left, in[m]);
-        break;
-      case ReduceOp::kMax:
-        at::maximum_out(out, left, in[m]);
-        break;
-    }
-  }
-}
-
 }  // namespace
 
 SameHostCommunicator::SameHostCommunicator(std::unique_ptr<Communicator> inner, int64_t slot_bytes,
@@ -162,7 +139,7 @@ WorkHandle SameHostCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Re
         for (int m = 0; m < size(); ++m)
           shares.push_back(at::from_blob(group_->slot(m), {n}, options).slice(0, begin, end));
         at::Tensor out = at::from_blob(group_->results(), {n}, options).slice(0, begin, end);
-        reduce_in_order(op, out, shares);
+        reduce_in_order(op, out, shares, /*out_is_first=*/false);
       }
       // Every share is reduced. Nobody writes the results again before every member reached
       // the next collective's first barrier, so copying out needs no barrier after it.
