@@ -30,6 +30,20 @@ void copy_range(const std::vector<at::Tensor>& flat, int64_t begin, int64_t coun
   }
 }
 
+// 1-D views of `tensors`, through contiguous copies for strided ones (copy_back returns those).
+std::vector<at::Tensor> flat_views(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto& t : tensors) flat.push_back(t.contiguous().view(-1));
+  return flat;
+}
+
+void copy_back(const std::vector<at::Tensor>& flat, std::vector<at::Tensor>& tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (flat[i].data_ptr() != tensors[i].data_ptr())
+      tensors[i].copy_(flat[i].view(tensors[i].sizes()));
+}
+
 }  // namespace
 
 SameHostCommunicator::SameHostCommunicator(std::unique_ptr<Communicator> inner, int64_t slot_bytes,
@@ -91,9 +105,8 @@ void SameHostCommunicator::guarded(const std::string& what, Body body) {
   }
 }
 
-void SameHostCommunicator::wait_for_all(const std::string& what) {
-  group_->arrive_and_wait(detail::concat(what, " (collective #", sequence_, ")"), timeout_,
-                          [this](int m) { return member_name(m); });
+void SameHostCommunicator::wait_for_all(const char* what) {
+  group_->arrive_and_wait(what, sequence_, timeout_, [this](int m) { return member_name(m); });
 }
 
 void SameHostCommunicator::check_same_collective(const Fingerprint& mine) {
@@ -121,9 +134,7 @@ WorkHandle SameHostCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Re
   guarded("all_reduce", [&] {
     const Fingerprint mine = fingerprint_of(all_reduce_kind(op), tensors);
     group_->publish(++sequence_, mine);
-    // 1-D views, through contiguous copies for strided tensors (copied back at the end).
-    std::vector<at::Tensor> flat;
-    for (const auto& t : tensors) flat.push_back(t.contiguous().view(-1));
+    std::vector<at::Tensor> flat = flat_views(tensors);
     const auto options = at::TensorOptions().dtype(tensors[0].scalar_type());
     const int64_t capacity = group_->slot_bytes() / static_cast<int64_t>(tensors[0].element_size());
     const int64_t total = mine.elements;
@@ -147,11 +158,9 @@ WorkHandle SameHostCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Re
       copy_range(flat, done, n, at::from_blob(group_->results(), {n}, options), true);
       done += n;
     } while (done < total);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (op == ReduceOp::kMean) divide_for_mean(flat[i], size());
-      if (flat[i].data_ptr() != tensors[i].data_ptr())
-        tensors[i].copy_(flat[i].view(tensors[i].sizes()));
-    }
+    if (op == ReduceOp::kMean)
+      for (auto& f : flat) divide_for_mean(f, size());
+    copy_back(flat, tensors);
   });
   return completed_work();
 }
@@ -163,8 +172,7 @@ WorkHandle SameHostCommunicator::broadcast(std::vector<at::Tensor>& tensors, int
   guarded("broadcast", [&] {
     const Fingerprint mine = fingerprint_of(broadcast_kind(root), tensors);
     group_->publish(++sequence_, mine);
-    std::vector<at::Tensor> flat;
-    for (const auto& t : tensors) flat.push_back(t.contiguous().view(-1));
+    const std::vector<at::Tensor> flat = flat_views(tensors);
     // Runs of tensors of one dtype go together (model state mixes float and integer buffers).
     bool checked = false;
     size_t first = 0;
@@ -196,9 +204,7 @@ WorkHandle SameHostCommunicator::broadcast(std::vector<at::Tensor>& tensors, int
       } while (done < total);
       first = last;
     } while (first < flat.size());
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (flat[i].data_ptr() != tensors[i].data_ptr())
-        tensors[i].copy_(flat[i].view(tensors[i].sizes()));
+    copy_back(flat, tensors);
   });
   return completed_work();
 }

@@ -70,7 +70,7 @@ class SameHostCommunicator : public Communicator {
   bool completes_in_call() const override { return uses_shared_memory(); }
 
  private:
-  void wait_for_all(const std::string& what);
+  void wait_for_all(const char* what);
   // After the collective's first barrier: throws a CollectiveError naming what each member
   // issued unless every member published `mine`.
   void check_same_collective(const Fingerprint& mine);

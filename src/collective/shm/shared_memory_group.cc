@@ -220,7 +220,8 @@ std::string SharedMemoryGroup::lost_members(
   return lost;
 }
 
-void SharedMemoryGroup::arrive_and_wait(const std::string& what, std::chrono::milliseconds timeout,
+void SharedMemoryGroup::arrive_and_wait(const char* what_kind, int64_t sequence,
+                                        std::chrono::milliseconds timeout,
                                         const std::function<std::string(int)>& member_name) {
   using Clock = std::chrono::steady_clock;
   Header& h = header();
@@ -238,6 +239,7 @@ void SharedMemoryGroup::arrive_and_wait(const std::string& what, std::chrono::mi
   while (Clock::now() - start < std::chrono::microseconds(20))
     if (passed()) return;
   const auto deadline = start + timeout;
+  const std::string what = detail::concat(what_kind, " (collective #", sequence, ")");
   auto next_check = start + std::chrono::milliseconds(100);
   while (!passed()) {
     futex_wait(&h.generation, generation, std::chrono::milliseconds(50));

@@ -47,11 +47,12 @@ class SharedMemoryGroup {
   void* slot(int member) const;
   void* results() const;
 
-  // Waits until every member arrived here as often as this one. `what` names the collective
-  // for errors; `member_name` turns a rank into "worker:1 (host:port)". Throws CollectiveError
-  // when a member's process ended ("lost worker"), a member called abort() (its reason), or
-  // `timeout` passed (naming the members that did not arrive).
-  void arrive_and_wait(const std::string& what, std::chrono::milliseconds timeout,
+  // Waits until every member arrived here as often as this one. `what` and `sequence` name the
+  // collective in errors (the text is only built for one: this is the all-reduce's hot path);
+  // `member_name` turns a rank into "worker:1 (host:port)". Throws CollectiveError when a member's
+  // process ended ("lost worker"), a member called abort() (its reason), or `timeout` passed
+  // (naming the members that did not arrive).
+  void arrive_and_wait(const char* what, int64_t sequence, std::chrono::milliseconds timeout,
                        const std::function<std::string(int)>& member_name);
 
   // Publishes this member's fingerprint of collective `sequence`. Read after the next barrier:
