@@ -3,10 +3,11 @@
 // LibTorch's oneDNN convolutions, pooling and activations run natively on channels-last
 // tensors; on NCHW tensors they reorder to and from their own layout at every layer. Feeding
 // the first convolution a channels-last input keeps every later activation channels-last (each
-// layer's output follows its input's layout), which made the tutorial CNN's training step about 1.5x
-// faster on one core (bench/channels_last_probe.py measured 1.45x). Parameters and gradients keep their
-// ordinary contiguous layout, so collectives, optimizers and checkpoints see nothing new; the
-// values computed are those of the NCHW model up to floating-point summation order.
+// layer's output follows its input's layout), which made the tutorial CNN's training step
+// about 1.5x faster on one core (bench/channels_last_probe.py measured 1.45x). Parameters and
+// gradients keep their ordinary contiguous layout, so collectives, optimizers and checkpoints see
+// nothing new; the values computed are those of the NCHW model up to floating-point summation
+// order.
 #pragma once
 
 #include <ATen/core/Tensor.h>
