@@ -3,11 +3,14 @@
 //   1x1: 1 replica with 1 intra-op thread
 //   1x2: 1 replica with 2 intra-op threads
 //   2x1: 2 replicas with 1 thread each (global batch 128)
+//   2x1-step0: 2x1 with the optimizer step left to replica 0 (shard_optimizer_step = false),
+//              the layout before the replicas split the step; not in "all"
 // Variants run in interleaved rounds; each round times `steps` training steps. Prints the
 // median images/s of each, the scaling efficiency images/s(2x1) / (2 * images/s(1x1)), and
 // the one-replica path against plain LibTorch.
 //
-//   ./build/bench/mirrored_scaling_bench [rounds=9] [steps=30] [only=all|plain1x2|1x1|1x2|2x1]
+//   ./build/bench/mirrored_scaling_bench [rounds=9] [steps=30]
+//                                        [only=all|plain1x2|1x1|1x2|2x1|2x1-step0|2x1,2x1-step0]
 //                                        [model=cnn|mlp] [precision=float32|bf16]
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +35,8 @@ struct Config {
   const char* name;
   int replicas;  // 0: plain LibTorch, no strategy
   int threads;
+  bool shard_optimizer_step = true;
+  bool in_all = true;
 };
 
 // Fashion-MNIST-shaped inputs; the MLP flattens them itself.
@@ -52,6 +57,7 @@ class StrategyTrainer final : public Trainer {
     dist::MirroredOptions options;
     for (int r = 0; r < config.replicas; ++r) options.devices.push_back("cpu:" + std::to_string(r));
     options.threads_per_replica = config.threads;
+    options.shard_optimizer_step = config.shard_optimizer_step;
     strategy_ = std::make_unique<dist::MirroredStrategy>(options);
     torch::manual_seed(0);
     model_ = std::make_unique<dist::Mirrored<torch::nn::Sequential>>(
@@ -141,13 +147,23 @@ int main(int argc, char** argv) {
   const char* only = argc > 3 ? argv[3] : "all";
   const std::string model_name = argc > 4 ? argv[4] : "cnn";
   const Policy policy = dist::mixed_precision::policy_from_name(argc > 5 ? argv[5] : "float32");
-  const Config configs[] = {{"plain1x2", 0, 2}, {"1x1", 1, 1}, {"1x2", 1, 2}, {"2x1", 2, 1}};
+  const Config configs[] = {{"plain1x2", 0, 2},
+                            {"1x1", 1, 1},
+                            {"1x2", 1, 2},
+                            {"2x1", 2, 1},
+                            {"2x1-step0", 2, 1, false, false}};
+  // `only`: one name, or several separated by commas.
+  auto chosen = [&](const Config& c) {
+    if (std::strcmp(only, "all") == 0) return c.in_all;
+    const std::string list = std::string(",") + only + ",";
+    return list.find(std::string(",") + c.name + ",") != std::string::npos;
+  };
 
   std::vector<std::unique_ptr<Trainer>> trainers;
   std::vector<dist::bench::Variant> variants;
   std::vector<const Config*> used;
   for (const auto& c : configs) {
-    if (std::strcmp(only, "all") != 0 && std::strcmp(only, c.name) != 0) continue;
+    if (!chosen(c)) continue;
     if (c.replicas == 0)
       trainers.push_back(std::make_unique<PlainTrainer>(c, model_name, policy));
     else
@@ -157,11 +173,13 @@ int main(int argc, char** argv) {
     used.push_back(&c);
   }
   if (variants.empty()) {
-    std::fprintf(stderr, "unknown configuration '%s': use all, plain1x2, 1x1, 1x2 or 2x1\n", only);
+    std::fprintf(stderr,
+                 "unknown configuration '%s': use all, plain1x2, 1x1, 1x2, 2x1 or 2x1-step0\n",
+                 only);
     return 2;
   }
   auto medians = dist::bench::interleaved_medians(variants, rounds, steps);
-  double ips[4] = {0, 0, 0, 0};
+  double ips[5] = {0, 0, 0, 0, 0};
   for (size_t i = 0; i < variants.size(); ++i) {
     const double images_per_sec = trainers[i]->images_per_step() / medians[i];
     std::printf(
@@ -169,13 +187,16 @@ int main(int argc, char** argv) {
         "steps)\n",
         used[i]->name, model_name.c_str(), dist::mixed_precision::policy_name(policy).c_str(),
         medians[i] * 1e3, images_per_sec, rounds, steps);
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < 5; ++k)
       if (used[i] == &configs[k]) ips[k] = images_per_sec;
   }
   if (ips[1] > 0 && ips[3] > 0)
     std::printf("scaling efficiency 2x1 / (2 * 1x1): %.1f%%\n", 100.0 * ips[3] / (2 * ips[1]));
   if (ips[2] > 0 && ips[3] > 0)
     std::printf("2 replicas vs 1 replica of 2 threads: %.3fx\n", ips[3] / ips[2]);
+  if (ips[3] > 0 && ips[4] > 0)
+    std::printf("2x1 splitting the optimizer step vs replica 0 stepping alone: %.3fx\n",
+                ips[3] / ips[4]);
   if (ips[0] > 0 && ips[2] > 0)
     std::printf("1 replica of 2 threads vs plain LibTorch with 2 threads: %.3fx\n",
                 ips[2] / ips[0]);

@@ -6,7 +6,9 @@
 // per-replica .grad tensors) and then apply_gradients(), a collective:
 //   1. the gradient reducer sums every replica's gradients (in process, then across
 //      processes) into replica 0's .grad tensors;
-//   2. replica 0 takes one optimizer step on its parameters, whose storage every copy shares;
+//   2. one optimizer step on replica 0's parameters, whose storage every copy shares: split
+//      between the replicas, each updating its share of the elements (OptimizerShards), or
+//      replica 0's alone for an optimizer that cannot be split;
 //   3. every replica averages its buffers with the others (a collective, which also keeps the
 //      others from running ahead of the step), then zeroes its own gradients.
 // So every copy, in every process, holds the same values before the next forward.
@@ -249,11 +251,29 @@ void MirroredExtended::apply_gradients(DistributedVariables& variables,
                  "one that made this optimizer");
   const int replica = context->local_replica_id();
   model.reducer->finalize(replica);
-  // One step for all copies, with this replica's share of the cores: changing the thread
-  // count per step costs more than it saves (at::set_num_threads rebuilds thread pools).
-  if (replica == 0) optimizer.step();
+  step_optimizer(model, optimizer, replica);
   sync_buffers(model, replica);
   detail::clear_gradients(model.replicas[static_cast<size_t>(replica)]->parameters());
+}
+
+void MirroredExtended::step_optimizer(MirroredVariables& variables,
+                                      torch::optim::Optimizer& optimizer, int replica) {
+  // Each replica steps with its own share of the cores: changing the thread count per step
+  // costs more than it saves (at::set_num_threads rebuilds thread pools).
+  const int replicas = static_cast<int>(devices_.size());
+  if (replicas == 1 || !options_.shard_optimizer_step) {
+    if (replica == 0) optimizer.step();
+    return;
+  }
+  // Planned once, after every replica's reduction has finished (so replica 0's gradients are
+  // final), while the others wait.
+  group_->local().barrier(replica, "apply_gradients (optimizer step)", [&] {
+    variables.optimizer_shards_planned = variables.optimizer_shards.plan(optimizer, replicas);
+  });
+  if (variables.optimizer_shards_planned)
+    variables.optimizer_shards.step(replica);
+  else if (replica == 0)
+    optimizer.step();
 }
 
 void MirroredExtended::sync_buffers(MirroredVariables& variables, int replica) {

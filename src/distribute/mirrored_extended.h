@@ -15,6 +15,7 @@
 #include "collective/hierarchical_communicator.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "distribute/gradient_reducer.h"
+#include "distribute/optimizer_shards.h"
 #include "distribute/replica_threads.h"
 
 namespace dist {
@@ -38,6 +39,9 @@ class MirroredVariables : public DistributedVariables {
 
   std::vector<std::shared_ptr<torch::nn::Module>> replicas;  // [0] is the primary
   std::shared_ptr<MirroredExtended> owner;
+  // This step's optimizer update, split between the local replicas (planned: it is).
+  OptimizerShards optimizer_shards;
+  bool optimizer_shards_planned = false;
   // Its hooks sit on the copies' parameters; declared last so it goes first.
   std::shared_ptr<GradientReducer> reducer;
 };
@@ -80,6 +84,10 @@ class MirroredExtended : public StrategyExtended,
   // tf.distribute does for ON_READ variables aggregated with MEAN: over the local copies, then
   // over the workers. A collective of every local replica.
   void sync_buffers(MirroredVariables& variables, int replica);
+  // One optimizer step for every copy: split between the local replicas when the optimizer
+  // allows (OptimizerShards), else replica 0's alone. A collective of every local replica.
+  void step_optimizer(MirroredVariables& variables, torch::optim::Optimizer& optimizer,
+                      int replica);
   // Before a collective reaches the other processes (see OverlappedReducer).
   void complete_reducer_steps() const;
   void settle_reducers();

@@ -30,15 +30,19 @@ struct Kind {
   std::function<std::map<std::string, at::Tensor>(const OptimizerParamState&)> get;
   std::function<std::unique_ptr<OptimizerParamState>(const std::map<std::string, at::Tensor>&)>
       make;
+  std::function<std::unique_ptr<torch::optim::Optimizer>(const torch::optim::Optimizer&)>
+      make_empty;
 };
 
 at::Tensor step_tensor(int64_t step) { return at::scalar_tensor(step, at::kLong); }
 int64_t step_value(const std::map<std::string, at::Tensor>& s) {
   return s.at("step").item<int64_t>();
 }
+// Aliases the tensor: import_slots copies the slots before it makes a state of them, and
+// OptimizerShards wants views of the tensors it is given.
 at::Tensor slot(const std::map<std::string, at::Tensor>& s, const char* name) {
   auto it = s.find(name);
-  return it == s.end() ? at::Tensor() : it->second.clone();
+  return it == s.end() ? at::Tensor() : it->second;
 }
 void put(std::map<std::string, at::Tensor>& out, const char* name, const at::Tensor& t) {
   if (t.defined()) out[name] = t.detach();
@@ -49,15 +53,22 @@ bool is(const torch::optim::Optimizer& o) {
   return dynamic_cast<const Optimizer*>(&o) != nullptr;
 }
 
+// Without parameters, so no optimizer makes state for them (Adagrad does in its constructor).
+template <class Optimizer, class Options>
+std::unique_ptr<torch::optim::Optimizer> empty(const torch::optim::Optimizer& like) {
+  return std::make_unique<Optimizer>(std::vector<torch::optim::OptimizerParamGroup>{},
+                                     static_cast<const Options&>(like.defaults()));
+}
+
 // Adam and AdamW share their slots.
-template <class State>
-Kind adam_like(const char* name, std::function<bool(const torch::optim::Optimizer&)> matches) {
+template <class Optimizer, class Options, class State>
+Kind adam_like(const char* name) {
   return {name,
           {{"step", true, true},
            {"exp_avg", true, false},
            {"exp_avg_sq", true, false},
            {"max_exp_avg_sq", false, false}},
-          std::move(matches),
+          is<Optimizer>,
           [](const OptimizerParamState& base) {
             const auto& s = static_cast<const State&>(base);
             std::map<std::string, at::Tensor> out{{"step", step_tensor(s.step())}};
@@ -73,7 +84,8 @@ Kind adam_like(const char* name, std::function<bool(const torch::optim::Optimize
             s->exp_avg_sq(slot(in, "exp_avg_sq"));
             s->max_exp_avg_sq(slot(in, "max_exp_avg_sq"));
             return s;
-          }};
+          },
+          empty<Optimizer, Options>};
 }
 
 const std::vector<Kind>& kinds() {
@@ -92,10 +104,15 @@ const std::vector<Kind>& kinds() {
                    auto s = std::make_unique<torch::optim::SGDParamState>();
                    s->momentum_buffer(slot(in, "momentum_buffer"));
                    return s;
-                 }});
+                 },
+                 empty<torch::optim::SGD, torch::optim::SGDOptions>});
     // AdamW before Adam: neither derives from the other, but keep the specific one first.
-    k.push_back(adam_like<torch::optim::AdamWParamState>("AdamW", is<torch::optim::AdamW>));
-    k.push_back(adam_like<torch::optim::AdamParamState>("Adam", is<torch::optim::Adam>));
+    k.push_back(
+        adam_like<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+            "AdamW"));
+    k.push_back(
+        adam_like<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>(
+            "Adam"));
     k.push_back({"RMSprop",
                  {{"step", true, true},
                   {"square_avg", true, false},
@@ -117,7 +134,8 @@ const std::vector<Kind>& kinds() {
                    s->momentum_buffer(slot(in, "momentum_buffer"));
                    s->grad_avg(slot(in, "grad_avg"));
                    return s;
-                 }});
+                 },
+                 empty<torch::optim::RMSprop, torch::optim::RMSpropOptions>});
     k.push_back({"Adagrad",
                  {{"step", true, true}, {"sum", true, false}},
                  is<torch::optim::Adagrad>,
@@ -132,15 +150,21 @@ const std::vector<Kind>& kinds() {
                    s->step(step_value(in));
                    s->sum(slot(in, "sum"));
                    return s;
-                 }});
+                 },
+                 empty<torch::optim::Adagrad, torch::optim::AdagradOptions>});
     return k;
   }();
   return all;
 }
 
-const Kind& kind_of(const torch::optim::Optimizer& optimizer) {
+const Kind* find_kind(const torch::optim::Optimizer& optimizer) {
   for (const Kind& k : kinds())
-    if (k.matches(optimizer)) return k;
+    if (k.matches(optimizer)) return &k;
+  return nullptr;
+}
+
+const Kind& kind_of(const torch::optim::Optimizer& optimizer) {
+  if (const Kind* k = find_kind(optimizer)) return *k;
   throw InvalidArgument(
       "checkpoints can save the state of LibTorch's SGD, Adam, AdamW, RMSprop and Adagrad "
       "optimizers; this optimizer is none of them");
@@ -207,9 +231,29 @@ void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slot
     if (named.empty()) {
       state.erase(state_key(impl));
     } else {
-      state[state_key(impl)] = kind.make(named);
+      std::map<std::string, at::Tensor> owned;
+      for (const auto& [name, t] : named) owned[name] = t.clone();
+      state[state_key(impl)] = kind.make(owned);
     }
   }
+}
+
+std::string state_key_of(const at::Tensor& param) { return state_key(param.unsafeGetTensorImpl()); }
+
+std::unique_ptr<torch::optim::Optimizer> empty_optimizer_like(
+    const torch::optim::Optimizer& optimizer) {
+  const Kind* kind = find_kind(optimizer);
+  return kind == nullptr ? nullptr : kind->make_empty(optimizer);
+}
+
+std::map<std::string, at::Tensor> state_slots(const torch::optim::Optimizer& optimizer,
+                                              const OptimizerParamState& state) {
+  return kind_of(optimizer).get(state);
+}
+
+std::unique_ptr<OptimizerParamState> state_of_slots(
+    const torch::optim::Optimizer& optimizer, const std::map<std::string, at::Tensor>& slots) {
+  return kind_of(optimizer).make(slots);
 }
 
 }  // namespace dist::detail

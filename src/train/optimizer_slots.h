@@ -27,7 +27,20 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
                  const std::function<std::string(const void*)>& name_of,
                  const std::function<void(const std::string&)>& fail);
 
-// Replaces the optimizer's state with `slots` (already checked).
+// Replaces the optimizer's state with copies of `slots` (already checked).
 void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slots);
+
+// For splitting one step between threads (OptimizerShards):
+// - the key of `param`'s state in an optimizer's state();
+// - an optimizer of the same kind with no parameters; null for a kind not listed above;
+// - one parameter's state as slots that alias its tensors;
+// - a state made of `slots` that aliases their tensors.
+std::string state_key_of(const at::Tensor& param);
+std::unique_ptr<torch::optim::Optimizer> empty_optimizer_like(
+    const torch::optim::Optimizer& optimizer);
+std::map<std::string, at::Tensor> state_slots(const torch::optim::Optimizer& optimizer,
+                                              const torch::optim::OptimizerParamState& state);
+std::unique_ptr<torch::optim::OptimizerParamState> state_of_slots(
+    const torch::optim::Optimizer& optimizer, const std::map<std::string, at::Tensor>& slots);
 
 }  // namespace dist::detail

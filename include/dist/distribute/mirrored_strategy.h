@@ -30,6 +30,10 @@ struct MirroredOptions {
   std::chrono::milliseconds collective_timeout = std::chrono::minutes(5);
   // Intra-op threads per replica. 0: cores / replicas, at least 1.
   int threads_per_replica = 0;
+  // The replicas of a process split each optimizer step between them, each updating a share
+  // of every variable's elements (bit-identical to one step; LibTorch's SGD, Adam, AdamW,
+  // RMSprop and Adagrad). false: replica 0 takes the step alone while the others wait.
+  bool shard_optimizer_step = true;
 };
 
 class MirroredStrategy : public Strategy {

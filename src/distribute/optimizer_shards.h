@@ -1,0 +1,55 @@
+// OptimizerShards: one optimizer step split between the replica threads of a process.
+//
+// Mirrored copies share their parameters' storage, so one optimizer step serves them all. Taken
+// by replica 0 alone, that step is the other replicas' idle time: Adam over a 20M-parameter MLP
+// is a third of the forward and backward pass. The elementwise optimizers (SGD, Adam, AdamW,
+// RMSprop, Adagrad) update each element from that element's parameter, gradient and slots
+// only, so the flat range of every element can be cut into contiguous pieces, one share per
+// replica, and each replica runs an optimizer of the same type over views of its pieces: the
+// same arithmetic on the same elements, bit for bit (tests/distribute/optimizer_shards_test.cc).
+//
+// Pieces are cut at multiples of kAlignment elements within a parameter, so each piece's
+// vectorized loop covers the same elements as the whole parameter's and the scalar remainder
+// is the same last few elements.
+//
+// Protocol (one step): one thread calls plan() while the others wait; if it returns true,
+// every shard's thread calls step(shard) at once, then all of them wait for each other before
+// the parameters are read again. plan() advances the whole optimizer's step counters itself
+// (every piece of a parameter advances its copy of the counter the same way), so step() touches
+// nothing but its own pieces. If plan() returns false, the caller takes optimizer.step() whole:
+// an optimizer of another kind, slots that its first step has not made yet, tensors that are
+// not contiguous, or too few elements to be worth splitting.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+namespace dist {
+
+class OptimizerShards {
+ public:
+  static constexpr int64_t kAlignment = 64;
+  // Below this many elements per shard the step runs whole: the views and the extra dispatches
+  // cost more than they save.
+  static constexpr int64_t kMinElementsPerShard = int64_t{1} << 16;
+
+  // Plans `num_shards` shares of the next step of `optimizer` over its parameters that have a
+  // gradient. Not thread-safe: one thread, while no other touches the optimizer.
+  bool plan(torch::optim::Optimizer& optimizer, int num_shards,
+            int64_t min_elements_per_shard = kMinElementsPerShard);
+
+  // Steps share `shard` of the planned step; safe to call for different shards at once.
+  void step(int shard);
+
+  // Elements of share `shard` in the last plan (for tests).
+  int64_t elements(int shard) const;
+
+ private:
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> shards_;
+  std::vector<int64_t> elements_;
+};
+
+}  // namespace dist
