@@ -267,10 +267,9 @@ void MirroredExtended::step_optimizer(MirroredVariables& variables,
   }
   // Planned once, after every replica's reduction has finished (so replica 0's gradients are
   // final), while the others wait.
-  group_->local().barrier(replica, "apply_gradients (optimizer step)", [&] {
-    variables.optimizer_shards_planned = variables.optimizer_shards.plan(optimizer, replicas);
-  });
-  if (variables.optimizer_shards_planned)
+  group_->local().barrier(replica, "apply_gradients (optimizer step)",
+                          [&] { variables.optimizer_shards.plan(optimizer, replicas); });
+  if (variables.optimizer_shards.planned())
     variables.optimizer_shards.step(replica);
   else if (replica == 0)
     optimizer.step();

@@ -39,9 +39,8 @@ class MirroredVariables : public DistributedVariables {
 
   std::vector<std::shared_ptr<torch::nn::Module>> replicas;  // [0] is the primary
   std::shared_ptr<MirroredExtended> owner;
-  // This step's optimizer update, split between the local replicas (planned: it is).
+  // This step's optimizer update, split between the local replicas.
   OptimizerShards optimizer_shards;
-  bool optimizer_shards_planned = false;
   // Its hooks sit on the copies' parameters; declared last so it goes first.
   std::shared_ptr<GradientReducer> reducer;
 };

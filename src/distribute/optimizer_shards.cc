@@ -35,27 +35,34 @@ bool keeps_no_state(const torch::optim::OptimizerOptions& options) {
 }
 
 // The parameters the next step updates, in the optimizer's order, or false when it must run
-// whole.
+// whole. Cheap: no slot is looked at yet.
 bool collect(const Optimizer& optimizer, std::vector<Parameter>& out, int64_t& total) {
-  const auto& state = optimizer.state();
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& p : groups[g].params()) {
       const at::Tensor& grad = p.grad();
       if (!grad.defined()) continue;
       if (!flat_viewable(p) || !flat_viewable(grad) || grad.sizes() != p.sizes()) return false;
-      Parameter item{p.detach(), grad.detach(), g, total, detail::state_key_of(p), {}};
-      auto it = state.find(item.key);
-      if (it != state.end()) {
-        item.slots = detail::state_slots(optimizer, *it->second);
-        for (const auto& [name, t] : item.slots)
-          if (name != kStep && !(flat_viewable(t) && t.sizes() == p.sizes())) return false;
-      } else if (!keeps_no_state(groups[g].options())) {
-        return false;
-      }
+      out.push_back({p.detach(), grad.detach(), g, total, detail::state_key_of(p), {}});
       total += p.numel();
-      out.push_back(std::move(item));
     }
+  }
+  return true;
+}
+
+// Each parameter's slots, or false when one is missing (its first step makes it) or cannot be
+// viewed flat.
+bool attach_slots(const Optimizer& optimizer, std::vector<Parameter>& params) {
+  const auto& state = optimizer.state();
+  for (Parameter& p : params) {
+    auto it = state.find(p.key);
+    if (it == state.end()) {
+      if (!keeps_no_state(optimizer.param_groups()[p.group].options())) return false;
+      continue;
+    }
+    p.slots = detail::state_slots(optimizer, *it->second);
+    for (const auto& [name, t] : p.slots)
+      if (name != kStep && !(flat_viewable(t) && t.sizes() == p.param.sizes())) return false;
   }
   return true;
 }
@@ -87,14 +94,15 @@ bool OptimizerShards::plan(Optimizer& optimizer, int num_shards, int64_t min_ele
   shards_.clear();
   elements_.clear();
   if (num_shards < 2) return false;
-  std::unique_ptr<Optimizer> probe = detail::empty_optimizer_like(optimizer);
-  if (!probe) return false;  // not a kind whose state we know how to cut
-
+  // Below the minimum (a small model, every step) this is all the work done.
   std::vector<Parameter> params;
   int64_t total = 0;
   if (!collect(optimizer, params, total) || params.empty() ||
       total < min_elements_per_shard * num_shards)
     return false;
+  std::unique_ptr<Optimizer> probe = detail::empty_optimizer_like(optimizer);
+  if (!probe) return false;  // not a kind whose state we know how to cut
+  if (!attach_slots(optimizer, params)) return false;
 
   const std::vector<int64_t> cuts = cut_points(params, total, num_shards);
   for (int k = 0; k < num_shards; ++k) {
@@ -144,6 +152,8 @@ void OptimizerShards::step(int shard) {
                        shard, " of ", shards_.size());
   shards_[static_cast<size_t>(shard)]->step();
 }
+
+bool OptimizerShards::planned() const { return !shards_.empty(); }
 
 int64_t OptimizerShards::elements(int shard) const {
   return elements_.at(static_cast<size_t>(shard));

@@ -44,6 +44,8 @@ class OptimizerShards {
   // Steps share `shard` of the planned step; safe to call for different shards at once.
   void step(int shard);
 
+  // Whether the last plan() returned true (its shares are ready to step).
+  bool planned() const;
   // Elements of share `shard` in the last plan (for tests).
   int64_t elements(int shard) const;
 
