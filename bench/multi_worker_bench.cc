@@ -4,7 +4,8 @@
 //
 //   dist-launch --workers 2 -- build/bench/multi_worker_bench multi_worker cnn [steps=40]
 //   (multi_worker_after_backward: the same without overlapping the all-reduce with backward;
-//    multi_worker_tcp: collectives over Gloo/TCP even on one host, not shared memory)
+//    multi_worker_tcp: collectives over Gloo/TCP even on one host, not shared memory;
+//    multi_worker_private: each worker keeps its own copy of the variables and steps it whole)
 //   build/bench/multi_worker_bench mirrored cnn [steps=40]        (2 replicas in one process)
 #include <chrono>
 #include <cstdio>
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: multi_worker_bench multi_worker|multi_worker_after_backward|"
-                 "multi_worker_unchecked|multi_worker_tcp|mirrored "
+                 "multi_worker_unchecked|multi_worker_tcp|multi_worker_private|mirrored "
                  "cnn|mlp [steps]\n");
     return 2;
   }
@@ -32,12 +33,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<dist::Strategy> strategy;
   bool chief = true;
   if (layout == "multi_worker" || layout == "multi_worker_after_backward" ||
-      layout == "multi_worker_unchecked" || layout == "multi_worker_tcp") {
+      layout == "multi_worker_unchecked" || layout == "multi_worker_tcp" ||
+      layout == "multi_worker_private") {
     dist::MultiWorkerOptions options;
     options.threads_per_replica = 1;
     options.communication.overlap_with_backward = layout != "multi_worker_after_backward";
     // Without the agreement before each collective: what the check costs.
     options.communication.check_collectives = layout != "multi_worker_unchecked";
+    options.communication.share_variables_on_host = layout != "multi_worker_private";
     if (layout == "multi_worker_tcp")
       options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
     auto mw = std::make_unique<dist::MultiWorkerMirroredStrategy>(options);

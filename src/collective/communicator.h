@@ -86,6 +86,12 @@ class Communicator {
   // fail together anyway: only cross-process communicators have something to do.
   virtual void abort(const std::string& reason) {}
 
+  // `bytes` of memory that every member maps, for state the members keep as one copy instead
+  // of one each (processes of one host). A collective: every member asks for the same size.
+  // Null on every member when they cannot share memory (other hosts, no room in /dev/shm);
+  // then each keeps its own copy. The memory stays mapped while the pointer or a copy lives.
+  virtual std::shared_ptr<void> share_memory(int64_t bytes) { return nullptr; }
+
   // Whether every collective completes inside the call (its Work is done when returned). Then
   // issuing gradient packs during backward overlaps nothing: each pack would only wait for the
   // slowest member while backward is held up.

@@ -45,6 +45,11 @@ class SerializedCommunicator : public Communicator {
     return inner_.exchange(key, value);  // the store, out of band
   }
   void abort(const std::string& reason) override { inner_.abort(reason); }
+  std::shared_ptr<void> share_memory(int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_.share_memory(bytes);
+  }
+  bool completes_in_call() const override { return inner_.completes_in_call(); }
 
  private:
   Communicator& inner_;

@@ -8,7 +8,9 @@
 //      processes) into replica 0's .grad tensors;
 //   2. one optimizer step on replica 0's parameters, whose storage every copy shares: split
 //      between the replicas, each updating its share of the elements (OptimizerShards), or
-//      replica 0's alone for an optimizer that cannot be split;
+//      replica 0's alone for an optimizer that cannot be split. Worker processes of one host
+//      keep one copy of the parameters and slots in shared memory and split the step between
+//      all their replicas (HostSharedVariables); a barrier of the workers follows;
 //   3. every replica averages its buffers with the others (a collective, which also keeps the
 //      others from running ahead of the step), then zeroes its own gradients.
 // So every copy, in every process, holds the same values before the next forward.
@@ -17,6 +19,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <map>
 #include <sstream>
 
 #include "collective/factory.h"
@@ -24,6 +27,7 @@
 #include "dist/distribute/replica_context.h"
 #include "distribute/gradients.h"
 #include "distribute/overlapped_reducer.h"
+#include "train/optimizer_slots.h"
 
 namespace dist {
 namespace {
@@ -73,11 +77,12 @@ StrategyExtended& MirroredVariables::strategy() const { return *owner; }
 
 MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
                                    std::unique_ptr<collective::Communicator> cross_process,
-                                   bool overlap_with_backward)
+                                   bool overlap_with_backward, bool share_variables_on_host)
     : name_(std::move(name)),
       options_(std::move(options)),
       devices_(resolve_devices(options_)),
-      overlap_with_backward_(overlap_with_backward) {
+      overlap_with_backward_(overlap_with_backward),
+      share_variables_on_host_(share_variables_on_host) {
   DIST_CHECK_ARG(options_.bytes_per_pack >= 1, "bytes_per_pack must be positive, got ",
                  options_.bytes_per_pack);
   DIST_CHECK_ARG(options_.collective_timeout.count() > 0,
@@ -261,18 +266,103 @@ void MirroredExtended::step_optimizer(MirroredVariables& variables,
   // Each replica steps with its own share of the cores: changing the thread count per step
   // costs more than it saves (at::set_num_threads rebuilds thread pools).
   const int replicas = static_cast<int>(devices_.size());
-  if (replicas == 1 || !options_.shard_optimizer_step) {
+  const bool across_workers = share_variables_on_host_ && num_workers() > 1;
+  if (!options_.shard_optimizer_step || (replicas == 1 && !across_workers)) {
     if (replica == 0) optimizer.step();
     return;
   }
   // Planned once, after every replica's reduction has finished (so replica 0's gradients are
   // final), while the others wait.
   group_->local().barrier(replica, "apply_gradients (optimizer step)",
-                          [&] { variables.optimizer_shards.plan(optimizer, replicas); });
-  if (variables.optimizer_shards.planned())
-    variables.optimizer_shards.step(replica);
-  else if (replica == 0)
+                          [&] { plan_step(variables, optimizer); });
+  if (variables.optimizer_shards.planned()) {
+    const int first = variables.step_shared_with_workers ? worker_index() * replicas : 0;
+    variables.optimizer_shards.step(first + replica);
+  } else if (replica == 0) {
     optimizer.step();
+  }
+  // Every worker's share is written before any worker reads the variables again.
+  if (variables.step_shared_with_workers)
+    group_->local().barrier(replica, "apply_gradients (shared update)",
+                            [&] { group_->cross_process().barrier()->wait(); });
+}
+
+namespace {
+
+// What one step updates, as HostSharedVariables values: every parameter (held by each
+// replica's copy) and every slot of its optimizer state but the step counter.
+struct StepValues {
+  std::vector<HostSharedVariables::Holders> values;
+  // The optimizer states, by key, as slots whose tensors are handles in `values`: the state
+  // the optimizer reads holds other handles (state_slots detaches), so after the slots move,
+  // each state is made again from these.
+  std::vector<std::pair<std::string, std::map<std::string, at::Tensor>>> states;
+
+  StepValues(const MirroredVariables& variables, const torch::optim::Optimizer& optimizer) {
+    std::vector<std::vector<at::Tensor>> copies;
+    for (const auto& replica : variables.replicas) copies.push_back(replica->parameters());
+    const auto& state = optimizer.state();
+    for (size_t i = 0; i < copies[0].size(); ++i) {
+      HostSharedVariables::Holders holders;
+      for (const auto& copy : copies) holders.push_back(copy[i]);
+      values.push_back(std::move(holders));
+      const std::string key = detail::state_key_of(copies[0][i]);
+      auto it = state.find(key);
+      if (it == state.end()) continue;
+      auto slots = detail::state_slots(optimizer, *it->second);
+      for (const auto& [name, slot] : slots)
+        if (name != "step") values.push_back({slot});
+      states.emplace_back(key, std::move(slots));
+    }
+  }
+
+  // After share() or unshare(): the optimizer's states read the slots where they are now.
+  void restate(torch::optim::Optimizer& optimizer) const {
+    for (const auto& [key, slots] : states)
+      optimizer.state()[key] = detail::state_of_slots(optimizer, slots);
+  }
+};
+
+}  // namespace
+
+void MirroredExtended::plan_step(MirroredVariables& variables, torch::optim::Optimizer& optimizer) {
+  const int replicas = static_cast<int>(devices_.size());
+  const int workers = num_workers();
+  variables.step_shared_with_workers = false;
+  if (share_variables_on_host_ && workers > 1 && !variables.host_sharing_refused) {
+    const int shards = workers * replicas;
+    const bool splittable = OptimizerShards::splittable(optimizer, shards);
+    // Every worker decides alike from equal state; the vote turns a difference into an error
+    // instead of workers updating one copy in different ways. Small models never vote.
+    if (splittable || variables.host_shared.active()) {
+      StepValues step(variables, optimizer);
+      auto& cross = group_->cross_process();
+      std::vector<at::Tensor> votes{at::tensor(
+          {int64_t{splittable}, int64_t{splittable && variables.host_shared.holds(step.values)}})};
+      cross.all_reduce(votes, ReduceOp::kSum)->wait();
+      const int64_t split = votes[0][0].item<int64_t>(), held = votes[0][1].item<int64_t>();
+      DIST_CHECK(split == 0 || split == workers, CollectiveError, "apply_gradients: ", split,
+                 " of ", workers,
+                 " workers can split the optimizer step, the others cannot; every worker must "
+                 "build the same model and optimizer");
+      if (split == 0) {
+        variables.host_shared.unshare(step.values);
+        step.restate(optimizer);
+      } else if (held == workers || variables.host_shared.share(step.values, cross)) {
+        if (held < workers) step.restate(optimizer);
+        const bool planned = variables.optimizer_shards.plan(optimizer, shards);
+        DIST_INTERNAL_ASSERT(planned, "a splittable step did not plan");
+        variables.step_shared_with_workers = true;
+        return;
+      } else {
+        // No room for a new shared copy (after a restore, say): each worker takes its own.
+        variables.host_shared.unshare(step.values);
+        step.restate(optimizer);
+        variables.host_sharing_refused = true;
+      }
+    }
+  }
+  variables.optimizer_shards.plan(optimizer, replicas);
 }
 
 void MirroredExtended::sync_buffers(MirroredVariables& variables, int replica) {

@@ -15,6 +15,7 @@
 #include "collective/hierarchical_communicator.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "distribute/gradient_reducer.h"
+#include "distribute/host_shared_variables.h"
 #include "distribute/optimizer_shards.h"
 #include "distribute/replica_threads.h"
 
@@ -39,8 +40,13 @@ class MirroredVariables : public DistributedVariables {
 
   std::vector<std::shared_ptr<torch::nn::Module>> replicas;  // [0] is the primary
   std::shared_ptr<MirroredExtended> owner;
-  // This step's optimizer update, split between the local replicas.
+  // This step's optimizer update, split between the local replicas (and, when the workers of
+  // this host share their variables, between the workers too).
   OptimizerShards optimizer_shards;
+  // Parameters and slots as one copy for the workers of this host (host_shared_variables.h).
+  HostSharedVariables host_shared;
+  bool host_sharing_refused = false;      // the workers cannot share memory: never ask again
+  bool step_shared_with_workers = false;  // this step's shares span every worker
   // Its hooks sit on the copies' parameters; declared last so it goes first.
   std::shared_ptr<GradientReducer> reducer;
 };
@@ -51,9 +57,11 @@ class MirroredExtended : public StrategyExtended,
   // `cross_process`: the communicator between the job's processes, one member per process;
   // null for a job of this process alone. `overlap_with_backward`: reduce gradients as
   // backward produces them (OverlappedReducer) instead of in apply_gradients.
+  // `share_variables_on_host`: workers whose communicator can share memory keep one copy of
+  // the variables and optimizer slots and split each optimizer step (HostSharedVariables).
   MirroredExtended(std::string name, MirroredOptions options,
                    std::unique_ptr<collective::Communicator> cross_process,
-                   bool overlap_with_backward);
+                   bool overlap_with_backward, bool share_variables_on_host = false);
 
   std::string name() const override { return name_; }
   int num_replicas_in_sync() const override { return members_.front()->size(); }
@@ -87,6 +95,10 @@ class MirroredExtended : public StrategyExtended,
   // allows (OptimizerShards), else replica 0's alone. A collective of every local replica.
   void step_optimizer(MirroredVariables& variables, torch::optim::Optimizer& optimizer,
                       int replica);
+  // One thread per process, while the local replicas wait: plans this step's shares into
+  // variables.optimizer_shards, across the workers when they share their variables (a
+  // collective of the workers then), else across the local replicas.
+  void plan_step(MirroredVariables& variables, torch::optim::Optimizer& optimizer);
   // Before a collective reaches the other processes (see OverlappedReducer).
   void complete_reducer_steps() const;
   void settle_reducers();
@@ -95,6 +107,7 @@ class MirroredExtended : public StrategyExtended,
   MirroredOptions options_;
   std::vector<DeviceName> devices_;
   bool overlap_with_backward_;
+  bool share_variables_on_host_;
   std::shared_ptr<collective::HierarchicalGroup> group_;
   std::vector<std::unique_ptr<collective::Communicator>> members_;  // one per local replica
   std::unique_ptr<ReplicaThreads> threads_;

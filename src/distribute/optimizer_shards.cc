@@ -88,21 +88,37 @@ at::Tensor piece_of(const at::Tensor& whole, int64_t offset, int64_t length) {
   return whole.view(-1).narrow(0, offset, length);
 }
 
+// The parameters of the next step with their slots, an empty optimizer of the same kind, and
+// the element count; false when the step must run whole.
+bool prepare(const Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard,
+             std::vector<Parameter>& params, int64_t& total, std::unique_ptr<Optimizer>& probe) {
+  if (num_shards < 2) return false;
+  // Below the minimum (a small model, every step) this is all the work done.
+  if (!collect(optimizer, params, total) || params.empty() ||
+      total < min_elements_per_shard * num_shards)
+    return false;
+  probe = detail::empty_optimizer_like(optimizer);
+  if (!probe) return false;  // not a kind whose state we know how to cut
+  return attach_slots(optimizer, params);
+}
+
 }  // namespace
+
+bool OptimizerShards::splittable(const Optimizer& optimizer, int num_shards,
+                                 int64_t min_elements_per_shard) {
+  std::vector<Parameter> params;
+  int64_t total = 0;
+  std::unique_ptr<Optimizer> probe;
+  return prepare(optimizer, num_shards, min_elements_per_shard, params, total, probe);
+}
 
 bool OptimizerShards::plan(Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard) {
   shards_.clear();
   elements_.clear();
-  if (num_shards < 2) return false;
-  // Below the minimum (a small model, every step) this is all the work done.
   std::vector<Parameter> params;
   int64_t total = 0;
-  if (!collect(optimizer, params, total) || params.empty() ||
-      total < min_elements_per_shard * num_shards)
-    return false;
-  std::unique_ptr<Optimizer> probe = detail::empty_optimizer_like(optimizer);
-  if (!probe) return false;  // not a kind whose state we know how to cut
-  if (!attach_slots(optimizer, params)) return false;
+  std::unique_ptr<Optimizer> probe;
+  if (!prepare(optimizer, num_shards, min_elements_per_shard, params, total, probe)) return false;
 
   const std::vector<int64_t> cuts = cut_points(params, total, num_shards);
   for (int k = 0; k < num_shards; ++k) {

@@ -41,6 +41,10 @@ class OptimizerShards {
   bool plan(torch::optim::Optimizer& optimizer, int num_shards,
             int64_t min_elements_per_shard = kMinElementsPerShard);
 
+  // Whether plan() with these arguments would return true (it changes nothing).
+  static bool splittable(const torch::optim::Optimizer& optimizer, int num_shards,
+                         int64_t min_elements_per_shard = kMinElementsPerShard);
+
   // Steps share `shard` of the planned step; safe to call for different shards at once.
   void step(int shard);
 

@@ -41,7 +41,9 @@ void expect_bit_identical(const NamedTensors& a, const NamedTensors& b) {
   ASSERT_FALSE(a.empty());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first << " differs";
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second))
+        << a[i].first << " differs by " << (a[i].second - b[i].second).abs().max().item<double>()
+        << " of " << b[i].second.abs().max().item<double>();
   }
 }
 
@@ -183,6 +185,33 @@ TEST(MultiWorkerTest, SharedMemoryAndTcpTrainTheSameWeightsBitForBit) {
     weights[implementation] = load_safetensors(dir.file(implementation + ".safetensors")).tensors;
   }
   expect_bit_identical(weights["auto"], weights["ring"]);
+}
+
+// Workers of one host keep one copy of the parameters and Adam's slots in shared memory and
+// split each step between them (HostSharedVariables): the same bits as each worker stepping its
+// own copy, through a restore from a checkpoint (new slot storage, shared again) and with 2
+// replicas per worker (4 shares).
+TEST(MultiWorkerTest, WorkersSharingVariablesTrainTheSameBitsAsPrivateCopies) {
+  for (const std::string replicas : {"1", "2"}) {
+    testing::TempDir dir;
+    std::map<std::string, NamedTensors> saved;
+    for (const std::string mode : {"on", "off"}) {
+      WorkerProcesses processes;
+      const std::string out = dir.file(mode + ".safetensors");
+      start_workers(processes, 2, {"shared_variables", mode, replicas, out});
+      auto results = processes.wait_all(120s);
+      for (const auto& r : results) {
+        ASSERT_EQ(r.exit_code, 0) << all_output(results);
+        EXPECT_NE(r.output.find(std::string("parameters in shared memory: ") +
+                                (mode == "on" ? "yes" : "no")),
+                  std::string::npos)
+            << r.output;
+      }
+      saved[mode] = load_safetensors(out).tensors;
+    }
+    ASSERT_GT(saved["on"].size(), 6u);  // weights and biases, and their slots
+    expect_bit_identical(saved["on"], saved["off"]);
+  }
 }
 
 TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParameter) {

@@ -10,8 +10,16 @@
 //                                                    every worker saves its weights and
 //                                                    buffers as OUT_PREFIX.<rank>
 //   dist_test_worker train_forever                   trains until killed, prints "step N"
+//   dist_test_worker shared_variables on|off REPLICAS OUT
+//                                                    Adam on an MLP, 3 steps, a checkpoint
+//                                                    every worker restores, 3 more steps; the
+//                                                    chief writes the final checkpoint to OUT;
+//                                                    prints where the parameters live
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -20,6 +28,7 @@
 #include "dist/core/error.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/models/reference_models.h"
+#include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 #include "dist/train/safetensors.h"
@@ -150,6 +159,58 @@ int train_forever() {
   return 0;
 }
 
+// Whether `address` lies in a mapping of a distribute shared-memory segment (/dev/shm/dist-*).
+bool in_shared_memory(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(address));
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx", &lo, &hi) == 2 && lo <= at && at < hi)
+      return line.find("/dev/shm/dist-") != std::string::npos;
+  }
+  return false;
+}
+
+int shared_variables(const std::string& mode, int replicas, const std::string& out) {
+  auto options = options_from_env(replicas);
+  options.communication.share_variables_on_host = mode == "on";
+  dist::MultiWorkerMirroredStrategy strategy(options);
+  torch::manual_seed(3);
+  // 407k parameters: at least 64Ki per share with 2 workers x 2 replicas.
+  auto model = strategy.mirror(dist::models::make_mlp(512));
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
+  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
+  auto data = strategy.experimental_distribute_dataset(
+      dist::data::Dataset::from_tensor_slices(
+          {torch::rand({96, 1, 28, 28}), torch::randint(0, 10, {96})})
+          .batch(32)
+          .repeat());
+  auto it = data.iterator();
+  auto steps = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      strategy.run(
+          [&](const Element& b) {
+            auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+            loss.backward();
+            optimizer->apply_gradients();
+          },
+          it.next().value());
+  };
+  dist::Checkpoint checkpoint(model, optimizer.get());
+  steps(3);
+  if (strategy.is_chief()) checkpoint.write(out + ".mid");
+  // Nobody reads the checkpoint before the chief wrote it (a collective orders them).
+  strategy.run(
+      [] { dist::get_replica_context()->all_reduce(dist::ReduceOp::kSum, torch::ones({1})); });
+  checkpoint.read(out + ".mid");  // new storage for the slots: shared again at the next step
+  steps(3);
+  if (strategy.is_chief()) checkpoint.write(out);
+  const bool shared = in_shared_memory(model.primary()->parameters()[0].data_ptr());
+  std::cout << "parameters in shared memory: " << (shared ? "yes" : "no") << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +223,8 @@ int main(int argc, char** argv) {
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));
     if (scenario == "train_forever") return train_forever();
+    if (scenario == "shared_variables" && argc == 5)
+      return shared_variables(argv[2], std::atoi(argv[3]), argv[4]);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 1;

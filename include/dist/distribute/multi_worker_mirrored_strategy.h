@@ -48,6 +48,12 @@ struct CommunicationOptions {
   // each issued instead of Gloo aborting the process. One round trip per collective over TCP;
   // turn off only to measure it. (In shared memory the check is always made: it costs nothing.)
   bool check_collectives = true;
+  // Workers that share memory (kAuto on one host) keep one copy of the model's parameters and
+  // optimizer slots in it and split each optimizer step between them, each updating its share
+  // of the elements in place (bit-identical to each worker stepping its own copy; LibTorch's
+  // SGD, Adam, AdamW, RMSprop and Adagrad, models of at least 64Ki parameters per replica).
+  // false: every worker keeps its own copy and takes the whole step.
+  bool share_variables_on_host = true;
   // The secret every worker presents to the rendezvous store (SECURITY.md); empty: read
   // DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE (job_token_from_environment), and run without one
   // when neither is set. dist-launch sets DIST_JOB_TOKEN for its workers.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "collective/shm/shared_segment.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -44,28 +45,30 @@ void copy_back(const std::vector<at::Tensor>& flat, std::vector<at::Tensor>& ten
       tensors[i].copy_(flat[i].view(tensors[i].sizes()));
 }
 
-}  // namespace
-
-SameHostCommunicator::SameHostCommunicator(std::unique_ptr<Communicator> inner, int64_t slot_bytes,
-                                           std::chrono::milliseconds timeout)
-    : inner_(std::move(inner)), timeout_(timeout) {
-  std::optional<SharedMemoryGroup> group;
+// Member 0 makes a segment with `create`; the others map it with `open(name)`, the name
+// published through `inner`. Every member learns whether all of them mapped it: then each holds
+// it (and the name is gone from /dev/shm); otherwise none does and `reasons` says why, per
+// member. `Mapped` has name() and unlink().
+template <typename Mapped, typename Create, typename Open>
+std::optional<Mapped> map_on_every_member(Communicator& inner, const std::string& key,
+                                          Create create, Open open, std::string& reasons) {
+  std::optional<Mapped> mapped;
   std::string refused;  // why this member has no mapping ("" when it has one)
-  std::string created;  // rank 0: "ok <name>" or "failed"
-  if (rank() == 0) {
+  std::string created;  // member 0: "ok <name>" or "failed"
+  if (inner.rank() == 0) {
     try {
-      group.emplace(SharedMemoryGroup::create(size(), slot_bytes));
-      created = "ok " + group->name();
+      mapped.emplace(create());
+      created = "ok " + mapped->name();
     } catch (const std::exception& e) {
       refused = e.what();
       created = "failed";
     }
   }
-  const auto announced = inner_->exchange("shared-memory/segment", created);
-  if (rank() != 0) {
+  const auto announced = inner.exchange(key + "/segment", created);
+  if (inner.rank() != 0) {
     if (announced[0].rfind("ok ", 0) == 0) {
       try {
-        group.emplace(SharedMemoryGroup::open(announced[0].substr(3), rank()));
+        mapped.emplace(open(announced[0].substr(3)));
       } catch (const std::exception& e) {
         refused = e.what();
       }
@@ -73,24 +76,51 @@ SameHostCommunicator::SameHostCommunicator(std::unique_ptr<Communicator> inner, 
       refused = "-";  // member 0 has none to open
     }
   }
-  const auto opened = inner_->exchange("shared-memory/opened", refused);
+  const auto opened = inner.exchange(key + "/opened", refused);
   // Everyone mapped it or gave up: the name is no longer needed.
-  if (group && rank() == 0) group->unlink();
-  std::string reasons;
-  for (int m = 0; m < size(); ++m) {
+  if (mapped && inner.rank() == 0) mapped->unlink();
+  bool everyone = true;
+  for (int m = 0; m < inner.size(); ++m) {
     const std::string& why = opened[static_cast<size_t>(m)];
+    everyone = everyone && why.empty();
     if (!why.empty() && why != "-")
-      reasons += detail::concat(reasons.empty() ? "" : "; ", member_name(m), ": ", why);
+      reasons += detail::concat(reasons.empty() ? "" : "; ", inner.member_name(m), ": ", why);
   }
-  const bool everyone =
-      std::all_of(opened.begin(), opened.end(), [](const std::string& why) { return why.empty(); });
-  if (everyone) {
-    group_.emplace(std::move(*group));
-    return;
-  }
-  if (rank() == 0)
+  if (!everyone) mapped.reset();
+  return mapped;
+}
+
+}  // namespace
+
+SameHostCommunicator::SameHostCommunicator(std::unique_ptr<Communicator> inner, int64_t slot_bytes,
+                                           std::chrono::milliseconds timeout)
+    : inner_(std::move(inner)), timeout_(timeout) {
+  std::string reasons;
+  auto formed = map_on_every_member<SharedMemoryGroup>(
+      *inner_, "shared-memory", [&] { return SharedMemoryGroup::create(size(), slot_bytes); },
+      [&](const std::string& name) { return SharedMemoryGroup::open(name, rank()); }, reasons);
+  if (formed) group_.emplace(std::move(*formed));
+  if (!group_ && rank() == 0)
     std::cerr << "warning: the workers on this host cannot share memory (" << reasons
               << "); their collectives go over TCP (Gloo), which is slower" << std::endl;
+}
+
+std::shared_ptr<void> SameHostCommunicator::share_memory(int64_t bytes) {
+  DIST_CHECK_ARG(bytes > 0, "share_memory needs a positive size, got ", bytes);
+  if (!group_) return nullptr;
+  std::string reasons;
+  auto segment = map_on_every_member<SharedSegment>(
+      *inner_, detail::concat("shared-memory/region-", regions_shared_++),
+      [&] { return SharedSegment::create(static_cast<size_t>(bytes)); },
+      [&](const std::string& name) { return SharedSegment::open(name); }, reasons);
+  if (!segment) {
+    if (rank() == 0)
+      std::cerr << "warning: the workers on this host cannot share " << bytes
+                << " bytes of memory (" << reasons << "); each keeps its own copy" << std::endl;
+    return nullptr;
+  }
+  auto owner = std::make_shared<SharedSegment>(std::move(*segment));
+  return std::shared_ptr<void>(owner, owner->data());
 }
 
 template <typename Body>

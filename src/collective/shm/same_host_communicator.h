@@ -65,6 +65,9 @@ class SameHostCommunicator : public Communicator {
   std::vector<std::string> exchange(const std::string& key, const std::string& value) override {
     return inner_->exchange(key, value);
   }
+  // A new segment of `bytes` (member 0 makes it, the others map it by the name it publishes
+  // through `inner`). Null on every member when any member cannot map it.
+  std::shared_ptr<void> share_memory(int64_t bytes) override;
   void abort(const std::string& reason) override;
   // In shared memory, the calling thread does the work; over the fallback, Gloo's threads do.
   bool completes_in_call() const override { return uses_shared_memory(); }
@@ -82,6 +85,7 @@ class SameHostCommunicator : public Communicator {
   std::optional<SharedMemoryGroup> group_;
   std::chrono::milliseconds timeout_;
   int64_t sequence_ = 0;
+  int64_t regions_shared_ = 0;  // names each share_memory's exchange
   bool failed_ = false;
 };
 

@@ -1,16 +1,13 @@
 #include "collective/shm/shared_memory_group.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -31,8 +28,6 @@ constexpr size_t kAlign = 64;
 constexpr size_t kReasonBytes = 512;
 
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
 
 // This process's pid namespace: process ids of members in another one mean nothing here.
 uint64_t pid_namespace() {
@@ -74,16 +69,17 @@ struct SharedMemoryGroup::Control {
 };
 
 SharedMemoryGroup::Header& SharedMemoryGroup::header() const {
-  return *static_cast<Header*>(base_);
+  return *static_cast<Header*>(segment_.data());
 }
 
 SharedMemoryGroup::Control& SharedMemoryGroup::control(int member) const {
-  auto* first = reinterpret_cast<Control*>(static_cast<char*>(base_) + round_up(sizeof(Header)));
+  auto* first =
+      reinterpret_cast<Control*>(static_cast<char*>(segment_.data()) + round_up(sizeof(Header)));
   return first[member];
 }
 
 void* SharedMemoryGroup::results() const {
-  return static_cast<char*>(base_) + round_up(sizeof(Header)) +
+  return static_cast<char*>(segment_.data()) + round_up(sizeof(Header)) +
          round_up(sizeof(Control) * static_cast<size_t>(members_));
 }
 
@@ -98,49 +94,18 @@ size_t segment_bytes(int members, int64_t slot_bytes, size_t header, size_t cont
          static_cast<size_t>(slot_bytes) * static_cast<size_t>(members + 1);
 }
 
-// Maps `fd` and closes it (the mapping keeps the memory).
-void* map(int fd, size_t bytes) {
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int error = errno;
-  ::close(fd);
-  if (base == MAP_FAILED) {
-    errno = error;
-    throw std::runtime_error(errno_text("mmap"));
-  }
-  return base;
-}
-
 }  // namespace
 
 SharedMemoryGroup SharedMemoryGroup::create(int members, int64_t slot_bytes) {
   DIST_CHECK_ARG(members >= 1, "a shared-memory group needs at least one member");
   DIST_CHECK_ARG(slot_bytes >= 64 && slot_bytes % 64 == 0,
                  "shared-memory slot bytes must be a positive multiple of 64, got ", slot_bytes);
-  std::random_device random;
-  const std::string name = detail::concat("/dist-", getpid(), "-", random(), random());
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw std::runtime_error(errno_text("shm_open"));
-  const size_t bytes = segment_bytes(members, slot_bytes, sizeof(Header), sizeof(Control));
-  // Reserve the memory now: a tmpfs that cannot hold it refuses here instead of sending SIGBUS
-  // at the first touch of a page it has no room for.
-  const int reserved = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  if (reserved != 0) {
-    ::close(fd);
-    shm_unlink(name.c_str());
-    throw std::runtime_error(
-        detail::concat("reserving ", bytes, " bytes in /dev/shm: ", std::strerror(reserved)));
-  }
-  void* base = nullptr;
-  try {
-    base = map(fd, bytes);
-  } catch (...) {
-    shm_unlink(name.c_str());
-    throw;
-  }
-  SharedMemoryGroup group(name, 0, base, bytes, /*owner=*/true);
+  SharedMemoryGroup group(
+      SharedSegment::create(segment_bytes(members, slot_bytes, sizeof(Header), sizeof(Control))),
+      0);
   group.members_ = members;
   group.slot_bytes_ = slot_bytes;
-  auto* header = new (base) Header{};
+  auto* header = new (group.segment_.data()) Header{};
   header->members = members;
   header->slot_bytes = slot_bytes;
   header->aborted_by.store(-1);
@@ -153,15 +118,10 @@ SharedMemoryGroup SharedMemoryGroup::create(int members, int64_t slot_bytes) {
 }
 
 SharedMemoryGroup SharedMemoryGroup::open(const std::string& name, int rank) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) throw std::runtime_error(errno_text("shm_open") + " (" + name + ")");
-  struct stat s {};
-  if (fstat(fd, &s) != 0 || s.st_size < static_cast<off_t>(sizeof(Header))) {
-    ::close(fd);
+  SharedSegment segment = SharedSegment::open(name);
+  if (segment.bytes() < sizeof(Header))
     throw std::runtime_error("the shared-memory segment " + name + " is smaller than its header");
-  }
-  void* base = map(fd, static_cast<size_t>(s.st_size));
-  SharedMemoryGroup group(name, rank, base, static_cast<size_t>(s.st_size), /*owner=*/false);
+  SharedMemoryGroup group(std::move(segment), rank);
   std::atomic_thread_fence(std::memory_order_acquire);
   const Header& header = group.header();
   if (header.magic != kMagic)
@@ -170,39 +130,13 @@ SharedMemoryGroup SharedMemoryGroup::open(const std::string& name, int rank) {
   group.slot_bytes_ = header.slot_bytes;
   if (rank <= 0 || rank >= group.members_ ||
       segment_bytes(group.members_, group.slot_bytes_, sizeof(Header), sizeof(Control)) >
-          group.bytes_)
+          group.segment_.bytes())
     throw std::runtime_error(detail::concat("the shared-memory segment ", name, " has ",
                                             group.members_, " members; rank ", rank,
                                             " does not fit"));
   group.control(rank).pid = getpid();
   group.control(rank).pid_namespace = pid_namespace();
   return group;
-}
-
-SharedMemoryGroup::SharedMemoryGroup(std::string name, int rank, void* base, size_t bytes,
-                                     bool owner)
-    : name_(std::move(name)), rank_(rank), base_(base), bytes_(bytes), linked_(owner) {}
-
-SharedMemoryGroup::SharedMemoryGroup(SharedMemoryGroup&& other) noexcept
-    : name_(std::move(other.name_)),
-      rank_(other.rank_),
-      members_(other.members_),
-      slot_bytes_(other.slot_bytes_),
-      base_(other.base_),
-      bytes_(other.bytes_),
-      linked_(other.linked_) {
-  other.base_ = nullptr;
-  other.linked_ = false;
-}
-
-SharedMemoryGroup::~SharedMemoryGroup() {
-  unlink();
-  if (base_ != nullptr) munmap(base_, bytes_);
-}
-
-void SharedMemoryGroup::unlink() {
-  if (linked_) shm_unlink(name_.c_str());
-  linked_ = false;
 }
 
 std::string SharedMemoryGroup::lost_members(

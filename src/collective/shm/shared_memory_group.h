@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collective/fingerprint.h"
+#include "collective/shm/shared_segment.h"
 
 namespace dist::collective {
 
@@ -32,13 +33,12 @@ class SharedMemoryGroup {
   // Any other member: maps the segment `name` that member 0 created.
   static SharedMemoryGroup open(const std::string& name, int rank);
 
-  SharedMemoryGroup(SharedMemoryGroup&& other) noexcept;
+  SharedMemoryGroup(SharedMemoryGroup&& other) noexcept = default;
   SharedMemoryGroup& operator=(SharedMemoryGroup&&) = delete;
-  ~SharedMemoryGroup();
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return segment_.name(); }
   // Removes the name (member 0, once every member mapped it); the mapping stays.
-  void unlink();
+  void unlink() { segment_.unlink(); }
 
   int rank() const { return rank_; }
   int size() const { return members_; }
@@ -69,19 +69,16 @@ class SharedMemoryGroup {
  private:
   struct Header;
   struct Control;
-  SharedMemoryGroup(std::string name, int rank, void* base, size_t bytes, bool owner);
+  SharedMemoryGroup(SharedSegment segment, int rank) : segment_(std::move(segment)), rank_(rank) {}
   Header& header() const;
   Control& control(int member) const;
   // Members whose process ended, as "worker:1 (host:port)" names, or empty.
   std::string lost_members(const std::function<std::string(int)>& member_name) const;
 
-  std::string name_;
+  SharedSegment segment_;
   int rank_ = 0;
   int members_ = 0;
   int64_t slot_bytes_ = 0;
-  void* base_ = nullptr;
-  size_t bytes_ = 0;
-  bool linked_ = false;  // this member created the name and has not unlinked it yet
 };
 
 }  // namespace dist::collective
