@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/factory.h"
 #include "dist/core/error.h"
+#include "distribute/local_cluster.h"
 
 namespace dist::collective::testing {
 
@@ -38,6 +40,30 @@ inline void run_threads(int n, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// `size` Gloo members on 127.0.0.1, each made on its own thread, composed with a shared-memory
+// segment of 64-byte slots (so every collective above 16 floats travels in several parts)
+// unless `shared_memory` is false.
+inline std::vector<std::unique_ptr<Communicator>> same_host_group(
+    int size, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    bool shared_memory = true) {
+  const auto ports = free_loopback_ports(size);
+  std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(size));
+  run_threads(size, [&](int r) {
+    ProcessGroupSpec spec;
+    spec.rank = r;
+    for (int p = 0; p < size; ++p)
+      spec.members.push_back({"worker:" + std::to_string(p), {"127.0.0.1", ports[p]}});
+    spec.store_address = spec.members[0].address;
+    spec.collective_timeout = timeout;
+    spec.rendezvous_timeout = std::chrono::seconds(30);
+    spec.store_in_process = true;
+    spec.same_host_shared_memory = shared_memory;
+    spec.shared_memory_slot_bytes = 64;
+    members[static_cast<size_t>(r)] = make_process_communicator("gloo", spec);
+  });
+  return members;
 }
 
 // Member `rank`'s tensor `t` of `elements` int64 values: (rank + 1) * (i + 1) + t.

@@ -21,26 +21,7 @@ namespace {
 using testing::expected_sum;
 using testing::member_tensor;
 using testing::run_threads;
-
-std::vector<std::unique_ptr<Communicator>> same_host_group(
-    int size, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  const auto ports = free_loopback_ports(size);
-  std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(size));
-  run_threads(size, [&](int r) {
-    ProcessGroupSpec spec;
-    spec.rank = r;
-    for (int p = 0; p < size; ++p)
-      spec.members.push_back({"worker:" + std::to_string(p), {"127.0.0.1", ports[p]}});
-    spec.store_address = spec.members[0].address;
-    spec.collective_timeout = timeout;
-    spec.rendezvous_timeout = std::chrono::seconds(30);
-    spec.store_in_process = true;
-    spec.same_host_shared_memory = true;
-    spec.shared_memory_slot_bytes = 64;
-    members[static_cast<size_t>(r)] = make_process_communicator("gloo", spec);
-  });
-  return members;
-}
+using testing::same_host_group;
 
 void release(std::vector<std::unique_ptr<Communicator>>& members) {
   for (size_t p = members.size(); p-- > 0;) members[p].reset();
@@ -143,6 +124,37 @@ TEST(SameHostCommunicatorTest, ATimeoutNamesTheMemberThatNeverCame) {
       EXPECT_NE(message.find("barrier (collective #1)"), std::string::npos) << message;
     }
   });
+  release(members);
+}
+
+// share_memory maps one segment into every member: what one writes, the others read (each
+// member here is its own mapping, at its own address); its name is gone from /dev/shm at once.
+TEST(SameHostCommunicatorTest, SharedMemoryIsOneMemoryForEveryMember) {
+  auto members = same_host_group(3);
+  std::vector<std::shared_ptr<void>> regions(3);
+  run_threads(3, [&](int r) {
+    auto& c = *members[static_cast<size_t>(r)];
+    regions[static_cast<size_t>(r)] = c.share_memory(3 * 1024);
+    ASSERT_NE(regions[static_cast<size_t>(r)], nullptr);
+    auto* bytes = static_cast<unsigned char*>(regions[static_cast<size_t>(r)].get());
+    for (int i = 0; i < 1024; ++i) bytes[r * 1024 + i] = static_cast<unsigned char>(r + i);
+    c.barrier()->wait();
+    for (int q = 0; q < 3; ++q)
+      for (int i = 0; i < 1024; ++i)
+        ASSERT_EQ(bytes[q * 1024 + i], static_cast<unsigned char>(q + i)) << "member " << q;
+    EXPECT_THROW(c.share_memory(0), InvalidArgument);
+  });
+  EXPECT_NE(regions[0].get(), regions[1].get());  // separate mappings of one memory
+  EXPECT_EQ(dist_segments_in_dev_shm(), 0) << "a shared region's name was left in /dev/shm";
+  regions.clear();
+  release(members);
+}
+
+// Over TCP alone there is nothing to share: every member gets null and keeps its own copy.
+TEST(SameHostCommunicatorTest, WithoutSharedMemoryEveryMemberGetsNull) {
+  auto members = same_host_group(2, std::chrono::seconds(30), /*shared_memory=*/false);
+  run_threads(
+      2, [&](int r) { EXPECT_EQ(members[static_cast<size_t>(r)]->share_memory(4096), nullptr); });
   release(members);
 }
 
