@@ -42,6 +42,22 @@ inline void run_threads(int n, const std::function<void(int)>& fn) {
     if (e) std::rethrow_exception(e);
 }
 
+// Member `rank` of a group on 127.0.0.1 at `ports`, whose rank 0 hosts the store in process.
+inline ProcessGroupSpec loopback_spec(int rank, const std::vector<int>& ports,
+                                      std::chrono::milliseconds collective_timeout,
+                                      bool check_collectives = true) {
+  ProcessGroupSpec spec;
+  spec.rank = rank;
+  for (size_t p = 0; p < ports.size(); ++p)
+    spec.members.push_back({"worker:" + std::to_string(p), {"127.0.0.1", ports[p]}});
+  spec.store_address = spec.members[0].address;
+  spec.collective_timeout = collective_timeout;
+  spec.rendezvous_timeout = std::chrono::seconds(30);
+  spec.store_in_process = true;
+  spec.check_collectives = check_collectives;
+  return spec;
+}
+
 // `size` Gloo members on 127.0.0.1, each made on its own thread, composed with a shared-memory
 // segment of 64-byte slots (so every collective above 16 floats travels in several parts)
 // unless `shared_memory` is false.
@@ -51,14 +67,7 @@ inline std::vector<std::unique_ptr<Communicator>> same_host_group(
   const auto ports = free_loopback_ports(size);
   std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(size));
   run_threads(size, [&](int r) {
-    ProcessGroupSpec spec;
-    spec.rank = r;
-    for (int p = 0; p < size; ++p)
-      spec.members.push_back({"worker:" + std::to_string(p), {"127.0.0.1", ports[p]}});
-    spec.store_address = spec.members[0].address;
-    spec.collective_timeout = timeout;
-    spec.rendezvous_timeout = std::chrono::seconds(30);
-    spec.store_in_process = true;
+    ProcessGroupSpec spec = loopback_spec(r, ports, timeout);
     spec.same_host_shared_memory = shared_memory;
     spec.shared_memory_slot_bytes = 64;
     members[static_cast<size_t>(r)] = make_process_communicator("gloo", spec);

@@ -21,22 +21,9 @@ namespace dist::collective {
 namespace {
 
 using testing::expected_sum;
+using testing::loopback_spec;
 using testing::member_tensor;
 using testing::run_threads;
-
-ProcessGroupSpec spec_for(int rank, const std::vector<int>& ports,
-                          std::chrono::milliseconds collective_timeout, bool check_collectives) {
-  ProcessGroupSpec spec;
-  spec.rank = rank;
-  for (size_t p = 0; p < ports.size(); ++p)
-    spec.members.push_back({"worker:" + std::to_string(p), {"127.0.0.1", ports[p]}});
-  spec.store_address = spec.members[0].address;
-  spec.collective_timeout = collective_timeout;
-  spec.rendezvous_timeout = std::chrono::seconds(30);
-  spec.store_in_process = true;
-  spec.check_collectives = check_collectives;
-  return spec;
-}
 
 // P Gloo members, formed in parallel (each blocks until all joined).
 std::vector<std::unique_ptr<Communicator>> gloo_group(
@@ -46,7 +33,7 @@ std::vector<std::unique_ptr<Communicator>> gloo_group(
   std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(processes));
   run_threads(processes, [&](int p) {
     members[static_cast<size_t>(p)] =
-        make_process_communicator("gloo", spec_for(p, ports, timeout, check_collectives));
+        make_process_communicator("gloo", loopback_spec(p, ports, timeout, check_collectives));
   });
   return members;
 }
