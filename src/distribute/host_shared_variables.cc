@@ -74,7 +74,24 @@ bool HostSharedVariables::share(const std::vector<Holders>& values,
   region_ = std::move(region);
   bytes_ = bytes;
   places_ = std::move(places);
+  versions_.clear();
   return true;
+}
+
+void HostSharedVariables::remember_versions(const std::vector<Holders>& parameters) {
+  versions_.clear();
+  for (const auto& holders : parameters)
+    for (const auto& t : holders) versions_.push_back(static_cast<int64_t>(t._version()));
+}
+
+bool HostSharedVariables::written_outside_steps(const std::vector<Holders>& parameters) const {
+  size_t i = 0;
+  for (const auto& holders : parameters)
+    for (const auto& t : holders) {
+      if (i >= versions_.size()) return false;  // no shared step yet
+      if (static_cast<int64_t>(t._version()) != versions_[i++]) return true;
+    }
+  return false;
 }
 
 void HostSharedVariables::unshare(const std::vector<Holders>& values) {
@@ -83,6 +100,7 @@ void HostSharedVariables::unshare(const std::vector<Holders>& values) {
   region_.reset();
   bytes_ = 0;
   places_.clear();
+  versions_.clear();
 }
 
 }  // namespace dist

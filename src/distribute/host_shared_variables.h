@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -44,12 +45,20 @@ class HostSharedVariables {
   void unshare(const std::vector<Holders>& values);
   bool active() const { return region_ != nullptr; }
 
+  // The workers' steps write the shared copy; anything else that writes it in place writes it
+  // once per worker (a hand-made weight decay in code every worker runs, say). In-place writes
+  // bump a tensor's version counter: remember the parameters' versions after a step, and ask
+  // before the next whether anything else wrote them.
+  void remember_versions(const std::vector<Holders>& parameters);
+  bool written_outside_steps(const std::vector<Holders>& parameters) const;
+
  private:
   bool in_region(const at::Tensor& t) const;
 
   std::shared_ptr<void> region_;  // the mapping; each tensor viewing it holds it too
   size_t bytes_ = 0;
   std::vector<const void*> places_;  // where each value of the last share() lives
+  std::vector<int64_t> versions_;    // of each parameter holder after the last shared step
 };
 
 }  // namespace dist

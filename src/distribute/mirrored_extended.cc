@@ -75,6 +75,30 @@ void MirroredVariables::sync_from_primary() {
 
 StrategyExtended& MirroredVariables::strategy() const { return *owner; }
 
+std::vector<HostSharedVariables::Holders> MirroredVariables::parameter_holders() const {
+  std::vector<std::vector<at::Tensor>> copies;
+  for (const auto& replica : replicas) copies.push_back(replica->parameters());
+  std::vector<HostSharedVariables::Holders> values(copies[0].size());
+  for (size_t i = 0; i < values.size(); ++i)
+    for (const auto& copy : copies) values[i].push_back(copy[i]);
+  return values;
+}
+
+void MirroredVariables::prepare_to_write() {
+  // The next step finds the parameters outside the shared copy and shares them again, from
+  // worker 0's values.
+  if (host_shared.active()) host_shared.unshare(parameter_holders());
+}
+
+MirroredVariables::~MirroredVariables() {
+  // The modules outlive this placement: they must not keep writing into memory that other
+  // processes read (a later strategy would step them whole on every worker).
+  try {
+    prepare_to_write();
+  } catch (...) {  // cloning failed (out of memory): nothing better to do in a destructor
+  }
+}
+
 MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
                                    std::unique_ptr<collective::Communicator> cross_process,
                                    bool overlap_with_backward, bool share_variables_on_host)
@@ -283,8 +307,10 @@ void MirroredExtended::step_optimizer(MirroredVariables& variables,
   }
   // Every worker's share is written before any worker reads the variables again.
   if (variables.step_shared_with_workers)
-    group_->local().barrier(replica, "apply_gradients (shared update)",
-                            [&] { group_->cross_process().barrier()->wait(); });
+    group_->local().barrier(replica, "apply_gradients (shared update)", [&] {
+      group_->cross_process().barrier()->wait();
+      variables.host_shared.remember_versions(variables.parameter_holders());
+    });
 }
 
 namespace {
@@ -299,14 +325,10 @@ struct StepValues {
   std::vector<std::pair<std::string, std::map<std::string, at::Tensor>>> states;
 
   StepValues(const MirroredVariables& variables, const torch::optim::Optimizer& optimizer) {
-    std::vector<std::vector<at::Tensor>> copies;
-    for (const auto& replica : variables.replicas) copies.push_back(replica->parameters());
     const auto& state = optimizer.state();
-    for (size_t i = 0; i < copies[0].size(); ++i) {
-      HostSharedVariables::Holders holders;
-      for (const auto& copy : copies) holders.push_back(copy[i]);
+    for (auto& holders : variables.parameter_holders()) {
+      const std::string key = detail::state_key_of(holders[0]);
       values.push_back(std::move(holders));
-      const std::string key = detail::state_key_of(copies[0][i]);
       auto it = state.find(key);
       if (it == state.end()) continue;
       auto slots = detail::state_slots(optimizer, *it->second);
@@ -337,14 +359,23 @@ void MirroredExtended::plan_step(MirroredVariables& variables, torch::optim::Opt
     if (splittable || variables.host_shared.active()) {
       StepValues step(variables, optimizer);
       auto& cross = group_->cross_process();
-      std::vector<at::Tensor> votes{at::tensor(
-          {int64_t{splittable}, int64_t{splittable && variables.host_shared.holds(step.values)}})};
+      const bool holds = variables.host_shared.holds(step.values);
+      const bool written =
+          holds && variables.host_shared.written_outside_steps(variables.parameter_holders());
+      std::vector<at::Tensor> votes{
+          at::tensor({int64_t{splittable}, int64_t{splittable && holds}, int64_t{written}})};
       cross.all_reduce(votes, ReduceOp::kSum)->wait();
       const int64_t split = votes[0][0].item<int64_t>(), held = votes[0][1].item<int64_t>();
       DIST_CHECK(split == 0 || split == workers, CollectiveError, "apply_gradients: ", split,
                  " of ", workers,
                  " workers can split the optimizer step, the others cannot; every worker must "
                  "build the same model and optimizer");
+      DIST_CHECK(votes[0][2].item<int64_t>() == 0, CollectiveError,
+                 "apply_gradients: the model's parameters were changed in place outside "
+                 "apply_gradients while the workers of this host share one copy of them, so "
+                 "every worker's change landed on that one copy; change them with "
+                 "Model::set_weights or Checkpoint::read (which give each worker its own copy "
+                 "first), or set CommunicationOptions::share_variables_on_host = false");
       if (split == 0) {
         variables.host_shared.unshare(step.values);
         step.restate(optimizer);

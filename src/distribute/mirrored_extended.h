@@ -31,11 +31,15 @@ class MirroredVariables : public DistributedVariables {
   std::shared_ptr<torch::nn::Module> replica(int r) const override {
     return replicas.at(static_cast<size_t>(r));
   }
+  ~MirroredVariables() override;
   int num_replicas() const override { return static_cast<int>(replicas.size()); }
   std::vector<at::Tensor> trainable_variables() const override {
     return replicas.front()->parameters();
   }
+  void prepare_to_write() override;
   void sync_from_primary() override;
+  // Every parameter with the replica copies that hold it (HostSharedVariables values).
+  std::vector<HostSharedVariables::Holders> parameter_holders() const;
   StrategyExtended& strategy() const override;
 
   std::vector<std::shared_ptr<torch::nn::Module>> replicas;  // [0] is the primary

@@ -480,6 +480,7 @@ void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& w
                  "'; a name does not belong to the model");
   torch::NoGradGuard no_grad;
   // Into the primary module; the strategy's placement follows.
+  if (state_->mirrored) state_->mirrored->variables().prepare_to_write();
   const auto& module = state_->module;
   for (const auto& item : module->named_parameters()) item.value().copy_(by_name.at(item.key()));
   for (const auto& item : module->named_buffers())

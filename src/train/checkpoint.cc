@@ -257,6 +257,7 @@ void Checkpoint::read(const std::string& path, Env* env) {
 
   // Apply to the primary module, then let the strategy's placement follow.
   torch::NoGradGuard no_grad;
+  if (variables_ != nullptr) variables_->prepare_to_write();
   for (auto& [dst, value] : params) dst.copy_(value);
   if (model_ != nullptr) {
     auto destinations = model_->buffers();

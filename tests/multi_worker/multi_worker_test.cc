@@ -189,7 +189,8 @@ TEST(MultiWorkerTest, SharedMemoryAndTcpTrainTheSameWeightsBitForBit) {
 
 // Workers of one host keep one copy of the parameters and Adam's slots in shared memory and
 // split each step between them (HostSharedVariables): the same bits as each worker stepping its
-// own copy, through a restore from a checkpoint (new slot storage, shared again) and with 2
+// own copy, through a restore of an older checkpoint (parameters written by every worker after
+// taking its own copy, new slot storage; all shared again at the next step) and with 2
 // replicas per worker (4 shares).
 TEST(MultiWorkerTest, WorkersSharingVariablesTrainTheSameBitsAsPrivateCopies) {
   for (const std::string replicas : {"1", "2"}) {
@@ -202,7 +203,7 @@ TEST(MultiWorkerTest, WorkersSharingVariablesTrainTheSameBitsAsPrivateCopies) {
       auto results = processes.wait_all(120s);
       for (const auto& r : results) {
         ASSERT_EQ(r.exit_code, 0) << all_output(results);
-        EXPECT_NE(r.output.find(std::string("parameters in shared memory: ") +
+        EXPECT_NE(r.output.find(std::string("parameters and slots in shared memory: ") +
                                 (mode == "on" ? "yes" : "no")),
                   std::string::npos)
             << r.output;
@@ -211,6 +212,20 @@ TEST(MultiWorkerTest, WorkersSharingVariablesTrainTheSameBitsAsPrivateCopies) {
     }
     ASSERT_GT(saved["on"].size(), 6u);  // weights and biases, and their slots
     expect_bit_identical(saved["on"], saved["off"]);
+  }
+}
+
+// Code every worker runs that changes a shared parameter in place changes the one copy once per
+// worker: the next step refuses it on every worker, by name, instead of training on.
+TEST(MultiWorkerTest, InPlaceChangesToSharedVariablesOutsideAStepAreRefused) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"shared_variables", "write_in_place", "1", dir.file("w")});
+  auto results = processes.wait_all(120s);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << all_output(results);
+    EXPECT_NE(r.output.find("changed in place outside apply_gradients"), std::string::npos)
+        << r.output;
   }
 }
 

@@ -10,11 +10,13 @@
 //                                                    every worker saves its weights and
 //                                                    buffers as OUT_PREFIX.<rank>
 //   dist_test_worker train_forever                   trains until killed, prints "step N"
-//   dist_test_worker shared_variables on|off REPLICAS OUT
-//                                                    Adam on an MLP, 3 steps, a checkpoint
-//                                                    every worker restores, 3 more steps; the
-//                                                    chief writes the final checkpoint to OUT;
-//                                                    prints where the parameters live
+//   dist_test_worker shared_variables on|off|write_in_place REPLICAS OUT
+//                                                    Adam on an MLP: 3 steps, a checkpoint, 2
+//                                                    steps, every worker restores it, 3 steps;
+//                                                    the chief writes the last checkpoint to
+//                                                    OUT; prints whether the variables live in
+//                                                    shared memory. write_in_place: after 3
+//                                                    steps every worker changes a weight by hand
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -173,7 +175,7 @@ bool in_shared_memory(const void* address) {
 
 int shared_variables(const std::string& mode, int replicas, const std::string& out) {
   auto options = options_from_env(replicas);
-  options.communication.share_variables_on_host = mode == "on";
+  options.communication.share_variables_on_host = mode != "off";
   dist::MultiWorkerMirroredStrategy strategy(options);
   torch::manual_seed(3);
   // 407k parameters: at least 64Ki per share with 2 workers x 2 replicas.
@@ -199,15 +201,34 @@ int shared_variables(const std::string& mode, int replicas, const std::string& o
   };
   dist::Checkpoint checkpoint(model, optimizer.get());
   steps(3);
+  if (mode == "write_in_place") {
+    // Every worker halves a weight by hand: with one shared copy it would be quartered.
+    torch::NoGradGuard no_grad;
+    model.primary()->parameters()[0].mul_(0.5);
+    steps(1);  // refused with a CollectiveError on every worker
+    return 0;
+  }
   if (strategy.is_chief()) checkpoint.write(out + ".mid");
+  steps(2);
   // Nobody reads the checkpoint before the chief wrote it (a collective orders them).
   strategy.run(
       [] { dist::get_replica_context()->all_reduce(dist::ReduceOp::kSum, torch::ones({1})); });
-  checkpoint.read(out + ".mid");  // new storage for the slots: shared again at the next step
+  // Back to step 3: other values than the current ones, written in place by every worker, and
+  // new storage for the slots; shared again at the next step.
+  checkpoint.read(out + ".mid");
   steps(3);
   if (strategy.is_chief()) checkpoint.write(out);
-  const bool shared = in_shared_memory(model.primary()->parameters()[0].data_ptr());
-  std::cout << "parameters in shared memory: " << (shared ? "yes" : "no") << std::endl;
+  auto variables = model.shared_variables();
+  bool shared = !optimizer->optimizer().state().empty();
+  for (const auto& [key, state] : optimizer->optimizer().state()) {
+    const auto& adam = static_cast<const torch::optim::AdamParamState&>(*state);
+    shared = shared && in_shared_memory(adam.exp_avg().data_ptr()) &&
+             in_shared_memory(adam.exp_avg_sq().data_ptr());
+  }
+  for (int r = 0; r < variables->num_replicas(); ++r)
+    for (const auto& p : variables->replica(r)->parameters())
+      shared = shared && in_shared_memory(p.data_ptr());
+  std::cout << "parameters and slots in shared memory: " << (shared ? "yes" : "no") << std::endl;
   return 0;
 }
 

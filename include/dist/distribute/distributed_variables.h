@@ -35,6 +35,10 @@ class DistributedVariables {
   // The tensors an optimizer updates (its parameter list).
   virtual std::vector<at::Tensor> trainable_variables() const = 0;
 
+  // Call before changing primary()'s values in place outside a step (restoring a checkpoint,
+  // set_weights): values this process shares with others (the workers of one host share one
+  // copy) become its own first, so the change cannot reach, or tear, another process's.
+  virtual void prepare_to_write() {}
   // Call after changing primary()'s values outside a step (restoring a checkpoint): every
   // other place that holds them gets the new values.
   virtual void sync_from_primary() = 0;

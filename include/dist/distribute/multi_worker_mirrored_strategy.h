@@ -52,6 +52,10 @@ struct CommunicationOptions {
   // optimizer slots in it and split each optimizer step between them, each updating its share
   // of the elements in place (bit-identical to each worker stepping its own copy; LibTorch's
   // SGD, Adam, AdamW, RMSprop and Adagrad, models of at least 64Ki parameters per replica).
+  // Change the variables outside apply_gradients only through Checkpoint::read or
+  // Model::set_weights (they give each worker its own copy first); any other in-place change
+  // would land on the one copy once per worker, and the next step refuses it with a
+  // CollectiveError. Not under LossScaleOptimizer (each worker then steps its own copy).
   // false: every worker keeps its own copy and takes the whole step.
   bool share_variables_on_host = true;
   // The secret every worker presents to the rendezvous store (SECURITY.md); empty: read
