@@ -10,6 +10,7 @@ packages=(
   libopenblas0-openmp   # BLAS for LibTorch; the reference BLAS is ~10x slower
   libgoogle-perftools-dev  # tcmalloc, linked into every executable (cmake/DistAllocator.cmake)
   zlib1g-dev nlohmann-json3-dev libcli11-dev
+  libpng-dev            # write_png and TensorBoard image summaries (dist/train/image_io.h)
   libgtest-dev libgmock-dev libbenchmark-dev
   protobuf-compiler     # tests decode TensorBoard event files with protoc --decode_raw
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "dist/models/cyclegan.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
 
@@ -37,6 +38,41 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : model.primary()->named_parameters())
     weights.emplace_back(p.key(), p.value().detach().clone());
+  return weights;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> train_cyclegan_steps(const Strategy& strategy,
+                                                                        bool adam, int steps) {
+  torch::manual_seed(11);
+  models::CycleGanOptions options;
+  options.image_size = 16;
+  options.generator_filters = 4;
+  options.discriminator_filters = 4;
+  options.optimizer = adam ? "adam" : "sgd";
+  options.learning_rate = adam ? 2e-4 : 0.01;
+  models::CycleGan gan(strategy, options);
+  auto x = torch::rand({12, 1, 16, 16}) * 2 - 1;
+  auto y = torch::rand({12, 1, 16, 16}).pow(2) * 2 - 1;  // another distribution
+  auto data = data::Dataset::from_tensor_slices({x, y}).repeat(-1).batch(6);
+  auto batches = strategy.experimental_distribute_dataset(data);
+  std::map<std::string, torch::Tensor> losses;
+  int taken = 0;
+  for (const auto& batch : batches.iterator()) {
+    if (taken++ == steps) break;
+    losses = strategy.reduce(
+        ReduceOp::kSum,
+        strategy.run([&](const data::Element& b) { return gan.train_step(b[0], b[1]); }, batch));
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  const std::pair<const char*, const Mirrored<keras::Functional>*> named_models[] = {
+      {"generator_g", &gan.generator_g},
+      {"generator_f", &gan.generator_f},
+      {"discriminator_x", &gan.discriminator_x},
+      {"discriminator_y", &gan.discriminator_y}};
+  for (const auto& [name, model] : named_models)
+    for (const auto& p : model->primary()->named_parameters())
+      weights.emplace_back(std::string(name) + "." + p.key(), p.value().detach().clone());
+  for (const auto& [key, value] : losses) weights.emplace_back("loss/" + key, value.clone());
   return weights;
 }
 

@@ -26,6 +26,13 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
     const Strategy& strategy, bool adam = false,
     const std::function<void(const torch::Tensor&)>& after_backward = nullptr);
 
+// `steps` CycleGAN steps (dist::models::CycleGan with 16x16 images, seed 11, dropout on) over
+// random domains X and Y in global batches of 6 (12 examples: the steps wrap around) under
+// `strategy`; SGD(0.01) or Adam(2e-4). Returns the primary copies' parameters of all four
+// models, named "<model>.<parameter>", and the last step's summed losses as "loss/<key>".
+std::vector<std::pair<std::string, torch::Tensor>> train_cyclegan_steps(const Strategy& strategy,
+                                                                        bool adam, int steps = 3);
+
 // max over tensors of ||a - b|| / ||b||.
 double max_relative_difference(const std::vector<torch::Tensor>& a,
                                const std::vector<torch::Tensor>& b);

@@ -88,8 +88,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--log-dir", o.log_dir,
-                 "append per-epoch metrics to LOG_DIR/metrics.jsonl (--loop fit: TensorBoard "
-                 "event files and LOG_DIR/metrics.csv)");
+                 "per-epoch metrics as TensorBoard event files in LOG_DIR/train and "
+                 "LOG_DIR/validation, and appended to LOG_DIR/metrics.jsonl (--loop fit: "
+                 "LOG_DIR/metrics.csv)");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   bool no_progress = false;
   app.add_option("--mixed-precision", o.mixed_precision,

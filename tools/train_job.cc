@@ -29,6 +29,7 @@
 #include "dist/train/preemption.h"
 #include "dist/train/progress_bar.h"
 #include "dist/train/safetensors.h"
+#include "dist/train/summary_writer.h"
 
 namespace dist::tools {
 namespace {
@@ -302,6 +303,13 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
     metrics_log.open(options.log_dir + "/metrics.jsonl", std::ios::app);
     DIST_CHECK_ARG(metrics_log.good(), "cannot write ", options.log_dir, "/metrics.jsonl");
   }
+  // TensorBoard scalars as fit's TensorBoard callback writes them: LOG_DIR/train and
+  // LOG_DIR/validation (the test set here), tags epoch_<metric>, step = the epoch from 0.
+  std::optional<SummaryWriter> train_summary, validation_summary;
+  if (metrics_log.is_open()) {
+    train_summary.emplace(options.log_dir + "/train", options.env);
+    validation_summary.emplace(options.log_dir + "/validation", options.env);
+  }
   TrainResult result;
   result.chief = chief;
   result.strategy = strategy.name();
@@ -473,6 +481,14 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
                                     {"images_per_sec", epoch_images_per_sec}}
                          .dump()
                   << std::endl;
+    }
+    if (train_summary) {
+      train_summary->scalar("epoch_loss", result.train_loss, epoch);
+      train_summary->scalar("epoch_accuracy", result.train_accuracy, epoch);
+      validation_summary->scalar("epoch_loss", result.test_loss, epoch);
+      validation_summary->scalar("epoch_accuracy", result.test_accuracy, epoch);
+      train_summary->flush();
+      validation_summary->flush();
     }
     // A stop at --max-steps saved its mid-epoch position above; do not skip the epoch's rest.
     if (manager && epoch_complete) save(epoch + 1, data::IteratorPosition{epoch + 1, 0});

@@ -24,6 +24,12 @@ Dataset Dataset::map(std::function<Element(Element)> fn) const {
   return Dataset(detail::make_map_node(node_, std::move(fn)));
 }
 
+Dataset Dataset::map_with_context(std::function<Element(Element, const ElementContext&)> fn) const {
+  DIST_CHECK_ARG(static_cast<bool>(fn),
+                 "Dataset::map_with_context needs a function, got an empty one");
+  return Dataset(detail::make_map_with_context_node(node_, std::move(fn)));
+}
+
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   DIST_CHECK_ARG(buffer_size >= 1, "shuffle buffer size must be at least 1, got ", buffer_size);
   return Dataset(detail::make_shuffle_node(node_, buffer_size, seed, reshuffle_each_iteration));

@@ -36,6 +36,8 @@ using NodePtr = std::shared_ptr<const DatasetNode>;
 NodePtr make_tensor_slices_node(std::vector<at::Tensor> tensors);
 NodePtr make_zip_node(std::vector<NodePtr> inputs);
 NodePtr make_map_node(NodePtr input, std::function<Element(Element)> fn);
+NodePtr make_map_with_context_node(NodePtr input,
+                                   std::function<Element(Element, const ElementContext&)> fn);
 NodePtr make_shuffle_node(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle);
 NodePtr make_batch_node(NodePtr input, int64_t batch_size, bool drop_remainder);
 NodePtr make_prefetch_node(NodePtr input, int64_t buffer_size);

@@ -8,36 +8,49 @@ namespace dist::data::detail {
 namespace {
 
 using MapFn = std::function<Element(Element)>;
+using ContextMapFn = std::function<Element(Element, const ElementContext&)>;
 
+// Both map() and map_with_context() run here; the index counts the input's elements, skipped
+// ones included, so a restored iterator hands every element the context it had before.
 class MapIterator : public IteratorNode {
  public:
-  MapIterator(std::unique_ptr<IteratorNode> input, std::shared_ptr<const MapFn> fn)
-      : input_(std::move(input)), fn_(std::move(fn)) {}
+  MapIterator(std::unique_ptr<IteratorNode> input, std::shared_ptr<const ContextMapFn> fn,
+              int64_t epoch)
+      : input_(std::move(input)), fn_(std::move(fn)), epoch_(epoch) {}
   std::optional<Element> next() override {
     auto element = input_->next();
     if (!element) return std::nullopt;
-    return (*fn_)(std::move(*element));
+    return (*fn_)(std::move(*element), ElementContext{epoch_, index_++});
   }
-  int64_t skip(int64_t n) override { return input_->skip(n); }
+  int64_t skip(int64_t n) override {
+    int64_t skipped = input_->skip(n);
+    index_ += skipped;
+    return skipped;
+  }
 
  private:
   std::unique_ptr<IteratorNode> input_;
-  std::shared_ptr<const MapFn> fn_;
+  std::shared_ptr<const ContextMapFn> fn_;
+  int64_t epoch_;
+  int64_t index_ = 0;
 };
 
 class MapNode : public DatasetNode {
  public:
-  MapNode(NodePtr input, MapFn fn)
-      : input_(std::move(input)), fn_(std::make_shared<const MapFn>(std::move(fn))) {}
+  MapNode(NodePtr input, ContextMapFn fn, std::string name)
+      : input_(std::move(input)),
+        fn_(std::make_shared<const ContextMapFn>(std::move(fn))),
+        name_(std::move(name)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<MapIterator>(input_->make_iterator(epoch), fn_);
+    return std::make_unique<MapIterator>(input_->make_iterator(epoch), fn_, epoch);
   }
   int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override { return input_->describe() + ".map()"; }
+  std::string describe() const override { return input_->describe() + "." + name_ + "()"; }
 
  private:
   NodePtr input_;
-  std::shared_ptr<const MapFn> fn_;
+  std::shared_ptr<const ContextMapFn> fn_;
+  std::string name_;
 };
 
 // Stacks component k of every element into one tensor with a new leading dimension.
@@ -240,7 +253,13 @@ class RepeatNode : public DatasetNode {
 }  // namespace
 
 NodePtr make_map_node(NodePtr input, MapFn fn) {
-  return std::make_shared<MapNode>(std::move(input), std::move(fn));
+  ContextMapFn ignoring_context = [fn = std::move(fn)](Element e, const ElementContext&) {
+    return fn(std::move(e));
+  };
+  return std::make_shared<MapNode>(std::move(input), std::move(ignoring_context), "map");
+}
+NodePtr make_map_with_context_node(NodePtr input, ContextMapFn fn) {
+  return std::make_shared<MapNode>(std::move(input), std::move(fn), "map_with_context");
 }
 NodePtr make_batch_node(NodePtr input, int64_t batch_size, bool drop_remainder) {
   return std::make_shared<BatchNode>(std::move(input), batch_size, drop_remainder);

@@ -17,6 +17,7 @@
 #include "distribute/mirrored_extended.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 
 #include <map>
@@ -213,6 +214,12 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
   variables->owner = shared_from_this();
   variables->replicas.push_back(primary);
   const auto primary_params = primary->parameters();
+  // clone() re-initializes the copy (reset()) from the global random generator before it
+  // copies the primary's values in: put the generator back afterwards, so that mirroring
+  // draws nothing and a program that makes several models gives them the same initial
+  // weights under every strategy and replica count.
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor random_state = generator.get_state();
   for (size_t r = 1; r < devices_.size(); ++r) {
     std::shared_ptr<torch::nn::Module> copy;
     try {
@@ -233,6 +240,7 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
     for (size_t i = 0; i < copy_params.size(); ++i) copy_params[i].set_data(primary_params[i]);
     variables->replicas.push_back(std::move(copy));
   }
+  generator.set_state(random_state);
   if (num_workers() > 1) synchronize_initial_values(*variables);
 
   std::vector<std::vector<at::Tensor>> params;

@@ -183,8 +183,11 @@ void OverlappedReducer::write_results() {
   DIST_CHECK_ARG(twice.empty(), "the gradient of parameter '", twice,
                  "' was accumulated twice in one step (backward called twice before "
                  "apply_gradients); with gradient reduction overlapped with backward, call "
-                 "backward once per step, or set CommunicationOptions::overlap_with_backward "
-                 "= false to accumulate gradients over several backward passes");
+                 "backward once per step; where one model's loss reaches another model (a "
+                 "GAN), take each model's gradients with dist::backward(loss, model) "
+                 "(dist/distribute/model_gradients.h); or set "
+                 "CommunicationOptions::overlap_with_backward = false to accumulate gradients "
+                 "over several backward passes");
   torch::NoGradGuard no_grad;
   for (size_t k = 0; k < packs_.size(); ++k) {
     for (size_t pos = 0; pos < packs_[k].size(); ++pos) {

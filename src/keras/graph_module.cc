@@ -69,11 +69,19 @@ std::shared_ptr<const Graph> Graph::trace(const std::shared_ptr<const Node>& inp
   return graph;
 }
 
-GraphModuleImpl::GraphModuleImpl(std::shared_ptr<const Graph> graph) : graph_(std::move(graph)) {
+}  // namespace dist::keras::detail
+
+namespace dist::keras {
+
+FunctionalImpl::FunctionalImpl(std::shared_ptr<const detail::Graph> graph)
+    : graph_(std::move(graph)) {
   reset();
 }
 
-void GraphModuleImpl::reset() {
+FunctionalImpl::FunctionalImpl(const KerasTensor& inputs, const KerasTensor& outputs)
+    : FunctionalImpl(detail::Graph::trace(inputs.node(), outputs.node(), /*sequential=*/false)) {}
+
+void FunctionalImpl::reset() {
   modules_.assign(graph_->layers.size(), nullptr);
   for (size_t i = 0; i < graph_->layers.size(); ++i) {
     auto module = graph_->layers[i]->make_module(graph_->layer_inputs[i]);
@@ -81,7 +89,7 @@ void GraphModuleImpl::reset() {
   }
 }
 
-at::Tensor GraphModuleImpl::forward(const at::Tensor& input) {
+at::Tensor FunctionalImpl::forward(const at::Tensor& input) {
   const auto& steps = graph_->steps;
   const Shape& expected = steps.front().shape;
   bool fits = input.dim() == static_cast<int64_t>(expected.size()) + 1;
@@ -107,4 +115,4 @@ at::Tensor GraphModuleImpl::forward(const at::Tensor& input) {
   return values.back();
 }
 
-}  // namespace dist::keras::detail
+}  // namespace dist::keras

@@ -1,18 +1,15 @@
-// The LibTorch module behind a keras::Model: the model's layer graph in execution order, with
-// one child module per layer that has weights, registered under the layer's name.
-//
-// It derives from torch::nn::Cloneable so that strategies can copy it per replica: clone()
-// copy-constructs, calls reset() to make fresh child modules from the (shared, immutable)
-// graph, then copies the weights over.
+// The graph behind a keras::Model and keras::Functional: the layers in execution order. The
+// module (Functional) has one child module per layer that has weights, registered under the
+// layer's name. It derives from torch::nn::Cloneable so that strategies can copy it per
+// replica: clone() copy-constructs, calls reset() to make fresh child modules from the
+// (shared, immutable) graph, then copies the weights over.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <torch/nn/cloneable.h>
-#include <torch/nn/pimpl.h>
-
+#include "dist/keras/functional.h"
 #include "dist/keras/layers.h"
 
 namespace dist::keras::detail {
@@ -35,22 +32,8 @@ struct Graph {
                                             bool sequential);
 };
 
-class GraphModuleImpl : public torch::nn::Cloneable<GraphModuleImpl> {
- public:
-  explicit GraphModuleImpl(std::shared_ptr<const Graph> graph);
-
-  // Makes fresh child modules from the graph (LibTorch's initializers).
-  void reset() override;
-  at::Tensor forward(const at::Tensor& input);
-
-  const Graph& graph() const { return *graph_; }
-  // The child module of layer i, or nullptr for a layer without weights.
-  torch::nn::Module* layer_module(size_t i) const { return modules_[i].get(); }
-
- private:
-  std::shared_ptr<const Graph> graph_;
-  std::vector<std::shared_ptr<torch::nn::Module>> modules_;  // per layer
-};
-TORCH_MODULE(GraphModule);
+// The module is public as keras::Functional (dist/keras/functional.h).
+using GraphModuleImpl = FunctionalImpl;
+using GraphModule = Functional;
 
 }  // namespace dist::keras::detail

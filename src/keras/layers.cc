@@ -1,9 +1,15 @@
 #include "dist/keras/layers.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <sstream>
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <torch/nn/cloneable.h>
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/dropout.h>
 #include <torch/nn/functional/padding.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -11,7 +17,10 @@
 #include <torch/nn/modules/linear.h>
 
 #include "dist/core/error.h"
+#include "dist/distribute/batch_split.h"
+#include "dist/distribute/replica_context.h"
 #include "dist/models/channels_last.h"
+#include "image_layers.h"
 
 namespace dist::keras {
 
@@ -24,7 +33,6 @@ std::string shape_to_string(const Shape& shape) {
 }
 
 namespace detail {
-namespace {
 
 namespace F = torch::nn::functional;
 
@@ -53,6 +61,16 @@ void check_padding(const std::string& padding) {
                  "': use \"valid\" or \"same\"");
 }
 
+void check_image(const std::vector<Shape>& inputs, const std::string& what) {
+  DIST_CHECK_ARG(inputs[0].size() == 3, what,
+                 " expects one example of shape (channels, height, "
+                 "width), got ",
+                 shape_to_string(inputs[0]),
+                 "; images are channels first here, e.g. Input({1, 28, 28})");
+}
+
+namespace {
+
 // TensorFlow's window arithmetic: "valid" keeps whole windows, "same" gives ceil(in / stride)
 // and pads the total shortfall with the smaller half first.
 int64_t window_output(int64_t in, int64_t window, int64_t stride, const std::string& padding) {
@@ -70,14 +88,6 @@ at::Tensor pad_same(const at::Tensor& x, int64_t window, int64_t stride, double 
   auto [left, right] = same_padding(x.size(3), window, stride);
   if (top + bottom + left + right == 0) return x;
   return F::pad(x, F::PadFuncOptions({left, right, top, bottom}).value(value));
-}
-
-void check_image(const std::vector<Shape>& inputs, const std::string& what) {
-  DIST_CHECK_ARG(inputs[0].size() == 3, what,
-                 " expects one example of shape (channels, height, "
-                 "width), got ",
-                 shape_to_string(inputs[0]),
-                 "; images are channels first here, e.g. Input({1, 28, 28})");
 }
 
 class Conv2DSpec : public LayerSpec {
@@ -258,6 +268,89 @@ class GlobalAveragePooling2DSpec : public LayerSpec {
   }
 };
 
+// Reproducible dropout. F::dropout draws from the global generator, so a global batch split
+// over replica threads gets different masks for each replica count (and thread timing), and a
+// resumed run does not continue the sequence. Here each element's keep/drop is a pure function
+// of (seed, calls, global example index, element index):
+//   - `calls` counts the layer's training-mode forwards; it is a buffer of the layer's module,
+//     so checkpoints save and restore it, and mirrored copies (each running forward once per
+//     step) keep equal counts;
+//   - the global example index is the example's place in the step's global batch: a replica's
+//     share starts after the shares of the replicas before it (batch_split.h);
+//   - the element index is the position within the example in logical (C, H, W) order, so the
+//     mask does not depend on memory format.
+// The bits come from splitmix64's finalizer applied to a counter: the call key, then a key per
+// example, then one output per element. A plain loop over uint64_t (well-defined wrap-around)
+// is one pass; the same with int64 tensor ops would take a dozen passes and temporaries.
+class DropoutStateImpl : public torch::nn::Cloneable<DropoutStateImpl> {
+ public:
+  DropoutStateImpl() { reset(); }
+  void reset() override { calls = register_buffer("calls", torch::zeros({}, torch::kLong)); }
+  at::Tensor calls;  // training-mode forwards so far
+};
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio: splitmix64's step
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Where this replica's examples start in the step's global batch (0 outside strategy.run()).
+int64_t first_global_example(int64_t local_batch, const std::string& layer) {
+  const ReplicaContext* context = get_replica_context();
+  if (context == nullptr || context->num_replicas_in_sync() == 1) return 0;
+  const int replicas = context->num_replicas_in_sync();
+  const int id = context->replica_id_in_sync_group();
+  DIST_CHECK_ARG(context->global_batch_size() >= 0, layer, " runs in replica ", id, " of ",
+                 replicas,
+                 ", but the step's input did not come from a distributed dataset, so the replica "
+                 "cannot tell where its examples sit in the global batch; reproducible Dropout "
+                 "numbers examples by that place. Feed strategy.run() batches from "
+                 "strategy.experimental_distribute_dataset() or "
+                 "distribute_datasets_from_function()");
+  const auto sizes = split_sizes(context->global_batch_size(), replicas);
+  DIST_CHECK_ARG(local_batch == sizes[static_cast<size_t>(id)], layer, " got ", local_batch,
+                 " examples in replica ", id, " of ", replicas,
+                 ", but that replica's share of the ", context->global_batch_size(),
+                 "-example global batch is ", sizes[static_cast<size_t>(id)],
+                 "; reproducible Dropout numbers examples by their place in the global batch, so "
+                 "call the model on the replica's own share, not on a concatenation or slice");
+  return std::accumulate(sizes.begin(), sizes.begin() + id, int64_t{0});
+}
+
+// x * mask, the mask keeping each element with probability 1 - rate and scaling it by
+// 1 / (1 - rate). Examples are numbered from `first_example`.
+at::Tensor apply_mask(const at::Tensor& x, double rate, uint64_t seed, uint64_t call,
+                      int64_t first_example) {
+  const int64_t batch = x.size(0);
+  const int64_t per_example = batch == 0 ? 0 : x.numel() / batch;
+  at::Tensor mask = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const uint64_t call_key = mix64(mix64(seed) ^ (call + 1) * kGolden);
+  // Keep when the top 53 bits, as a fraction of 2^53, are at least `rate`.
+  const auto threshold = static_cast<uint64_t>(std::ceil(rate * 9007199254740992.0));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "Dropout", [&] {
+    const auto scale = static_cast<scalar_t>(1.0 / (1.0 - rate));
+    scalar_t* out = mask.data_ptr<scalar_t>();
+    auto fill_examples = [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const auto example = static_cast<uint64_t>(first_example + n);
+        const uint64_t key = mix64(call_key + (example + 1) * kGolden);
+        scalar_t* row = out + n * per_example;
+        for (int64_t i = 0; i < per_example; ++i) {
+          const uint64_t bits = mix64(key + static_cast<uint64_t>(i) * kGolden);
+          row[i] = (bits >> 11) >= threshold ? scale : scalar_t(0);
+        }
+      }
+    };
+    // About 32k elements per task.
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(per_example, 1));
+    at::parallel_for(0, batch, grain, fill_examples);
+  });
+  return x * mask;
+}
+
 class DropoutSpec : public LayerSpec {
  public:
   explicit DropoutSpec(double rate) : LayerSpec("Dropout"), rate(rate) {
@@ -267,12 +360,28 @@ class DropoutSpec : public LayerSpec {
   Shape output_shape(const std::vector<Shape>& in, const std::string&) const override {
     return in[0];
   }
-  at::Tensor call(torch::nn::Module*, const std::vector<at::Tensor>& x,
+  std::shared_ptr<torch::nn::Module> make_module(const std::vector<Shape>&) const override {
+    return std::make_shared<DropoutStateImpl>();
+  }
+  at::Tensor call(torch::nn::Module* m, const std::vector<at::Tensor>& x,
                   bool training) const override {
-    return F::dropout(x[0], F::DropoutFuncOptions().p(rate).training(training));
+    if (!training) return x[0];
+    auto* state = dynamic_cast<DropoutStateImpl*>(m);
+    DIST_INTERNAL_ASSERT(state != nullptr, "Dropout's module is not a DropoutStateImpl");
+    // Counted at rate 0 too, so that every Dropout counts the same steps.
+    const int64_t first =
+        rate == 0 ? 0 : first_global_example(x[0].size(0), describe(kind(), name));
+    const auto call = static_cast<uint64_t>(state->calls.item<int64_t>());
+    {
+      torch::NoGradGuard no_grad;
+      state->calls.add_(1);
+    }
+    if (rate == 0) return x[0];
+    return apply_mask(x[0], rate, seed, call, first);
   }
 
   double rate;
+  uint64_t seed = 0;
 };
 
 }  // namespace
@@ -394,6 +503,10 @@ Add::Add() : Layer(std::make_shared<AddSpec>()) {}
 GlobalAveragePooling2D::GlobalAveragePooling2D()
     : Layer(std::make_shared<GlobalAveragePooling2DSpec>()) {}
 Dropout::Dropout(double rate) : Layer(std::make_shared<DropoutSpec>(rate)) {}
+Dropout& Dropout::seed(uint64_t seed) {
+  options_of<DropoutSpec>().seed = seed;
+  return *this;
+}
 
 }  // namespace layers
 }  // namespace dist::keras

@@ -24,12 +24,20 @@ namespace dist {
 namespace {
 
 constexpr char kFormat[] = "dist.checkpoint/1";
-constexpr char kModel[] = "model/";
-constexpr char kOptimizer[] = "optimizer/";
 constexpr char kRandom[] = "rng/cpu";
+constexpr char kRandomOwner[] = "rng";
 constexpr char kChecksumPrefix[] = "crc32c/";
 constexpr char kHeaderChecksum[] = "header_crc32c";
 constexpr char kValuePrefix[] = "value/";
+constexpr char kObjectPrefix[] = "object/";
+// Files written before named objects: one model and one optimizer, under these names.
+constexpr char kLegacyModel[] = "model";
+constexpr char kLegacyOptimizer[] = "optimizer";
+constexpr char kLegacyLearningRate[] = "optimizer.lr/";
+
+constexpr char kModelKind[] = "model";
+constexpr char kOptimizerKind[] = "optimizer";
+constexpr char kTensorKind[] = "tensor";
 
 std::string hex(uint32_t value) {
   char text[9];
@@ -78,34 +86,240 @@ int64_t parse_int(const std::string& path, const std::map<std::string, std::stri
   fail(path, "metadata '" + key + "' is not an integer: '" + it->second + "'");
 }
 
-// Names of the saved copy's parameters by TensorImpl, to name optimizer slots.
+// The object a tensor of the file belongs to: its name's first path component.
+std::string owner_of(const std::string& tensor) { return tensor.substr(0, tensor.find('/')); }
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Names of a model's parameters by TensorImpl, to name an optimizer's slots.
 class ParameterNames {
  public:
   explicit ParameterNames(const torch::nn::Module& module) {
     for (const auto& p : module.named_parameters())
       names_[p.value().unsafeGetTensorImpl()] = p.key();
   }
-  const std::string& of(const void* impl) const {
+  const std::string* find(const void* impl) const {
     auto it = names_.find(impl);
-    DIST_CHECK_ARG(it != names_.end(),
-                   "Checkpoint: the optimizer holds a parameter that is not in the model");
-    return it->second;
+    return it == names_.end() ? nullptr : &it->second;
+  }
+  bool holds_all(const torch::optim::Optimizer& optimizer) const {
+    for (const auto& group : optimizer.param_groups())
+      for (const auto& p : group.params())
+        if (find(p.unsafeGetTensorImpl()) == nullptr) return false;
+    return true;
   }
 
  private:
   std::map<const void*, std::string> names_;
 };
 
+// An object as the file describes it.
+struct FileObject {
+  std::string kind;
+  std::string optimizer_class;  // an optimizer's
+  std::string model;            // the model an optimizer's slots are named by
+  std::string learning_rate;    // the metadata prefix of an optimizer's learning rates
+};
+
+// The objects of a file: from its "object/" entries, or those of a file written before named
+// objects ("model" if it holds model tensors, "optimizer" if it holds optimizer state).
+std::map<std::string, FileObject> objects_in_file(
+    const std::string& path, const std::map<std::string, std::string>& meta,
+    const std::map<std::string, at::Tensor>& tensors) {
+  std::map<std::string, FileObject> objects;
+  auto get = [&](const std::string& key) {
+    auto it = meta.find(key);
+    if (it == meta.end()) fail(path, "metadata '" + key + "' is missing");
+    return it->second;
+  };
+  for (auto it = meta.lower_bound(kObjectPrefix);
+       it != meta.end() && starts_with(it->first, kObjectPrefix); ++it) {
+    const std::string name = it->first.substr(sizeof(kObjectPrefix) - 1);
+    if (name.find('/') != std::string::npos) continue;  // an optimizer's entries
+    FileObject object{it->second, "", "", ""};
+    if (object.kind == kOptimizerKind) {
+      const std::string prefix = kObjectPrefix + name + "/";
+      object.optimizer_class = get(prefix + "class");
+      object.model = get(prefix + "model");
+      object.learning_rate = prefix + "lr/";
+    } else if (object.kind != kModelKind && object.kind != kTensorKind) {
+      fail(path, "object '" + name + "' is of an unknown kind '" + object.kind +
+                     "' (expected model, optimizer or tensor)");
+    }
+    objects[name] = object;
+  }
+  if (!objects.empty()) return objects;
+  for (const auto& [name, t] : tensors)
+    if (owner_of(name) == kLegacyModel) objects[kLegacyModel] = {kModelKind, "", "", ""};
+  if (auto it = meta.find(kLegacyOptimizer); it != meta.end())
+    objects[kLegacyOptimizer] = {kOptimizerKind, it->second, kLegacyModel, kLegacyLearningRate};
+  return objects;
+}
+
 }  // namespace
 
-Checkpoint::Checkpoint(std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer* optimizer)
-    : model_(std::move(model)), optimizer_(optimizer) {}
+// One named object; immutable once added, so copies of a Checkpoint share it.
+struct Checkpoint::Object {
+  std::string name;
+  std::string kind = kModelKind;                    // kModelKind, kOptimizerKind or kTensorKind
+  std::shared_ptr<torch::nn::Module> module;        // a plain model
+  std::shared_ptr<DistributedVariables> variables;  // a model placed by a strategy
+  torch::optim::Optimizer* optimizer = nullptr;
+  std::shared_ptr<MirroredOptimizer> owner;  // keeps a shared optimizer alive
+  std::string model;                         // the model of an optimizer
+  at::Tensor value;                          // a tensor
+
+  // The module saved and restored (a placed model's primary copy).
+  std::shared_ptr<torch::nn::Module> saved_module() const {
+    return variables != nullptr ? variables->primary() : module;
+  }
+};
+
+Checkpoint::Checkpoint(std::shared_ptr<torch::nn::Module> model,
+                       torch::optim::Optimizer* optimizer) {
+  if (model != nullptr) add(kLegacyModel, std::move(model));
+  if (optimizer != nullptr)
+    add(kLegacyOptimizer, optimizer, kLegacyModel);
+  else
+    skip(kLegacyOptimizer);
+}
 
 Checkpoint::Checkpoint(std::shared_ptr<DistributedVariables> variables,
-                       torch::optim::Optimizer* optimizer)
-    : model_(variables ? variables->primary() : nullptr),
-      variables_(std::move(variables)),
-      optimizer_(optimizer) {}
+                       torch::optim::Optimizer* optimizer) {
+  if (variables != nullptr) add(kLegacyModel, std::move(variables));
+  if (optimizer != nullptr)
+    add(kLegacyOptimizer, optimizer, kLegacyModel);
+  else
+    skip(kLegacyOptimizer);
+}
+
+const Checkpoint::Object* Checkpoint::find(const std::string& name) const {
+  for (const auto& object : objects_)
+    if (object->name == name) return object.get();
+  return nullptr;
+}
+
+void Checkpoint::check_new_name(const std::string& name) const {
+  DIST_CHECK_ARG(!name.empty(), "Checkpoint: an object's name is empty; give it a name");
+  DIST_CHECK_ARG(name.find('/') == std::string::npos, "Checkpoint: object name '", name,
+                 "' holds a '/' (it separates the object from its tensors); use another name");
+  DIST_CHECK_ARG(!starts_with(name, "__") && name != kRandomOwner, "Checkpoint: object name '",
+                 name, "' is reserved (names starting with \"__\" and \"rng\" are the file's own)");
+  DIST_CHECK_ARG(find(name) == nullptr, "Checkpoint: an object named '", name,
+                 "' was already added; give each object its own name");
+}
+
+Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<torch::nn::Module> model) {
+  check_new_name(name);
+  DIST_CHECK_ARG(model != nullptr, "Checkpoint: model '", name, "' is null");
+  auto object = std::make_shared<Object>();
+  object->name = name;
+  object->module = std::move(model);
+  objects_.push_back(std::move(object));
+  skipped_.erase(name);
+  return *this;
+}
+
+Checkpoint& Checkpoint::add(const std::string& name,
+                            std::shared_ptr<DistributedVariables> variables) {
+  check_new_name(name);
+  DIST_CHECK_ARG(variables != nullptr, "Checkpoint: model '", name, "' is null");
+  auto object = std::make_shared<Object>();
+  object->name = name;
+  object->variables = std::move(variables);
+  objects_.push_back(std::move(object));
+  skipped_.erase(name);
+  return *this;
+}
+
+Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<MirroredOptimizer> optimizer) {
+  DIST_CHECK_ARG(optimizer != nullptr, "Checkpoint: optimizer '", name, "' is null");
+  MirroredOptimizer* raw = optimizer.get();
+  return add_optimizer(name, &raw->optimizer(), "", std::move(optimizer));
+}
+
+Checkpoint& Checkpoint::add(const std::string& name, MirroredOptimizer* optimizer) {
+  DIST_CHECK_ARG(optimizer != nullptr, "Checkpoint: optimizer '", name, "' is null");
+  // Its model is the one whose variables it updates (not found by parameters: a strategy may
+  // hand the optimizer other tensors than the primary module's).
+  std::string model;
+  for (const auto& object : objects_)
+    if (object->variables.get() == &optimizer->variables()) model = object->name;
+  DIST_CHECK_ARG(!model.empty(), "Checkpoint: optimizer '", name,
+                 "' updates the variables of no model added so far; add its model (the "
+                 "Mirrored model it was made for) first, then the optimizer");
+  return add_optimizer(name, &optimizer->optimizer(), model, nullptr);
+}
+
+Checkpoint& Checkpoint::add(const std::string& name, torch::optim::Optimizer* optimizer,
+                            const std::string& model) {
+  DIST_CHECK_ARG(optimizer != nullptr, "Checkpoint: optimizer '", name, "' is null");
+  return add_optimizer(name, optimizer, model, nullptr);
+}
+
+Checkpoint& Checkpoint::add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer,
+                                      std::string model, std::shared_ptr<MirroredOptimizer> owner) {
+  check_new_name(name);
+  try {
+    detail::optimizer_kind(*optimizer);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(detail::concat("Checkpoint: optimizer '", name, "': ", e.what()));
+  }
+  if (model.empty()) {
+    for (const auto& object : objects_) {
+      if (object->kind == kModelKind &&
+          ParameterNames(*object->saved_module()).holds_all(*optimizer)) {
+        model = object->name;
+        break;
+      }
+    }
+    DIST_CHECK_ARG(!model.empty(), "Checkpoint: the parameters of optimizer '", name,
+                   "' belong to no model added so far (its slots are named by its model's "
+                   "parameter names); add its model first, then the optimizer");
+  } else {
+    const Object* target = find(model);
+    DIST_CHECK_ARG(target != nullptr && target->kind == kModelKind, "Checkpoint: model '", model,
+                   "' of optimizer '", name,
+                   "' has not been added; add the model first, then the optimizer");
+    DIST_CHECK_ARG(ParameterNames(*target->saved_module()).holds_all(*optimizer),
+                   "Checkpoint: optimizer '", name, "' updates parameters that are not in model '",
+                   model, "'; add the optimizer with the model its parameters belong to");
+  }
+  auto object = std::make_shared<Object>();
+  object->name = name;
+  object->kind = kOptimizerKind;
+  object->optimizer = optimizer;
+  object->owner = std::move(owner);
+  object->model = std::move(model);
+  objects_.push_back(std::move(object));
+  skipped_.erase(name);
+  return *this;
+}
+
+Checkpoint& Checkpoint::add(const std::string& name, at::Tensor value) {
+  check_new_name(name);
+  DIST_CHECK_ARG(value.defined(), "Checkpoint: tensor '", name, "' is undefined");
+  auto object = std::make_shared<Object>();
+  object->name = name;
+  object->kind = kTensorKind;
+  object->value = std::move(value);
+  objects_.push_back(std::move(object));
+  skipped_.erase(name);
+  return *this;
+}
+
+Checkpoint& Checkpoint::skip(const std::string& name) {
+  skipped_.insert(name);
+  return *this;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> names;
+  for (const auto& object : objects_) names.push_back(object->name);
+  return names;
+}
 
 void Checkpoint::write(const std::string& path, Env* env) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -117,23 +331,42 @@ void Checkpoint::write(const std::string& path, Env* env) const {
   metadata["position.elements"] = std::to_string(state.position.elements);
   for (const auto& [key, value] : state.values) metadata[kValuePrefix + key] = value;
 
-  if (model_ != nullptr) {
-    for (const auto& p : model_->named_parameters())
-      tensors.emplace_back(kModel + p.key(), p.value().detach());
-    for (const auto& b : model_->named_buffers())
-      tensors.emplace_back(kModel + b.key(), b.value().detach());
-  }
-  if (optimizer_ != nullptr) {
-    DIST_CHECK_ARG(model_ != nullptr,
-                   "Checkpoint: an optimizer needs its model, to name its slots");
-    const ParameterNames names(*model_);
-    metadata["optimizer"] = detail::optimizer_kind(*optimizer_);
-    const auto& groups = optimizer_->param_groups();
-    for (size_t g = 0; g < groups.size(); ++g)
-      metadata["optimizer.lr/" + std::to_string(g)] = double_text(groups[g].options().get_lr());
-    for (const auto& [impl, slots] : detail::export_slots(*optimizer_)) {
-      for (const auto& [slot, t] : slots)
-        tensors.emplace_back(kOptimizer + names.of(impl) + "/" + slot, t);
+  for (const auto& object : objects_) {
+    const std::string& name = object->name;
+    const std::string prefix = name + "/";
+    metadata[kObjectPrefix + name] = object->kind;
+    if (object->kind == kModelKind) {
+      const auto module = object->saved_module();
+      for (const auto& p : module->named_parameters())
+        tensors.emplace_back(prefix + p.key(), p.value().detach());
+      for (const auto& b : module->named_buffers())
+        tensors.emplace_back(prefix + b.key(), b.value().detach());
+    } else if (object->kind == kOptimizerKind) {
+      const torch::optim::Optimizer& optimizer = *object->optimizer;
+      const ParameterNames names(*find(object->model)->saved_module());
+      DIST_CHECK_ARG(names.holds_all(optimizer), "Checkpoint: optimizer '", name,
+                     "' updates a parameter that is not in its model '", object->model,
+                     "' (a parameter group added since?); add the optimizer with the model "
+                     "its parameters belong to");
+      const std::string kind = detail::optimizer_kind(optimizer);
+      const std::string entry = kObjectPrefix + prefix;
+      metadata[entry + "class"] = kind;
+      metadata[entry + "model"] = object->model;
+      const bool legacy = name == kLegacyOptimizer && object->model == kLegacyModel;
+      if (legacy) metadata[kLegacyOptimizer] = kind;
+      const auto& groups = optimizer.param_groups();
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const std::string lr = double_text(groups[g].options().get_lr());
+        metadata[entry + "lr/" + std::to_string(g)] = lr;
+        if (legacy) metadata[kLegacyLearningRate + std::to_string(g)] = lr;
+      }
+      for (const auto& [impl, slots] : detail::export_slots(optimizer)) {
+        const std::string& parameter = *names.find(impl);  // checked above
+        for (const auto& [slot, t] : slots)
+          tensors.emplace_back(prefix + parameter + "/" + slot, t);
+      }
+    } else {
+      tensors.emplace_back(name, object->value.detach());
     }
   }
   if (save_random_state) {
@@ -147,6 +380,80 @@ void Checkpoint::write(const std::string& path, Env* env) const {
   save_safetensors(path, tensors, metadata, env);
 }
 
+namespace {
+
+// What read() will change, gathered (and checked) before it changes anything.
+struct ModelRestore {
+  std::shared_ptr<torch::nn::Module> module;
+  std::vector<at::Tensor> parameters;  // in named_parameters() order
+  std::vector<at::Tensor> buffers;     // in named_buffers() order
+};
+struct OptimizerRestore {
+  torch::optim::Optimizer* optimizer;
+  detail::ParameterSlots slots;
+  std::vector<double> learning_rates;
+};
+
+// Takes tensors out of the file's, checking their shapes and dtypes; leftovers are tensors
+// that no object here has.
+class TensorTaker {
+ public:
+  TensorTaker(std::string path, std::map<std::string, at::Tensor> tensors)
+      : path_(std::move(path)), tensors_(std::move(tensors)) {}
+
+  at::Tensor take(const std::string& object, const std::string& name, const at::Tensor& like,
+                  const char* what) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end())
+      fail(path_, "object '" + object + "': tensor '" + name +
+                      "' is missing; was it written for a different " + what + "?");
+    if (it->second.sizes() != like.sizes() || it->second.scalar_type() != like.scalar_type())
+      fail(path_, detail::concat("object '", object, "': tensor '", name, "' is ",
+                                 it->second.sizes(), " ", it->second.scalar_type(), " but the ",
+                                 what, " has ", like.sizes(), " ", like.scalar_type()));
+    at::Tensor t = it->second;
+    tensors_.erase(it);
+    return t;
+  }
+  // Every tensor whose name starts with `prefix`, by the rest of its name.
+  std::map<std::string, at::Tensor> take_all(const std::string& prefix) {
+    std::map<std::string, at::Tensor> taken;
+    for (auto it = tensors_.lower_bound(prefix);
+         it != tensors_.end() && starts_with(it->first, prefix);) {
+      taken[it->first.substr(prefix.size())] = it->second;
+      it = tensors_.erase(it);
+    }
+    return taken;
+  }
+  std::optional<at::Tensor> take_if_present(const std::string& name) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return std::nullopt;
+    at::Tensor t = it->second;
+    tensors_.erase(it);
+    return t;
+  }
+  const std::map<std::string, at::Tensor>& left() const { return tensors_; }
+
+ private:
+  std::string path_;
+  std::map<std::string, at::Tensor> tensors_;
+};
+
+double parse_learning_rate(const std::string& path, const std::map<std::string, std::string>& meta,
+                           const std::string& object, const std::string& key) {
+  auto lr = meta.find(key);
+  if (lr == meta.end())
+    fail(path, "object '" + object + "': the learning rate '" + key + "' is missing");
+  char* end = nullptr;
+  const double value = std::strtod(lr->second.c_str(), &end);
+  if (lr->second.empty() || *end != '\0' || !std::isfinite(value) || value < 0)
+    fail(path, "object '" + object + "': the learning rate '" + key +
+                   "' is not a non-negative number: '" + lr->second + "'");
+  return value;
+}
+
+}  // namespace
+
 void Checkpoint::read(const std::string& path, Env* env) {
   SafetensorsFile file = load_safetensors(path, env);  // layout checked before any allocation
   const auto& meta = file.metadata;
@@ -159,79 +466,97 @@ void Checkpoint::read(const std::string& path, Env* env) {
   if (header_crc == meta.end()) fail(path, "the header checksum is missing");
   if (header_crc->second != hex(header_checksum(file.tensors, meta)))
     fail(path, "the header checksum does not match: the header is damaged");
-  std::map<std::string, at::Tensor> tensors;
+  std::map<std::string, at::Tensor> all;
   for (const auto& [name, t] : file.tensors) {
     auto crc = meta.find(kChecksumPrefix + name);
     if (crc == meta.end()) fail(path, "tensor '" + name + "' has no checksum");
     if (crc->second != hex(tensor_checksum(t)))
       fail(path,
            "tensor '" + name + "': its data does not match its checksum: the file is damaged");
-    tensors[name] = t;
+    all[name] = t;
   }
 
-  // Check everything against the model and optimizer before changing anything.
-  auto take = [&](const std::string& name, const at::Tensor& like) {
-    auto it = tensors.find(name);
-    if (it == tensors.end())
-      fail(path, "tensor '" + name + "' is missing; was it written for a different model?");
-    if (it->second.sizes() != like.sizes() || it->second.scalar_type() != like.scalar_type())
-      fail(path, detail::concat("tensor '", name, "' is ", it->second.sizes(), " ",
-                                it->second.scalar_type(), " but the model has ", like.sizes(), " ",
-                                like.scalar_type()));
-    at::Tensor t = it->second;
-    tensors.erase(it);
-    return t;
-  };
-  std::vector<std::pair<at::Tensor, at::Tensor>> params;  // (destination, value)
-  std::vector<at::Tensor> buffers;  // in named_buffers() order; each copy has its own
-  if (model_ != nullptr) {
-    for (const auto& p : model_->named_parameters())
-      params.emplace_back(p.value(), take(kModel + p.key(), p.value()));
-    for (const auto& b : model_->named_buffers())
-      buffers.push_back(take(kModel + b.key(), b.value()));
+  // The objects: the same names and kinds here and in the file (bar skipped ones).
+  const auto in_file = objects_in_file(path, meta, all);
+  for (const auto& object : objects_) {
+    auto it = in_file.find(object->name);
+    if (it == in_file.end())
+      fail(path, detail::concat("object '", object->name, "' (a ", object->kind,
+                                ") was added to this Checkpoint but is not in the file; was the "
+                                "file written for other objects?"));
+    if (it->second.kind != object->kind)
+      fail(path, detail::concat("object '", object->name, "' is a ", it->second.kind,
+                                " in the file but a ", object->kind, " here"));
   }
-  std::vector<std::pair<const void*, std::map<std::string, at::Tensor>>> slots;
-  std::vector<double> learning_rates;
-  if (optimizer_ != nullptr) {
-    const std::string kind = detail::optimizer_kind(*optimizer_);
-    auto saved_kind = meta.find("optimizer");
-    if (saved_kind == meta.end() || saved_kind->second != kind)
-      fail(path, detail::concat("it holds ",
-                                saved_kind == meta.end() ? "no optimizer state"
-                                                         : saved_kind->second + " state",
-                                " but the optimizer is ", kind));
-    const ParameterNames names(*model_);
-    for (const auto& group : optimizer_->param_groups()) {
-      for (const auto& p : group.params()) {
-        const std::string prefix = kOptimizer + names.of(p.unsafeGetTensorImpl()) + "/";
-        std::map<std::string, at::Tensor> mine;
-        for (auto it = tensors.lower_bound(prefix);
-             it != tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
-          mine[it->first.substr(prefix.size())] = it->second;
-          it = tensors.erase(it);
-        }
-        slots.emplace_back(p.unsafeGetTensorImpl(), std::move(mine));
-      }
+  for (const auto& [name, object] : in_file)
+    if (find(name) == nullptr && skipped_.count(name) == 0)
+      fail(path, detail::concat("object '", name, "' (a ", object.kind,
+                                ") is in the file but was not added to this Checkpoint; add it, "
+                                "or skip(\"",
+                                name, "\") to leave it unread"));
+  for (const auto& [name, t] : all) {
+    const std::string owner = owner_of(name);
+    if (owner != kRandomOwner && in_file.count(owner) == 0)
+      fail(path, "tensor '" + name + "' belongs to no object of the file (object/" + owner +
+                     " is missing from the metadata)");
+  }
+
+  // Check every object's tensors before changing anything.
+  TensorTaker taker(path, std::move(all));
+  std::vector<ModelRestore> models;
+  std::vector<std::pair<at::Tensor, at::Tensor>> values;  // (destination, value)
+  std::vector<OptimizerRestore> optimizers;
+  for (const auto& object : objects_) {
+    const std::string& name = object->name;
+    const std::string prefix = name + "/";
+    if (object->kind == kModelKind) {
+      ModelRestore restore{object->saved_module(), {}, {}};
+      for (const auto& p : restore.module->named_parameters())
+        restore.parameters.push_back(taker.take(name, prefix + p.key(), p.value(), "model"));
+      for (const auto& b : restore.module->named_buffers())
+        restore.buffers.push_back(taker.take(name, prefix + b.key(), b.value(), "model"));
+      models.push_back(std::move(restore));
+    } else if (object->kind == kTensorKind) {
+      values.emplace_back(object->value, taker.take(name, name, object->value, "tensor"));
     }
-    for (size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
-      auto lr = meta.find("optimizer.lr/" + std::to_string(g));
-      if (lr == meta.end())
-        fail(path, "the learning rate of parameter group " + std::to_string(g) + " is missing");
-      char* end = nullptr;
-      const double value = std::strtod(lr->second.c_str(), &end);
-      if (lr->second.empty() || *end != '\0' || !std::isfinite(value) || value < 0)
-        fail(path, "the learning rate of parameter group " + std::to_string(g) +
-                       " is not a non-negative number: '" + lr->second + "'");
-      learning_rates.push_back(value);
-    }
-    detail::check_slots(
-        *optimizer_, slots, [&](const void* impl) { return names.of(impl); },
-        [&](const std::string& message) { fail(path, message); });
+  }
+  for (const auto& object : objects_) {
+    if (object->kind != kOptimizerKind) continue;
+    const std::string& name = object->name;
+    const std::string prefix = name + "/";
+    const FileObject& saved = in_file.at(name);
+    const torch::optim::Optimizer& optimizer = *object->optimizer;
+    const std::string kind = detail::optimizer_kind(optimizer);
+    if (saved.optimizer_class != kind)
+      fail(path, detail::concat("object '", name, "': it holds ", saved.optimizer_class,
+                                " state but the optimizer is ", kind));
+    if (saved.model != object->model)
+      fail(path, detail::concat("object '", name, "': the optimizer of model '", saved.model,
+                                "' in the file optimizes model '", object->model, "' here"));
+    const ParameterNames names(*find(object->model)->saved_module());
+    auto name_of = [&](const void* impl) -> std::string {
+      const std::string* parameter = names.find(impl);
+      DIST_CHECK_ARG(parameter != nullptr, "Checkpoint: optimizer '", name,
+                     "' updates a parameter that is not in its model '", object->model,
+                     "'; add the optimizer with the model its parameters belong to");
+      return *parameter;
+    };
+    OptimizerRestore restore{object->optimizer, {}, {}};
+    for (const auto& group : optimizer.param_groups())
+      for (const auto& p : group.params())
+        restore.slots.emplace_back(p.unsafeGetTensorImpl(),
+                                   taker.take_all(prefix + name_of(p.unsafeGetTensorImpl()) + "/"));
+    for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
+      restore.learning_rates.push_back(
+          parse_learning_rate(path, meta, name, saved.learning_rate + std::to_string(g)));
+    detail::check_slots(optimizer, restore.slots, name_of, [&](const std::string& message) {
+      fail(path, "object '" + name + "': " + message);
+    });
+    optimizers.push_back(std::move(restore));
   }
   at::Tensor random;
-  if (auto it = tensors.find(kRandom); it != tensors.end()) {
-    random = it->second;
-    tensors.erase(it);
+  if (auto taken = taker.take_if_present(kRandom)) {
+    random = *taken;
     // LibTorch checks a generator state (size, dtype, mt19937 invariants) only while setting
     // it, with c10::Error: try it on a scratch generator, before anything has changed.
     try {
@@ -241,10 +566,16 @@ void Checkpoint::read(const std::string& path, Env* env) {
                                 e.what_without_backtrace(), ")"));
     }
   }
-  for (const auto& [name, t] : tensors)
-    if (name.rfind(kModel, 0) == 0)
-      fail(path,
-           "tensor '" + name + "' is not in the model; was it written for a different model?");
+  for (const auto& [name, t] : taker.left()) {
+    const std::string owner = owner_of(name);
+    const Object* object = find(owner);
+    if (object == nullptr) continue;  // a skipped object's
+    fail(path,
+         detail::concat(
+             "object '", owner, "': tensor '", name, "' is not in the ", object->kind,
+             object->kind == kOptimizerKind ? " (a slot of a parameter it does not update)" : "",
+             "; was it written for a different model?"));
+  }
 
   TrainingState restored;
   restored.step = parse_int(path, meta, "step");
@@ -252,22 +583,27 @@ void Checkpoint::read(const std::string& path, Env* env) {
   restored.position.epoch = parse_int(path, meta, "position.epoch");
   restored.position.elements = parse_int(path, meta, "position.elements");
   for (const auto& [key, value] : meta)
-    if (key.rfind(kValuePrefix, 0) == 0)
+    if (starts_with(key, kValuePrefix))
       restored.values[key.substr(sizeof(kValuePrefix) - 1)] = value;
 
-  // Apply to the primary module, then let the strategy's placement follow.
+  // Apply to the primary modules, then let the strategies' placements follow.
   torch::NoGradGuard no_grad;
-  if (variables_ != nullptr) variables_->prepare_to_write();
-  for (auto& [dst, value] : params) dst.copy_(value);
-  if (model_ != nullptr) {
-    auto destinations = model_->buffers();
-    for (size_t b = 0; b < buffers.size(); ++b) destinations[b].copy_(buffers[b]);
+  for (const auto& object : objects_)
+    if (object->variables != nullptr) object->variables->prepare_to_write();
+  for (const auto& model : models) {
+    // Fetched again: making the values private (prepare_to_write) may have replaced them.
+    auto parameters = model.module->parameters();
+    for (size_t p = 0; p < parameters.size(); ++p) parameters[p].copy_(model.parameters[p]);
+    auto buffers = model.module->buffers();
+    for (size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(model.buffers[b]);
   }
-  if (variables_ != nullptr) variables_->sync_from_primary();
-  if (optimizer_ != nullptr) {
-    detail::import_slots(*optimizer_, slots);
-    for (size_t g = 0; g < learning_rates.size(); ++g)
-      optimizer_->param_groups()[g].options().set_lr(learning_rates[g]);
+  for (auto& [destination, value] : values) destination.copy_(value);
+  for (const auto& object : objects_)
+    if (object->variables != nullptr) object->variables->sync_from_primary();
+  for (const auto& restore : optimizers) {
+    detail::import_slots(*restore.optimizer, restore.slots);
+    for (size_t g = 0; g < restore.learning_rates.size(); ++g)
+      restore.optimizer->param_groups()[g].options().set_lr(restore.learning_rates[g]);
   }
   if (random.defined() && save_random_state) {
     auto generator = at::detail::getDefaultCPUGenerator();

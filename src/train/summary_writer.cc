@@ -7,6 +7,7 @@
 
 #include "core/crc32c.h"
 #include "dist/core/error.h"
+#include "dist/train/image_io.h"
 
 namespace dist {
 namespace {
@@ -84,11 +85,36 @@ SummaryWriter::~SummaryWriter() {
 }
 
 void SummaryWriter::scalar(const std::string& tag, double value, int64_t step) {
-  // Summary.Value: 1 tag (string), 2 simple_value (float). Summary: 1 value (repeated).
+  // Summary.Value: 1 tag (string), 2 simple_value (float).
   std::string summary_value;
   put_bytes(summary_value, 1, tag);
   put_key(summary_value, 2, kFixed32);
   put_fixed(summary_value, static_cast<float>(value));
+  write_value(summary_value, step);
+}
+
+void SummaryWriter::image(const std::string& tag, const at::Tensor& image, int64_t step) {
+  const std::string png = encode_png(image);  // checks the shape and dtype
+  // Summary.Image: 1 height, 2 width (int32), 3 colorspace (int32: 1 grey, 3 RGB, 4 RGBA, the
+  // channel count for the images encode_png takes), 4 encoded_image_string (bytes).
+  const int64_t channels = image.dim() == 2 ? 1 : image.size(0);
+  std::string summary_image;
+  put_key(summary_image, 1, kVarint);
+  put_varint(summary_image, static_cast<uint64_t>(image.size(-2)));
+  put_key(summary_image, 2, kVarint);
+  put_varint(summary_image, static_cast<uint64_t>(image.size(-1)));
+  put_key(summary_image, 3, kVarint);
+  put_varint(summary_image, static_cast<uint64_t>(channels));
+  put_bytes(summary_image, 4, png);
+  // Summary.Value: 1 tag (string), 4 image (Summary.Image).
+  std::string summary_value;
+  put_bytes(summary_value, 1, tag);
+  put_bytes(summary_value, 4, summary_image);
+  write_value(summary_value, step);
+}
+
+void SummaryWriter::write_value(const std::string& summary_value, int64_t step) {
+  // Summary: 1 value (repeated Summary.Value).
   std::string summary;
   put_bytes(summary, 1, summary_value);
   std::string e = event(now_seconds(), step);

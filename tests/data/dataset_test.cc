@@ -202,6 +202,47 @@ TEST(DatasetTest, SaveAndRestorePositionResumesExactly) {
   EXPECT_THROW(ds.iterator_at({0, -1}), InvalidArgument);
 }
 
+// Each element as {epoch * 1000 + index} as seen by a map_with_context stage.
+Dataset contexts_of(const Dataset& ds) {
+  return ds.map_with_context([](Element, const ElementContext& c) {
+    return Element{torch::tensor(c.epoch * 1000 + c.index)};
+  });
+}
+
+std::vector<int64_t> plus(int64_t offset, std::vector<int64_t> v) {
+  for (auto& x : v) x += offset;
+  return v;
+}
+
+TEST(DatasetTest, MapWithContextSeesItsEpochAndTheIndexCountedAtTheStage) {
+  auto plain = contexts_of(range(5));
+  EXPECT_EQ(values_of(plain.iterator(2)), plus(2000, iota(0, 5)));
+  EXPECT_EQ(plain.describe(), "from_tensor_slices(5).map_with_context()");
+  // Restoring skips elements without calling the map, yet they keep their indices.
+  EXPECT_EQ(values_of(plain.iterator_at({2, 3})), plus(2000, iota(3, 5)));
+  EXPECT_EQ(values_of(contexts_of(range(5)).batch(2).iterator_at({1, 1})), plus(1000, iota(2, 5)));
+  // skip() before the stage: the stage counts from its first element.
+  EXPECT_EQ(values_of(contexts_of(range(5).skip(2)).iterator()), iota(0, 3));
+
+  // Under repeat(3), repetition r of epoch e is epoch 3e + r, indices restart.
+  std::vector<int64_t> repeated;
+  for (int64_t r = 0; r < 3; ++r) {
+    auto part = plus((3 + r) * 1000, iota(0, 2));
+    repeated.insert(repeated.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(values_of(contexts_of(range(2)).repeat(3).iterator(1)), repeated);
+  // After repeat, the stage sees the outer epoch and counts across the repetitions.
+  EXPECT_EQ(values_of(contexts_of(range(2).repeat(3)).iterator(1)), plus(1000, iota(0, 6)));
+  // Below cache(), the stage runs once, at epoch 0; its output is replayed.
+  auto cached = contexts_of(range(3)).cache();
+  EXPECT_EQ(values_of(cached.iterator(4)), iota(0, 3));
+  EXPECT_EQ(values_of(cached.iterator(5)), iota(0, 3));
+  // Behind a prefetch thread, the same.
+  EXPECT_EQ(values_of(contexts_of(range(4)).prefetch(2).iterator(1)), plus(1000, iota(0, 4)));
+
+  EXPECT_THROW(range(2).map_with_context(nullptr), InvalidArgument);
+}
+
 TEST(DatasetTest, ArgumentsAreChecked) {
   EXPECT_THROW(range(3).shuffle(0, 1), InvalidArgument);
   EXPECT_THROW(range(3).prefetch(0), InvalidArgument);

@@ -404,3 +404,22 @@ TEST(MirroredStrategyTest, ModelFromAnotherStrategyIsRejected) {
 
 }  // namespace
 }  // namespace dist
+
+namespace dist {
+namespace {
+
+// Copies for replicas are made by clone(), which re-initializes before copying: mirror() puts
+// the global generator back, so a second model gets the same initial weights whatever the
+// replica count (the CycleGAN's four models rely on it).
+TEST(MirroredStrategyTest, MirroringDrawsNothingFromTheGlobalRandomGenerator) {
+  torch::manual_seed(9);
+  auto alone = models::make_mlp(8);
+  const auto expected = torch::rand({4});
+  torch::manual_seed(9);
+  auto mirrored = MirroredStrategy(std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2"})
+                      .mirror(models::make_mlp(8));
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
+}
+
+}  // namespace
+}  // namespace dist

@@ -4,6 +4,10 @@
 //
 //   dist_test_worker equivalence REPLICAS OUT_FILE [BYTES_PER_PACK overlap|after_backward]
 //                                                    20 SGD steps; chief saves the weights
+//   dist_test_worker cyclegan adam|sgd OUT_FILE      3 CycleGAN steps (four models, each
+//                                                    model's gradients from its own loss,
+//                                                    overlapped reduction); chief saves all
+//                                                    four models' weights and the losses
 //   dist_test_worker collectives REPLICAS            exact integer collectives
 //   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
 //   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
@@ -71,6 +75,15 @@ int equivalence(int replicas, const std::string& out, int64_t bytes_per_pack = 0
                      : dist::testing::train_equivalence_steps(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, weights);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
+}
+
+int cyclegan(const std::string& optimizer, const std::string& out) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
+  auto weights = dist::testing::train_cyclegan_steps(strategy, optimizer == "adam");
+  if (strategy.is_chief()) dist::save_safetensors(out, weights);
+  std::cout << "trained the CycleGAN on " << strategy.num_replicas_in_sync() << " replicas"
+            << std::endl;
   return 0;
 }
 
@@ -240,6 +253,7 @@ int main(int argc, char** argv) {
     if (scenario == "equivalence" && argc == 4) return equivalence(std::atoi(argv[2]), argv[3]);
     if (scenario == "equivalence" && argc == 6)
       return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
+    if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -13,6 +14,7 @@
 
 #include "dist/train/safetensors.h"
 #include "test_util.h"
+#include "tfrecord_reader.h"
 
 namespace dist {
 namespace {
@@ -76,6 +78,30 @@ TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
     losses.push_back(nlohmann::json::parse(line)["train_loss"].get<double>());
   ASSERT_EQ(losses.size(), 3u);
   EXPECT_LT(losses[2], losses[0]);
+
+  // The same values as TensorBoard scalars, laid out as fit's TensorBoard callback writes them.
+  auto scalars_in = [&](const std::string& sub) {
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.file(sub)))
+      files.push_back(entry.path().string());
+    EXPECT_EQ(files.size(), 1u) << sub;
+    std::string error;
+    auto events = testing::read_scalar_events(files.at(0), dir.path(), &error);
+    EXPECT_EQ(error, "") << sub;
+    std::map<std::pair<std::string, int64_t>, float> values;
+    for (const auto& e : events) values[{e.tag, e.step}] = e.value;
+    return values;
+  };
+  const auto train = scalars_in("train"), validation = scalars_in("validation");
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    EXPECT_EQ(train.at({"epoch_loss", epoch}), static_cast<float>(losses[epoch])) << epoch;
+    EXPECT_TRUE(train.count({"epoch_accuracy", epoch})) << epoch;
+    EXPECT_TRUE(validation.count({"epoch_loss", epoch})) << epoch;
+    EXPECT_TRUE(validation.count({"epoch_accuracy", epoch})) << epoch;
+  }
+  EXPECT_EQ(validation.at({"epoch_accuracy", 2}),
+            static_cast<float>(result["test_accuracy"].get<double>()));
+  EXPECT_EQ(train.size(), 6u);
 
   auto weights = load_safetensors(dir.file("w.safetensors"));
   std::vector<std::string> names;

@@ -8,8 +8,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
+#include <torch/torch.h>
+
+#include "dist/core/error.h"
+#include "dist/train/image_io.h"
 #include "dist/train/summary_writer.h"
+#include "png_reader.h"
 #include "test_envs.h"
 #include "test_util.h"
 #include "tfrecord_reader.h"
@@ -18,6 +24,7 @@ namespace dist {
 namespace {
 
 using testing::decode_raw;
+using testing::read_tfrecords;
 using testing::reference_crc32c;
 using testing::reference_mask;
 
@@ -98,6 +105,118 @@ TEST(SummaryWriterTest, AFailedWriteNamesTheFile) {
     EXPECT_NE(std::string(e.what()).find(writer.path()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
   }
+}
+
+// Undoes the C escapes protoc --decode_raw prints bytes fields with (octal \ooo, \n, \").
+std::string unescape(const std::string& text) {
+  std::string bytes;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      bytes += text[i];
+      continue;
+    }
+    const char c = text[++i];
+    if (c >= '0' && c <= '7') {
+      int value = 0, digits = 0;
+      for (; digits < 3 && i < text.size() && text[i] >= '0' && text[i] <= '7'; ++digits, ++i)
+        value = value * 8 + (text[i] - '0');
+      --i;
+      bytes += static_cast<char>(value);
+    } else if (c == 'x') {
+      bytes += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      bytes += c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;  // \" \' \\ as themselves
+    }
+  }
+  return bytes;
+}
+
+struct DecodedImageEvent {
+  std::string tag;
+  int64_t step = -1, height = -1, width = -1, colorspace = -1;
+  std::string encoded;
+};
+
+// Event{2: step, 5: summary{1: value{1: tag, 4: image{1: height, 2: width, 3: colorspace,
+// 4: encoded_image_string}}}}, as protoc --decode_raw prints it.
+DecodedImageEvent decode_image_event(const std::string& text) {
+  static const std::regex pattern(
+      R"re(\n2: (\d+)\n5 \{\n  1 \{\n    1: "([^"]*)"\n    4 \{\n      1: (\d+)\n      2: (\d+)\n      3: (\d+)\n      4: "((?:[^"\\]|\\.)*)"\n    \}\n  \}\n\})re");
+  DecodedImageEvent event;
+  std::smatch m;
+  if (!std::regex_search(text, m, pattern)) return event;
+  event.step = std::stoll(m[1]);
+  event.tag = m[2];
+  event.height = std::stoll(m[3]);
+  event.width = std::stoll(m[4]);
+  event.colorspace = std::stoll(m[5]);
+  event.encoded = unescape(m[6]);
+  return event;
+}
+
+TEST(SummaryWriterTest, ImageEventsHoldAPngInTensorBoardFormat) {
+  testing::TempDir dir;
+  torch::manual_seed(7);
+  const auto rgb = torch::randint(0, 256, {3, 5, 7}, torch::kLong).to(torch::kUInt8);
+  const auto grey = torch::randint(0, 256, {4, 6}, torch::kLong).to(torch::kUInt8);
+  const auto rgba = torch::randint(0, 256, {4, 2, 3}, torch::kLong).to(torch::kUInt8);
+  std::string path;
+  {
+    SummaryWriter writer(dir.file("logs"));
+    writer.image("samples/rgb", rgb, 4);
+    writer.scalar("loss", 0.5, 4);
+    writer.image("grey", grey, 5);
+    writer.image("rgba", rgba, 6);
+    path = writer.path();
+  }
+  std::string error;
+  const auto records = read_tfrecords(path, &error);
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(records.size(), 5u);  // the file version, then one record per call
+
+  const std::string loss = decode_raw(records[2], dir.path());
+  EXPECT_NE(loss.find("1: \"loss\""), std::string::npos) << loss;
+  EXPECT_NE(loss.find("2: 0x3f000000"), std::string::npos) << loss;
+
+  struct Expected {
+    size_t record;
+    std::string tag;
+    int64_t step, colorspace;
+    at::Tensor image;
+  };
+  for (const auto& e : std::vector<Expected>{
+           {1, "samples/rgb", 4, 3, rgb}, {3, "grey", 5, 1, grey}, {4, "rgba", 6, 4, rgba}}) {
+    const std::string text = decode_raw(records[e.record], dir.path());
+    const DecodedImageEvent event = decode_image_event(text);
+    SCOPED_TRACE(e.tag);
+    ASSERT_EQ(event.tag, e.tag) << text;
+    EXPECT_EQ(event.step, e.step);
+    EXPECT_EQ(event.height, e.image.size(-2));
+    EXPECT_EQ(event.width, e.image.size(-1));
+    EXPECT_EQ(event.colorspace, e.colorspace);
+    EXPECT_EQ(event.encoded.compare(0, 8, std::string("\x89PNG\r\n\x1a\n", 8)), 0);
+    EXPECT_EQ(event.encoded.size(), encode_png(e.image).size());
+    // The PNG itself, through the test's own decoder.
+    const auto png = testing::decode_png(event.encoded, &error);
+    ASSERT_EQ(error, "");
+    EXPECT_EQ(png.width, static_cast<uint32_t>(e.image.size(-1)));
+    EXPECT_EQ(png.height, static_cast<uint32_t>(e.image.size(-2)));
+    auto hwc =
+        (e.image.dim() == 2 ? e.image.unsqueeze(0) : e.image).permute({1, 2, 0}).contiguous();
+    EXPECT_EQ(png.pixels,
+              std::vector<uint8_t>(hwc.data_ptr<uint8_t>(), hwc.data_ptr<uint8_t>() + hwc.numel()));
+  }
+}
+
+TEST(SummaryWriterTest, ABadImageWritesNothing) {
+  testing::TempDir dir;
+  SummaryWriter writer(dir.file("logs"));
+  const auto before = testing::read_file(writer.path());
+  EXPECT_THROW(writer.image("x", torch::zeros({3, 4, 4}), 1), InvalidArgument);  // float
+  EXPECT_THROW(writer.image("x", torch::zeros({2, 4, 4}, torch::kUInt8), 1), InvalidArgument);
+  writer.flush();
+  EXPECT_EQ(testing::read_file(writer.path()), before);
 }
 
 }  // namespace

@@ -41,6 +41,30 @@ struct IteratorPosition {
   }
 };
 
+// What a map_with_context function learns about the element it transforms, so that random
+// augmentation can be a pure function of (seed, epoch, index) and survive resume and any
+// number of replicas or workers (see include/dist/data/augment.h).
+//
+// Both are counted at the map stage itself:
+//   - epoch: the epoch the stage's iterator was created for. That is the epoch passed to
+//     Dataset::iterator(epoch) unless a stage above changes it: under repeat(count),
+//     repetition r of epoch e sees epoch e*count + r (e*2^32 + r for repeat(-1)), so each
+//     repetition gets fresh randomness, just as it gets a fresh shuffle; under cache(), the
+//     stages below it run once, at epoch 0, and their output is replayed (put random maps
+//     after cache()).
+//   - index: how many elements the stage's input had produced before this one in this
+//     epoch, from 0 (skipped elements count: a restored iterator gives every element the
+//     index it had in an uninterrupted one). Applied right after a source (before shuffle),
+//     the index is the example's row in the source, its identity; after shuffle it is its
+//     place in the shuffled order (still deterministic, but not tied to the example); after
+//     batch it numbers the batches.
+// Multi-worker input (AutoShardPolicy kData) runs the whole pipeline on every worker and
+// shards the global batches afterwards, so neither value depends on the worker or replica.
+struct ElementContext {
+  int64_t epoch = 0;
+  int64_t index = 0;
+};
+
 namespace detail {
 class DatasetNode;
 class IteratorNode;
@@ -58,6 +82,11 @@ class Dataset {
   // Applies fn to each element. fn should be deterministic: restoring a position skips
   // elements without calling fn on them.
   Dataset map(std::function<Element(Element)> fn) const;
+  // Applies fn to each element with its ElementContext (epoch and index at this stage, see
+  // above). fn should be a pure function of its arguments: that is what makes random
+  // augmentation keyed on the context reproducible, resumable and independent of the
+  // replica and worker counts. With prefetch() after it, fn runs on a background thread.
+  Dataset map_with_context(std::function<Element(Element, const ElementContext&)> fn) const;
   // Shuffles with a buffer of `buffer_size` elements (as tf.data: a buffer as large as the
   // dataset gives a uniform shuffle). The order depends only on seed and epoch; with
   // reshuffle_each_iteration=false every epoch uses the order of epoch 0.

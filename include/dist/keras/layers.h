@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -191,9 +192,81 @@ class GlobalAveragePooling2D : public Layer {
 
 // Zeroes each element with probability `rate` in training and scales the rest by
 // 1 / (1 - rate); the identity in evaluation and prediction.
+//
+// Reproducible: the mask is a function of the seed, the layer's count of training calls, each
+// example's place in the step's global batch and the element's place in the example, so one
+// global batch gets the same mask with 1, 2 or 7 replicas, and two runs with the same seed get
+// the same masks. The count is a buffer of the layer's module ("<name>.calls", int64): a
+// checkpoint saves it, so a resumed run continues the sequence. Inside strategy.run() with
+// several replicas the batch must come from a distributed dataset (the replica needs the
+// global batch size to place its share), and the model must be called on the replica's own
+// share; otherwise InvalidArgument says so. The global random generator is not used.
 class Dropout : public Layer {
  public:
   explicit Dropout(double rate);
+  // The masks' seed; default 0, so runs are reproducible unless seeded differently. Give each
+  // Dropout of a model its own seed, or layers of one shape drop the same elements.
+  Dropout& seed(uint64_t seed);
+};
+
+// Transposed 2-D convolution over [C, H, W] (a "deconvolution": the gradient of Conv2D with
+// respect to its input), for up-sampling. Output size per spatial axis, as Keras gives it:
+// "same": input * strides; "valid": input * strides + max(kernel_size - strides, 0), which is
+// (input - 1) * strides + kernel_size when kernel_size >= strides. "same" places the output
+// exactly as TensorFlow's conv2d_transpose does (when the implied padding is odd, the extra row
+// and column are cut at the end). activation as for Conv2D (softmax over channels). Weights
+// start as LibTorch's ConvTranspose2d starts them; the weight is [in, filters, k, k].
+class Conv2DTranspose : public Layer {
+ public:
+  Conv2DTranspose(int64_t filters, int64_t kernel_size);
+  Conv2DTranspose& strides(int64_t strides);             // default 1
+  Conv2DTranspose& padding(const std::string& padding);  // "valid" (default) or "same"
+  Conv2DTranspose& activation(const std::string& activation);
+  Conv2DTranspose& use_bias(bool use_bias);  // default true
+};
+
+// max(x, 0) + alpha * min(x, 0), element-wise; alpha >= 0 (Keras' default 0.3).
+class LeakyReLU : public Layer {
+ public:
+  explicit LeakyReLU(double alpha = 0.3);
+};
+
+// Instance normalization (tensorflow_addons' InstanceNormalization): each example's channel is
+// normalized by its own mean and (biased) variance over the spatial axes, then scaled by gamma
+// and shifted by beta, learned per channel (weights "<name>.gamma", ones, and "<name>.beta",
+// zeros). Takes [C, H, W] (or [C, spatial...]); no moving statistics, so training and
+// inference compute the same.
+class InstanceNormalization : public Layer {
+ public:
+  InstanceNormalization();
+  InstanceNormalization& epsilon(double epsilon);  // added to the variance; default 1e-3
+  InstanceNormalization& center(bool center);      // learn beta; default true
+  InstanceNormalization& scale(bool scale);        // learn gamma; default true
+};
+
+// Joins two or more inputs along `axis` of the example shape (no batch axis: for [C, H, W],
+// axis 0 joins channels, as a U-Net's skip connections do). Negative axes count from the end.
+// The shapes must agree on every other axis.
+class Concatenate : public Layer {
+ public:
+  explicit Concatenate(int64_t axis = 0);
+};
+
+// An activation as a layer: "tanh", "sigmoid", "relu", "softmax" (over channels for [C, H, W]
+// examples, over the last axis otherwise) or "linear" (the identity).
+class Activation : public Layer {
+ public:
+  explicit Activation(const std::string& activation);
+};
+
+// Adds rows and columns of zeros around [C, H, W] images.
+class ZeroPadding2D : public Layer {
+ public:
+  // `padding` on every side.
+  explicit ZeroPadding2D(int64_t padding = 1);
+  // {{top, bottom}, {left, right}}.
+  explicit ZeroPadding2D(
+      const std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>& padding);
 };
 
 }  // namespace layers

@@ -5,16 +5,37 @@
 //   if (auto path = manager.latest()) ckpt.read(*path);   // resume
 //   ...  ckpt.state.step = step; ckpt.state.position = it.position(); manager.save(ckpt);
 //
-// A checkpoint holds the model's parameters and buffers (a Mirrored model's once: the copies
-// are identical), the optimizer's slots and learning rates, the step, the epoch, the data
-// iterator's position, the CPU random generator and the caller's own values. It is written
-// with any number of replicas or workers and read with any other, or with no strategy.
+// or, with several named objects (tf.train.Checkpoint(generator_g=..., ...)):
 //
-// The file is safetensors (see safetensors.h), so other tools read the weights ("model/<name>");
-// the optimizer's slots are "optimizer/<parameter>/<slot>", the random state "rng/cpu". The
-// "__metadata__" holds format "dist.checkpoint/1", the state, and CRC-32C checksums: one per
-// tensor ("crc32c/<tensor>") and "header_crc32c" over every other header entry, so a flipped
-// bit anywhere is reported, naming the file and the tensor, before anything is changed.
+//   dist::Checkpoint ckpt;
+//   ckpt.add("generator_g", generator_g)                  // its model first ...
+//       .add("generator_g_optimizer", generator_g_optimizer)  // ... then its optimizer
+//       .add("cycle_weight", cycle_weight_tensor);
+//
+// A checkpoint holds named objects: models (their parameters and buffers; a Mirrored model's
+// once, the copies being identical), optimizers (slots and learning rates) and tensors; with
+// them the step, the epoch, the data iterator's position, the CPU random generator and the
+// caller's own values. It is written with any number of replicas or workers and read with any
+// other, or with no strategy. Checkpoint(model, optimizer) is the objects "model" and
+// "optimizer".
+//
+// The file is safetensors (see safetensors.h), so other tools read the weights. Each tensor's
+// name starts with its object's name: a model's "<model>/<parameter or buffer>", an
+// optimizer's slots "<optimizer>/<parameter>/<slot>" (named by the parameters of the model it
+// optimizes), a tensor's "<tensor>"; the random state is "rng/cpu". The "__metadata__" holds
+// format "dist.checkpoint/1", the state, and:
+//   object/<name>               "model", "optimizer" or "tensor": every object, so that a
+//                               reader names one that is missing;
+//   object/<optimizer>/class    "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad";
+//   object/<optimizer>/model    the model whose parameter names key its slots;
+//   object/<optimizer>/lr/<g>   the learning rate of parameter group g;
+// and CRC-32C checksums: one per tensor ("crc32c/<tensor>") and "header_crc32c" over every
+// other header entry, so a flipped bit anywhere is reported, naming the file and the tensor,
+// before anything is changed.
+// Files written before named objects have no "object/" entries; they hold "model" and
+// "optimizer" (kind in "optimizer", learning rates in "optimizer.lr/<g>"), and are read as
+// such. Those two entries are still written for an optimizer named "optimizer" over the model
+// "model", so earlier versions of this library read the files of Checkpoint(model, optimizer).
 //
 // Optimizers: SGD, Adam, AdamW, RMSprop and Adagrad (LibTorch's); others are refused by name.
 #pragma once
@@ -23,10 +44,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 #include <torch/optim/optimizer.h>
 
 #include "dist/core/env.h"
@@ -44,9 +67,15 @@ struct TrainingState {
   std::map<std::string, std::string> values;  // the caller's own (metric sums, flags, ...)
 };
 
+// Copies share the objects (they are held, not copied); add() to a copy leaves the original
+// as it was. Not thread-safe; write() and read() run in cross-replica code.
 class Checkpoint {
  public:
-  // A plain module (or none) and an optional optimizer over its parameters.
+  // No objects yet: add() them.
+  Checkpoint() = default;
+  // The objects "model" (if not null) and "optimizer" (if not null): a plain module and an
+  // optimizer over its parameters. Without an optimizer, read() leaves the optimizer state of
+  // a file unread (skip("optimizer")), as it always has.
   Checkpoint(std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer* optimizer);
   // A model placed by a strategy: saved once from its primary module; reading restores it
   // and lets the strategy bring every other place (replica copies) up to date.
@@ -56,21 +85,67 @@ class Checkpoint {
       : Checkpoint(model.shared_variables(),
                    optimizer != nullptr ? &optimizer->optimizer() : nullptr) {}
 
+  // Adds the object `name`. A name is non-empty, holds no '/', does not start with "__", is
+  // not "rng" (the random state's) and is not taken yet; InvalidArgument naming it otherwise.
+  // Every object is held, not copied, and must outlive the checkpoint's use (a shared_ptr is
+  // kept). Returns *this, to chain.
+  //
+  // A model: a plain module, or one placed by a strategy (saved from, and restored into, its
+  // primary module, then synchronized to every other place).
+  Checkpoint& add(const std::string& name, std::shared_ptr<torch::nn::Module> model);
+  Checkpoint& add(const std::string& name, std::shared_ptr<DistributedVariables> variables);
+  template <class M>
+  Checkpoint& add(const std::string& name, const Mirrored<M>& model) {
+    return add(name, model.shared_variables());
+  }
+  template <class M>
+  Checkpoint& add(const std::string& name, const torch::nn::ModuleHolder<M>& model) {
+    return add(name, std::static_pointer_cast<torch::nn::Module>(model.ptr()));
+  }
+  // An optimizer. Its slots are named by the parameter names of its model, which must have
+  // been added before it (InvalidArgument naming the optimizer otherwise): for a
+  // MirroredOptimizer the added model whose variables it updates; for a LibTorch optimizer
+  // `model` if given, else the first added model that holds every parameter it updates.
+  Checkpoint& add(const std::string& name, std::shared_ptr<MirroredOptimizer> optimizer);
+  Checkpoint& add(const std::string& name, MirroredOptimizer* optimizer);
+  Checkpoint& add(const std::string& name, torch::optim::Optimizer* optimizer,
+                  const std::string& model = "");
+  // A tensor (a loss weight, a counter): saved as it is, restored in place into the same
+  // tensor, whose shape and dtype must match the file's.
+  Checkpoint& add(const std::string& name, at::Tensor value);
+
+  // Lets read() leave the object `name` of a file unread if it was not added (an added object
+  // is always read): without it, an object in the file that was not added is a DataError, as
+  // a misspelt name would otherwise lose its state. For reading part of a checkpoint, such as
+  // one generator of a GAN for inference. A file need not hold a skipped object.
+  Checkpoint& skip(const std::string& name);
+
+  // The names of the objects added, in order.
+  std::vector<std::string> names() const;
+
   TrainingState state;
   bool save_random_state = true;
 
   // Writes atomically through `env` (not owned): a temporary file, sync, rename, sync of the
-  // directory. DataError names the file and the system's reason if the file system fails.
+  // directory. DataError names the file and the system's reason if the file system fails;
+  // InvalidArgument names an optimizer that now updates a parameter its model lacks.
   void write(const std::string& path, Env* env = Env::Default()) const;
-  // Reads (through `env`) and checks the whole file (format, checksums, every tensor's name,
-  // shape and dtype against the model and optimizer) before changing anything; DataError names
-  // the file and the tensor otherwise.
+  // Reads (through `env`) and checks the whole file (format, checksums, every object added is
+  // in the file and every object in the file was added or skipped, every tensor's name, shape
+  // and dtype) before changing anything; DataError names the file, the object and the tensor
+  // otherwise. Then restores every object (and the random state if save_random_state).
   void read(const std::string& path, Env* env = Env::Default());
 
  private:
-  std::shared_ptr<torch::nn::Module> model_;         // what is saved and restored
-  std::shared_ptr<DistributedVariables> variables_;  // told after a restore, if any
-  torch::optim::Optimizer* optimizer_;
+  struct Object;  // defined in checkpoint.cc
+
+  const Object* find(const std::string& name) const;
+  void check_new_name(const std::string& name) const;
+  Checkpoint& add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer,
+                            std::string model, std::shared_ptr<MirroredOptimizer> owner);
+
+  std::vector<std::shared_ptr<const Object>> objects_;  // in the order added (and written)
+  std::set<std::string> skipped_;
 };
 
 // A directory of checkpoints "ckpt-<step>.safetensors" and a pointer file "checkpoint" naming

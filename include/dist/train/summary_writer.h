@@ -1,16 +1,20 @@
-// SummaryWriter: scalar summaries in TensorBoard's event-file format, so `tensorboard --logdir`
-// (or any TFRecord reader) plots training curves written from C++.
+// SummaryWriter: scalar and image summaries in TensorBoard's event-file format, so
+// `tensorboard --logdir` (or any TFRecord reader) plots training curves and shows images
+// written from C++.
 //
 // File: LOG_DIR/events.out.tfevents.<seconds>.<host>.<pid>, a TFRecord stream: each record is
 // its length (uint64 LE), the masked CRC-32C of those 8 bytes, the bytes of one Event protocol
 // buffer, and their masked CRC-32C. The first Event carries file_version "brain.Event:2"; each
-// scalar is an Event{wall_time, step, summary{value{tag, simple_value}}}. Written by hand in
-// protobuf wire format: three messages need no protobuf library.
+// scalar is an Event{wall_time, step, summary{value{tag, simple_value}}}, each image an
+// Event{wall_time, step, summary{value{tag, image{height, width, colorspace, PNG bytes}}}}.
+// Written by hand in protobuf wire format: four messages need no protobuf library.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include <ATen/core/Tensor.h>
 
 #include "dist/core/env.h"
 
@@ -29,11 +33,17 @@ class SummaryWriter {
 
   // Appends one scalar event; DataError naming the file if the write fails.
   void scalar(const std::string& tag, double value, int64_t step);
+  // Appends one image event: `image` is uint8 pixels, [H,W] or [C,H,W] with C = 1 (grey), 3
+  // (RGB) or 4 (RGBA), stored as PNG (see dist/train/image_io.h for tiling several images and
+  // mapping float values). InvalidArgument as encode_png, before anything is written;
+  // DataError naming the file if the write fails.
+  void image(const std::string& tag, const at::Tensor& image, int64_t step);
   // Hands what was written to the operating system (TensorBoard reads while training runs).
   void flush();
   const std::string& path() const { return path_; }
 
  private:
+  void write_value(const std::string& summary_value, int64_t step);
   void write_record(const std::string& event);
 
   std::string path_;

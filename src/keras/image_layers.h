@@ -1,0 +1,28 @@
+// What src/keras/layers.cc shares with src/keras/image_layers.cc (the layers image-to-image
+// models add: Conv2DTranspose, InstanceNormalization, Concatenate, ...). Private.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dist/keras/layers.h"
+
+namespace dist::keras::detail {
+
+// "Conv2D layer 'stem'", or "Conv2D layer" while the layer has no name yet.
+std::string describe(const std::string& kind, const std::string& name);
+
+// InvalidArgument unless `activation` is "", "linear", "relu", "sigmoid", "tanh" or "softmax".
+void check_activation(const std::string& activation);
+// Applies a checked activation; softmax runs over `feature_dim`.
+at::Tensor activate(const at::Tensor& x, const std::string& activation, int64_t feature_dim);
+
+// InvalidArgument unless `padding` is "valid" or "same".
+void check_padding(const std::string& padding);
+
+// InvalidArgument naming `what` unless inputs[0] is one (channels, height, width) example.
+void check_image(const std::vector<Shape>& inputs, const std::string& what);
+
+}  // namespace dist::keras::detail
