@@ -5,6 +5,18 @@
 
 namespace dist::testing {
 
+// The message of the E that fn() throws, or "no exception" when it throws none (any other
+// exception propagates and fails the test).
+template <class E, class Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
 // A fresh directory under the system temp dir, removed with its contents on destruction.
 class TempDir {
  public:

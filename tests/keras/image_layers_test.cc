@@ -16,22 +16,13 @@
 #include "dist/keras/functional.h"
 #include "dist/keras/model.h"
 #include "dist/train/checkpoint.h"
+#include "test_util.h"
 
 namespace dist::keras {
 namespace {
 
 using data::Dataset;
 using data::Element;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no InvalidArgument";
-}
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "\"" << (text) << "\""
@@ -159,13 +150,19 @@ TEST(ImageLayersTest, Conv2DTransposeActivationAndErrors) {
   auto y = model->forward(floats({0.0f, 1, 2, 0.25}, {1, 1, 2, 2}));
   EXPECT_TRUE(torch::equal(y, floats({0.5f, 0, 0, 0.25}, {1, 1, 2, 2})));
   KerasTensor flat = Input({16});
-  EXPECT_CONTAINS(error_of([&] { layers::Conv2DTranspose(4, 3).named("up")(flat); }),
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>(
+                      [&] { layers::Conv2DTranspose(4, 3).named("up")(flat); }),
                   "Conv2DTranspose layer 'up' expects one example of shape (channels");
-  EXPECT_CONTAINS(error_of([&] { layers::Conv2DTranspose(0, 3); }), "filters >= 1");
-  EXPECT_CONTAINS(error_of([&] { layers::Conv2DTranspose(2, 3).strides(0); }), "strides");
-  EXPECT_CONTAINS(error_of([&] { layers::Conv2DTranspose(2, 3).padding("full"); }),
-                  "unknown padding 'full'");
-  EXPECT_CONTAINS(error_of([&] { layers::Conv2DTranspose(2, 3).activation("gelu"); }),
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>([&] { layers::Conv2DTranspose(0, 3); }),
+                  "filters >= 1");
+  EXPECT_CONTAINS(
+      testing::message_of<InvalidArgument>([&] { layers::Conv2DTranspose(2, 3).strides(0); }),
+      "strides");
+  EXPECT_CONTAINS(
+      testing::message_of<InvalidArgument>([&] { layers::Conv2DTranspose(2, 3).padding("full"); }),
+      "unknown padding 'full'");
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>(
+                      [&] { layers::Conv2DTranspose(2, 3).activation("gelu"); }),
                   "unknown activation 'gelu'");
 }
 
@@ -178,7 +175,8 @@ TEST(ImageLayersTest, LeakyReLUScalesNegativesByAlpha) {
                               floats({-0.6f, -0.15f, 0.0f, 1.5f}, {1, 4})));
   EXPECT_TRUE(torch::allclose(one_layer({4}, layers::LeakyReLU(0.2))->forward(x),
                               floats({-0.4f, -0.1f, 0.0f, 1.5f}, {1, 4})));
-  EXPECT_CONTAINS(error_of([] { layers::LeakyReLU(-1); }), "LeakyReLU alpha");
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>([] { layers::LeakyReLU(-1); }),
+                  "LeakyReLU alpha");
 }
 
 TEST(ImageLayersTest, ActivationAppliesEachNamedFunction) {
@@ -195,7 +193,8 @@ TEST(ImageLayersTest, ActivationAppliesEachNamedFunction) {
   // Softmax over channels: each pixel's channels sum to 1.
   EXPECT_TRUE(torch::allclose(run("softmax"), torch::softmax(x, 1)));
   EXPECT_TRUE(torch::allclose(run("softmax").sum(1), torch::ones({2, 2, 2})));
-  const std::string error = error_of([] { layers::Activation("swish"); });
+  const std::string error =
+      testing::message_of<InvalidArgument>([] { layers::Activation("swish"); });
   EXPECT_CONTAINS(error, "unknown activation 'swish'");
   EXPECT_CONTAINS(error, "tanh, sigmoid, relu, softmax or linear");
 }
@@ -253,9 +252,12 @@ TEST(ImageLayersTest, InstanceNormalizationCenterAndScaleChooseTheWeights) {
   auto var = x.var({2, 3}, /*unbiased=*/false, /*keepdim=*/true);
   EXPECT_TRUE(torch::allclose(bare->forward(x), (x - mean) / torch::sqrt(var + 1e-3), 1e-5, 1e-5));
   KerasTensor flat = Input({8});
-  EXPECT_CONTAINS(error_of([&] { layers::InstanceNormalization().named("norm")(flat); }),
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>(
+                      [&] { layers::InstanceNormalization().named("norm")(flat); }),
                   "InstanceNormalization layer 'norm' normalizes each channel");
-  EXPECT_CONTAINS(error_of([] { layers::InstanceNormalization().epsilon(0); }), "epsilon");
+  EXPECT_CONTAINS(
+      testing::message_of<InvalidArgument>([] { layers::InstanceNormalization().epsilon(0); }),
+      "epsilon");
 }
 
 // ---------------------------------------------------------------- Concatenate, ZeroPadding2D
@@ -277,14 +279,20 @@ TEST(ImageLayersTest, ConcatenateJoinsAlongTheExampleAxis) {
   EXPECT_TRUE(torch::allclose(model->forward(x), torch::cat({x.relu(), conv, x.relu()}, 1)));
 
   KerasTensor small = Input({2, 3, 4});
-  const std::string error = error_of([&] { layers::Concatenate().named("skip")({input, small}); });
+  const std::string error = testing::message_of<InvalidArgument>([&] {
+    layers::Concatenate().named("skip")({input, small});
+  });
   EXPECT_CONTAINS(error, "Concatenate layer 'skip'");
   EXPECT_CONTAINS(error, "(None, 2, 4, 4) and (None, 2, 3, 4)");
   // Joining along height, the same two shapes fit.
   EXPECT_EQ(layers::Concatenate(1)({input, small}).shape(), (Shape{2, 7, 4}));
-  EXPECT_CONTAINS(error_of([&] { layers::Concatenate()({input}); }), "two or more inputs");
-  EXPECT_CONTAINS(error_of([&] { layers::Concatenate(3)({input, input}); }), "axis 3 is outside");
-  EXPECT_CONTAINS(error_of([&] {
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>([&] { layers::Concatenate()({input}); }),
+                  "two or more inputs");
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>([&] {
+                    layers::Concatenate(3)({input, input});
+                  }),
+                  "axis 3 is outside");
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>([&] {
                     layers::Concatenate()({input, Input({2, 16})});
                   }),
                   "must agree on every other axis");
@@ -304,8 +312,10 @@ TEST(ImageLayersTest, ZeroPadding2DAddsZerosOnEachSide) {
   auto z = Functional(input, layer(input))->forward(x);
   EXPECT_TRUE(
       torch::equal(z, floats({0.0f, 1, 2, 3, 0, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 1, 4, 4})));
-  EXPECT_CONTAINS(error_of([] { layers::ZeroPadding2D(-1); }), "at least 0");
-  EXPECT_CONTAINS(error_of([] { layers::ZeroPadding2D(2).named("pad")(Input({5})); }),
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>([] { layers::ZeroPadding2D(-1); }),
+                  "at least 0");
+  EXPECT_CONTAINS(testing::message_of<InvalidArgument>(
+                      [] { layers::ZeroPadding2D(2).named("pad")(Input({5})); }),
                   "ZeroPadding2D layer 'pad' expects one example");
 }
 

@@ -10,6 +10,7 @@
 #include "dist/models/reference_models.h"
 #include "keras/graph_module.h"
 #include "keras_test_models.h"
+#include "test_util.h"
 
 namespace dist::keras {
 namespace {
@@ -99,51 +100,58 @@ TEST(KerasLayersTest, DropoutDropsInTrainingOnlyAndKeepsTheExpectedSum) {
       torch::equal(y.masked_select(y.ne(0)), torch::full({y.ne(0).sum().item<int64_t>()}, 2.0)));
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no InvalidArgument";
-}
-
 TEST(KerasLayersTest, BadDefinitionsGiveErrorsThatNameTheLayer) {
   KerasTensor flat = Input({784});
-  EXPECT_NE(error_of([&] { layers::Conv2D(8, 3).named("stem")(flat); }).find("Conv2D layer 'stem'"),
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
+              layers::Conv2D(8, 3).named("stem")(flat);
+            }).find("Conv2D layer 'stem'"),
             std::string::npos);
   KerasTensor image = Input({1, 4, 4});
-  EXPECT_NE(error_of([&] { layers::Conv2D(8, 5)(image); }).find("does not fit"), std::string::npos);
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
+              layers::Conv2D(8, 5)(image);
+            }).find("does not fit"),
+            std::string::npos);
   auto a = layers::Dense(3)(flat), b = layers::Dense(4)(flat);
-  EXPECT_NE(error_of([&] { layers::Add()({a, b}); }).find("one shape"), std::string::npos);
-  EXPECT_NE(error_of([&] { layers::Dense(0); }).find("units"), std::string::npos);
-  EXPECT_NE(error_of([&] { layers::Dense(3, "swish"); }).find("unknown activation"),
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
+              layers::Add()({a, b});
+            }).find("one shape"),
+            std::string::npos);
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] { layers::Dense(0); }).find("units"),
+            std::string::npos);
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
+              layers::Dense(3, "swish");
+            }).find("unknown activation"),
             std::string::npos);
   auto used = layers::Conv2D(2, 3);
   used(image);
-  EXPECT_NE(error_of([&] { used.padding("same"); }).find("already been called"), std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
+              used.padding("same");
+            }).find("already been called"),
+            std::string::npos);
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
               auto x = layers::Dense(5).named("twin")(flat);
               Model(flat, layers::Dense(5).named("twin")(x));
             }).find("two layers are named 'twin'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { Input({0, 3}); }).find("below 1"), std::string::npos);
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
+              Input({0, 3});
+            }).find("below 1"),
+            std::string::npos);
   Model model = Sequential({4}, {layers::Dense(2)});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
               model.fit(data::Dataset::from_tensor_slices({torch::rand({4, 4})}));
             }).find("not compiled"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
               model(torch::rand({2, 5}));
             }).find("expects (batch, 4)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
               model.compile(optimizers::SGD(), SparseCategoricalCrossentropy(true), {"f1"});
             }).find("unknown metric 'f1'"),
             std::string::npos);
   // A failed compile leaves the model as it was: not compiled.
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::message_of<InvalidArgument>([&] {
               model.compile(optimizers::Adam(-1.0), SparseCategoricalCrossentropy(true));
             }).find("rejected its options"),
             std::string::npos);

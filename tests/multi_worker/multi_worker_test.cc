@@ -1,8 +1,10 @@
 // MultiWorkerMirroredStrategy with real worker processes on 127.0.0.1 (see worker_main.cc).
 // Every test is bounded: workers that outlive the test's timeout are killed.
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <torch/torch.h>
+#include <limits>
 #include <map>
 
 #include "dist/distribute/mirrored_strategy.h"
@@ -60,6 +62,21 @@ struct Shape {
   int replicas;
 };
 
+// The max relative difference between the tensors a worker saved in `path` and `expected`,
+// which must have the same names in the same order (a failure, and infinity, otherwise).
+double relative_difference_of_file(const std::string& path, const NamedTensors& expected) {
+  auto saved = load_safetensors(path);
+  EXPECT_EQ(saved.tensors.size(), expected.size());
+  if (saved.tensors.size() != expected.size()) return std::numeric_limits<double>::infinity();
+  std::vector<torch::Tensor> a, b;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(saved.tensors[i].first, expected[i].first);
+    a.push_back(saved.tensors[i].second);
+    b.push_back(expected[i].second);
+  }
+  return testing::max_relative_difference(a, b);
+}
+
 class MultiWorkerEquivalenceTest : public ::testing::TestWithParam<Shape> {};
 
 // `workers` processes of `replicas` replicas each train the equivalence steps (SGD, 20 steps)
@@ -73,15 +90,7 @@ void expect_workers_reproduce_one_device(int workers, int replicas, int timeout_
   for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
 
   auto expected = testing::train_equivalence_steps(OneDeviceStrategy());
-  auto saved = load_safetensors(dir.file("w.safetensors"));
-  ASSERT_EQ(saved.tensors.size(), expected.size());
-  std::vector<torch::Tensor> a, b;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(saved.tensors[i].first, expected[i].first);
-    a.push_back(saved.tensors[i].second);
-    b.push_back(expected[i].second);
-  }
-  const double diff = testing::max_relative_difference(a, b);
+  const double diff = relative_difference_of_file(dir.file("w.safetensors"), expected);
   std::printf("%d workers x %d replicas: max relative difference %.3g\n", workers, replicas, diff);
   EXPECT_LT(diff, 1e-5);
 }
@@ -102,15 +111,7 @@ TEST(MultiWorkerTest, CycleGanStepOfTwoWorkersEqualsOneDevice) {
     auto results = processes.wait_all(160s);
     for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
     auto expected = testing::train_cyclegan_steps(OneDeviceStrategy(), optimizer == "adam");
-    auto saved = load_safetensors(dir.file("gan.safetensors"));
-    ASSERT_EQ(saved.tensors.size(), expected.size());
-    std::vector<torch::Tensor> a, b;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      EXPECT_EQ(saved.tensors[i].first, expected[i].first);
-      a.push_back(saved.tensors[i].second);
-      b.push_back(expected[i].second);
-    }
-    const double diff = testing::max_relative_difference(a, b);
+    const double diff = relative_difference_of_file(dir.file("gan.safetensors"), expected);
     std::printf("CycleGAN, 2 workers, %s over %s: max relative difference %.3g\n",
                 optimizer.c_str(), implementation.c_str(), diff);
     EXPECT_LT(diff, optimizer == "adam" ? 1e-4 : 1e-5);

@@ -37,16 +37,6 @@ std::vector<uint8_t> interleaved(const at::Tensor& image) {
   return std::vector<uint8_t>(data, data + hwc.numel());
 }
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no exception";
-}
-
 struct PngCase {
   std::vector<int64_t> shape;
   int color_type;
@@ -136,7 +126,8 @@ TEST(ImageIoTest, ToUint8MapsTheRangeAndClampsOutsideIt) {
 
   for (auto [low, high] : {std::pair{1.0, 1.0}, {1.0, 0.0}, {0.0, inf}, {std::nan(""), 1.0}})
     EXPECT_THROW(to_uint8_image(unit, low, high), InvalidArgument) << low << " " << high;
-  EXPECT_NE(error_of([&] { to_uint8_image(unit, 1, 0); }).find("[1, 0]"), std::string::npos);
+  EXPECT_NE(testing::message_of<std::exception>([&] { to_uint8_image(unit, 1, 0); }).find("[1, 0]"),
+            std::string::npos);
 }
 
 TEST(ImageIoTest, GridPlacesEachTileRowMajorInsideThePadding) {
@@ -188,7 +179,9 @@ TEST(ImageIoTest, GridRejectsWhatItCannotTile) {
   EXPECT_THROW(image_grid({image}, 1, -1), InvalidArgument);
   EXPECT_THROW(image_grid({torch::zeros({1, 3, 4, 4})}, 1), InvalidArgument);
   EXPECT_THROW(image_grid({image.to(torch::kUInt8)}, 1, 2, 256), InvalidArgument);
-  const std::string mismatch = error_of([&] { image_grid({image, torch::zeros({3, 4, 5})}, 2); });
+  const std::string mismatch = testing::message_of<std::exception>([&] {
+    image_grid({image, torch::zeros({3, 4, 5})}, 2);
+  });
   EXPECT_NE(mismatch.find("image 1 is [3, 4, 5]"), std::string::npos) << mismatch;
   EXPECT_NE(mismatch.find("[3, 4, 4]"), std::string::npos) << mismatch;
   EXPECT_THROW(image_grid({image, image.to(torch::kDouble)}, 2), InvalidArgument);
@@ -221,7 +214,9 @@ TEST(ImageIoTest, BadImagesAreNamedAndWriteNothing) {
 TEST(ImageIoTest, AnUnwritablePathIsADataErrorNamingIt) {
   testing::TempDir dir;
   const std::string path = dir.file("missing/dir/x.png");
-  const std::string what = error_of([&] { write_png(path, test_image({3, 2, 2}, 4)); });
+  const std::string what = testing::message_of<std::exception>([&] {
+    write_png(path, test_image({3, 2, 2}, 4));
+  });
   EXPECT_NE(what.find("cannot write PNG image '" + path + "'"), std::string::npos) << what;
   EXPECT_THROW(write_png(path, test_image({3, 2, 2}, 4)), DataError);
 
