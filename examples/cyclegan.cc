@@ -79,6 +79,20 @@ Dataset train_domain(const at::Tensor& images, uint64_t seed) {
       .shuffle(images.size(0), seed + 2);
 }
 
+// Sums per key of a step's loss dictionary, reduced across the replicas (each replica's
+// losses are already scaled by the global batch, so the sum is the global batch's mean).
+void add_reduced(const dist::Strategy& strategy,
+                 const dist::PerReplica<std::map<std::string, at::Tensor>>& per_replica,
+                 std::map<std::string, double>& sums) {
+  for (const auto& [key, value] : strategy.reduce(dist::ReduceOp::kSum, per_replica))
+    sums[key] += value.item<double>();
+}
+
+std::map<std::string, double> divided(std::map<std::string, double> sums, int64_t count) {
+  for (auto& [key, sum] : sums) sum /= static_cast<double>(std::max<int64_t>(count, 1));
+  return sums;
+}
+
 at::Tensor to_unit_range(const at::Tensor& images) { return images * 2 - 1; }
 
 std::string format_losses(const std::map<std::string, double>& values) {
@@ -174,27 +188,25 @@ int train(const Options& o) {
     for (const auto& batch : train_set.iterator(epoch)) {
       auto per_replica =
           strategy.run([&](const Element& b) { return gan.train_step(b[0], b[1]); }, batch);
-      for (const auto& [key, value] : strategy.reduce(dist::ReduceOp::kSum, per_replica))
-        sums[key] += value.item<double>();
+      add_reduced(strategy, per_replica, sums);
       ++step;
       ++taken;
-      std::map<std::string, double> means;
-      for (const auto& [key, sum] : sums) means[key] = sum / static_cast<double>(taken);
-      if (bar) bar->update(taken, format_losses(means));
+      if (bar) bar->update(taken, format_losses(divided(sums, taken)));
       if (o.kill_at_step == step) std::raise(SIGKILL);  // the resume test's machine failure
     }
     if (bar) bar->finish();
+    // Without a bar, the epoch's mean losses on one line.
+    if (chief && !bar) std::cout << format_losses(divided(sums, taken)) << "\n";
 
     std::map<std::string, double> errors;
     int64_t test_steps = 0;
     for (const auto& batch : test_set.iterator(epoch)) {
       auto per_replica =
           strategy.run([&](const Element& b) { return gan.test_step(b[0], b[1]); }, batch);
-      for (const auto& [key, value] : strategy.reduce(dist::ReduceOp::kSum, per_replica))
-        errors[key] += value.item<double>();
+      add_reduced(strategy, per_replica, errors);
       ++test_steps;
     }
-    for (auto& [key, sum] : errors) sum /= static_cast<double>(std::max<int64_t>(test_steps, 1));
+    errors = divided(errors, test_steps);
 
     checkpoint.state.step = step;
     checkpoint.state.epoch = epoch + 1;
@@ -209,8 +221,7 @@ int train(const Options& o) {
     std::printf("MAE(Y, G(F(Y))): %.4f MAE(Y, G(Y)): %.4f\n", errors["MAE(Y, G(F(Y)))"],
                 errors["MAE(Y, G(Y))"]);
     std::printf("Elapse: %.2fs\n", seconds);
-    for (const auto& [key, sum] : sums)
-      summaries->scalar(key, sum / static_cast<double>(std::max<int64_t>(taken, 1)), step);
+    for (const auto& [key, mean] : divided(sums, taken)) summaries->scalar(key, mean, step);
     for (const auto& [key, value] : errors) summaries->scalar("test/" + key, value, step);
     at::Tensor x_grid = translation_grid(gan.generator_g, gan.generator_f, plot_x);
     at::Tensor y_grid = translation_grid(gan.generator_f, gan.generator_g, plot_y);

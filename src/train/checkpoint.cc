@@ -14,10 +14,10 @@
 #include <torch/optim/sgd.h>
 #include <nlohmann/json.hpp>
 
-#include "core/crc32c.h"
 #include "dist/core/error.h"
 #include "dist/train/safetensors.h"
 #include "train/atomic_file.h"
+#include "train/checkpoint_checksums.h"
 #include "train/optimizer_slots.h"
 
 namespace dist {
@@ -26,8 +26,6 @@ namespace {
 constexpr char kFormat[] = "dist.checkpoint/1";
 constexpr char kRandom[] = "rng/cpu";
 constexpr char kRandomOwner[] = "rng";
-constexpr char kChecksumPrefix[] = "crc32c/";
-constexpr char kHeaderChecksum[] = "header_crc32c";
 constexpr char kValuePrefix[] = "value/";
 constexpr char kObjectPrefix[] = "object/";
 // Files written before named objects: one model and one optimizer, under these names.
@@ -38,30 +36,6 @@ constexpr char kLegacyLearningRate[] = "optimizer.lr/";
 constexpr char kModelKind[] = "model";
 constexpr char kOptimizerKind[] = "optimizer";
 constexpr char kTensorKind[] = "tensor";
-
-std::string hex(uint32_t value) {
-  char text[9];
-  std::snprintf(text, sizeof(text), "%08x", value);
-  return text;
-}
-
-uint32_t tensor_checksum(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return crc32c(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
-}
-
-// Over every header entry but the header checksum itself: names, dtypes, shapes (the offsets
-// follow from them, the reader checks the tiling) and the metadata, in a fixed order.
-uint32_t header_checksum(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
-  std::ostringstream text;
-  for (const auto& [name, t] : tensors)
-    text << name << '\0' << t.scalar_type() << t.sizes() << '\0';
-  for (const auto& [key, value] : metadata)
-    if (key != kHeaderChecksum) text << key << '\0' << value << '\0';
-  const std::string bytes = text.str();
-  return crc32c(bytes.data(), bytes.size());
-}
 
 std::string double_text(double v) {
   char text[40];
@@ -211,15 +185,19 @@ void Checkpoint::check_new_name(const std::string& name) const {
                  "' was already added; give each object its own name");
 }
 
+Checkpoint& Checkpoint::append(std::shared_ptr<const Object> object) {
+  skipped_.erase(object->name);  // an added object is always read
+  objects_.push_back(std::move(object));
+  return *this;
+}
+
 Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<torch::nn::Module> model) {
   check_new_name(name);
   DIST_CHECK_ARG(model != nullptr, "Checkpoint: model '", name, "' is null");
   auto object = std::make_shared<Object>();
   object->name = name;
   object->module = std::move(model);
-  objects_.push_back(std::move(object));
-  skipped_.erase(name);
-  return *this;
+  return append(std::move(object));
 }
 
 Checkpoint& Checkpoint::add(const std::string& name,
@@ -229,9 +207,7 @@ Checkpoint& Checkpoint::add(const std::string& name,
   auto object = std::make_shared<Object>();
   object->name = name;
   object->variables = std::move(variables);
-  objects_.push_back(std::move(object));
-  skipped_.erase(name);
-  return *this;
+  return append(std::move(object));
 }
 
 Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<MirroredOptimizer> optimizer) {
@@ -293,9 +269,7 @@ Checkpoint& Checkpoint::add_optimizer(const std::string& name, torch::optim::Opt
   object->optimizer = optimizer;
   object->owner = std::move(owner);
   object->model = std::move(model);
-  objects_.push_back(std::move(object));
-  skipped_.erase(name);
-  return *this;
+  return append(std::move(object));
 }
 
 Checkpoint& Checkpoint::add(const std::string& name, at::Tensor value) {
@@ -305,9 +279,7 @@ Checkpoint& Checkpoint::add(const std::string& name, at::Tensor value) {
   object->name = name;
   object->kind = kTensorKind;
   object->value = std::move(value);
-  objects_.push_back(std::move(object));
-  skipped_.erase(name);
-  return *this;
+  return append(std::move(object));
 }
 
 Checkpoint& Checkpoint::skip(const std::string& name) {
@@ -375,8 +347,7 @@ void Checkpoint::write(const std::string& path, Env* env) const {
     tensors.emplace_back(kRandom, generator.get_state());
   }
 
-  for (const auto& [name, t] : tensors) metadata[kChecksumPrefix + name] = hex(tensor_checksum(t));
-  metadata[kHeaderChecksum] = hex(header_checksum(tensors, metadata));
+  detail::seal_checkpoint(tensors, metadata);
   save_safetensors(path, tensors, metadata, env);
 }
 
@@ -462,15 +433,15 @@ void Checkpoint::read(const std::string& path, Env* env) {
     fail(path, detail::concat("not a checkpoint of this library (metadata format is '",
                               format == meta.end() ? "missing" : format->second, "', expected '",
                               kFormat, "')"));
-  auto header_crc = meta.find(kHeaderChecksum);
+  auto header_crc = meta.find(detail::kCheckpointHeaderChecksum);
   if (header_crc == meta.end()) fail(path, "the header checksum is missing");
-  if (header_crc->second != hex(header_checksum(file.tensors, meta)))
+  if (header_crc->second != detail::checkpoint_header_checksum(file.tensors, meta))
     fail(path, "the header checksum does not match: the header is damaged");
   std::map<std::string, at::Tensor> all;
   for (const auto& [name, t] : file.tensors) {
-    auto crc = meta.find(kChecksumPrefix + name);
+    auto crc = meta.find(detail::kCheckpointChecksumPrefix + name);
     if (crc == meta.end()) fail(path, "tensor '" + name + "' has no checksum");
-    if (crc->second != hex(tensor_checksum(t)))
+    if (crc->second != detail::checkpoint_tensor_checksum(t))
       fail(path,
            "tensor '" + name + "': its data does not match its checksum: the file is damaged");
     all[name] = t;

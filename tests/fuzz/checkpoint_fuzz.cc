@@ -1,10 +1,14 @@
-// Fuzzes dist::Checkpoint::read into a small fixed model (Linear(3, 2) then BatchNorm1d(2), for
-// parameters and buffers) with an Adam optimizer. The first byte picks how the rest is used:
-//   even: as the file's bytes;
-//   odd:  as a safetensors file whose checksums are recomputed before reading. CRC-32C stops
-//         nearly every mutation at the checksum test; resealing lets the fuzzer reach the
-//         checks behind it (names, shapes, dtypes, optimizer slots, metadata, random state).
-// A checkpoint that read() accepts must then train: one Adam step on it must not throw.
+// Fuzzes dist::Checkpoint::read. The first byte picks how the rest is used:
+//   bit 0 clear: as the file's bytes;
+//   bit 0 set:   as a safetensors file whose checksums are sealed again before reading. CRC-32C
+//                stops nearly every mutation at the checksum test; resealing lets the fuzzer
+//                reach the checks behind it (objects, names, shapes, dtypes, optimizer slots,
+//                metadata, random state);
+//   bit 1 clear: read into Checkpoint(model, optimizer): Linear(3, 2) then BatchNorm1d(2) (for
+//                parameters and buffers) with Adam;
+//   bit 1 set:   read into a checkpoint of named objects, as a GAN's: two models, an SGD with
+//                momentum and an Adam, each over its own model, and a tensor.
+// A checkpoint that read() accepts must then train: one step of every optimizer must not throw.
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -12,10 +16,10 @@
 
 #include <torch/torch.h>
 
-#include "core/crc32c.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
 #include "fuzz_util.h"
+#include "train/checkpoint_checksums.h"
 
 namespace {
 
@@ -31,31 +35,37 @@ struct Model {
   }
 };
 
-std::string hex(uint32_t value) {
-  char text[9];
-  std::snprintf(text, sizeof(text), "%08x", value);
-  return text;
-}
+struct NamedObjects {
+  torch::nn::Linear generator{torch::nn::Linear(3, 3)};
+  torch::nn::Sequential discriminator{torch::nn::Linear(3, 2), torch::nn::BatchNorm1d(2)};
+  torch::optim::SGD generator_optimizer{generator->parameters(),
+                                        torch::optim::SGDOptions(0.1).momentum(0.9)};
+  torch::optim::Adam discriminator_optimizer{discriminator->parameters(),
+                                             torch::optim::AdamOptions(1e-3)};
+  at::Tensor weight = torch::tensor({10.0});
+  dist::Checkpoint checkpoint = dist::Checkpoint()
+                                    .add("generator", generator)
+                                    .add("discriminator", discriminator)
+                                    .add("generator_optimizer", &generator_optimizer)
+                                    .add("discriminator_optimizer", &discriminator_optimizer)
+                                    .add("weight", weight);
 
-// Recomputes the checksums the way Checkpoint::write does (src/train/checkpoint.cc). A drift
-// between the two fails no test but leaves the odd inputs stuck at the checksum: the seeds'
-// coverage report would show it.
+  void step() {
+    generator_optimizer.zero_grad();
+    discriminator_optimizer.zero_grad();
+    at::Tensor loss = discriminator->forward(generator->forward(torch::ones({4, 3}))).sum();
+    (loss * weight).sum().backward();
+    generator_optimizer.step();
+    discriminator_optimizer.step();
+  }
+};
+
+// Seals the checksums again with the writer's own code (train/checkpoint_checksums.h).
 void reseal(const std::string& path, const std::string& bytes) {
   dist::fuzz::write_file(path, bytes);
   dist::SafetensorsFile file = dist::load_safetensors(path);
-  auto& meta = file.metadata;
-  for (const auto& [name, t] : file.tensors) {
-    at::Tensor c = t.contiguous();
-    meta["crc32c/" + name] = hex(dist::crc32c(c.data_ptr(), c.numel() * c.element_size()));
-  }
-  std::ostringstream text;
-  for (const auto& [name, t] : file.tensors)
-    text << name << '\0' << t.scalar_type() << t.sizes() << '\0';
-  for (const auto& [key, value] : meta)
-    if (key != "header_crc32c") text << key << '\0' << value << '\0';
-  const std::string header = text.str();
-  meta["header_crc32c"] = hex(dist::crc32c(header.data(), header.size()));
-  dist::save_safetensors(path, file.tensors, meta);
+  dist::detail::seal_checkpoint(file.tensors, file.metadata);
+  dist::save_safetensors(path, file.tensors, file.metadata);
 }
 
 std::string read_back(const std::string& path) {
@@ -63,18 +73,20 @@ std::string read_back(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void write_seeds(const std::string& dir) {
+template <class Objects>
+void write_seeds_of(const std::string& dir, const std::string& kind, char named_bit) {
   const std::string path = dir + "/tmp.safetensors";
   auto seed = [&](const std::string& name) {
     const std::string bytes = read_back(path);
-    dist::fuzz::write_seed(dir, name + "_raw", '\0' + bytes);
-    dist::fuzz::write_seed(dir, name + "_resealed", '\1' + bytes);
+    dist::fuzz::write_seed(dir, kind + name + "_raw", static_cast<char>(named_bit | 0) + bytes);
+    dist::fuzz::write_seed(dir, kind + name + "_resealed",
+                           static_cast<char>(named_bit | 1) + bytes);
   };
-  Model fresh;  // no optimizer state yet
+  Objects fresh;  // no optimizer state yet
   fresh.checkpoint.save_random_state = false;
   fresh.checkpoint.write(path);
   seed("fresh");
-  Model trained;
+  Objects trained;
   trained.step();
   trained.checkpoint.state.step = 1;
   trained.checkpoint.state.epoch = 2;
@@ -83,6 +95,20 @@ void write_seeds(const std::string& dir) {
   trained.checkpoint.write(path);
   seed("trained");
   std::remove(path.c_str());
+}
+
+void write_seeds(const std::string& dir) {
+  write_seeds_of<Model>(dir, "", 0);  // the seeds' names before named objects, kept
+  write_seeds_of<NamedObjects>(dir, "named_", 2);
+}
+
+template <class Objects>
+void read_and_train(const std::string& path) {
+  Objects objects;
+  dist::fuzz::expect_only_dist_errors([&] {
+    objects.checkpoint.read(path);
+    objects.step();
+  });
 }
 
 }  // namespace
@@ -105,10 +131,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     dist::fuzz::write_file(path, bytes);
   }
-  Model model;
-  dist::fuzz::expect_only_dist_errors([&] {
-    model.checkpoint.read(path);
-    model.step();
-  });
+  if (data[0] & 2)
+    read_and_train<NamedObjects>(path);
+  else
+    read_and_train<Model>(path);
   return 0;
 }

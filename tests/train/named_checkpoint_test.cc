@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/crc32c.h"
 #include "dist/core/error.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/replica_context.h"
@@ -23,6 +22,7 @@
 #include "dist/train/loss.h"
 #include "dist/train/safetensors.h"
 #include "test_util.h"
+#include "train/checkpoint_checksums.h"
 
 namespace dist {
 namespace {
@@ -64,17 +64,27 @@ struct Gan {
                                                                      torch::optim::AdamOptions(lr));
   }
 
-  Checkpoint checkpoint() {
+  Checkpoint checkpoint() { return checkpoint_except({}); }
+
+  // Every object but those named in `left_out` (for the caller to add something else in
+  // their place), models before optimizers.
+  Checkpoint checkpoint_except(const std::set<std::string>& left_out) {
     Checkpoint ckpt;
-    ckpt.add("generator_g", generator_g)
-        .add("generator_f", generator_f)
-        .add("discriminator_x", discriminator_x)
-        .add("discriminator_y", discriminator_y)
-        .add("generator_g_optimizer", generator_g_optimizer.get())
-        .add("generator_f_optimizer", generator_f_optimizer.get())
-        .add("discriminator_x_optimizer", discriminator_x_optimizer.get())
-        .add("discriminator_y_optimizer", discriminator_y_optimizer.get())
-        .add("lambda", lambda);
+    auto model = [&](const char* name, const Sequential& m) {
+      if (left_out.count(name) == 0) ckpt.add(name, m);
+    };
+    auto optimizer = [&](const char* name, const std::unique_ptr<torch::optim::Adam>& o) {
+      if (left_out.count(name) == 0) ckpt.add(name, o.get());
+    };
+    model("generator_g", generator_g);
+    model("generator_f", generator_f);
+    model("discriminator_x", discriminator_x);
+    model("discriminator_y", discriminator_y);
+    optimizer("generator_g_optimizer", generator_g_optimizer);
+    optimizer("generator_f_optimizer", generator_f_optimizer);
+    optimizer("discriminator_x_optimizer", discriminator_x_optimizer);
+    optimizer("discriminator_y_optimizer", discriminator_y_optimizer);
+    if (left_out.count("lambda") == 0) ckpt.add("lambda", lambda);
     return ckpt;
   }
 
@@ -368,27 +378,14 @@ TEST(NamedCheckpointTest, WrittenWithTwoReplicasReadsIntoNoStrategyAndThreeRepli
 // ---- the files of Checkpoint(model, optimizer)
 // ---------------------------------------------------
 
-std::string hex(uint32_t value) {
-  char text[9];
-  std::snprintf(text, sizeof(text), "%08x", value);
-  return text;
-}
-
-// Rewrites a checkpoint's metadata through `edit`, then recomputes its header checksum as
-// Checkpoint::write does (src/train/checkpoint.cc), so only the edit differs.
+// Rewrites a checkpoint's metadata through `edit`, then seals it again as Checkpoint::write
+// does, so only the edit differs.
 void edit_metadata(const std::string& path,
                    const std::function<void(std::map<std::string, std::string>&)>& edit) {
   SafetensorsFile file = load_safetensors(path);
-  auto& meta = file.metadata;
-  edit(meta);
-  std::ostringstream text;
-  for (const auto& [name, t] : file.tensors)
-    text << name << '\0' << t.scalar_type() << t.sizes() << '\0';
-  for (const auto& [key, value] : meta)
-    if (key != "header_crc32c") text << key << '\0' << value << '\0';
-  const std::string header = text.str();
-  meta["header_crc32c"] = hex(crc32c(header.data(), header.size()));
-  save_safetensors(path, file.tensors, meta);
+  edit(file.metadata);
+  dist::detail::seal_checkpoint(file.tensors, file.metadata);
+  save_safetensors(path, file.tensors, file.metadata);
 }
 
 // A file as Checkpoint(model, optimizer) wrote it before named objects: no "object/" entries.
@@ -560,16 +557,8 @@ TEST(NamedCheckpointTest, MismatchesAreNamedAndChangeNothing) {
   // A tensor of another dtype or shape.
   expect_refused(gan, path,
                  [&](Checkpoint& c) {
-                   Gan& g = gan;
-                   c.add("generator_g", g.generator_g)
-                       .add("generator_f", g.generator_f)
-                       .add("discriminator_x", g.discriminator_x)
-                       .add("discriminator_y", g.discriminator_y)
-                       .add("generator_g_optimizer", g.generator_g_optimizer.get())
-                       .add("generator_f_optimizer", g.generator_f_optimizer.get())
-                       .add("discriminator_x_optimizer", g.discriminator_x_optimizer.get())
-                       .add("discriminator_y_optimizer", g.discriminator_y_optimizer.get())
-                       .add("lambda", torch::tensor(1.0, torch::kDouble));
+                   c = gan.checkpoint_except({"lambda"});
+                   c.add("lambda", torch::tensor(1.0, torch::kDouble));
                  },
                  {"object 'lambda'", "tensor 'lambda'", "Double", "Float"});
   // An object of another kind, and an optimizer paired with another model.
@@ -577,15 +566,9 @@ TEST(NamedCheckpointTest, MismatchesAreNamedAndChangeNothing) {
                  {"object 'lambda' is a tensor in the file but a model here"});
   expect_refused(gan, path,
                  [&](Checkpoint& c) {
-                   c.add("generator_g", gan.generator_g)
-                       .add("generator_f", gan.generator_f)
-                       .add("discriminator_x", gan.discriminator_x)
-                       .add("discriminator_y", gan.discriminator_y)
-                       .add("generator_g_optimizer", gan.generator_f_optimizer.get())  // swapped
-                       .add("generator_f_optimizer", gan.generator_g_optimizer.get())
-                       .add("discriminator_x_optimizer", gan.discriminator_x_optimizer.get())
-                       .add("discriminator_y_optimizer", gan.discriminator_y_optimizer.get())
-                       .add("lambda", gan.lambda);
+                   c = gan.checkpoint_except({"generator_g_optimizer", "generator_f_optimizer"});
+                   c.add("generator_g_optimizer", gan.generator_f_optimizer.get())  // swapped
+                       .add("generator_f_optimizer", gan.generator_g_optimizer.get());
                  },
                  {"object 'generator_g_optimizer'", "model 'generator_g' in the file",
                   "model 'generator_f' here"});
@@ -593,15 +576,8 @@ TEST(NamedCheckpointTest, MismatchesAreNamedAndChangeNothing) {
   torch::optim::SGD sgd(gan.discriminator_y->parameters(), torch::optim::SGDOptions(0.1));
   expect_refused(gan, path,
                  [&](Checkpoint& c) {
-                   c.add("generator_g", gan.generator_g)
-                       .add("generator_f", gan.generator_f)
-                       .add("discriminator_x", gan.discriminator_x)
-                       .add("discriminator_y", gan.discriminator_y)
-                       .add("generator_g_optimizer", gan.generator_g_optimizer.get())
-                       .add("generator_f_optimizer", gan.generator_f_optimizer.get())
-                       .add("discriminator_x_optimizer", gan.discriminator_x_optimizer.get())
-                       .add("discriminator_y_optimizer", &sgd)
-                       .add("lambda", gan.lambda);
+                   c = gan.checkpoint_except({"discriminator_y_optimizer"});
+                   c.add("discriminator_y_optimizer", &sgd);
                  },
                  {"object 'discriminator_y_optimizer'", "Adam state but the optimizer is SGD"});
 

@@ -141,6 +141,7 @@ class Checkpoint {
 
   const Object* find(const std::string& name) const;
   void check_new_name(const std::string& name) const;
+  Checkpoint& append(std::shared_ptr<const Object> object);
   Checkpoint& add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer,
                             std::string model, std::shared_ptr<MirroredOptimizer> owner);
 
