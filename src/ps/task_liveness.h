@@ -1,0 +1,49 @@
+// When a ps or worker task stops serving: when the coordinator asks it to (Shutdown), or when
+// the coordinator has not been heard from for the timeout (it is gone, and nobody else will
+// stop this process). Every call from the coordinator counts as hearing from it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+namespace dist::ps {
+
+class TaskLiveness {
+ public:
+  enum class Ending { kShutdown, kCoordinatorLost };
+
+  explicit TaskLiveness(std::chrono::milliseconds coordinator_timeout)
+      : timeout_(coordinator_timeout), last_heard_(std::chrono::steady_clock::now()) {}
+
+  void heard_from_coordinator() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_heard_ = std::chrono::steady_clock::now();
+  }
+  void shutdown() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = true;
+    changed_.notify_all();
+  }
+  // Blocks until a Shutdown, or until the coordinator has been silent for the timeout.
+  Ending wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      if (shutdown_) return Ending::kShutdown;
+      const auto deadline = last_heard_ + timeout_;
+      if (std::chrono::steady_clock::now() >= deadline) return Ending::kCoordinatorLost;
+      changed_.wait_until(lock, deadline);
+    }
+  }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  const std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::chrono::steady_clock::time_point last_heard_;
+  bool shutdown_ = false;
+};
+
+}  // namespace dist::ps
