@@ -13,6 +13,7 @@ packages=(
   libpng-dev            # write_png and TensorBoard image summaries (dist/train/image_io.h)
   libgtest-dev libgmock-dev libbenchmark-dev
   protobuf-compiler     # tests decode TensorBoard event files with protoc --decode_raw
+  libgrpc++-dev protobuf-compiler-grpc  # the parameter-server transport (src/ps)
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
   clang-14 libclang-rt-14-dev  # libFuzzer, ASan, UBSan for the "fuzz" tests (tests/fuzz)
   openmpi-bin           # the tests start workers with a real mpirun

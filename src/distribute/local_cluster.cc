@@ -44,4 +44,33 @@ std::string local_tf_config(const std::vector<int>& ports, int index) {
   return json.str();
 }
 
+LocalJob::LocalJob(const std::map<std::string, int>& counts) {
+  int total = 0;
+  for (const auto& [type, count] : counts) total += count;
+  const auto free = free_loopback_ports(total);
+  size_t next = 0;
+  for (const auto& [type, count] : counts)
+    for (int i = 0; i < count; ++i) ports_[type].push_back(free[next++]);
+}
+
+int LocalJob::port(const std::string& type, int index) const {
+  return ports_.at(type).at(static_cast<size_t>(index));
+}
+
+std::string LocalJob::tf_config(const std::string& type, int index) const {
+  std::ostringstream json;
+  json << R"({"cluster": {)";
+  bool first_type = true;
+  for (const auto& [job, ports] : ports_) {
+    if (ports.empty()) continue;
+    json << (first_type ? "" : ", ") << '"' << job << "\": [";
+    first_type = false;
+    for (size_t i = 0; i < ports.size(); ++i)
+      json << (i ? ", " : "") << "\"127.0.0.1:" << ports[i] << "\"";
+    json << "]";
+  }
+  json << R"(}, "task": {"type": ")" << type << R"(", "index": )" << index << "}}";
+  return json.str();
+}
+
 }  // namespace dist

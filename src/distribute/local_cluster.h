@@ -1,6 +1,7 @@
 // A cluster of worker processes on this machine (127.0.0.1), for dist-launch and tests.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,5 +12,19 @@ std::vector<int> free_loopback_ports(int n);
 
 // TF_CONFIG text for workers at 127.0.0.1:ports[i], as task worker:index.
 std::string local_tf_config(const std::vector<int>& ports, int index);
+
+// A local job of several task types on 127.0.0.1 (a chief, workers, ps tasks, an evaluator):
+// free ports for `counts` tasks of each type, and the TF_CONFIG of each task.
+class LocalJob {
+ public:
+  explicit LocalJob(const std::map<std::string, int>& counts);
+  // TF_CONFIG text for task `type`:`index`.
+  std::string tf_config(const std::string& type, int index) const;
+  int port(const std::string& type, int index) const;
+  const std::map<std::string, std::vector<int>>& ports() const { return ports_; }
+
+ private:
+  std::map<std::string, std::vector<int>> ports_;
+};
 
 }  // namespace dist

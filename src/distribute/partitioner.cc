@@ -43,9 +43,14 @@ int Partitioner::num_shards(c10::IntArrayRef shape, c10::ScalarType dtype) const
   for (size_t d = 1; d < shape.size(); ++d) row_bytes *= shape[d];
   int64_t shards = 1;
   switch (kind_) {
-    case Kind::kNone: return 1;
-    case Kind::kFixed: shards = shards_; break;
-    case Kind::kMinSize: shards = std::min<int64_t>(shards_, rows * row_bytes / bytes_); break;
+    case Kind::kNone:
+      return 1;
+    case Kind::kFixed:
+      shards = shards_;
+      break;
+    case Kind::kMinSize:
+      shards = std::min<int64_t>(shards_, rows * row_bytes / bytes_);
+      break;
     case Kind::kMaxSize: {
       const int64_t rows_per_shard = std::max<int64_t>(1, bytes_ / std::max<int64_t>(row_bytes, 1));
       shards = (rows + rows_per_shard - 1) / rows_per_shard;
@@ -64,10 +69,14 @@ std::vector<int64_t> Partitioner::shard_rows(int64_t rows, int shards) {
 
 std::string Partitioner::description() const {
   switch (kind_) {
-    case Kind::kNone: return "none";
-    case Kind::kFixed: return detail::concat("fixed_shards(", shards_, ")");
-    case Kind::kMinSize: return detail::concat("min_size(", bytes_, ", ", shards_, ")");
-    case Kind::kMaxSize: return detail::concat("max_size(", bytes_, ", ", shards_, ")");
+    case Kind::kNone:
+      return "none";
+    case Kind::kFixed:
+      return detail::concat("fixed_shards(", shards_, ")");
+    case Kind::kMinSize:
+      return detail::concat("min_size(", bytes_, ", ", shards_, ")");
+    case Kind::kMaxSize:
+      return detail::concat("max_size(", bytes_, ", ", shards_, ")");
   }
   return "?";
 }

@@ -22,8 +22,9 @@ std::vector<std::string> PlacedVariable::shard_names() const {
 
 ParameterServers::ParameterServers(std::vector<Task> tasks, std::chrono::milliseconds timeout)
     : tasks_(std::move(tasks)), timeout_(timeout) {
-  DIST_CHECK_ARG(!tasks_.empty(), "ParameterServerStrategy: the cluster has no ps task; add a "
-                                  "\"ps\" list to TF_CONFIG's cluster");
+  DIST_CHECK_ARG(!tasks_.empty(),
+                 "ParameterServerStrategy: the cluster has no ps task; add a "
+                 "\"ps\" list to TF_CONFIG's cluster");
   for (const auto& task : tasks_)
     stubs_.push_back(rpc::ParameterServer::NewStub(open_channel(task.address)));
 }
@@ -38,12 +39,12 @@ void ParameterServers::check(const grpc::Status& status, int ps, const std::stri
   if (status.ok()) return;
   const Task& t = task(ps);
   if (is_unreachable(status))
-    throw CollectiveError(detail::concat(
-        "parameter server ", t.describe(), " is lost: ", what, " got no answer within ",
-        timeout_.count(), " ms (", status.error_message(),
-        "); restart the job, which resumes from its last checkpoint"));
-  throw CollectiveError(detail::concat(what, " failed on ", t.describe(), ": ",
-                                       status.error_message()));
+    throw CollectiveError(
+        detail::concat("parameter server ", t.describe(), " is lost: ", what,
+                       " got no answer within ", timeout_.count(), " ms (", status.error_message(),
+                       "); restart the job, which resumes from its last checkpoint"));
+  throw CollectiveError(
+      detail::concat(what, " failed on ", t.describe(), ": ", status.error_message()));
 }
 
 PlacedVariable ParameterServers::place(const std::string& name, const at::Tensor& value,
@@ -71,8 +72,8 @@ void ParameterServers::wait_until_ready(std::chrono::milliseconds timeout,
     const grpc::Status status = stub(ps).Ping(&context, request, &response);
     if (!status.ok())
       throw CollectiveError(detail::concat("parameter server ", task(ps).describe(),
-                                           " did not start within ", timeout.count(),
-                                           " ms (", status.error_message(),
+                                           " did not start within ", timeout.count(), " ms (",
+                                           status.error_message(),
                                            "); is it running, and is TF_CONFIG the same on every "
                                            "task?"));
   }
@@ -185,10 +186,9 @@ at::Tensor ParameterServers::lookup(const PlacedVariable& variable, const at::Te
   return out.reshape(shape);
 }
 
-void ParameterServers::apply(
-    const rpc::OptimizerConfig& optimizer,
-    const std::vector<std::pair<const PlacedVariable*, at::Tensor>>& dense,
-    const std::vector<std::pair<const PlacedVariable*, Sparse>>& sparse) {
+void ParameterServers::apply(const rpc::OptimizerConfig& optimizer,
+                             const std::vector<std::pair<const PlacedVariable*, at::Tensor>>& dense,
+                             const std::vector<std::pair<const PlacedVariable*, Sparse>>& sparse) {
   std::vector<rpc::ApplyGradientsRequest> requests(static_cast<size_t>(size()));
   for (auto& request : requests) *request.mutable_optimizer() = optimizer;
   for (const auto& [variable, gradient] : dense) {
@@ -207,7 +207,8 @@ void ParameterServers::apply(
     for (int i = 0; i < variable->num_shards(); ++i) {
       const int64_t rows = variable->rows.empty() ? std::numeric_limits<int64_t>::max()
                                                   : variable->rows[static_cast<size_t>(i)];
-      at::Tensor here = ((update.rows >= start) & (update.rows - start < rows)).nonzero().reshape({-1});
+      at::Tensor here =
+          ((update.rows >= start) & (update.rows - start < rows)).nonzero().reshape({-1});
       if (here.numel() > 0) {
         auto* entry =
             requests[static_cast<size_t>(variable->ps[static_cast<size_t>(i)])].add_sparse();
@@ -226,8 +227,7 @@ void ParameterServers::apply(
     if (request.dense_size() == 0 && request.sparse_size() == 0) continue;
     calls.push_back(std::async(std::launch::async, [this, ps, &request] {
       rpc::ApplyGradientsResponse response;
-      check(stub(ps).ApplyGradients(context().get(), request, &response), ps,
-            "applying gradients");
+      check(stub(ps).ApplyGradients(context().get(), request, &response), ps, "applying gradients");
     }));
   }
   for (auto& call : calls) call.get();

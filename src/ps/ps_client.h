@@ -23,9 +23,9 @@ struct Task {
 
 // A variable split along dim 0 (one shard if not partitioned), each shard on one ps task.
 struct PlacedVariable {
-  std::string name;              // "m0/0.weight": the model's number, then the parameter's name
-  std::vector<int> ps;           // the task of each shard
-  std::vector<int64_t> rows;     // the rows of each shard (empty: not split; one whole shard)
+  std::string name;           // "m0/0.weight": the model's number, then the parameter's name
+  std::vector<int> ps;        // the task of each shard
+  std::vector<int64_t> rows;  // the rows of each shard (empty: not split; one whole shard)
   std::vector<std::string> shard_names() const;
   int num_shards() const { return static_cast<int>(ps.size()); }
 };

@@ -24,8 +24,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const rpc::OptimizerConf
   if (kind == "Adagrad")
     return std::make_unique<torch::optim::Adagrad>(
         std::vector<at::Tensor>{value}, torch::optim::AdagradOptions(config.learning_rate()));
-  throw InvalidArgument(detail::concat("optimizer '", kind,
-                                       "' cannot run on a ps task; use SGD, Adam or Adagrad"));
+  throw InvalidArgument(
+      detail::concat("optimizer '", kind, "' cannot run on a ps task; use SGD, Adam or Adagrad"));
 }
 
 // The options of the request, every time: a learning-rate schedule on the coordinator or
@@ -57,8 +57,8 @@ void check_rows(const std::string& name, const at::Tensor& rows, int64_t count, 
     throw DataError(detail::concat("variable '", name, "': row ", low < 0 ? low : high,
                                    " is outside its ", count, " rows"));
   if (distinct && std::get<0>(at::_unique(rows)).numel() != rows.numel())
-    throw DataError(detail::concat("variable '", name,
-                                   "': a sparse update names a row twice; sum them first"));
+    throw DataError(
+        detail::concat("variable '", name, "': a sparse update names a row twice; sum them first"));
 }
 
 }  // namespace
@@ -113,8 +113,7 @@ grpc::Status ParameterServerService::Read(grpc::ServerContext*, const rpc::ReadR
   });
 }
 
-grpc::Status ParameterServerService::Lookup(grpc::ServerContext*,
-                                            const rpc::LookupRequest* request,
+grpc::Status ParameterServerService::Lookup(grpc::ServerContext*, const rpc::LookupRequest* request,
                                             rpc::LookupResponse* response) {
   return answer(task_, [&] {
     auto variable = find(request->name());
@@ -179,11 +178,11 @@ grpc::Status ParameterServerService::ApplyGradients(grpc::ServerContext*,
     for (const auto& dense : request->dense()) {
       auto variable = find(dense.name());
       at::Tensor g = decode_tensor(dense.gradient(), "gradient of '" + dense.name() + "'");
-      DIST_CHECK(g.sizes() == variable->value.sizes() &&
-                     g.scalar_type() == variable->value.scalar_type(),
-                 DataError, "gradient of '", dense.name(), "': shape ", g.sizes(), " of ",
-                 g.scalar_type(), " for a variable of shape ", variable->value.sizes(), " of ",
-                 variable->value.scalar_type());
+      DIST_CHECK(
+          g.sizes() == variable->value.sizes() && g.scalar_type() == variable->value.scalar_type(),
+          DataError, "gradient of '", dense.name(), "': shape ", g.sizes(), " of ", g.scalar_type(),
+          " for a variable of shape ", variable->value.sizes(), " of ",
+          variable->value.scalar_type());
       updates.push_back({std::move(variable), at::Tensor(), std::move(g)});
     }
     for (const auto& sparse : request->sparse()) {
@@ -222,8 +221,7 @@ grpc::Status ParameterServerService::ApplyGradients(grpc::ServerContext*,
   });
 }
 
-grpc::Status ParameterServerService::Assign(grpc::ServerContext*,
-                                            const rpc::AssignRequest* request,
+grpc::Status ParameterServerService::Assign(grpc::ServerContext*, const rpc::AssignRequest* request,
                                             rpc::AssignResponse*) {
   liveness_->heard_from_coordinator();
   return answer(task_, [&] {

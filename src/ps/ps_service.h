@@ -51,8 +51,8 @@ class ParameterServerService final : public rpc::ParameterServer::Service {
   };
   std::shared_ptr<Variable> find(const std::string& name) const;  // NotFound if absent
   void apply_dense(Variable& variable, const rpc::OptimizerConfig& config, const at::Tensor& g);
-  void apply_sparse(Variable& variable, const rpc::OptimizerConfig& config,
-                    const at::Tensor& rows, const at::Tensor& values);
+  void apply_sparse(Variable& variable, const rpc::OptimizerConfig& config, const at::Tensor& rows,
+                    const at::Tensor& values);
 
   const std::string task_;
   TaskLiveness* liveness_;

@@ -17,7 +17,8 @@ class NotFound : public InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
-// Runs `body`; its exception becomes the status: NotFound -> NOT_FOUND, DataError and
+// Runs `body`; its exception becomes the status: NotFound -> NOT_FOUND, OutOfRange ->
+// OUT_OF_RANGE, DataError and
 // InvalidArgument -> INVALID_ARGUMENT, anything else -> INTERNAL. Every message starts with
 // `task`.
 template <class F>
@@ -27,6 +28,8 @@ grpc::Status answer(const std::string& task, F&& body) {
     return grpc::Status::OK;
   } catch (const NotFound& e) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, task + ": " + e.what());
+  } catch (const OutOfRange& e) {
+    return grpc::Status(grpc::StatusCode::OUT_OF_RANGE, task + ": " + e.what());
   } catch (const DataError& e) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, task + ": " + e.what());
   } catch (const InvalidArgument& e) {

@@ -12,11 +12,16 @@ namespace {
 
 rpc::Tensor::DType wire_dtype(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return rpc::Tensor::FLOAT32;
-    case at::kDouble: return rpc::Tensor::FLOAT64;
-    case at::kLong: return rpc::Tensor::INT64;
-    case at::kInt: return rpc::Tensor::INT32;
-    case at::kBFloat16: return rpc::Tensor::BFLOAT16;
+    case at::kFloat:
+      return rpc::Tensor::FLOAT32;
+    case at::kDouble:
+      return rpc::Tensor::FLOAT64;
+    case at::kLong:
+      return rpc::Tensor::INT64;
+    case at::kInt:
+      return rpc::Tensor::INT32;
+    case at::kBFloat16:
+      return rpc::Tensor::BFLOAT16;
     default:
       throw InvalidArgument(detail::concat("parameter server: tensors of dtype ", type,
                                            " cannot be sent; use float32, float64, bfloat16, "
@@ -43,11 +48,21 @@ rpc::Tensor encode_tensor(const at::Tensor& tensor) {
 at::Tensor decode_tensor(const rpc::Tensor& message, const std::string& what) {
   at::ScalarType type;
   switch (message.dtype()) {
-    case rpc::Tensor::FLOAT32: type = at::kFloat; break;
-    case rpc::Tensor::FLOAT64: type = at::kDouble; break;
-    case rpc::Tensor::INT64: type = at::kLong; break;
-    case rpc::Tensor::INT32: type = at::kInt; break;
-    case rpc::Tensor::BFLOAT16: type = at::kBFloat16; break;
+    case rpc::Tensor::FLOAT32:
+      type = at::kFloat;
+      break;
+    case rpc::Tensor::FLOAT64:
+      type = at::kDouble;
+      break;
+    case rpc::Tensor::INT64:
+      type = at::kLong;
+      break;
+    case rpc::Tensor::INT32:
+      type = at::kInt;
+      break;
+    case rpc::Tensor::BFLOAT16:
+      type = at::kBFloat16;
+      break;
     default:
       throw DataError(detail::concat(what, ": unknown tensor dtype ",
                                      static_cast<int>(message.dtype()), " in the message"));

@@ -303,6 +303,8 @@ void Checkpoint::write(const std::string& path, Env* env) const {
   metadata["position.elements"] = std::to_string(state.position.elements);
   for (const auto& [key, value] : state.values) metadata[kValuePrefix + key] = value;
 
+  for (const auto& object : objects_)
+    if (object->variables != nullptr) object->variables->prepare_to_read();
   for (const auto& object : objects_) {
     const std::string& name = object->name;
     const std::string prefix = name + "/";

@@ -23,8 +23,8 @@ struct LocalPs {
       const std::string name = "ps:" + std::to_string(i);
       liveness.push_back(std::make_unique<TaskLiveness>(60s));
       services.push_back(std::make_unique<ParameterServerService>(name, liveness.back().get()));
-      servers.push_back(std::make_unique<TaskServer>(name, "127.0.0.1:0",
-                                                     std::vector<grpc::Service*>{services.back().get()}));
+      servers.push_back(std::make_unique<TaskServer>(
+          name, "127.0.0.1:0", std::vector<grpc::Service*>{services.back().get()}));
       tasks.push_back({name, "127.0.0.1:" + std::to_string(servers.back()->port())});
     }
   }
@@ -168,7 +168,8 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   *dense->mutable_gradient() = encode_tensor(torch::ones({2, 2}));
   dense->mutable_gradient()->mutable_data()->pop_back();
   rpc::ApplyGradientsResponse applied;
-  grpc::Status status = call_status(&rpc::ParameterServer::Stub::ApplyGradients, bad_bytes, &applied);
+  grpc::Status status =
+      call_status(&rpc::ParameterServer::Stub::ApplyGradients, bad_bytes, &applied);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("ps:0: gradient of 'w': 15 bytes"), std::string::npos)
       << status.error_message();
@@ -197,8 +198,7 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   bad_dtype.mutable_initial()->set_dtype(static_cast<rpc::Tensor::DType>(99));
   status = call_status(&rpc::ParameterServer::Stub::CreateVariable, bad_dtype, &created);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("variable 'v': unknown tensor dtype 99"),
-            std::string::npos)
+  EXPECT_NE(status.error_message().find("variable 'v': unknown tensor dtype 99"), std::string::npos)
       << status.error_message();
 
   // Nothing changed, and the server still serves.

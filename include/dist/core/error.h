@@ -39,6 +39,13 @@ class CollectiveError : public Error {
   using Error::Error;
 };
 
+// An iterator has no element left (a scheduled step asked for more data than its worker's
+// pass over the dataset holds).
+class OutOfRange : public Error {
+ public:
+  using Error::Error;
+};
+
 // A broken invariant inside the library: always a bug to report.
 class InternalError : public Error {
  public:

@@ -15,8 +15,8 @@
 //   for (int epoch = 0; epoch < epochs; ++epoch) {
 //     auto iterator = dataset.iterator(epoch);
 //     std::vector<dist::RemoteValue> losses;
-//     for (int i = 0; i < steps; ++i) losses.push_back(coordinator.schedule("train_step", iterator));
-//     coordinator.join();
+//     for (int i = 0; i < steps; ++i) losses.push_back(coordinator.schedule("train_step",
+//     iterator)); coordinator.join();
 //   }
 #pragma once
 
@@ -37,9 +37,12 @@ namespace dist {
 namespace detail {
 struct RemoteState;
 class CoordinatorImpl;
+struct ScheduledCallAccess;
 }  // namespace detail
 
 // The result of a scheduled call, available once a worker has run it.
+class ClusterCoordinator;
+
 class RemoteValue {
  public:
   RemoteValue() = default;
@@ -66,7 +69,7 @@ class ScheduledCall {
   int worker_index() const { return worker_index_; }
 
  private:
-  friend class detail::CoordinatorImpl;
+  friend struct detail::ScheduledCallAccess;
   std::function<data::Element()> next_;
   std::vector<at::Tensor> arguments_;
   int worker_index_ = 0;
@@ -83,7 +86,7 @@ class PerWorkerDataset {
   Iterator iterator(int64_t epoch = 0) const { return {id_, epoch}; }
 
  private:
-  friend class detail::CoordinatorImpl;
+  friend class ClusterCoordinator;
   int64_t id_ = -1;
 };
 

@@ -35,6 +35,9 @@ class DistributedVariables {
   // The tensors an optimizer updates (its parameter list).
   virtual std::vector<at::Tensor> trainable_variables() const = 0;
 
+  // Call before reading primary()'s values outside a step (writing a checkpoint): a strategy
+  // that holds the current values elsewhere (on parameter servers) fetches them into primary().
+  virtual void prepare_to_read() {}
   // Call before changing primary()'s values in place outside a step (restoring a checkpoint,
   // set_weights): values this process shares with others (the workers of one host share one
   // copy) become its own first, so the change cannot reach, or tear, another process's.

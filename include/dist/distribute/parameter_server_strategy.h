@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 
 #include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/partitioner.h"
@@ -40,6 +41,9 @@ struct ParameterServerOptions {
   std::chrono::milliseconds rpc_timeout = std::chrono::seconds(30);
   // The tasks must all be serving within this time of the coordinator's start.
   std::chrono::milliseconds startup_timeout = std::chrono::minutes(2);
+  // A scheduled step must finish within this time, or its worker counts as lost (and the step
+  // runs again on another).
+  std::chrono::milliseconds step_timeout = std::chrono::minutes(10);
   // A ps or worker task that hears nothing from the coordinator for this long exits (the
   // coordinator pings every task a few times within it).
   std::chrono::milliseconds coordinator_timeout = std::chrono::seconds(60);
@@ -47,7 +51,12 @@ struct ParameterServerOptions {
 
 class ParameterServerStrategy : public Strategy {
  public:
+  // InvalidArgument when the cluster has no ps task, no chief, or this task is an evaluator
+  // (an evaluator reads checkpoints; it needs no strategy).
   explicit ParameterServerStrategy(ParameterServerOptions options = {});
+
+  // This task's type: "chief", "worker" or "ps".
+  const std::string& task_type() const;
 };
 
 }  // namespace dist

@@ -1,0 +1,392 @@
+#include "ps/coordinator.h"
+
+#include <algorithm>
+#include <future>
+#include <iostream>
+
+#include "dist/core/error.h"
+#include "ps/ps_service.h"
+#include "ps/rpc_status.h"
+#include "ps/task_liveness.h"
+#include "ps/task_server.h"
+#include "ps/tensor_codec.h"
+#include "ps/worker_service.h"
+
+namespace dist::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<grpc::ClientContext> context_with_deadline(std::chrono::milliseconds deadline) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + deadline);
+  return context;
+}
+
+// A step's failure as the library error the coordinator's caller sees.
+std::exception_ptr step_error(const grpc::Status& status, const std::string& function) {
+  const std::string message = concat("step '", function, "' failed on ", status.error_message());
+  switch (status.error_code()) {
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return std::make_exception_ptr(OutOfRange(message));
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return std::make_exception_ptr(InvalidArgument(message));
+    default:
+      return std::make_exception_ptr(Error(message));
+  }
+}
+
+std::exception_ptr shut_down_error() {
+  return std::make_exception_ptr(
+      InvalidArgument("ClusterCoordinator: the coordinator was shut down before this step ran"));
+}
+
+void log(const std::string& message) { std::cerr << "coordinator: " << message << std::endl; }
+
+}  // namespace
+
+void RemoteState::finish(StepRegistry::Results values, std::exception_ptr failure) {
+  std::lock_guard<std::mutex> lock(mutex);
+  results = std::move(values);
+  error = std::move(failure);
+  ready = true;
+  ready_changed.notify_all();
+}
+
+void RemoteState::wait() {
+  std::unique_lock<std::mutex> lock(mutex);
+  ready_changed.wait(lock, [&] { return ready; });
+}
+
+CoordinatorImpl::CoordinatorImpl(Strategy strategy, ParameterServerExtended& extended)
+    : strategy_(std::move(strategy)),
+      extended_(extended),
+      registry_(std::make_shared<StepRegistry>()),
+      chief_(extended.task_type() == "chief") {
+  if (!chief_) return;
+  const ClusterSpec& cluster = extended_.config().cluster;
+  for (int i = 0; i < cluster.num_tasks("worker"); ++i) {
+    const TaskSpec task{"worker", i};
+    const std::string address = cluster.address(task).to_string();
+    workers_.push_back({task.name(), address, rpc::Worker::NewStub(ps::open_channel(address))});
+  }
+  for (int i = 0; i < cluster.num_tasks("ps"); ++i)
+    ps_stubs_.push_back(rpc::ParameterServer::NewStub(
+        ps::open_channel(cluster.address(TaskSpec{"ps", i}).to_string())));
+  running_.resize(workers_.size());
+  worker_up_.assign(workers_.size(), false);
+  some_worker_up_at_ = Clock::now();
+  // From now on the other tasks hear from the coordinator, even before the first step.
+  heartbeat_ = std::thread([this] { heartbeat(); });
+}
+
+CoordinatorImpl::~CoordinatorImpl() { shutdown(); }
+
+int64_t CoordinatorImpl::add_dataset(StepRegistry::DatasetFunction function) {
+  std::lock_guard<std::mutex> lock(registry_->mutex);
+  registry_->datasets.push_back(std::move(function));
+  return static_cast<int64_t>(registry_->datasets.size()) - 1;
+}
+
+bool CoordinatorImpl::sleep_for(std::chrono::milliseconds period) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, period, [&] { return stopping_; });
+  return !stopping_;
+}
+
+int CoordinatorImpl::serve() {
+  const ClusterConfig& config = extended_.config();
+  const std::string task = extended_.task_description();
+  DIST_CHECK_ARG(!chief_, "ClusterCoordinator::serve: ", task,
+                 " is the coordinator; it schedules steps (serve() is for ps and worker tasks)");
+  const auto& options = extended_.options();
+  ps::TaskLiveness liveness(options.coordinator_timeout);
+  const std::string address = config.cluster.address(config.task).to_string();
+  std::unique_ptr<grpc::Service> service;
+  if (extended_.task_type() == "ps") {
+    service = std::make_unique<ps::ParameterServerService>(task, &liveness);
+  } else {
+    InputContext input;
+    input.num_input_pipelines = config.cluster.num_tasks("worker");
+    input.input_pipeline_id = config.task.index;
+    service =
+        std::make_unique<ps::WorkerService>(task, config.task.index, input, registry_, &liveness);
+  }
+  ps::TaskServer server(config.task.name(), address, {service.get()});
+  std::cerr << task << ": serving" << std::endl;
+  if (liveness.wait() == ps::TaskLiveness::Ending::kShutdown) {
+    std::cerr << task << ": the coordinator ended the job" << std::endl;
+    return 0;
+  }
+  std::cerr << task << ": no word from the coordinator (chief "
+            << config.cluster.address(TaskSpec{"chief", 0}).to_string() << ") for "
+            << options.coordinator_timeout.count() << " ms; it is lost, so this task exits"
+            << std::endl;
+  return 3;
+}
+
+void CoordinatorImpl::start_workers() {
+  for (size_t i = 0; i < workers_.size(); ++i) threads_.emplace_back([this, i] { run_worker(i); });
+}
+
+bool CoordinatorImpl::ping_worker(WorkerTask& worker, std::chrono::milliseconds deadline) {
+  rpc::PingRequest request;
+  request.set_from("chief");
+  rpc::PingResponse response;
+  return worker.stub->Ping(context_with_deadline(deadline).get(), request, &response).ok();
+}
+
+RemoteValue CoordinatorImpl::schedule(const std::string& function, int64_t dataset, int64_t epoch,
+                                      std::vector<at::Tensor> arguments) {
+  DIST_CHECK_ARG(chief_, "ClusterCoordinator::schedule: ", extended_.task_description(),
+                 " is not the coordinator; only the chief schedules steps (call serve() here)");
+  {
+    std::lock_guard<std::mutex> lock(registry_->mutex);
+    DIST_CHECK_ARG(registry_->functions.count(function) == 1,
+                   "ClusterCoordinator::schedule: no "
+                   "step function '",
+                   function, "' is registered; call register_function first");
+    DIST_CHECK_ARG(dataset < static_cast<int64_t>(registry_->datasets.size()),
+                   "ClusterCoordinator::schedule: per-worker dataset ", dataset,
+                   " was not made by create_per_worker_dataset");
+  }
+  auto call = std::make_shared<Call>();
+  call->request.set_function(function);
+  call->request.set_dataset(dataset);
+  call->request.set_epoch(epoch);
+  for (const auto& argument : arguments) ps::encode_tensor(argument, call->request.add_arguments());
+  call->state = std::make_shared<RemoteState>();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (job_error_) std::rethrow_exception(job_error_);
+  DIST_CHECK_ARG(!shut_down_, "ClusterCoordinator::schedule: the coordinator was shut down");
+  if (threads_.empty()) start_workers();
+  queue_.push_back(call);
+  ++unfinished_;
+  changed_.notify_all();
+  RemoteValue value;
+  value.state_ = call->state;
+  return value;
+}
+
+void CoordinatorImpl::finish_call(const Call& call, StepRegistry::Results values,
+                                  std::exception_ptr error) {
+  call.state->finish(std::move(values), error);
+  std::lock_guard<std::mutex> lock(mutex_);
+  --unfinished_;
+  if (error && !first_call_error_) first_call_error_ = error;
+  changed_.notify_all();
+}
+
+void CoordinatorImpl::run_worker(size_t index) {
+  WorkerTask& worker = workers_[index];
+  const auto& options = extended_.options();
+  const auto ping_deadline =
+      std::min<std::chrono::milliseconds>(options.rpc_timeout, std::chrono::seconds(1));
+  bool lost_before = false;
+  for (;;) {
+    bool up;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      up = worker_up_[index];
+    }
+    if (!up) {
+      if (!ping_worker(worker, ping_deadline)) {
+        if (!sleep_for(std::chrono::milliseconds(200))) return;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      worker_up_[index] = true;
+      some_worker_up_at_ = Clock::now();
+      if (lost_before) log(worker.describe() + " is back and gets steps again");
+    }
+    std::shared_ptr<Call> call;
+    std::shared_ptr<grpc::ClientContext> context;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      call = queue_.front();
+      queue_.pop_front();
+      context = context_with_deadline(options.step_timeout);
+      running_[index] = context;
+    }
+    rpc::RunResponse response;
+    const grpc::Status status = worker.stub->Run(context.get(), call->request, &response);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_[index].reset();
+    }
+    if (status.ok()) {
+      StepRegistry::Results results;
+      std::exception_ptr error;
+      try {
+        for (int i = 0; i < response.results_size(); ++i)
+          results.emplace_back(
+              i < response.keys_size() ? response.keys(i) : "",
+              ps::decode_tensor(response.results(i),
+                                concat("result ", i, " of step '", call->request.function(), "'")));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      finish_call(*call, std::move(results), error);
+      continue;
+    }
+    if (!ps::is_unreachable(status)) {
+      finish_call(*call, {}, step_error(status, call->request.function()));
+      continue;
+    }
+    // The worker is lost (killed, hung past step_timeout, or its host is gone): the step runs
+    // again on another worker, at least once in all.
+    std::exception_ptr job_error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) job_error = shut_down_error();
+      worker_up_[index] = false;
+      lost_before = true;
+      if (!job_error) job_error = job_error_;
+      if (!job_error) {
+        queue_.push_front(call);
+        changed_.notify_all();
+      }
+    }
+    if (job_error) {
+      finish_call(*call, {}, job_error);
+    } else {
+      log(concat(worker.describe(), " is lost (", status.error_message(), "); its step '",
+                 call->request.function(), "' runs again on another worker"));
+    }
+  }
+}
+
+void CoordinatorImpl::heartbeat() {
+  const auto& options = extended_.options();
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      options.coordinator_timeout / 4, std::chrono::milliseconds(50), std::chrono::seconds(5));
+  const ClusterSpec& cluster = extended_.config().cluster;
+  std::vector<int> ps_failures(ps_stubs_.size(), 0);
+  while (sleep_for(period)) {
+    rpc::PingRequest request;
+    request.set_from("chief");
+    std::vector<std::future<grpc::Status>> ps_pings, worker_pings;
+    for (auto& stub : ps_stubs_)
+      ps_pings.push_back(std::async(std::launch::async, [&, s = stub.get()] {
+        rpc::PingResponse response;
+        return s->Ping(context_with_deadline(options.rpc_timeout).get(), request, &response);
+      }));
+    for (auto& worker : workers_)
+      worker_pings.push_back(std::async(std::launch::async, [&, w = &worker] {
+        rpc::PingResponse response;
+        return w->stub->Ping(context_with_deadline(options.rpc_timeout).get(), request, &response);
+      }));
+    for (auto& ping : worker_pings) ping.wait();
+    for (size_t j = 0; j < ps_pings.size(); ++j) {
+      const grpc::Status status = ps_pings[j].get();
+      if (status.ok() || !ps::is_unreachable(status)) {
+        ps_failures[j] = 0;
+        continue;
+      }
+      // Twice in a row: a ps task that just restarted its connection gets one more chance.
+      if (++ps_failures[j] < 2) continue;
+      const TaskSpec task{"ps", static_cast<int>(j)};
+      fail_job(std::make_exception_ptr(CollectiveError(
+          concat("parameter server ", task.name(), " (", cluster.address(task).to_string(),
+                 ") is lost: it failed two pings in a row (each may take ",
+                 options.rpc_timeout.count(), " ms; ", status.error_message(),
+                 ")
+                 "; the variables it held are gone: restart the job, which resumes from its last "
+                 "checkpoint"))));
+    }
+    std::string silent_workers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const bool any_up = std::find(worker_up_.begin(), worker_up_.end(), true) != worker_up_.end();
+      if (any_up || queue_.empty()) {
+        some_worker_up_at_ = Clock::now();
+      } else if (Clock::now() - some_worker_up_at_ > options.startup_timeout && !job_error_) {
+        for (const auto& worker : workers_)
+          silent_workers += (silent_workers.empty() ? "" : ", ") + worker.describe();
+      }
+    }
+    if (!silent_workers.empty())
+      fail_job(std::make_exception_ptr(CollectiveError(concat(
+          "no worker has answered for ", options.startup_timeout.count(), " ms (", silent_workers,
+          "); steps are waiting: start the workers, or check their addresses in TF_CONFIG"))));
+  }
+}
+
+void CoordinatorImpl::fail_job(std::exception_ptr error) {
+  std::deque<std::shared_ptr<Call>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_error_) return;
+    job_error_ = error;
+    queued.swap(queue_);
+    unfinished_ -= static_cast<int64_t>(queued.size());
+    changed_.notify_all();
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    log(e.what());
+  }
+  for (const auto& call : queued) call->state->finish({}, error);
+}
+
+void CoordinatorImpl::rethrow_errors() {
+  if (job_error_) std::rethrow_exception(job_error_);
+  if (first_call_error_) {
+    std::exception_ptr error = first_call_error_;
+    first_call_error_ = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+void CoordinatorImpl::join() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return unfinished_ == 0 || job_error_; });
+  rethrow_errors();
+}
+
+bool CoordinatorImpl::done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  rethrow_errors();
+  return unfinished_ == 0;
+}
+
+void CoordinatorImpl::shutdown() {
+  std::deque<std::shared_ptr<Call>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stopping_ = true;
+    for (auto& context : running_)
+      if (context) context->TryCancel();
+    queued.swap(queue_);
+    changed_.notify_all();
+  }
+  for (auto& thread : threads_) thread.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  for (const auto& call : queued) finish_call(*call, {}, shut_down_error());
+  if (!chief_) return;
+  // Every other task exits now instead of at its coordinator timeout.
+  rpc::PingRequest request;
+  request.set_from("chief");
+  std::vector<std::future<void>> calls;
+  const auto deadline = std::chrono::seconds(2);
+  for (auto& worker : workers_)
+    calls.push_back(std::async(std::launch::async, [&, w = &worker] {
+      rpc::PingResponse response;
+      w->stub->Shutdown(context_with_deadline(deadline).get(), request, &response);
+    }));
+  for (auto& stub : ps_stubs_)
+    calls.push_back(std::async(std::launch::async, [&, s = stub.get()] {
+      rpc::PingResponse response;
+      s->Shutdown(context_with_deadline(deadline).get(), request, &response);
+    }));
+  for (auto& call : calls) call.wait();
+}
+
+}  // namespace dist::detail

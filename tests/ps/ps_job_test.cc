@@ -1,0 +1,217 @@
+// ParameterServerStrategy jobs of real processes on 127.0.0.1 (ps_task_main.cc runs as chief,
+// worker and ps): equivalence with one device, partitioned variables, and the fault cases of
+// TF's fault-tolerance tests. Every process is bounded in time and killed by the test's end.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <torch/torch.h>
+#include <thread>
+
+#include "dist/distribute/one_device_strategy.h"
+#include "dist/train/safetensors.h"
+#include "distribute/local_cluster.h"
+#include "equivalence_data.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ProcessResult;
+using testing::WorkerProcesses;
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// A job of one chief, `workers` workers and `ps` ps tasks running `args`; process order:
+// the ps tasks, then the workers, then the chief (last, as a user's launcher would).
+struct Job {
+  Job(int workers, int ps, const std::vector<std::string>& args, std::vector<std::string> env = {})
+      : cluster({{"chief", 1}, {"worker", workers}, {"ps", ps}}), workers(workers), ps(ps) {
+    for (int i = 0; i < ps; ++i) start("ps", i, args, env);
+    for (int i = 0; i < workers; ++i) start("worker", i, args, env);
+    start("chief", 0, args, env);
+  }
+  void start(const std::string& type, int index, const std::vector<std::string>& args,
+             std::vector<std::string> env) {
+    env.push_back("TF_CONFIG=" + cluster.tf_config(type, index));
+    processes.start(DIST_TEST_PS_TASK_BINARY, args, env);
+  }
+  size_t ps_process(int i) const { return static_cast<size_t>(i); }
+  size_t worker_process(int i) const { return static_cast<size_t>(ps + i); }
+  size_t chief_process() const { return static_cast<size_t>(ps + workers); }
+  std::string describe(const std::vector<ProcessResult>& results) const {
+    std::string out;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const std::string name = i == chief_process() ? "chief"
+                               : i < static_cast<size_t>(ps)
+                                   ? "ps:" + std::to_string(i)
+                                   : "worker:" + std::to_string(i - static_cast<size_t>(ps));
+      out += "--- " + name + " (exit " + std::to_string(results[i].exit_code) + ")\n" +
+             results[i].output;
+    }
+    return out;
+  }
+
+  LocalJob cluster;
+  int workers, ps;
+  WorkerProcesses processes;
+};
+
+NamedTensors load(const std::string& path) {
+  auto file = load_safetensors(path);
+  return NamedTensors(file.tensors.begin(), file.tensors.end());
+}
+
+double relative_difference(const NamedTensors& a, const NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  std::vector<torch::Tensor> x, y;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    x.push_back(a[i].second);
+    y.push_back(b[i].second);
+  }
+  return testing::max_relative_difference(x, y);
+}
+
+// Trains 20 synchronous steps (each joined before the next) in a job; returns the weights.
+NamedTensors train_sync(int workers, int ps, const std::string& optimizer,
+                        std::vector<std::string> env = {}) {
+  testing::TempDir dir;
+  env.push_back("DIST_TEST_SYNC=1");
+  Job job(workers, ps, {"train", optimizer, "20", dir.file("w.safetensors")}, env);
+  auto results = job.processes.wait_all(120s);
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << job.describe(results);
+  return load(dir.file("w.safetensors"));
+}
+
+TEST(ParameterServerJobTest, OneWorkerOnePsReproducesOneDevice) {
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    SCOPED_TRACE(optimizer);
+    auto trained = train_sync(1, 1, optimizer);
+    auto expected = testing::train_equivalence_steps(OneDeviceStrategy(), optimizer == "adam");
+    const double diff = relative_difference(trained, expected);
+    std::printf("1 worker + 1 ps, %s, 20 steps: max relative difference %.3g\n", optimizer.c_str(),
+                diff);
+    EXPECT_LT(diff, 1e-6);
+  }
+}
+
+TEST(ParameterServerJobTest, TwoPsWithPartitionedVariablesEqualOnePs) {
+  auto one_ps = train_sync(1, 1, "sgd");
+  auto two_ps = train_sync(1, 2, "sgd", {"DIST_TEST_PS_SHARDS=2"});
+  EXPECT_EQ(relative_difference(two_ps, one_ps), 0.0);
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+// Asynchronous steps on 2 workers: worker:1 is killed in the middle of a step, its step runs
+// again on worker:0; then worker:1 is started again, rejoins and gets steps; training finishes
+// and every task exits by itself.
+TEST(ParameterServerJobTest, LostWorkerStepRunsElsewhereAndRestartedWorkerRejoins) {
+  testing::TempDir dir;
+  const std::vector<std::string> args = {"train", "sgd", "40", dir.file("w.safetensors")};
+  const std::vector<std::string> env = {"DIST_TEST_STEP_SLEEP_MS=200",
+                                        "DIST_TEST_TIMEOUT_MS=10000"};
+  Job job(2, 1, args, env);
+  ASSERT_TRUE(job.processes.wait_for_output(job.worker_process(1), "step done", 60s));
+  std::this_thread::sleep_for(100ms);  // inside its next step's 200 ms
+  job.processes.kill(job.worker_process(1), SIGKILL);
+  ASSERT_TRUE(job.processes.wait_for_output(job.chief_process(), "worker:1 (127.0.0.1:", 30s));
+  job.start("worker", 1, args, env);  // the same task again
+  const size_t restarted = job.processes.size() - 1;
+  auto results = job.processes.wait_all(120s);
+  const std::string all = job.describe(results);
+  EXPECT_EQ(results[job.chief_process()].exit_code, 0) << all;
+  EXPECT_EQ(results[job.ps_process(0)].exit_code, 0) << all;
+  EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;
+  EXPECT_EQ(results[restarted].exit_code, 0) << all;
+  const std::string& chief = results[job.chief_process()].output;
+  EXPECT_NE(chief.find("is lost"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("runs again on another worker"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("is back and gets steps again"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("trained 40 steps"), std::string::npos) << chief;
+  EXPECT_GE(count(results[restarted].output, "step done"), 1) << all;
+  // At least once: every scheduled step finished on a worker that lived, plus maybe the one
+  // the killed worker had applied before it died.
+  const int done = count(results[job.worker_process(0)].output, "step done") +
+                   count(results[restarted].output, "step done");
+  EXPECT_GE(done, 40 - count(results[job.worker_process(1)].output, "step done")) << all;
+  for (size_t i = 0; i < job.processes.size(); ++i)
+    EXPECT_FALSE(process_exists(job.processes.pid(i)));
+}
+
+// Two of three workers killed at once: the third finishes the training.
+TEST(ParameterServerJobTest, TwoWorkersLostAtOnce) {
+  testing::TempDir dir;
+  Job job(3, 1, {"train", "sgd", "24", dir.file("w.safetensors")},
+          {"DIST_TEST_STEP_SLEEP_MS=200", "DIST_TEST_TIMEOUT_MS=10000"});
+  ASSERT_TRUE(job.processes.wait_for_output(job.worker_process(2), "step done", 60s));
+  std::this_thread::sleep_for(100ms);
+  job.processes.kill(job.worker_process(1), SIGKILL);
+  job.processes.kill(job.worker_process(2), SIGKILL);
+  auto results = job.processes.wait_all(120s);
+  const std::string all = job.describe(results);
+  EXPECT_EQ(results[job.chief_process()].exit_code, 0) << all;
+  EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;
+  EXPECT_EQ(results[job.ps_process(0)].exit_code, 0) << all;
+  EXPECT_EQ(count(results[job.chief_process()].output, "runs again on another worker"), 2) << all;
+  EXPECT_NE(results[job.chief_process()].output.find("trained 24 steps"), std::string::npos);
+}
+
+// A ps task lost: the coordinator fails within its timeout with an error naming the ps task
+// and its address, and the other tasks end too.
+TEST(ParameterServerJobTest, LostPsFailsTheCoordinatorNamingIt) {
+  testing::TempDir dir;
+  Job job(1, 1, {"train", "sgd", "1000", dir.file("w.safetensors")},
+          {"DIST_TEST_STEP_SLEEP_MS=20", "DIST_TEST_TIMEOUT_MS=3000"});
+  ASSERT_TRUE(job.processes.wait_for_output(job.worker_process(0), "step done", 60s));
+  const auto killed = std::chrono::steady_clock::now();
+  job.processes.kill(job.ps_process(0), SIGKILL);
+  auto results = job.processes.wait_all(60s);
+  const std::string all = job.describe(results);
+  const ProcessResult& chief = results[job.chief_process()];
+  EXPECT_EQ(chief.exit_code, 1) << all;
+  const std::string named =
+      "parameter server ps:0 (127.0.0.1:" + std::to_string(job.cluster.port("ps", 0)) + ") is lost";
+  EXPECT_NE(chief.output.find(named), std::string::npos) << all;
+  EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;  // the chief's Shutdown
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(seconds, 3.0 + 10.0) << "the coordinator took " << seconds << " s to fail";
+  for (size_t i = 0; i < job.processes.size(); ++i)
+    EXPECT_FALSE(process_exists(job.processes.pid(i)));
+}
+
+// The coordinator lost: workers and ps tasks exit by themselves (exit code 3) within their
+// timeout, leaving no process behind.
+TEST(ParameterServerJobTest, LostCoordinatorEndsEveryTask) {
+  testing::TempDir dir;
+  Job job(2, 2, {"train", "sgd", "1000", dir.file("w.safetensors")},
+          {"DIST_TEST_STEP_SLEEP_MS=20", "DIST_TEST_TIMEOUT_MS=2000"});
+  ASSERT_TRUE(job.processes.wait_for_output(job.worker_process(0), "step done", 60s));
+  job.processes.kill(job.chief_process(), SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  auto results = job.processes.wait_all(30s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string all = job.describe(results);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(results[job.ps_process(i)].exit_code, 3) << all;
+    EXPECT_EQ(results[job.worker_process(i)].exit_code, 3) << all;
+    EXPECT_NE(results[job.worker_process(i)].output.find("no word from the coordinator"),
+              std::string::npos)
+        << all;
+  }
+  EXPECT_LT(seconds, 2.0 + 5.0);
+  for (size_t i = 0; i < job.processes.size(); ++i)
+    EXPECT_FALSE(process_exists(job.processes.pid(i)));
+}
+
+}  // namespace
+}  // namespace dist
