@@ -1,6 +1,7 @@
 // dist-launch: starts a multi-worker job on this machine, for trying it out and for tests.
 //
 //   dist-launch --workers 2 [--replicas-per-worker 2] -- dist-train --strategy multi_worker
+//   dist-launch --workers 2 --ps 1 [--evaluator] [--restart-workers] -- my_ps_program ...
 //
 // Picks free loopback ports, starts one process per worker with TF_CONFIG naming its task
 // (and DIST_REPLICAS_PER_WORKER), prefixes every line they print with the task name, stops
@@ -20,6 +21,18 @@
 // latest checkpoint in its --checkpoint-dir. Exit codes 2 and 3 (bad flags, bad data) are not
 // restarted. The workers see DIST_RESTART_COUNT (0 on the first run).
 //
+// Parameter-server jobs (--ps M, M > 0): one chief, --workers N workers, M ps tasks and, with
+// --evaluator, one evaluator, all running the same command with TF_CONFIG naming their task
+// (dist::LocalJob); output lines are prefixed [chief], [worker:1], [ps:0], [evaluator], and the
+// launcher prints each task's pid as it starts it and each task's exit. The chief is the
+// coordinator and the loss of a worker is its to handle: a worker or the evaluator that fails
+// does not stop the job, nor does a ps task (the chief then fails by itself, naming it). The job
+// ends with the chief: the other tasks get --grace-seconds to exit by themselves (the chief's
+// shutdown tells them to), then SIGTERM, then SIGKILL after --grace-seconds more; the exit code
+// is the chief's. With --restart-workers, a worker that fails while the chief runs is started
+// again with the same TF_CONFIG, at most kMaxWorkerRestarts times per worker. --max-restarts
+// counts failures of the chief: each starts the whole job again. On a signal every task gets it.
+//
 // Job token: every worker gets DIST_JOB_TOKEN, 32 random bytes as hex (or the launcher's own
 // DIST_JOB_TOKEN), which the rendezvous store demands before it lets a connection in
 // (SECURITY.md).
@@ -34,6 +47,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -44,13 +58,20 @@
 
 namespace {
 
-struct Worker {
-  std::string name;
+using Clock = std::chrono::steady_clock;
+
+// One process of the job.
+struct Task {
+  std::string name;    // worker:0, or in a parameter-server job chief, worker:1, ps:0, evaluator
+  std::string type;    // TF_CONFIG's task type
+  std::string config;  // its TF_CONFIG, to start it again
+  int restarts = 0;    // times it was started again (--restart-workers)
   pid_t pid = -1;
-  int output = -1;  // read end of the worker's stdout+stderr pipe
+  int output = -1;  // read end of the task's stdout+stderr pipe
   std::string partial_line;
   bool exited = false;
-  int exit_code = 0;
+  int exit_code = 0;   // 128 + signal when a signal ended it
+  std::string ending;  // "code 1" or "signal 9 (Killed)"
 };
 
 volatile sig_atomic_t forwarded_signal = 0;
@@ -58,17 +79,27 @@ void on_signal(int signal) { forwarded_signal = signal; }
 
 // dist-train's exit code after stopping cleanly on SIGTERM/SIGINT (checkpoint saved).
 constexpr int kStoppedResumable = 4;
+// --restart-workers starts one worker again at most this often: one that fails as it starts
+// must not loop forever.
+constexpr int kMaxWorkerRestarts = 10;
 
-Worker start(const std::vector<std::string>& command, const std::string& config, int index,
-             const std::vector<std::string>& env) {
+Task start(const std::vector<std::string>& command, const std::string& name,
+           const std::string& type, const std::string& config,
+           const std::vector<std::string>& env) {
   const pid_t launcher = getpid();
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
-  Worker worker;
-  worker.name = "worker:" + std::to_string(index);
-  worker.pid = fork();
-  if (worker.pid < 0) throw std::runtime_error("fork failed");
-  if (worker.pid == 0) {
+  Task task;
+  task.name = name;
+  task.type = type;
+  task.config = config;
+  task.pid = fork();
+  if (task.pid < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    throw std::runtime_error("fork failed");
+  }
+  if (task.pid == 0) {
     setpgid(0, 0);  // its own process group, so stopping it stops its children too
     // Dies with the launcher, even a SIGKILLed one; SIGTERM lets dist-train save first. The
     // launcher may have died before prctl took effect: then stop here.
@@ -88,29 +119,92 @@ Worker start(const std::vector<std::string>& command, const std::string& config,
     _exit(127);
   }
   close(pipe_fds[1]);
-  worker.output = pipe_fds[0];
-  return worker;
+  task.output = pipe_fds[0];
+  return task;
 }
 
-void print_lines(Worker& worker, const char* data, size_t size, bool flush) {
-  worker.partial_line.append(data, size);
+void print_lines(Task& task, const char* data, size_t size, bool flush) {
+  task.partial_line.append(data, size);
   size_t start = 0, end;
-  while ((end = worker.partial_line.find('\n', start)) != std::string::npos) {
-    std::cout << "[" << worker.name << "] " << worker.partial_line.substr(start, end - start)
-              << "\n";
+  while ((end = task.partial_line.find('\n', start)) != std::string::npos) {
+    std::cout << "[" << task.name << "] " << task.partial_line.substr(start, end - start) << "\n";
     start = end + 1;
   }
-  worker.partial_line.erase(0, start);
-  if (flush && !worker.partial_line.empty()) {
-    std::cout << "[" << worker.name << "] " << worker.partial_line << "\n";
-    worker.partial_line.clear();
+  task.partial_line.erase(0, start);
+  if (flush && !task.partial_line.empty()) {
+    std::cout << "[" << task.name << "] " << task.partial_line << "\n";
+    task.partial_line.clear();
   }
   std::cout.flush();
 }
 
-void signal_all(std::vector<Worker>& workers, int signal) {
-  for (auto& w : workers)
-    if (!w.exited) kill(-w.pid, signal);
+void signal_all(std::vector<Task>& tasks, int signal) {
+  for (auto& t : tasks)
+    if (!t.exited) kill(-t.pid, signal);
+}
+
+// Prints what the tasks wrote, waiting up to 100 ms for something to arrive.
+void pump_output(std::vector<Task>& tasks) {
+  std::vector<pollfd> fds;
+  std::vector<Task*> readable;  // the task behind each entry of fds
+  for (auto& t : tasks) {
+    if (t.output < 0) continue;
+    fds.push_back({t.output, POLLIN, 0});
+    readable.push_back(&t);
+  }
+  if (!fds.empty())
+    poll(fds.data(), fds.size(), 100);
+  else
+    usleep(100 * 1000);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    Task& t = *readable[i];
+    char buffer[4096];
+    ssize_t n = read(t.output, buffer, sizeof(buffer));
+    if (n > 0) {
+      print_lines(t, buffer, static_cast<size_t>(n), false);
+    } else {
+      print_lines(t, "", 0, true);
+      close(t.output);
+      t.output = -1;
+    }
+  }
+}
+
+// Prints what the tasks printed last, to the end of their output.
+void drain_output(std::vector<Task>& tasks) {
+  for (auto& t : tasks) {
+    if (t.output < 0) continue;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(t.output, buffer, sizeof(buffer))) > 0)
+      print_lines(t, buffer, static_cast<size_t>(n), false);
+    print_lines(t, "", 0, true);
+    close(t.output);
+    t.output = -1;
+  }
+}
+
+// Whether `task` has just exited (then its exit code is set); never blocks.
+bool reap(Task& task) {
+  int status = 0;
+  if (task.exited || waitpid(task.pid, &status, WNOHANG) != task.pid) return false;
+  task.exited = true;
+  if (WIFEXITED(status)) {
+    task.exit_code = WEXITSTATUS(status);
+    task.ending = "code " + std::to_string(task.exit_code);
+  } else {
+    task.exit_code = 128 + WTERMSIG(status);
+    task.ending =
+        "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  }
+  return true;
+}
+
+size_t count_running(const std::vector<Task>& tasks) {
+  size_t running = 0;
+  for (const auto& t : tasks) running += t.exited ? 0 : 1;
+  return running;
 }
 
 // A random job token: 32 bytes from the kernel, as 64 hex digits.
@@ -135,6 +229,9 @@ struct JobSetup {
   int grace_seconds = 10;
   std::string job_token;
   int restart = 0;  // DIST_RESTART_COUNT of the workers
+  int ps = 0;       // ps tasks; more than 0 makes a parameter-server job
+  bool evaluator = false;
+  bool restart_workers = false;
 };
 
 struct JobResult {
@@ -142,16 +239,22 @@ struct JobResult {
   bool signalled = false;  // the launcher was asked to stop: not to be restarted
 };
 
-// Runs the job's workers until all have exited: the exit code rules of the top comment.
-JobResult run_job(const JobSetup& setup) {
-  std::vector<Worker> workers;
+std::vector<std::string> job_env(const JobSetup& setup) {
+  return {"DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
+          "DIST_JOB_TOKEN=" + setup.job_token,
+          "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
+}
+
+// Runs a multi-worker job's workers until all have exited: the exit code rules of the top
+// comment.
+JobResult run_workers_job(const JobSetup& setup) {
+  std::vector<Task> workers;
   try {
     auto ports = dist::free_loopback_ports(setup.workers);
-    const std::vector<std::string> env = {
-        "DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
-        "DIST_JOB_TOKEN=" + setup.job_token, "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
+    const std::vector<std::string> env = job_env(setup);
     for (int i = 0; i < setup.workers; ++i)
-      workers.push_back(start(setup.command, dist::local_tf_config(ports, i), i, env));
+      workers.push_back(start(setup.command, "worker:" + std::to_string(i), "worker",
+                              dist::local_tf_config(ports, i), env));
   } catch (const std::exception& e) {
     std::cerr << "dist-launch: " << e.what() << std::endl;
     signal_all(workers, SIGKILL);
@@ -162,47 +265,18 @@ JobResult run_job(const JobSetup& setup) {
   std::string failed;
   bool stopping = false;
   bool signalled = false;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  size_t running = workers.size();
-  while (running > 0) {
+  auto stop_deadline = Clock::time_point::max();
+  while (count_running(workers) > 0) {
     if (forwarded_signal != 0 && !stopping) {
       stopping = signalled = true;
       std::cout << "[dist-launch] " << strsignal(forwarded_signal)
                 << ": stopping the workers (they save a checkpoint if they have one)" << std::endl;
       signal_all(workers, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(setup.grace_seconds);
+      stop_deadline = Clock::now() + std::chrono::seconds(setup.grace_seconds);
     }
-    std::vector<pollfd> fds;
-    std::vector<Worker*> readable;  // the worker behind each entry of fds
+    pump_output(workers);
     for (auto& w : workers) {
-      if (w.output < 0) continue;
-      fds.push_back({w.output, POLLIN, 0});
-      readable.push_back(&w);
-    }
-    if (!fds.empty())
-      poll(fds.data(), fds.size(), 100);
-    else
-      usleep(100 * 1000);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      Worker& w = *readable[i];
-      char buffer[4096];
-      ssize_t n = read(w.output, buffer, sizeof(buffer));
-      if (n > 0) {
-        print_lines(w, buffer, static_cast<size_t>(n), false);
-      } else {
-        print_lines(w, "", 0, true);
-        close(w.output);
-        w.output = -1;
-      }
-    }
-    for (auto& w : workers) {
-      if (w.exited) continue;
-      int status = 0;
-      if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
-      w.exited = true;
-      --running;
-      w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (!reap(w)) continue;
       if (signalled) {
         // Stopped on request: 4 unless a worker failed at it (0 if all had finished anyway).
         if (w.exit_code == kStoppedResumable && result == 0) {
@@ -219,28 +293,163 @@ JobResult run_job(const JobSetup& setup) {
         std::cout << "[dist-launch] " << w.name << " exited with code " << w.exit_code
                   << "; stopping the other workers" << std::endl;
         signal_all(workers, SIGTERM);
-        stop_deadline =
-            std::chrono::steady_clock::now() + std::chrono::seconds(setup.grace_seconds);
+        stop_deadline = Clock::now() + std::chrono::seconds(setup.grace_seconds);
       }
     }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) signal_all(workers, SIGKILL);
+    if (stopping && Clock::now() > stop_deadline) signal_all(workers, SIGKILL);
   }
-  for (auto& w : workers) {  // what the workers printed last
-    if (w.output < 0) continue;
-    char buffer[4096];
-    ssize_t n;
-    while ((n = read(w.output, buffer, sizeof(buffer))) > 0)
-      print_lines(w, buffer, static_cast<size_t>(n), false);
-    print_lines(w, "", 0, true);
-    close(w.output);
-  }
+  drain_output(workers);
   if (!failed.empty())
     std::cerr << "dist-launch: " << failed << " failed with exit code " << result << std::endl;
   return {result, signalled};
 }
 
+// "chief" and "evaluator" are one of a kind; the others are numbered: ps:0, worker:1.
+std::string task_name(const std::string& type, int index) {
+  return type == "chief" || type == "evaluator" ? type : type + ":" + std::to_string(index);
+}
+
+Task start_ps_task(const JobSetup& setup, const std::string& name, const std::string& type,
+                   const std::string& config) {
+  Task task = start(setup.command, name, type, config, job_env(setup));
+  std::cout << "[dist-launch] started " << name << " (pid " << task.pid << ")" << std::endl;
+  return task;
+}
+
+// Starts a parameter-server job's tasks in the order a user's launcher would: the ps tasks, the
+// workers, the evaluator, the chief last. Returns the chief's place in `tasks`.
+size_t start_ps_job(const JobSetup& setup, std::vector<Task>& tasks) {
+  std::map<std::string, int> counts = {{"chief", 1}, {"worker", setup.workers}, {"ps", setup.ps}};
+  if (setup.evaluator) counts["evaluator"] = 1;
+  const dist::LocalJob cluster(counts);
+  for (const std::string type : {"ps", "worker", "evaluator", "chief"}) {
+    const auto count = counts.find(type);
+    for (int i = 0; count != counts.end() && i < count->second; ++i)
+      tasks.push_back(start_ps_task(setup, task_name(type, i), type, cluster.tf_config(type, i)));
+  }
+  return tasks.size() - 1;
+}
+
+// Whether --restart-workers starts `task`, which just exited, again.
+bool restart_it(const JobSetup& setup, const Task& task, bool chief_running) {
+  return setup.restart_workers && chief_running && task.type == "worker" && task.exit_code != 0;
+}
+
+// Reports the tasks other than the chief that have just exited, and starts workers again as
+// --restart-workers says while `chief_running`.
+void handle_exits(const JobSetup& setup, std::vector<Task>& tasks, size_t chief,
+                  bool chief_running) {
+  const size_t before = tasks.size();  // restarted ones are appended
+  for (size_t i = 0; i < before; ++i) {
+    if (i == chief || !reap(tasks[i])) continue;
+    std::cout << "[dist-launch] " << tasks[i].name << " exited with " << tasks[i].ending;
+    if (!restart_it(setup, tasks[i], chief_running)) {
+      std::cout << std::endl;
+      continue;
+    }
+    if (tasks[i].restarts >= kMaxWorkerRestarts) {
+      std::cout << "; not starting it again: it was started again " << kMaxWorkerRestarts
+                << " times already (the chief goes on without it)" << std::endl;
+      continue;
+    }
+    const int restarts = tasks[i].restarts + 1;
+    std::cout << "; starting it again (restart " << restarts << " of at most " << kMaxWorkerRestarts
+              << ")" << std::endl;
+    try {
+      Task again = start_ps_task(setup, tasks[i].name, tasks[i].type, tasks[i].config);
+      again.restarts = restarts;
+      tasks.push_back(std::move(again));
+    } catch (const std::exception& e) {
+      std::cerr << "dist-launch: cannot start " << tasks[i].name << " again: " << e.what()
+                << std::endl;
+    }
+  }
+}
+
+// Runs a parameter-server job until the chief and then every other task have exited: the rules
+// of the top comment. The result is the chief's exit code.
+JobResult run_ps_job(const JobSetup& setup) {
+  std::vector<Task> tasks;
+  size_t chief = 0;
+  try {
+    chief = start_ps_job(setup, tasks);
+  } catch (const std::exception& e) {
+    std::cerr << "dist-launch: " << e.what() << std::endl;
+    signal_all(tasks, SIGKILL);
+    return {1, false};
+  }
+
+  // After the chief (or a signal): first waiting for the tasks to exit by themselves, then
+  // for SIGTERM to end them, then SIGKILL.
+  enum class Ending { kRunning, kWaiting, kTerminating } ending = Ending::kRunning;
+  auto deadline = Clock::time_point::max();
+  const auto grace = std::chrono::seconds(setup.grace_seconds);
+  bool signalled = false;
+  while (count_running(tasks) > 0) {
+    if (forwarded_signal != 0 && !signalled) {
+      signalled = true;
+      std::cout << "[dist-launch] " << strsignal(forwarded_signal) << ": stopping every task"
+                << std::endl;
+      signal_all(tasks, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
+      ending = Ending::kTerminating;
+      deadline = Clock::now() + grace;
+    }
+    pump_output(tasks);
+    // The chief first: a worker that ends as the chief does is not started again.
+    if (reap(tasks[chief])) {
+      std::cout << "[dist-launch] chief exited with " << tasks[chief].ending;
+      if (ending == Ending::kRunning && count_running(tasks) > 0) {
+        std::cout << "; the other tasks have " << setup.grace_seconds
+                  << " s (--grace-seconds) to exit by themselves";
+        ending = Ending::kWaiting;
+        deadline = Clock::now() + grace;
+      }
+      std::cout << std::endl;
+    }
+    // Workers are started again only while the chief runs and nothing is stopping the job.
+    handle_exits(setup, tasks, chief, ending == Ending::kRunning && !tasks[chief].exited);
+    if (Clock::now() < deadline || count_running(tasks) == 0) continue;
+    if (ending == Ending::kWaiting) {
+      std::cout << "[dist-launch] still running " << setup.grace_seconds
+                << " s after the chief exited:";
+      for (const auto& t : tasks)
+        if (!t.exited) std::cout << " " << t.name;
+      std::cout << "; sending SIGTERM" << std::endl;
+      signal_all(tasks, SIGTERM);
+      ending = Ending::kTerminating;
+      deadline = Clock::now() + grace;
+    } else {
+      signal_all(tasks, SIGKILL);
+    }
+  }
+  drain_output(tasks);
+  const int result = tasks[chief].exit_code;
+  if (result != 0) std::cerr << "dist-launch: chief failed with exit code " << result << std::endl;
+  return {result, signalled};
+}
+
 // dist-train's exit codes that a restart cannot cure: bad flags (2) and bad data (3).
 bool worth_restarting(int exit_code) { return exit_code != 2 && exit_code != 3; }
+
+// The error for flags that make no job, or "" when they make one.
+std::string check_setup(const JobSetup& setup, int max_restarts) {
+  const std::string ps_only = " needs --ps: only a parameter-server job has ";
+  if (setup.ps < 0) return "--ps must be 0 or more, got " + std::to_string(setup.ps);
+  if (setup.ps == 0 && setup.restart_workers)
+    return "--restart-workers" + ps_only +
+           "a coordinator that outlives a worker (a multi-worker job needs every worker: use "
+           "--max-restarts)";
+  if (setup.ps == 0 && setup.evaluator)
+    return "--evaluator" + ps_only + "an evaluator task (add --ps 1 or more)";
+  if (setup.ps > 0 && setup.workers < 1)
+    return "--workers must be at least 1 with --ps (the workers run the steps), got " +
+           std::to_string(setup.workers);
+  if (setup.workers < 1 || setup.replicas < 1)
+    return "--workers and --replicas-per-worker must be at least 1";
+  if (max_restarts < 0)
+    return "--max-restarts must be 0 or more, got " + std::to_string(max_restarts);
+  return "";
+}
 
 }  // namespace
 
@@ -252,24 +461,31 @@ int main(int argc, char** argv) {
   app.add_option("--replicas-per-worker", setup.replicas, "replicas in each worker")
       ->capture_default_str();
   app.add_option("--grace-seconds", setup.grace_seconds,
-                 "after a failure, SIGKILL workers still running after this long")
+                 "after a failure, SIGKILL workers still running after this long (with --ps: "
+                 "after the chief exits, SIGTERM the tasks still running after this long, "
+                 "SIGKILL them after as long again)")
       ->capture_default_str();
   app.add_option("--max-restarts", max_restarts,
                  "when a worker fails, stop all and start the job again this many times at most "
-                 "(dist-train resumes from the latest checkpoint in its --checkpoint-dir)")
+                 "(dist-train resumes from the latest checkpoint in its --checkpoint-dir); with "
+                 "--ps, when the chief fails")
       ->capture_default_str();
+  app.add_option("--ps", setup.ps,
+                 "ps tasks; more than 0 makes a parameter-server job of one chief, --workers "
+                 "workers and these ps tasks, which ends when the chief does")
+      ->capture_default_str();
+  app.add_flag("--evaluator", setup.evaluator, "with --ps: one evaluator task too");
+  app.add_flag("--restart-workers", setup.restart_workers,
+               "with --ps: start a worker that fails again while the chief runs (at most " +
+                   std::to_string(kMaxWorkerRestarts) + " times per worker)");
   app.add_option("command", setup.command, "the worker command, after --")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (setup.workers < 1 || setup.replicas < 1) {
-    std::cerr << "dist-launch: --workers and --replicas-per-worker must be at least 1" << std::endl;
-    return 2;
-  }
-  if (max_restarts < 0) {
-    std::cerr << "dist-launch: --max-restarts must be 0 or more, got " << max_restarts << std::endl;
+  if (const std::string error = check_setup(setup, max_restarts); !error.empty()) {
+    std::cerr << "dist-launch: " << error << std::endl;
     return 2;
   }
 
@@ -289,7 +505,7 @@ int main(int argc, char** argv) {
   }
   unsetenv("DIST_JOB_TOKEN_FILE");  // the workers get the token itself
   while (true) {
-    const JobResult job = run_job(setup);
+    const JobResult job = setup.ps > 0 ? run_ps_job(setup) : run_workers_job(setup);
     if (job.exit_code == 0 || job.signalled || setup.restart >= max_restarts) return job.exit_code;
     if (!worth_restarting(job.exit_code)) {
       std::cout << "[dist-launch] not restarting: exit code " << job.exit_code

@@ -294,8 +294,7 @@ void CoordinatorImpl::heartbeat() {
           concat("parameter server ", task.name(), " (", cluster.address(task).to_string(),
                  ") is lost: it failed two pings in a row (each may take ",
                  options.rpc_timeout.count(), " ms; ", status.error_message(),
-                 ")
-                 "; the variables it held are gone: restart the job, which resumes from its last "
+                 "); the variables it held are gone: restart the job, which resumes from its last "
                  "checkpoint"))));
     }
     std::string silent_workers;

@@ -7,7 +7,10 @@
 #include <torch/torch.h>
 #include <thread>
 
+#include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
+#include "dist/models/reference_models.h"
+#include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
 #include "distribute/local_cluster.h"
 #include "equivalence_data.h"
@@ -100,6 +103,40 @@ TEST(ParameterServerJobTest, TwoPsWithPartitionedVariablesEqualOnePs) {
   auto one_ps = train_sync(1, 1, "sgd");
   auto two_ps = train_sync(1, 2, "sgd", {"DIST_TEST_PS_SHARDS=2"});
   EXPECT_EQ(relative_difference(two_ps, one_ps), 0.0);
+}
+
+// The chief writes a checkpoint of the ps-held variables in the existing format: it restores
+// under no strategy and MirroredStrategy to the trained values, and a new job that restores it
+// starts from those values on its ps tasks (0 further steps: the weights read back from the
+// ps tasks are the checkpoint's).
+TEST(ParameterServerJobTest, CheckpointOfPsVariablesRestoresAnywhere) {
+  testing::TempDir dir;
+  const std::string checkpoint = dir.file("ckpt.safetensors");
+  const std::vector<std::string> env = {"DIST_TEST_SYNC=1", "DIST_TEST_CHECKPOINT=" + checkpoint};
+  {
+    Job job(1, 2, {"train", "sgd", "5", dir.file("a.safetensors")}, env);
+    auto results = job.processes.wait_all(120s);
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+  }
+  const auto trained = load(dir.file("a.safetensors"));
+  for (const Strategy& strategy :
+       {get_default_strategy(), Strategy(MirroredStrategy({"cpu:0", "cpu:1"}))}) {
+    SCOPED_TRACE(strategy.name());
+    torch::manual_seed(1);  // other initial values than the job's
+    auto model = strategy.mirror(models::make_tutorial_cnn());
+    Checkpoint(model, nullptr).read(checkpoint);
+    NamedTensors restored;
+    for (const auto& p : model.primary()->named_parameters())
+      restored.emplace_back(p.key(), p.value().detach().clone());
+    EXPECT_EQ(relative_difference(restored, trained), 0.0);
+  }
+  {
+    Job job(1, 1, {"train", "sgd", "0", dir.file("b.safetensors")}, env);
+    auto results = job.processes.wait_all(120s);
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+    EXPECT_NE(results[job.chief_process()].output.find("restored"), std::string::npos);
+  }
+  EXPECT_EQ(relative_difference(load(dir.file("b.safetensors")), trained), 0.0);
 }
 
 int count(const std::string& text, const std::string& what) {

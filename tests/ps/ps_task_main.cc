@@ -8,11 +8,15 @@
 //                                                joins after each; it saves the final weights
 //                                                (read from the ps tasks) to OUT.
 //
+// With DIST_TEST_CHECKPOINT=PATH the chief restores PATH before the first step if it exists,
+// and writes it after the last (the existing checkpoint format).
+//
 // Environment: DIST_TEST_TIMEOUT_MS (rpc and coordinator timeouts), DIST_TEST_PS_SHARDS (a
 // fixed-shards partitioner), DIST_TEST_STEP_SLEEP_MS (each step sleeps this long first, so a
 // test can kill a worker in the middle of one).
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -23,6 +27,7 @@
 #include "dist/distribute/cluster_coordinator.h"
 #include "dist/distribute/parameter_server_strategy.h"
 #include "dist/models/reference_models.h"
+#include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
@@ -74,6 +79,12 @@ int train(const std::string& optimizer_kind, int steps, const std::string& out) 
       [](const dist::InputContext&) { return dist::testing::equivalence_data().repeat(-1); });
   if (!strategy.is_chief()) return coordinator.serve();
 
+  const char* checkpoint_path = std::getenv("DIST_TEST_CHECKPOINT");
+  dist::Checkpoint checkpoint(model, optimizer.get());
+  if (checkpoint_path && std::ifstream(checkpoint_path).good()) {
+    checkpoint.read(checkpoint_path);  // the restored values become the ps tasks'
+    std::cout << "restored " << checkpoint_path << std::endl;
+  }
   const bool sync = env_int("DIST_TEST_SYNC", 0) == 1;
   std::vector<dist::RemoteValue> losses;
   for (int i = 0; i < steps; ++i) {
@@ -88,6 +99,7 @@ int train(const std::string& optimizer_kind, int steps, const std::string& out) 
   for (const auto& p : model.primary()->named_parameters())
     weights.emplace_back(p.key(), p.value().detach().clone());
   dist::save_safetensors(out, weights);
+  if (checkpoint_path) checkpoint.write(checkpoint_path);
   coordinator.shutdown();
   std::cout << "trained " << steps << " steps" << std::endl;
   return 0;

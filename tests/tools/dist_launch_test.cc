@@ -1,19 +1,24 @@
-// dist-launch with real dist-train workers on 127.0.0.1.
+// dist-launch with real dist-train workers on 127.0.0.1, and with the tasks of
+// parameter-server jobs (dist_test_ps_task, tests/ps/ps_task_main.cc).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "multi_worker/process_group.h"
 #include "test_util.h"
 
 #include <nlohmann/json.hpp>
@@ -213,6 +218,221 @@ TEST(DistLaunchTest, HangUpStopsTheWorkersResumablyAndSaysSoInTheExitCode) {
   EXPECT_NE(launcher.seen.find("[worker:0] Stopped by signal 15"), std::string::npos)
       << launcher.seen;
   EXPECT_NE(launcher.seen.find("checkpoint saved"), std::string::npos) << launcher.seen;
+}
+
+// Parameter-server jobs (--ps). Every job runs dist_test_ps_task as all its tasks.
+
+using namespace std::chrono_literals;
+
+std::string ps_task_command(int steps, const std::string& out) {
+  return std::string(DIST_TEST_PS_TASK_BINARY) + " train sgd " + std::to_string(steps) + " " + out;
+}
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The NUL-separated entries of /proc/<pid>/environ (none for a process gone or a zombie).
+std::vector<std::string> environment_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> entries;
+  for (size_t start = 0, end; start < all.size(); start = end + 1) {
+    end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    entries.push_back(all.substr(start, end - start));
+  }
+  return entries;
+}
+
+bool has_entry(const std::vector<std::string>& environment, const std::string& entry) {
+  return std::find(environment.begin(), environment.end(), entry) != environment.end();
+}
+
+// The running processes whose environment holds DIST_JOB_TOKEN=token: a job's tasks, also
+// the ones that are no child of the launcher any more.
+std::vector<pid_t> processes_of_job(const std::string& token) {
+  std::vector<pid_t> pids;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoi(name));
+    if (!gone(pid) && has_entry(environment_of(pid), "DIST_JOB_TOKEN=" + token))
+      pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Whether every process of the job has ended within `seconds`; SIGKILLs the rest if not (no
+// process outlives the test).
+bool job_gone_within(const std::string& token, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (processes_of_job(token).empty()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  for (pid_t pid : processes_of_job(token)) kill(pid, SIGKILL);
+  return false;
+}
+
+// The child of `launcher` that runs task `type`:`index` (by its TF_CONFIG), or -1.
+pid_t task_pid(pid_t launcher, const std::string& type, int index) {
+  const std::string task =
+      R"("task": {"type": ")" + type + R"(", "index": )" + std::to_string(index) + "}";
+  for (pid_t child : children_of(launcher))
+    for (const auto& entry : environment_of(child))
+      if (entry.rfind("TF_CONFIG=", 0) == 0 && has(entry, task)) return child;
+  return -1;
+}
+
+// A token that names one test's job, to find its processes.
+std::string job_token(const std::string& test) {
+  return "dist-launch-test-" + std::to_string(getpid()) + "-" + test;
+}
+
+TEST(DistLaunchTest, ParameterServerJobTrainsAndShowsEveryTask) {
+  testing::TempDir dir;
+  auto run =
+      run_launcher("--workers 2 --ps 1 -- " + ps_task_command(10, dir.file("w.safetensors")), 120);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(access(dir.file("w.safetensors").c_str(), F_OK), 0) << run.output;
+  EXPECT_TRUE(has(run.output, "[chief] trained 10 steps")) << run.output;
+  for (const std::string task : {"chief", "worker:0", "worker:1", "ps:0"}) {
+    SCOPED_TRACE(task);
+    EXPECT_TRUE(has(run.output, "[dist-launch] started " + task + " (pid ")) << run.output;
+    EXPECT_TRUE(has(run.output, "\n[" + task + "] ")) << run.output;  // its own output
+    // The others exit by themselves once the chief has shut the job down.
+    EXPECT_TRUE(has(run.output, "[dist-launch] " + task + " exited with code 0")) << run.output;
+  }
+  EXPECT_FALSE(has(run.output, "SIGTERM")) << run.output;
+}
+
+TEST(DistLaunchTest, FailingEvaluatorDoesNotStopAParameterServerJob) {
+  // The evaluator's task makes no strategy in a real job; dist_test_ps_task makes one, which
+  // refuses an evaluator: it exits 1 at once, and training goes on.
+  testing::TempDir dir;
+  auto run = run_launcher(
+      "--workers 1 --ps 1 --evaluator -- " + ps_task_command(5, dir.file("w.safetensors")), 120);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(has(run.output, "[dist-launch] started evaluator (pid ")) << run.output;
+  EXPECT_TRUE(has(run.output, "[evaluator] ")) << run.output;
+  EXPECT_TRUE(has(run.output, "[dist-launch] evaluator exited with code 1\n")) << run.output;
+  EXPECT_TRUE(has(run.output, "[chief] trained 5 steps")) << run.output;
+  EXPECT_EQ(access(dir.file("w.safetensors").c_str(), F_OK), 0);
+}
+
+// worker:1 SIGKILLed in the middle of a step: dist-launch starts it again with the same
+// TF_CONFIG, the chief finishes the training, and every task ends.
+TEST(DistLaunchTest, RestartWorkersStartsAKilledWorkerAgain) {
+  testing::TempDir dir;
+  const std::string token = job_token("RestartWorkers");
+  testing::WorkerProcesses launcher;
+  launcher.start(
+      DIST_LAUNCH_BINARY,
+      {"--workers", "2", "--ps", "1", "--restart-workers", "--", DIST_TEST_PS_TASK_BINARY, "train",
+       "sgd", "40", dir.file("w.safetensors")},
+      {"DIST_JOB_TOKEN=" + token, "DIST_TEST_STEP_SLEEP_MS=200", "DIST_TEST_TIMEOUT_MS=10000"});
+  ASSERT_TRUE(launcher.wait_for_output(0, "[worker:1] step done", 60s));
+  const pid_t worker = task_pid(launcher.pid(0), "worker", 1);
+  ASSERT_GT(worker, 0);
+  ASSERT_GE(processes_of_job(token).size(), 5u);  // the launcher, its 4 tasks (and their children)
+  std::this_thread::sleep_for(100ms);             // inside its next step's 200 ms
+  kill(worker, SIGKILL);
+  const auto results = launcher.wait_all(120s);
+  const std::string& output = results[0].output;
+  EXPECT_EQ(results[0].exit_code, 0) << output;
+  EXPECT_TRUE(has(output,
+                  "[dist-launch] worker:1 exited with signal 9 (Killed); starting it "
+                  "again (restart 1 of at most 10)"))
+      << output;
+  EXPECT_EQ(count(output, "[dist-launch] started worker:1 (pid "), 2) << output;
+  EXPECT_TRUE(has(output, "[chief] trained 40 steps")) << output;
+  EXPECT_TRUE(has(output, "[dist-launch] worker:1 exited with code 0")) << output;  // again
+  EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
+}
+
+// A ps task lost: dist-launch does not stop the job but waits for the chief, which fails by
+// itself naming the ps task; the exit code is the chief's.
+TEST(DistLaunchTest, LostPsEndsTheJobWithTheChiefsExitCode) {
+  testing::TempDir dir;
+  const std::string token = job_token("LostPs");
+  testing::WorkerProcesses launcher;
+  launcher.start(
+      DIST_LAUNCH_BINARY,
+      {"--workers", "1", "--ps", "1", "--grace-seconds", "5", "--", DIST_TEST_PS_TASK_BINARY,
+       "train", "sgd", "1000", dir.file("w.safetensors")},
+      {"DIST_JOB_TOKEN=" + token, "DIST_TEST_STEP_SLEEP_MS=20", "DIST_TEST_TIMEOUT_MS=3000"});
+  ASSERT_TRUE(launcher.wait_for_output(0, "[worker:0] step done", 60s));
+  const pid_t ps = task_pid(launcher.pid(0), "ps", 0);
+  ASSERT_GT(ps, 0);
+  ASSERT_GE(processes_of_job(token).size(), 4u);  // the launcher, its 3 tasks (and their children)
+  kill(ps, SIGKILL);
+  const auto results = launcher.wait_all(60s);
+  const std::string& output = results[0].output;
+  EXPECT_EQ(results[0].exit_code, 1) << output;
+  const size_t ps_exit = output.find("[dist-launch] ps:0 exited with signal 9 (Killed)\n");
+  const size_t chief_exit = output.find("[dist-launch] chief exited with code 1");
+  ASSERT_NE(ps_exit, std::string::npos) << output;
+  ASSERT_NE(chief_exit, std::string::npos) << output;
+  EXPECT_LT(ps_exit, chief_exit) << output;
+  EXPECT_TRUE(has(output, "[chief] ")) << output;
+  EXPECT_TRUE(has(output, "parameter server ps:0 (127.0.0.1:")) << output;
+  EXPECT_TRUE(has(output, "dist-launch: chief failed with exit code 1")) << output;
+  EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
+}
+
+// The chief SIGKILLed: the other tasks get --grace-seconds, then SIGTERM; --max-restarts
+// then starts the whole job again on fresh ports, and its chief trains to the end.
+TEST(DistLaunchTest, MaxRestartsStartsAParameterServerJobAgainWhenTheChiefFails) {
+  testing::TempDir dir;
+  const std::string token = job_token("MaxRestartsPs");
+  testing::WorkerProcesses launcher;
+  launcher.start(
+      DIST_LAUNCH_BINARY,
+      {"--workers", "1", "--ps", "1", "--grace-seconds", "2", "--max-restarts", "1", "--",
+       DIST_TEST_PS_TASK_BINARY, "train", "sgd", "20", dir.file("w.safetensors")},
+      {"DIST_JOB_TOKEN=" + token, "DIST_TEST_STEP_SLEEP_MS=100", "DIST_TEST_TIMEOUT_MS=10000"});
+  ASSERT_TRUE(launcher.wait_for_output(0, "[worker:0] step done", 60s));
+  const pid_t chief = task_pid(launcher.pid(0), "chief", 0);
+  ASSERT_GT(chief, 0);
+  kill(chief, SIGKILL);
+  const auto results = launcher.wait_all(120s);
+  const std::string& output = results[0].output;
+  EXPECT_EQ(results[0].exit_code, 0) << output;
+  EXPECT_TRUE(has(output,
+                  "[dist-launch] chief exited with signal 9 (Killed); the other tasks "
+                  "have 2 s (--grace-seconds) to exit by themselves"))
+      << output;
+  // They wait for the coordinator 10 s: SIGTERM ends them first.
+  EXPECT_TRUE(has(output, " s after the chief exited: ps:0 worker:0; sending SIGTERM")) << output;
+  EXPECT_TRUE(has(output, "[dist-launch] restarting the job (restart 1 of 1)")) << output;
+  EXPECT_EQ(count(output, "[dist-launch] started chief (pid "), 2) << output;
+  EXPECT_TRUE(has(output, "[chief] trained 20 steps")) << output;
+  EXPECT_EQ(access(dir.file("w.safetensors").c_str(), F_OK), 0);
+  EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
+}
+
+TEST(DistLaunchTest, ParameterServerFlagsThatMakeNoJobAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--ps -1", "--ps must be 0 or more, got -1"},
+      {"--workers 2 --restart-workers", "--restart-workers needs --ps"},
+      {"--workers 2 --evaluator", "--evaluator needs --ps"},
+      {"--workers 0 --ps 1", "--workers must be at least 1 with --ps"},
+  };
+  for (const auto& [flags, error] : cases) {
+    SCOPED_TRACE(flags);
+    auto run = run_launcher(flags + " -- /bin/true", 30);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(has(run.output, "dist-launch: " + error)) << run.output;
+    EXPECT_FALSE(has(run.output, "[dist-launch] started")) << run.output;
+  }
 }
 
 }  // namespace
