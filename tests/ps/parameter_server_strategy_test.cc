@@ -29,20 +29,21 @@ TEST(ParameterServerStrategyTest, ClustersItCannotRunAreRefusedByName) {
   EXPECT_NE(
       testing::message_of<InvalidArgument>([] {
         ParameterServerStrategy(options_for(
-            R"({"cluster": {"chief": ["a:1"], "worker": ["a:2"]}, "task": {"type": "chief"}})"));
+            R"({"cluster": {"chief": ["a:1"], "worker": ["a:2"]}, "task": {"type": "chief", "index": 0}})"));
       }).find("the cluster has no ps task"),
       std::string::npos);
   EXPECT_NE(
       testing::message_of<InvalidArgument>([] {
         ParameterServerStrategy(options_for(
-            R"({"cluster": {"worker": ["a:2"], "ps": ["a:3"]}, "task": {"type": "worker"}})"));
+            R"({"cluster": {"worker": ["a:2"], "ps": ["a:3"]}, "task": {"type": "worker", "index": 0}})"));
       }).find("the cluster has no chief"),
       std::string::npos);
-  EXPECT_NE(testing::message_of<InvalidArgument>([] {
-              ParameterServerStrategy(options_for(
-                  R"({"cluster": {"chief": ["a:1"], "ps": ["a:3"]}, "task": {"type": "chief"}})"));
-            }).find("no worker to run steps"),
-            std::string::npos);
+  EXPECT_NE(
+      testing::message_of<InvalidArgument>([] {
+        ParameterServerStrategy(options_for(
+            R"({"cluster": {"chief": ["a:1"], "ps": ["a:3"]}, "task": {"type": "chief", "index": 0}})"));
+      }).find("no worker to run steps"),
+      std::string::npos);
   EXPECT_NE(testing::message_of<InvalidArgument>([] {
               auto options = options_for(config("chief"));
               options.rpc_timeout = std::chrono::milliseconds(0);
