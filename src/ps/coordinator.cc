@@ -17,12 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::unique_ptr<grpc::ClientContext> context_with_deadline(std::chrono::milliseconds deadline) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + deadline);
-  return context;
-}
-
 // A step's failure as the library error the coordinator's caller sees.
 std::exception_ptr step_error(const grpc::Status& status, const std::string& function) {
   const std::string message = concat("step '", function, "' failed on ", status.error_message());
@@ -132,9 +126,9 @@ void CoordinatorImpl::start_workers() {
 
 bool CoordinatorImpl::ping_worker(WorkerTask& worker, std::chrono::milliseconds deadline) {
   rpc::PingRequest request;
-  request.set_from("chief");
+  request.set_from(ps::kCoordinatorTask);
   rpc::PingResponse response;
-  return worker.stub->Ping(context_with_deadline(deadline).get(), request, &response).ok();
+  return worker.stub->Ping(ps::context_with_deadline(deadline).get(), request, &response).ok();
 }
 
 RemoteValue CoordinatorImpl::schedule(const std::string& function, int64_t dataset, int64_t epoch,
@@ -209,7 +203,7 @@ void CoordinatorImpl::run_worker(size_t index) {
       if (stopping_) return;
       call = queue_.front();
       queue_.pop_front();
-      context = context_with_deadline(options.step_timeout);
+      context = ps::context_with_deadline(options.step_timeout);
       running_[index] = context;
     }
     rpc::RunResponse response;
@@ -268,17 +262,18 @@ void CoordinatorImpl::heartbeat() {
   std::vector<int> ps_failures(ps_stubs_.size(), 0);
   while (sleep_for(period)) {
     rpc::PingRequest request;
-    request.set_from("chief");
+    request.set_from(ps::kCoordinatorTask);
     std::vector<std::future<grpc::Status>> ps_pings, worker_pings;
     for (auto& stub : ps_stubs_)
       ps_pings.push_back(std::async(std::launch::async, [&, s = stub.get()] {
         rpc::PingResponse response;
-        return s->Ping(context_with_deadline(options.rpc_timeout).get(), request, &response);
+        return s->Ping(ps::context_with_deadline(options.rpc_timeout).get(), request, &response);
       }));
     for (auto& worker : workers_)
       worker_pings.push_back(std::async(std::launch::async, [&, w = &worker] {
         rpc::PingResponse response;
-        return w->stub->Ping(context_with_deadline(options.rpc_timeout).get(), request, &response);
+        return w->stub->Ping(ps::context_with_deadline(options.rpc_timeout).get(), request,
+                             &response);
       }));
     for (auto& ping : worker_pings) ping.wait();
     for (size_t j = 0; j < ps_pings.size(); ++j) {
@@ -372,18 +367,18 @@ void CoordinatorImpl::shutdown() {
   if (!chief_) return;
   // Every other task exits now instead of at its coordinator timeout.
   rpc::PingRequest request;
-  request.set_from("chief");
+  request.set_from(ps::kCoordinatorTask);
   std::vector<std::future<void>> calls;
   const auto deadline = std::chrono::seconds(2);
   for (auto& worker : workers_)
     calls.push_back(std::async(std::launch::async, [&, w = &worker] {
       rpc::PingResponse response;
-      w->stub->Shutdown(context_with_deadline(deadline).get(), request, &response);
+      w->stub->Shutdown(ps::context_with_deadline(deadline).get(), request, &response);
     }));
   for (auto& stub : ps_stubs_)
     calls.push_back(std::async(std::launch::async, [&, s = stub.get()] {
       rpc::PingResponse response;
-      s->Shutdown(context_with_deadline(deadline).get(), request, &response);
+      s->Shutdown(ps::context_with_deadline(deadline).get(), request, &response);
     }));
   for (auto& call : calls) call.wait();
 }

@@ -30,9 +30,7 @@ ParameterServers::ParameterServers(std::vector<Task> tasks, std::chrono::millise
 }
 
 std::unique_ptr<grpc::ClientContext> ParameterServers::context() const {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + timeout_);
-  return context;
+  return context_with_deadline(timeout_);
 }
 
 void ParameterServers::check(const grpc::Status& status, int ps, const std::string& what) const {

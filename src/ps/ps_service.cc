@@ -261,16 +261,12 @@ grpc::Status ParameterServerService::ReadSlots(grpc::ServerContext*,
 
 grpc::Status ParameterServerService::Ping(grpc::ServerContext*, const rpc::PingRequest* request,
                                           rpc::PingResponse* response) {
-  if (request->from() == "chief") liveness_->heard_from_coordinator();
-  response->set_task(task_);
-  return grpc::Status::OK;
+  return answer_ping(*liveness_, task_, *request, response);
 }
 
 grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const rpc::PingRequest*,
                                               rpc::PingResponse* response) {
-  response->set_task(task_);
-  liveness_->shutdown();
-  return grpc::Status::OK;
+  return answer_shutdown(*liveness_, task_, response);
 }
 
 }  // namespace dist::ps

@@ -8,6 +8,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "dist/core/error.h"
+#include "ps/parameter_server.pb.h"
+#include "ps/task_liveness.h"
 
 namespace dist::ps {
 
@@ -37,6 +39,21 @@ grpc::Status answer(const std::string& task, F&& body) {
   } catch (const std::exception& e) {
     return grpc::Status(grpc::StatusCode::INTERNAL, task + ": " + e.what());
   }
+}
+
+// The Ping and Shutdown answers every task's service gives: `task` names it; a ping from the
+// coordinator counts as hearing from it, a Shutdown ends the task's serve().
+inline grpc::Status answer_ping(TaskLiveness& liveness, const std::string& task,
+                                const rpc::PingRequest& request, rpc::PingResponse* response) {
+  if (request.from() == kCoordinatorTask) liveness.heard_from_coordinator();
+  response->set_task(task);
+  return grpc::Status::OK;
+}
+inline grpc::Status answer_shutdown(TaskLiveness& liveness, const std::string& task,
+                                    rpc::PingResponse* response) {
+  response->set_task(task);
+  liveness.shutdown();
+  return grpc::Status::OK;
 }
 
 // Whether the peer could not be reached or did not answer in time (the task is lost), as

@@ -10,6 +10,10 @@
 
 namespace dist::ps {
 
+// The name the coordinator signs its pings with (PingRequest.from); only its pings keep a task
+// alive.
+inline constexpr const char* kCoordinatorTask = "chief";
+
 class TaskLiveness {
  public:
   enum class Ending { kShutdown, kCoordinatorLost };

@@ -28,6 +28,12 @@ TaskServer::~TaskServer() {
   server_->Wait();
 }
 
+std::unique_ptr<grpc::ClientContext> context_with_deadline(std::chrono::milliseconds deadline) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + deadline);
+  return context;
+}
+
 std::shared_ptr<grpc::Channel> open_channel(const std::string& address) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(-1);

@@ -2,6 +2,7 @@
 // TF_CONFIG entry names, with no limit on message size (a variable can be large).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ class TaskServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
+
+// A client context whose call must be answered within `deadline`.
+std::unique_ptr<grpc::ClientContext> context_with_deadline(std::chrono::milliseconds deadline);
 
 // A channel to `address` without a message size limit.
 std::shared_ptr<grpc::Channel> open_channel(const std::string& address);
