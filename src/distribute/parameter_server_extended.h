@@ -5,7 +5,8 @@
 // the same variables on the same ps tasks without talking: model k's parameter p is the
 // variable "m<k>/<p>". The chief creates them on the ps tasks; a worker's step reads the
 // current values before the user's step function runs (run_replicas) and sends the gradients
-// in apply_gradients, where the ps tasks apply the optimizer.
+// in apply_gradients, where the ps tasks apply the optimizer. A ShardedEmbedding's table is the
+// exception: a step reads only the rows its ids name and sends only those rows' gradients.
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "collective/local/local_communicator.h"
 #include "dist/distribute/parameter_server_strategy.h"
+#include "dist/distribute/sharded_embedding.h"
 #include "dist/distribute/strategy_extended.h"
 #include "ps/ps_client.h"
 
@@ -51,18 +53,29 @@ class ParameterServerExtended : public StrategyExtended,
   // "worker:1 (127.0.0.1:2223)"
   std::string task_description() const;
   ps::ParameterServers& parameter_servers() { return *servers_; }
-  // Reads the current values of every variable this process placed into its modules.
+  // Before a step: the current values of every variable this process placed, except the
+  // embedding tables (their rows are looked up by the step).
   void pull_all();
   // Writes module `model`'s values to the ps tasks (after a checkpoint restore on the chief).
   void push_values(int model);
+  // Every value of module `model`, tables too (before a checkpoint is written).
   void pull(int model);
 
  private:
+  struct Table {
+    size_t parameter;  // its index in parameters()
+    std::shared_ptr<ShardedEmbeddingImpl> layer;
+  };
   struct PlacedModel {
     std::shared_ptr<torch::nn::Module> module;
     std::vector<ps::PlacedVariable> variables;  // one per parameter, in parameters() order
+    std::vector<Table> tables;
+    bool is_table(size_t parameter) const;
   };
-  void read_into(const std::vector<int>& models);
+  // Finds the ShardedEmbedding layers of `placed` and, on tasks that run steps, has their
+  // forward look rows up on the ps tasks.
+  void connect_tables(PlacedModel& placed);
+  void read_into(const std::vector<int>& models, bool whole_tables);
 
   ParameterServerOptions options_;
   ClusterConfig config_;

@@ -86,6 +86,12 @@ void ParameterServerExtended::run_replicas(const std::function<void(int)>& body,
                                            int64_t global_batch_size) {
   DIST_CHECK_ARG(task_type() != "ps", "ParameterServerStrategy: ", task_description(),
                  " is a ps task, which runs no steps; call coordinator.serve() there");
+  {
+    // Lookups of an earlier step that never applied its gradients must not reach this one's.
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    for (const PlacedModel& placed : models_)
+      for (const Table& table : placed.tables) table.layer->take_lookups();
+  }
   pull_all();
   ReplicaContext context(shared_from_this(), group_.get(), 0, global_batch_size);
   ReplicaContextScope scope(&context);
@@ -97,10 +103,11 @@ std::shared_ptr<DistributedVariables> ParameterServerExtended::create_variables(
   DIST_CHECK_ARG(primary != nullptr, "mirror: the model is empty (a null module)");
   std::lock_guard<std::mutex> lock(models_mutex_);
   const int model = static_cast<int>(models_.size());
-  PlacedModel placed{primary, {}};
+  PlacedModel placed{primary, {}, {}};
   for (const auto& p : primary->named_parameters())
     placed.variables.push_back(servers_->place("m" + std::to_string(model) + "/" + p.key(),
                                                p.value(), options_.partitioner));
+  connect_tables(placed);
   if (is_chief()) {
     // The chief's initial values become the job's: it is the only task that creates.
     if (!servers_ready_) {
@@ -115,7 +122,37 @@ std::shared_ptr<DistributedVariables> ParameterServerExtended::create_variables(
   return std::make_shared<PsVariables>(std::move(primary), model, shared_from_this());
 }
 
-void ParameterServerExtended::read_into(const std::vector<int>& models) {
+bool ParameterServerExtended::PlacedModel::is_table(size_t parameter) const {
+  for (const Table& table : tables)
+    if (table.parameter == parameter) return true;
+  return false;
+}
+
+void ParameterServerExtended::connect_tables(PlacedModel& placed) {
+  const auto parameters = placed.module->parameters();
+  for (const auto& module : placed.module->modules(/*include_self=*/true)) {
+    auto layer = std::dynamic_pointer_cast<ShardedEmbeddingImpl>(module);
+    if (!layer) continue;
+    size_t index = 0;
+    while (index < parameters.size() && !parameters[index].is_same(layer->weight)) ++index;
+    DIST_INTERNAL_ASSERT(index < parameters.size(),
+                         "a ShardedEmbedding's table is not among its "
+                         "model's parameters");
+    placed.tables.push_back({index, layer});
+    if (task_type() == "ps") continue;  // a ps task runs no step
+    // The layer may outlive the strategy: it then says so instead of calling a closed channel.
+    std::weak_ptr<ParameterServerExtended> owner = weak_from_this();
+    layer->set_row_source([owner, variable = placed.variables[index]](const at::Tensor& ids) {
+      auto strategy = owner.lock();
+      DIST_CHECK_ARG(strategy != nullptr, "ShardedEmbedding '", variable.name,
+                     "': the ParameterServerStrategy that placed its table is gone; keep the "
+                     "strategy alive while the model runs");
+      return strategy->parameter_servers().lookup(variable, ids);
+    });
+  }
+}
+
+void ParameterServerExtended::read_into(const std::vector<int>& models, bool whole_tables) {
   if (task_type() == "ps") return;  // a ps task's models are never trained there
   std::vector<const ps::PlacedVariable*> variables;
   std::vector<at::Tensor> targets;
@@ -125,6 +162,7 @@ void ParameterServerExtended::read_into(const std::vector<int>& models) {
       const PlacedModel& placed = models_[static_cast<size_t>(m)];
       const auto parameters = placed.module->parameters();
       for (size_t i = 0; i < parameters.size(); ++i) {
+        if (!whole_tables && placed.is_table(i)) continue;
         variables.push_back(&placed.variables[i]);
         targets.push_back(parameters[i]);
       }
@@ -142,10 +180,10 @@ void ParameterServerExtended::pull_all() {
     std::lock_guard<std::mutex> lock(models_mutex_);
     for (size_t m = 0; m < models_.size(); ++m) all.push_back(static_cast<int>(m));
   }
-  read_into(all);
+  read_into(all, /*whole_tables=*/false);
 }
 
-void ParameterServerExtended::pull(int model) { read_into({model}); }
+void ParameterServerExtended::pull(int model) { read_into({model}, /*whole_tables=*/true); }
 
 void ParameterServerExtended::push_values(int model) {
   std::lock_guard<std::mutex> lock(models_mutex_);
@@ -182,6 +220,25 @@ void ParameterServerExtended::apply_gradients(DistributedVariables& variables,
         dense.push_back({&placed.variables[i], grad});
       }
     }
+    for (const Table& table : placed.tables) {
+      // The rows the step looked up, with their gradients: the only part of the table sent.
+      std::vector<at::Tensor> ids, grads;
+      for (const auto& lookup : table.layer->take_lookups()) {
+        if (!lookup.rows.grad().defined()) continue;
+        ids.push_back(lookup.ids);
+        grads.push_back(lookup.rows.grad());
+      }
+      if (ids.empty()) continue;
+      ps::ParameterServers::Sparse update{ids[0], grads[0]};
+      if (ids.size() > 1) {
+        // Several lookups may name one row; a sparse update names each row once.
+        const at::Tensor summed = at::sparse_coo_tensor(at::cat(ids).unsqueeze(0), at::cat(grads),
+                                                        table.layer->weight.sizes())
+                                      .coalesce();
+        update = {summed.indices()[0].contiguous(), summed.values().contiguous()};
+      }
+      sparse.push_back({&placed.variables[table.parameter], std::move(update)});
+    }
   }
   servers_->apply(config, dense, sparse);
   detail::clear_gradients(parameters);
@@ -194,8 +251,22 @@ ParameterServerStrategy::ParameterServerStrategy(ParameterServerOptions options)
         return std::make_shared<ParameterServerExtended>(std::move(options), std::move(config));
       }()) {}
 
+namespace {
+ParameterServerExtended& parameter_server_extended(const Strategy& strategy) {
+  return static_cast<ParameterServerExtended&>(strategy.extended());  // the constructor made it
+}
+}  // namespace
+
 const std::string& ParameterServerStrategy::task_type() const {
-  return static_cast<const ParameterServerExtended&>(extended()).task_type();
+  return parameter_server_extended(*this).task_type();
+}
+
+int64_t ParameterServerStrategy::bytes_sent() const {
+  return parameter_server_extended(*this).parameter_servers().bytes_sent();
+}
+
+int64_t ParameterServerStrategy::bytes_received() const {
+  return parameter_server_extended(*this).parameter_servers().bytes_received();
 }
 
 }  // namespace dist

@@ -164,6 +164,7 @@ at::Tensor ParameterServers::lookup(const PlacedVariable& variable, const at::Te
       for (int64_t r : std::vector<int64_t>(local.data_ptr<int64_t>(),
                                             local.data_ptr<int64_t>() + local.numel()))
         request.add_rows(r);
+      sent_ += 8 * local.numel();
       rpc::LookupResponse response;
       check(stub(ps).Lookup(context().get(), request, &response), ps,
             "looking up rows of '" + request.name() + "'");

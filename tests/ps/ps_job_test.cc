@@ -15,6 +15,7 @@
 #include "distribute/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
+#include "ps/embedding_model.h"
 #include "test_util.h"
 
 namespace dist {
@@ -137,6 +138,53 @@ TEST(ParameterServerJobTest, CheckpointOfPsVariablesRestoresAnywhere) {
     EXPECT_NE(results[job.chief_process()].output.find("restored"), std::string::npos);
   }
   EXPECT_EQ(relative_difference(load(dir.file("b.safetensors")), trained), 0.0);
+}
+
+// A job training EmbeddingNet(rows, dim) for `steps` synchronous steps with one worker:
+// its weights equal one device's, and each step moved the table rows its batch names and
+// nothing else of the table: received = the rows + the dense layer; sent = the same as
+// gradients + the row numbers twice (asked for, then updated).
+void check_embedding_job(int64_t rows, int64_t dim, int steps, int ps,
+                         std::vector<std::string> env) {
+  testing::TempDir dir;
+  Job job(1, ps,
+          {"embedding", std::to_string(rows), std::to_string(dim), std::to_string(steps),
+           dir.file("w.safetensors")},
+          std::move(env));
+  auto results = job.processes.wait_all(180s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+
+  const std::string& worker = results[job.worker_process(0)].output;
+  const int64_t dense_bytes = (dim * 10 + 10) * 4, table_bytes = rows * dim * 4;
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const int64_t distinct = testing::distinct_ids_in_batch(rows, steps, step);
+    const size_t at = worker.find("step " + std::to_string(step) + " received ");
+    ASSERT_NE(at, std::string::npos) << worker;
+    long long received = -1, sent = -1;
+    ASSERT_EQ(
+        std::sscanf(worker.c_str() + at, "step %*d received %lld sent %lld", &received, &sent), 2);
+    EXPECT_EQ(received, distinct * dim * 4 + dense_bytes);
+    EXPECT_EQ(sent, distinct * dim * 4 + dense_bytes + 2 * distinct * 8);
+    EXPECT_LT(received, table_bytes / 100);
+  }
+  auto expected = testing::train_embedding_steps(OneDeviceStrategy(), rows, dim, steps);
+  const double diff = relative_difference(load(dir.file("w.safetensors")), expected);
+  std::printf(
+      "ShardedEmbedding %lld x %lld over %d ps, %d steps: max relative difference to "
+      "one device %.3g\n",
+      static_cast<long long>(rows), static_cast<long long>(dim), ps, steps, diff);
+  EXPECT_LT(diff, 1e-6);
+}
+
+TEST(ParameterServerJobTest, ShardedEmbeddingStepsReproduceOneDevice) {
+  check_embedding_job(100000, 16, 20, 1, {});
+}
+
+// The table: 1,000,000 x 64 (256 MB) split over 2 ps tasks; a step of 32 examples
+// moves about 100 rows of it each way.
+TEST(ParameterServerJobTest, ShardedEmbeddingStepMovesOnlyTheRowsItLooksUp) {
+  check_embedding_job(1000000, 64, 3, 2, {"DIST_TEST_PS_SHARDS=2"});
 }
 
 int count(const std::string& text, const std::string& what) {

@@ -7,6 +7,12 @@
 //                                                schedules each and, with DIST_TEST_SYNC=1,
 //                                                joins after each; it saves the final weights
 //                                                (read from the ps tasks) to OUT.
+//   dist_test_ps_task embedding ROWS DIM STEPS OUT
+//                                                STEPS synchronous SGD steps of EmbeddingNet
+//                                                (embedding_model.h) over embedding_data; each
+//                                                worker prints the bytes each step moved, the
+//                                                chief saves the final weights to OUT ("-":
+//                                                not saved).
 //
 // With DIST_TEST_CHECKPOINT=PATH the chief restores PATH before the first step if it exists,
 // and writes it after the last (the existing checkpoint format).
@@ -31,6 +37,7 @@
 #include "dist/train/loss.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
+#include "ps/embedding_model.h"
 
 namespace {
 
@@ -48,6 +55,13 @@ dist::ParameterServerOptions options_from_env() {
   if (const int64_t shards = env_int("DIST_TEST_PS_SHARDS", 0); shards > 0)
     options.partitioner = dist::Partitioner::fixed_shards(static_cast<int>(shards));
   return options;
+}
+
+void save_weights(const torch::nn::Module& module, const std::string& out) {
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& p : module.named_parameters())
+    weights.emplace_back(p.key(), p.value().detach().clone());
+  dist::save_safetensors(out, weights);
 }
 
 int train(const std::string& optimizer_kind, int steps, const std::string& out) {
@@ -95,11 +109,50 @@ int train(const std::string& optimizer_kind, int steps, const std::string& out) 
   for (size_t i = 0; i < losses.size(); ++i)
     std::cout << "loss " << i << " " << losses[i].fetch().item<double>() << std::endl;
   model.variables().prepare_to_read();
-  std::vector<std::pair<std::string, torch::Tensor>> weights;
-  for (const auto& p : model.primary()->named_parameters())
-    weights.emplace_back(p.key(), p.value().detach().clone());
-  dist::save_safetensors(out, weights);
+  save_weights(*model.primary(), out);
   if (checkpoint_path) checkpoint.write(checkpoint_path);
+  coordinator.shutdown();
+  std::cout << "trained " << steps << " steps" << std::endl;
+  return 0;
+}
+
+// Each step on a worker prints "step K received R sent S": the bytes it moved to and from
+// the ps tasks, which the test checks against the rows the batch names.
+int train_embedding(int64_t rows, int64_t dim, int steps, const std::string& out) {
+  dist::ParameterServerStrategy strategy(options_from_env());
+  torch::manual_seed(7);
+  auto model = strategy.mirror(dist::testing::EmbeddingNet(rows, dim));
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  dist::ClusterCoordinator coordinator(strategy);
+  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
+  int step = 0;
+  coordinator.register_function("train_step", [&](dist::ScheduledCall& call) {
+    const dist::data::Element batch = call.next();
+    const int64_t received = strategy.bytes_received(), sent = strategy.bytes_sent();
+    auto losses = strategy.run(
+        [&](const dist::data::Element& b) {
+          auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+          loss.backward();
+          optimizer->apply_gradients();
+          return loss.detach();
+        },
+        batch);
+    std::cout << "step " << step++ << " received " << strategy.bytes_received() - received
+              << " sent " << strategy.bytes_sent() - sent << std::endl;
+    return strategy.reduce(dist::ReduceOp::kSum, losses);
+  });
+  auto dataset = coordinator.create_per_worker_dataset(
+      [&](const dist::InputContext&) { return dist::testing::embedding_data(rows, steps); });
+  if (!strategy.is_chief()) return coordinator.serve();
+  for (int i = 0; i < steps; ++i) {
+    coordinator.schedule("train_step", dataset.iterator());
+    coordinator.join();  // synchronous: the one-device order of updates
+  }
+  if (out != "-") {
+    model.variables().prepare_to_read();
+    save_weights(*model.primary(), out);
+  }
   coordinator.shutdown();
   std::cout << "trained " << steps << " steps" << std::endl;
   return 0;
@@ -111,7 +164,10 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   try {
     if (scenario == "train" && argc == 5) return train(argv[2], std::atoi(argv[3]), argv[4]);
-    std::cerr << "usage: dist_test_ps_task train sgd|adam STEPS OUT" << std::endl;
+    if (scenario == "embedding" && argc == 6)
+      return train_embedding(std::atoll(argv[2]), std::atoll(argv[3]), std::atoi(argv[4]), argv[5]);
+    std::cerr << "usage: dist_test_ps_task train sgd|adam STEPS OUT\n"
+              << "       dist_test_ps_task embedding ROWS DIM STEPS OUT" << std::endl;
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -57,6 +57,12 @@ class ParameterServerStrategy : public Strategy {
 
   // This task's type: "chief", "worker" or "ps".
   const std::string& task_type() const;
+
+  // Tensor bytes this task has sent to and received from the ps tasks so far: values,
+  // gradients and row numbers, without message framing. The difference across a step is what
+  // the step cost on the wire.
+  int64_t bytes_sent() const;
+  int64_t bytes_received() const;
 };
 
 }  // namespace dist
