@@ -1,10 +1,12 @@
 #include "dist/keras/model.h"
 
+#include <deque>
 #include <functional>
 
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
+#include "dist/distribute/cluster_coordinator.h"
 #include "dist/keras/callbacks.h"
 #include "dist/train/metrics.h"
 #include "dist/train/mixed_precision.h"
@@ -33,6 +35,10 @@ struct ModelState {
   bool stop_training = false;
   TrainingState progress;               // where fit is
   std::optional<TrainingState> resume;  // set from on_train_begin by resume_training_at
+  // Under ParameterServerStrategy: whether fit ran (once per job, see fit_under_ps) and, on
+  // the chief, the coordinator, kept so that the ps tasks (and the weights) outlive fit.
+  bool fitted_under_ps = false;
+  std::shared_ptr<ClusterCoordinator> coordinator;
 };
 
 }  // namespace detail
@@ -249,6 +255,67 @@ Logs run_test(ModelState& s, const DistributedDataset& data, int64_t steps,
   return logs;
 }
 
+// One training step: a global batch (PerReplica) split over the replicas, or under
+// ParameterServerStrategy one worker's batch (an Element).
+template <class Batch>
+PerReplica<at::Tensor> train_step(ModelState& s, const Batch& batch) {
+  return s.strategy.run(
+      [&](const Element& b) {
+        check_element(b, 2, "fit");
+        at::Tensor y_pred = replica_forward(s, b[0]);
+        at::Tensor loss = replica_loss(*s.loss, b[1], y_pred);
+        loss.backward();
+        s.optimizer->apply_gradients();
+        at::Tensor detached = y_pred.detach();
+        for (auto& m : s.metrics) m.update(*m.metric, b[1], detached);
+        return loss.detach();
+      },
+      batch);
+}
+
+// An epoch's start: fresh metrics (or a resumed epoch's sums), the learning rate it began
+// with, on_epoch_begin. Returns whether the epoch continues a resumed one.
+bool begin_epoch(ModelState& s, int epoch, const std::optional<TrainingState>& resume,
+                 const CallbackList& callbacks) {
+  const bool resuming = resume && resume->epoch == epoch && resume->position.elements > 0;
+  reset_metrics(s);
+  if (resuming && s.strategy.is_chief()) {
+    // Under several workers the sums were saved globally: one worker holds them.
+    for (Metric* m : all_metrics(s)) {
+      auto total = resume->values.find(m->name() + ".total");
+      auto count = resume->values.find(m->name() + ".count");
+      if (total != resume->values.end() && count != resume->values.end())
+        m->restore_state(std::stod(total->second), std::stod(count->second));
+    }
+  }
+  // The learning rate the epoch started with: a schedule that reads the current rate must
+  // see that one again when a resume repeats on_epoch_begin, not the rate it already set.
+  if (resuming) {
+    if (auto lr = resume->values.find("lr_at_epoch_begin"); lr != resume->values.end())
+      s.optimizer->set_learning_rate(std::stod(lr->second));
+  }
+  s.progress.values["lr_at_epoch_begin"] = nlohmann::json(s.optimizer->learning_rate()).dump();
+  callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, {}); });
+  return resuming;
+}
+
+// A complete epoch's end: its logs (validation included), on_epoch_end, the history.
+void end_epoch(ModelState& s, int epoch, const std::optional<DistributedDataset>& validation,
+               const FitOptions& options, const CallbackList& callbacks, History& history,
+               Logs& logs) {
+  logs = metric_logs(s, /*global=*/true);
+  if (validation) {
+    for (const auto& [key, value] : run_test(s, *validation, options.validation_steps, callbacks))
+      logs["val_" + key] = value;
+  }
+  // The next epoch starts at its beginning: what a checkpoint taken at epoch end records.
+  s.progress.epoch = epoch + 1;
+  s.progress.position = data::IteratorPosition{epoch + 1, 0};
+  callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
+  history.epoch.push_back(epoch);
+  for (const auto& [key, value] : logs) history.history[key].push_back(value);
+}
+
 // fit's epochs, from s.progress (a fresh start or a resumed state) to options.epochs.
 void run_epochs(ModelState& s, const DistributedDataset& train_data,
                 const std::optional<DistributedDataset>& validation, const FitOptions& options,
@@ -257,25 +324,7 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
   if (s.stop_training) return;  // a callback stopped it in on_train_begin (a step limit reached)
   const int64_t steps_in_epoch = train_data.cardinality();  // negative when unknown
   for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
-    const bool resuming = resume && resume->epoch == epoch && resume->position.elements > 0;
-    reset_metrics(s);
-    if (resuming && s.strategy.is_chief()) {
-      // Under several workers the sums were saved globally: one worker holds them.
-      for (Metric* m : all_metrics(s)) {
-        auto total = resume->values.find(m->name() + ".total");
-        auto count = resume->values.find(m->name() + ".count");
-        if (total != resume->values.end() && count != resume->values.end())
-          m->restore_state(std::stod(total->second), std::stod(count->second));
-      }
-    }
-    // The learning rate the epoch started with: a schedule that reads the current rate must
-    // see that one again when a resume repeats on_epoch_begin, not the rate it already set.
-    if (resuming) {
-      if (auto lr = resume->values.find("lr_at_epoch_begin"); lr != resume->values.end())
-        s.optimizer->set_learning_rate(std::stod(lr->second));
-    }
-    s.progress.values["lr_at_epoch_begin"] = nlohmann::json(s.optimizer->learning_rate()).dump();
-    callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, {}); });
+    const bool resuming = begin_epoch(s, epoch, resume, callbacks);
     if (s.stop_training) break;  // before any step: nothing of this epoch happened
     set_training(s, true);
     auto it = resuming ? train_data.iterator_at(resume->position) : train_data.iterator(epoch);
@@ -287,18 +336,7 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
       auto batch = it.next();
       if (!batch) break;
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, {}); });
-      auto losses = s.strategy.run(
-          [&](const Element& b) {
-            check_element(b, 2, "fit");
-            at::Tensor y_pred = replica_forward(s, b[0]);
-            at::Tensor loss = replica_loss(*s.loss, b[1], y_pred);
-            loss.backward();
-            s.optimizer->apply_gradients();
-            at::Tensor detached = y_pred.detach();
-            for (auto& m : s.metrics) m.update(*m.metric, b[1], detached);
-            return loss.detach();
-          },
-          *batch);
+      auto losses = train_step(s, *batch);
       track_loss(s, losses, batch->global_batch_size());
       ++s.progress.step;
       s.progress.position = it.position();
@@ -316,19 +354,123 @@ void run_epochs(ModelState& s, const DistributedDataset& train_data,
       }
     }
     if (cut_short) break;
-    logs = metric_logs(s, /*global=*/true);
-    if (validation) {
-      for (const auto& [key, value] : run_test(s, *validation, options.validation_steps, callbacks))
-        logs["val_" + key] = value;
-    }
-    // The next epoch starts at its beginning: what a checkpoint taken at epoch end records.
-    s.progress.epoch = epoch + 1;
-    s.progress.position = data::IteratorPosition{epoch + 1, 0};
-    callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
-    history.epoch.push_back(epoch);
-    for (const auto& [key, value] : logs) history.history[key].push_back(value);
+    end_epoch(s, epoch, validation, options, callbacks, history, logs);
     if (s.stop_training) break;
   }
+}
+
+// ---- fit under ParameterServerStrategy (docs/design.md, "fit under ParameterServerStrategy")
+
+constexpr const char* kPsTrainStep = "keras.fit/train_step";
+// Steps scheduled ahead of the oldest unfinished one: enough to keep a few workers busy while
+// the chief waits for the oldest, few enough that a stop asked for in on_train_batch_end (a
+// signal) lets only these finish.
+constexpr size_t kStepsInFlight = 16;
+
+bool under_parameter_servers(const ModelState& s) {
+  return s.strategy.name() == "parameter_server";
+}
+
+// A worker's step: trains on its next batch and returns the step's loss and metric sums
+// ("<metric>.total", "<metric>.count"), which the chief adds to its own.
+std::map<std::string, at::Tensor> ps_train_step(ModelState& s, ScheduledCall& call) {
+  const Element batch = call.next();
+  check_element(batch, 2, "fit");
+  // Steps on one worker run one at a time, so the metrics hold this step's sums alone.
+  reset_metrics(s);
+  set_training(s, true);
+  track_loss(s, train_step(s, batch), batch[0].size(0));
+  std::map<std::string, at::Tensor> sums;
+  for (Metric* m : all_metrics(s)) {
+    const auto [total, count] = m->total_and_count();
+    sums[m->name() + ".total"] = torch::tensor(total, torch::kFloat64);
+    sums[m->name() + ".count"] = torch::tensor(count, torch::kFloat64);
+  }
+  return sums;
+}
+
+void add_step_sums(ModelState& s, const std::map<std::string, at::Tensor>& sums) {
+  for (Metric* m : all_metrics(s)) {
+    const auto total = sums.find(m->name() + ".total");
+    const auto count = sums.find(m->name() + ".count");
+    DIST_CHECK(total != sums.end() && count != sums.end(), InternalError,
+               "fit: a worker's step returned no ", m->name(), " sums");
+    const auto [t, c] = m->total_and_count();
+    m->restore_state(t + total->second.item<double>(), c + count->second.item<double>());
+  }
+}
+
+// Every task: the coordinator with the train step and the per-worker copies of `train`.
+// Worker i of N starts its copy i/N of the way into the first pass and repeats it forever, so
+// the workers take different batches (the passes are seeded, so copies that all started at
+// the beginning would give every worker the same batches) and never run dry.
+std::pair<std::shared_ptr<ClusterCoordinator>, PerWorkerDataset> start_coordinator(
+    ModelState& s, const data::Dataset& train) {
+  auto coordinator = std::make_shared<ClusterCoordinator>(s.strategy);
+  coordinator->register_function(kPsTrainStep,
+                                 ClusterCoordinator::DictFunction(
+                                     [&s](ScheduledCall& call) { return ps_train_step(s, call); }));
+  auto dataset = coordinator->create_per_worker_dataset([train](const InputContext& context) {
+    const int64_t batches = train.cardinality();
+    const int64_t offset =
+        batches > 0 ? batches * context.input_pipeline_id / context.num_input_pipelines : 0;
+    return train.repeat().skip(offset);
+  });
+  return {std::move(coordinator), dataset};
+}
+
+// The chief's epochs: steps_per_epoch steps scheduled per epoch (at most kStepsInFlight ahead),
+// their results taken in order for the metrics and on_train_batch_end; then, every step of the
+// epoch done, validation and on_epoch_end on the chief.
+void run_ps_epochs(ModelState& s, ClusterCoordinator& coordinator, const PerWorkerDataset& data,
+                   const std::optional<DistributedDataset>& validation, const FitOptions& options,
+                   const std::optional<TrainingState>& resume, const CallbackList& callbacks,
+                   History& history, Logs& logs) {
+  if (s.stop_training) return;
+  // One iterator per worker for the whole fit, as TF's (positions on workers are not saved,
+  // so a resumed fit starts a new pass: the one of the epoch it resumes at).
+  const auto iterator = data.iterator(s.progress.epoch);
+  for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
+    const bool resuming = begin_epoch(s, epoch, resume, callbacks);
+    if (s.stop_training) break;
+    int64_t step = resuming ? resume->position.elements : 0;
+    s.progress.epoch = epoch;
+    s.progress.position = data::IteratorPosition{epoch, step};
+    std::deque<RemoteValue> in_flight;
+    int64_t scheduled = step;
+    for (;;) {
+      while (!s.stop_training && scheduled < options.steps_per_epoch &&
+             in_flight.size() < kStepsInFlight) {
+        callbacks.each([&](Callback& c) { c.on_train_batch_begin(scheduled, {}); });
+        if (s.stop_training) break;  // asked for before this step: it is not scheduled
+        in_flight.push_back(coordinator.schedule(kPsTrainStep, iterator));
+        ++scheduled;
+      }
+      if (in_flight.empty()) break;
+      // Steps scheduled before a stop have run (or will) and changed the weights: count them.
+      add_step_sums(s, in_flight.front().fetch_dict());
+      in_flight.pop_front();
+      ++s.progress.step;
+      s.progress.position = data::IteratorPosition{epoch, ++step};
+      Logs batch_logs = metric_logs(s, /*global=*/false);
+      callbacks.each([&](Callback& c) { c.on_train_batch_end(step - 1, batch_logs); });
+    }
+    coordinator.join();  // every step fetched; rethrows what a step failed with
+    // As in run_epochs: a stop within the epoch ends fit without validation or on_epoch_end.
+    if (step < options.steps_per_epoch) break;
+    end_epoch(s, epoch, validation, options, callbacks, history, logs);
+    if (s.stop_training) break;
+  }
+}
+
+// On ps and worker tasks: serve the chief's steps until it ends the job.
+History serve_fit(ClusterCoordinator& coordinator) {
+  if (coordinator.serve() != 0)
+    throw CollectiveError(
+        "fit: this task heard nothing from the chief (the coordinator) within the strategy's "
+        "coordinator_timeout; the chief is lost, so this task stops serving. Restart the job "
+        "(the chief resumes from its last checkpoint with BackupAndRestore)");
+  return History{};
 }
 
 }  // namespace
@@ -344,14 +486,38 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
   DIST_CHECK_ARG(options.validation_steps == -1 || options.validation_steps >= 1,
                  "fit: validation_steps must be at least 1, or -1 for all; got ",
                  options.validation_steps);
-  auto train_data = s.strategy.experimental_distribute_dataset(train);
+  const bool ps = under_parameter_servers(s);
+  std::optional<DistributedDataset> train_data;
+  std::shared_ptr<ClusterCoordinator> coordinator;
+  PerWorkerDataset per_worker;
+  if (ps) {
+    const int64_t batches = train.cardinality();
+    DIST_CHECK_ARG(options.steps_per_epoch > 0,
+                   "fit: under ParameterServerStrategy steps_per_epoch is required (as in "
+                   "TensorFlow): every worker iterates its own copy of the data, repeated, so "
+                   "the data's end does not end an epoch. Set FitOptions::steps_per_epoch",
+                   batches > 0
+                       ? ::dist::detail::concat(", e.g. to ", batches,
+                                                " (the dataset's batches) for one pass per epoch")
+                       : std::string());
+    DIST_CHECK_ARG(!s.fitted_under_ps, "fit: model '", s.name,
+                   "' was fitted under ParameterServerStrategy already; fit runs once per job "
+                   "there (the ps and worker tasks serve the first fit until the chief's model "
+                   "is destroyed): train longer with more epochs in one fit");
+    s.fitted_under_ps = true;
+    std::tie(coordinator, per_worker) = start_coordinator(s, train);
+    if (!s.strategy.is_chief()) return serve_fit(*coordinator);
+    s.coordinator = coordinator;  // the job lives as long as the model
+  } else {
+    train_data = s.strategy.experimental_distribute_dataset(train);
+  }
   std::optional<DistributedDataset> validation;
   if (options.validation_data)
     validation = s.strategy.experimental_distribute_dataset(*options.validation_data);
 
-  int64_t steps = train_data.cardinality() >= 0 ? train_data.cardinality() : -1;
-  if (options.steps_per_epoch > 0)
-    steps = steps < 0 ? options.steps_per_epoch : std::min(steps, options.steps_per_epoch);
+  int64_t steps = options.steps_per_epoch;
+  if (train_data && train_data->cardinality() >= 0)
+    steps = steps < 0 ? train_data->cardinality() : std::min(steps, train_data->cardinality());
   CallbackList callbacks = make_callbacks(this, options.callbacks, options.verbose, options.out,
                                           {{"epochs", options.epochs},
                                            {"steps", static_cast<double>(steps)},
@@ -370,7 +536,11 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
     const std::optional<TrainingState> resume = std::move(s.resume);
     s.resume.reset();
     if (resume) s.progress = *resume;
-    run_epochs(s, train_data, validation, options, resume, callbacks, history, logs);
+    if (ps)
+      run_ps_epochs(s, *coordinator, per_worker, validation, options, resume, callbacks, history,
+                    logs);
+    else
+      run_epochs(s, *train_data, validation, options, resume, callbacks, history, logs);
   } catch (...) {
     callbacks.each([](Callback& c) { c.on_train_abort(); });
     throw;
@@ -434,6 +604,7 @@ at::Tensor Model::predict(const data::Dataset& data, const EvaluateOptions& opti
 }
 
 at::Tensor Model::operator()(const at::Tensor& x) const {
+  if (state_->mirrored) state_->mirrored->variables().prepare_to_read();
   torch::NoGradGuard no_grad;
   auto& module = *state_->module;
   const bool was_training = module.is_training();
@@ -456,6 +627,8 @@ void Model::set_learning_rate(double learning_rate) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::weights() const {
+  // Under ParameterServerStrategy the current values are on the ps tasks.
+  if (state_->mirrored) state_->mirrored->variables().prepare_to_read();
   std::vector<std::pair<std::string, at::Tensor>> weights;
   for (const auto& item : state_->module->named_parameters())
     weights.emplace_back(item.key(), item.value());

@@ -20,6 +20,16 @@
 // scaling is needed: a loss with Reduction::kSum sums over the global batch; every other
 // reduction averages over it.
 //
+// Under ParameterServerStrategy (as tf.keras under it) every task of the job runs the same
+// program and calls fit, and steps_per_epoch is required. On the chief fit schedules
+// steps_per_epoch steps per epoch on the workers (through a ClusterCoordinator it keeps while
+// the model lives, so the ps tasks and their weights outlive fit) and runs the callbacks,
+// metrics and validation; each worker trains on its own copy of the dataset, repeated, started
+// i/N of the way into the first pass (worker i of N) so that the workers take different
+// batches; losses are averaged over the worker's batch. On ps and worker tasks fit serves the
+// chief's steps and returns an empty History once the chief's model is destroyed (the job is
+// over there). fit runs once per job under this strategy. See docs/design.md.
+//
 // A Model is a handle: copies share one model.
 #pragma once
 
@@ -56,8 +66,10 @@ struct History {
 
 struct FitOptions {
   int epochs = 1;
-  int initial_epoch = 0;         // start at this epoch (0-based), e.g. to continue a run
-  int64_t steps_per_epoch = -1;  // at most this many steps per epoch; -1: until the data ends
+  int initial_epoch = 0;  // start at this epoch (0-based), e.g. to continue a run
+  // At most this many steps per epoch; -1: until the data ends. Under ParameterServerStrategy
+  // exactly this many, and required (there each worker's data is repeated, so it never ends).
+  int64_t steps_per_epoch = -1;
   std::optional<data::Dataset> validation_data;  // global batches of (x, y), after each epoch
   int64_t validation_steps = -1;                 // -1: all of validation_data
   std::vector<std::shared_ptr<Callback>> callbacks;
@@ -104,7 +116,9 @@ class Model {
   }
   bool compiled() const;
 
-  // Trains on global batches of (x, y); see FitOptions.
+  // Trains on global batches of (x, y); see FitOptions. Under ParameterServerStrategy see the
+  // top of this file: on ps and worker tasks it serves, then returns an empty History, or
+  // throws CollectiveError when the chief fell silent for the strategy's coordinator_timeout.
   History fit(const data::Dataset& train, const FitOptions& options = {});
   // The loss and metrics over global batches of (x, y), e.g. {"loss": 0.31, "accuracy": 0.89}.
   Logs evaluate(const data::Dataset& data, const EvaluateOptions& options = {});
@@ -128,7 +142,8 @@ class Model {
   double learning_rate() const;
   void set_learning_rate(double learning_rate);
 
-  // Parameters and floating-point buffers by name ("conv2d.weight", ...), of the primary copy.
+  // Parameters and floating-point buffers by name ("conv2d.weight", ...), of the primary copy
+  // (under ParameterServerStrategy first read from the ps tasks).
   std::vector<std::pair<std::string, at::Tensor>> weights() const;
   // Copies values into every copy's weights; every name and shape must match.
   void set_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights);
