@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--strategy", o.strategy,
                  "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG, "
-                 "srun or mpirun)")
+                 "srun or mpirun) | parameter_server (TF_CONFIG with chief, worker and ps "
+                 "tasks, e.g. from dist-launch --ps: every task runs this same command; "
+                 "asynchronous, one replica per worker)")
       ->capture_default_str();
   app.add_option("--replicas", o.replicas,
                  "replicas (mirrored/central_storage; default: one per core)")
@@ -46,10 +48,13 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "intra-op threads per replica (default: cores / replicas)")
       ->check(CLI::PositiveNumber);
   app.add_option("--collective-timeout", o.collective_timeout,
-                 "multi_worker: seconds before a lost or stalled worker is reported")
+                 "multi_worker: seconds before a lost or stalled worker is reported; "
+                 "parameter_server: the deadline of every call to another task, and how long "
+                 "ps and worker tasks wait to hear from the chief before giving up")
       ->capture_default_str();
   app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
-                 "multi_worker: seconds for all workers to join")
+                 "multi_worker: seconds for all workers to join; parameter_server: for the ps "
+                 "tasks to serve")
       ->capture_default_str();
   app.add_option("--cross-device-ops", o.cross_device_ops,
                  "parallel | reduction_to_one_device | hierarchical_copy");
@@ -59,7 +64,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", o.max_steps, "stop after this many global steps (-1: no limit)")
       ->capture_default_str()
       ->check(kMinusOneOrPositive);
-  app.add_option("--batch-per-replica", o.batch_per_replica, "examples per replica per step")
+  app.add_option("--steps-per-epoch", o.steps_per_epoch,
+                 "parameter_server only: steps the chief schedules per epoch, shared by all "
+                 "workers (-1: one pass of the training data in all, ceil(examples / global "
+                 "batch), so an epoch means what it means under the other strategies; each "
+                 "worker iterates its own copy of the data, started i/N of the way into the "
+                 "pass and repeated, so it never runs dry)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
+  app.add_option("--batch-per-replica", o.batch_per_replica,
+                 "examples per replica per step (parameter_server: per worker step)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--global-batch", o.global_batch,

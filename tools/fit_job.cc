@@ -61,7 +61,15 @@ class StopAtStep : public keras::Callback {
   // A resumed run that already reached the limit takes no further step (on_epoch_begin: the
   // resumed step is known only after every on_train_begin).
   void on_epoch_begin(int, const keras::Logs&) override {
+    epoch_begin_step_ = model().global_step();
+    first_batch_ = -1;
     if (model().global_step() >= max_steps_) model().set_stop_training(true);
+  }
+  // Under ParameterServerStrategy fit calls this as it schedules a step, before earlier steps
+  // have finished: a stop here keeps the step past the limit from being scheduled at all.
+  void on_train_batch_begin(int64_t batch, const keras::Logs&) override {
+    if (first_batch_ < 0) first_batch_ = batch;  // a resumed epoch starts past 0
+    if (epoch_begin_step_ + (batch - first_batch_) >= max_steps_) model().set_stop_training(true);
   }
   void on_train_batch_end(int64_t, const keras::Logs&) override {
     if (model().global_step() >= max_steps_) model().set_stop_training(true);
@@ -69,6 +77,7 @@ class StopAtStep : public keras::Callback {
 
  private:
   int64_t max_steps_;
+  int64_t epoch_begin_step_ = 0, first_batch_ = -1;
 };
 
 keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
@@ -97,6 +106,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   auto timer = std::make_shared<TrainTimer>(global_batch, job.num_train);
   keras::FitOptions fit;
   fit.epochs = options.epochs;
+  if (job.steps_per_epoch > 0) fit.steps_per_epoch = job.steps_per_epoch;  // parameter_server
   fit.validation_data = job.test;
   fit.verbose = options.progress ? 1 : 2;
   fit.out = &out;
@@ -131,6 +141,9 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   TrainResult result;
   result.chief = chief;
   result.strategy = strategy.name();
+  // A ps or worker task: fit served the chief until it ended the job; the results are the
+  // chief's (and the ps tasks are gone, so nothing more can be read here).
+  if (job.steps_per_epoch > 0 && !chief) return result;
   result.num_replicas_in_sync = job.replicas;
   result.global_batch = global_batch;
   result.mixed_precision = mixed_precision::policy_name(precision);

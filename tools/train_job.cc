@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -17,10 +18,12 @@
 #include "dist/core/allocator.h"
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
+#include "dist/distribute/cluster_coordinator.h"
 #include "dist/distribute/cluster_resolver.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
+#include "dist/distribute/parameter_server_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
@@ -56,6 +59,48 @@ void check_options(const TrainOptions& options) {
                  options.global_batch);
 }
 
+namespace {
+
+std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds) {
+  // Whole milliseconds reach the strategy: less than one would become 0.
+  DIST_CHECK_ARG(seconds >= 0.001, flag, " must be at least 0.001 (seconds), got ", seconds);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// Roles from TF_CONFIG. Every task of the job may share this host (dist-launch): each takes
+// its share of the cores unless --threads says otherwise.
+Strategy make_parameter_server_strategy(const TrainOptions& options) {
+  DIST_CHECK_ARG(options.cross_device_ops.empty(),
+                 "--cross-device-ops applies to mirrored and central_storage only, not to "
+                 "--strategy parameter_server (the ps tasks apply the updates)");
+  DIST_CHECK_ARG(options.replicas <= 1,
+                 "--strategy parameter_server runs one replica per worker, but --replicas ",
+                 options.replicas, " was given; add workers instead (dist-launch --workers N)");
+  ParameterServerOptions ps;
+  ps.cluster = cluster_config_from_environment();
+  ps.rpc_timeout = whole_milliseconds("--collective-timeout", options.collective_timeout);
+  ps.coordinator_timeout = ps.rpc_timeout;
+  ps.startup_timeout = whole_milliseconds("--rendezvous-timeout", options.rendezvous_timeout);
+  int tasks_here = 0;
+  const std::string host = ps.cluster->cluster.address(ps.cluster->task).host;
+  for (const auto& [type, addresses] : ps.cluster->cluster.jobs())
+    for (size_t i = 0; i < addresses.size(); ++i)
+      if (ps.cluster->cluster.address(TaskSpec{type, static_cast<int>(i)}).host == host)
+        ++tasks_here;
+  torch::set_num_threads(options.threads > 0 ? options.threads
+                                             : std::max(1, available_cores() / tasks_here));
+  return ParameterServerStrategy(ps);
+}
+
+}  // namespace
+
+data::Dataset per_worker_train_data(const data::Dataset& train, const InputContext& context) {
+  const int64_t batches = train.cardinality();
+  const int64_t offset =
+      batches > 0 ? batches * context.input_pipeline_id / context.num_input_pipelines : 0;
+  return train.repeat().skip(offset);
+}
+
 Strategy make_strategy(const TrainOptions& options) {
   DIST_CHECK_ARG(options.replicas >= 0, "--replicas must be at least 1, got ", options.replicas);
   DIST_CHECK_ARG(options.threads >= 0, "--threads must be at least 1, got ", options.threads);
@@ -77,17 +122,10 @@ Strategy make_strategy(const TrainOptions& options) {
     if (const char* env = std::getenv("DIST_REPLICAS_PER_WORKER"); env && options.replicas == 0)
       multi.replicas_per_worker = std::atoi(env);
     multi.threads_per_replica = options.threads;
-    // Whole milliseconds reach the communicator: less than one would become 0.
-    DIST_CHECK_ARG(options.collective_timeout >= 0.001,
-                   "--collective-timeout must be at least 0.001 (seconds), got ",
-                   options.collective_timeout);
-    DIST_CHECK_ARG(options.rendezvous_timeout >= 0.001,
-                   "--rendezvous-timeout must be at least 0.001 (seconds), got ",
-                   options.rendezvous_timeout);
     multi.communication.timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout * 1000));
+        whole_milliseconds("--collective-timeout", options.collective_timeout);
     multi.communication.rendezvous_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(options.rendezvous_timeout * 1000));
+        whole_milliseconds("--rendezvous-timeout", options.rendezvous_timeout);
     multi.communication.check_collectives = options.check_collectives;
     // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
     const ResolvedCluster resolved = resolve_cluster();
@@ -97,6 +135,7 @@ Strategy make_strategy(const TrainOptions& options) {
                 << " workers from " << resolved.source << std::endl;
     return MultiWorkerMirroredStrategy(multi);
   }
+  if (options.strategy == "parameter_server") return make_parameter_server_strategy(options);
   DIST_CHECK_ARG(options.cross_device_ops.empty(),
                  "--cross-device-ops applies to mirrored and "
                  "central_storage only, not to --strategy ",
@@ -110,7 +149,8 @@ Strategy make_strategy(const TrainOptions& options) {
   if (options.strategy == "default") return get_default_strategy();
   if (options.strategy == "one_device") return OneDeviceStrategy("cpu:0");
   throw InvalidArgument("unknown --strategy '" + options.strategy +
-                        "': use default, one_device, mirrored, central_storage or multi_worker");
+                        "': use default, one_device, mirrored, central_storage, multi_worker or "
+                        "parameter_server");
 }
 
 namespace {
@@ -162,6 +202,7 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
           {"--seed", std::to_string(options.seed)},
           {"--epochs", std::to_string(options.epochs)},
           {"--max-steps", std::to_string(options.max_steps)},
+          {"--steps-per-epoch", std::to_string(job.steps_per_epoch)},
           {"--mixed-precision", mixed_precision::policy_name(
                                     mixed_precision::policy_from_name(options.mixed_precision))},
           {"the global batch", std::to_string(job.global_batch)},
@@ -199,14 +240,31 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   data::Dataset train = examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
   data::Dataset test =
       data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
-  return JobSetup{strategy,         chief,          replicas, global_batch, num_train,
-                  std::move(train), std::move(test)};
+  int64_t steps_per_epoch = 0;
+  if (strategy.name() == "parameter_server") {
+    // An epoch is one pass of the examples in all, whatever the number of workers, so epochs
+    // mean what they mean under the other strategies.
+    steps_per_epoch = options.steps_per_epoch > 0 ? options.steps_per_epoch
+                                                  : (num_train + global_batch - 1) / global_batch;
+    if (chief)
+      chief_out << "Steps per epoch: " << steps_per_epoch << " (scheduled on the workers"
+                << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")
+                << std::endl;
+  }
+  return JobSetup{strategy,  chief,           replicas,         global_batch,
+                  num_train, steps_per_epoch, std::move(train), std::move(test)};
 }
 
 }  // namespace
 
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
   check_options(options);
+  DIST_CHECK_ARG(options.steps_per_epoch == -1 || options.steps_per_epoch >= 1,
+                 "--steps-per-epoch must be at least 1 (or -1 for one pass of the data), got ",
+                 options.steps_per_epoch);
+  DIST_CHECK_ARG(options.steps_per_epoch == -1 || options.strategy == "parameter_server",
+                 "--steps-per-epoch applies to --strategy parameter_server only (the other "
+                 "strategies take whole passes of the data; use --max-steps to stop early)");
   DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
                  options.checkpoint_every);
   Strategy strategy = make_strategy(options);
@@ -274,6 +332,71 @@ void check_same_run(const std::map<std::string, std::string>& values, const std:
   same("run.train_examples", "--train-examples", std::to_string(job.num_train));
 }
 
+constexpr const char* kPsTrainStep = "dist-train/train_step";
+// Steps scheduled ahead of the oldest unfinished one: enough to keep several workers busy, few
+// enough that a stop (a signal, --max-steps) or a checkpoint waits for little.
+constexpr size_t kStepsInFlight = 16;
+
+// On ps and worker tasks: serve the chief's steps until it ends the job.
+TrainResult serve_steps(ClusterCoordinator& coordinator, const Strategy& strategy) {
+  if (coordinator.serve() != 0)
+    throw CollectiveError(
+        "heard nothing from the chief (the coordinator) within --collective-timeout; the chief "
+        "is lost, so this task stops. Run the job again: with --checkpoint-dir the chief "
+        "resumes from its last checkpoint");
+  TrainResult result;
+  result.chief = false;
+  result.strategy = strategy.name();
+  return result;
+}
+
+// Under ParameterServerStrategy: the epoch's remaining steps scheduled on the workers, at most
+// kStepsInFlight ahead of the oldest unfinished one, each one's results handed to `take` in
+// order. A checkpoint (every --checkpoint-every steps, at --max-steps, on a signal) waits until
+// every scheduled step has finished, so it holds the weights of the step count it records.
+// Returns whether the epoch ran to its end (not stopped by --max-steps or a signal).
+bool schedule_epoch(const TrainOptions& options, const JobSetup& job,
+                    ClusterCoordinator& coordinator, const PerWorkerDataset::Iterator& iterator,
+                    int64_t& epoch_steps, int64_t& epoch_images, TrainResult& result,
+                    const PreemptionWatcher& preemption,
+                    const std::function<void(const std::map<std::string, at::Tensor>&)>& take,
+                    const std::function<void()>& save) {
+  const int64_t every = options.checkpoint_every;
+  std::deque<RemoteValue> in_flight;
+  int64_t scheduled = epoch_steps, saved_at = -1;
+  bool stopping = false;
+  for (;;) {
+    for (;;) {
+      // The step count once every scheduled step has finished.
+      const int64_t next = result.steps + static_cast<int64_t>(in_flight.size());
+      const bool at_checkpoint = every > 0 && !in_flight.empty() && next % every == 0;
+      if (stopping || at_checkpoint || scheduled >= job.steps_per_epoch ||
+          (options.max_steps > 0 && next >= options.max_steps) ||
+          in_flight.size() >= kStepsInFlight)
+        break;
+      in_flight.push_back(coordinator.schedule(kPsTrainStep, iterator));
+      ++scheduled;
+    }
+    if (in_flight.empty()) break;
+    const auto sums = in_flight.front().fetch_dict();
+    in_flight.pop_front();
+    ++epoch_steps;
+    ++result.steps;
+    epoch_images += static_cast<int64_t>(sums.at("examples").item<double>());
+    take(sums);
+    stopping = stopping || preemption.requested();
+    if (every > 0 && in_flight.empty() && result.steps % every == 0) {
+      save();
+      saved_at = result.steps;
+    }
+  }
+  coordinator.join();  // every step was fetched; rethrows what a step failed with
+  result.interrupted = stopping;
+  const bool at_max = options.max_steps > 0 && result.steps >= options.max_steps;
+  if ((stopping || at_max) && saved_at != result.steps) save();
+  return !(stopping || at_max);
+}
+
 // The custom training loop, once the job is set up.
 TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
                             PreemptionWatcher& preemption, std::ostream& chief_out,
@@ -296,6 +419,43 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
   metrics::Mean train_loss("train_loss"), test_loss("test_loss");
   metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy"),
       test_accuracy("test_accuracy");
+  // One replica's share of a training step.
+  auto train_replica = [&](const Element& b) {
+    auto logits =
+        mixed_precision::forward_in_policy([&] { return model->forward(b[0]); }, precision);
+    auto loss = compute_average_loss(loss_fn(b[1], logits));
+    loss.backward();
+    optimizer->apply_gradients();
+    train_accuracy.update_state(b[1], logits.detach());
+    return loss.detach();
+  };
+
+  // Under ParameterServerStrategy the workers take the steps the chief schedules; the ps and
+  // worker tasks serve until the chief is done.
+  std::unique_ptr<ClusterCoordinator> coordinator;
+  PerWorkerDataset per_worker;
+  if (job.steps_per_epoch > 0) {
+    coordinator = std::make_unique<ClusterCoordinator>(strategy);
+    coordinator->register_function(
+        kPsTrainStep, ClusterCoordinator::DictFunction([&](ScheduledCall& call) {
+          const Element batch = call.next();
+          model.train();
+          // A worker runs one step at a time, so the metric counts this step's examples alone.
+          train_accuracy.reset_state();
+          const at::Tensor loss =
+              strategy.reduce(ReduceOp::kSum, strategy.run(train_replica, batch));
+          const auto [correct, examples] = train_accuracy.total_and_count();
+          return std::map<std::string, at::Tensor>{
+              {"loss", loss},
+              {"correct", torch::tensor(correct, torch::kFloat64)},
+              {"examples", torch::tensor(examples, torch::kFloat64)}};
+        }));
+    per_worker =
+        coordinator->create_per_worker_dataset([train = job.train](const InputContext& context) {
+          return per_worker_train_data(train, context);
+        });
+    if (!chief) return serve_steps(*coordinator, strategy);
+  }
 
   std::ofstream metrics_log;
   if (chief && !options.log_dir.empty()) {
@@ -378,6 +538,9 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
   };
 
   const int first_epoch = resume_at ? static_cast<int>(resume_at->epoch) : 0;
+  // One iterator per worker for the whole run; a resumed run starts the workers' data afresh
+  // (their positions are not saved), at the pass of the epoch it resumes at.
+  const auto per_worker_iterator = per_worker.iterator(first_epoch);
   const bool at_max_already = options.max_steps > 0 && result.steps >= options.max_steps;
   if (resume_at && (first_epoch >= options.epochs || at_max_already)) {
     // A finished job run again: say so, and report what the trained weights score.
@@ -407,43 +570,52 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
         m->restore_state(value(m->name() + ".total"), value(m->name() + ".count"));
     }
     out << "Epoch " << epoch + 1 << "/" << options.epochs << std::endl;
-    ProgressBar bar(out, train_data.cardinality(), interactive);
+    ProgressBar bar(out, coordinator ? job.steps_per_epoch : train_data.cardinality(), interactive);
 
     model.train();
     const auto epoch_start = Clock::now();
     int64_t epoch_steps = resuming ? resume_at->elements : 0, epoch_images = 0;
-    auto batches = resuming ? train_data.iterator_at(*resume_at) : train_data.iterator(epoch);
     bool epoch_complete = true;
-    for (const auto& batch : batches) {
-      auto losses = strategy.run(
-          [&](const Element& b) {
-            auto logits =
-                mixed_precision::forward_in_policy([&] { return model->forward(b[0]); }, precision);
-            auto loss = compute_average_loss(loss_fn(b[1], logits));
-            loss.backward();
-            optimizer->apply_gradients();
-            train_accuracy.update_state(b[1], logits.detach());
-            return loss.detach();
+    if (coordinator) {
+      epoch_complete = schedule_epoch(
+          options, job, *coordinator, per_worker_iterator, epoch_steps, epoch_images, result,
+          preemption,
+          [&](const std::map<std::string, at::Tensor>& sums) {
+            train_loss.update_state(sums.at("loss"));
+            const auto [correct, examples] = train_accuracy.total_and_count();
+            train_accuracy.restore_state(correct + sums.at("correct").item<double>(),
+                                         examples + sums.at("examples").item<double>());
+            if (options.progress && chief)
+              bar.update(epoch_steps,
+                         "loss: " + fixed(train_loss.local_result(), 4) +
+                             " - accuracy: " + fixed(train_accuracy.local_result(), 4));
           },
-          batch);
-      train_loss.update_state(strategy.reduce(ReduceOp::kSum, losses));
-      ++epoch_steps;
-      ++result.steps;
-      epoch_images += batch.global_batch_size();
-      // local_result: progress is the chief's alone and must not be a collective.
-      if (options.progress && chief)
-        bar.update(epoch_steps, "loss: " + fixed(train_loss.local_result(), 4) +
-                                    " - accuracy: " + fixed(train_accuracy.local_result(), 4));
-      const bool at_max = options.max_steps > 0 && result.steps >= options.max_steps;
-      // Agreed by all workers, so they stop at the same step.
-      result.interrupted = strategy.any_worker(preemption.requested());
-      if (manager &&
-          (result.interrupted || at_max ||
-           (options.checkpoint_every > 0 && result.steps % options.checkpoint_every == 0)))
-        save(epoch, batches.position());
-      if (result.interrupted || at_max) {
-        epoch_complete = false;
-        break;
+          [&] {
+            if (manager) save(epoch, data::IteratorPosition{epoch, epoch_steps});
+          });
+    } else {
+      auto batches = resuming ? train_data.iterator_at(*resume_at) : train_data.iterator(epoch);
+      for (const auto& batch : batches) {
+        auto losses = strategy.run(train_replica, batch);
+        train_loss.update_state(strategy.reduce(ReduceOp::kSum, losses));
+        ++epoch_steps;
+        ++result.steps;
+        epoch_images += batch.global_batch_size();
+        // local_result: progress is the chief's alone and must not be a collective.
+        if (options.progress && chief)
+          bar.update(epoch_steps, "loss: " + fixed(train_loss.local_result(), 4) +
+                                      " - accuracy: " + fixed(train_accuracy.local_result(), 4));
+        const bool at_max = options.max_steps > 0 && result.steps >= options.max_steps;
+        // Agreed by all workers, so they stop at the same step.
+        result.interrupted = strategy.any_worker(preemption.requested());
+        if (manager &&
+            (result.interrupted || at_max ||
+             (options.checkpoint_every > 0 && result.steps % options.checkpoint_every == 0)))
+          save(epoch, batches.position());
+        if (result.interrupted || at_max) {
+          epoch_complete = false;
+          break;
+        }
       }
     }
     bar.finish();
@@ -494,10 +666,12 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
     if (manager && epoch_complete) save(epoch + 1, data::IteratorPosition{epoch + 1, 0});
   }
 
-  if (chief && !options.save_weights.empty())
+  if (chief && !options.save_weights.empty()) {
+    model.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
     save_safetensors(options.save_weights, named_weights(*model.primary()),
                      {{"model", options.model}, {"step", std::to_string(result.steps)}},
                      options.env);
+  }
 
   result.images_per_sec = images / std::max(result.train_seconds, 1e-9);
   result.seconds = seconds_since(job_start);

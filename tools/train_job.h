@@ -11,6 +11,7 @@
 #include "dist/core/env.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
+#include "dist/distribute/input_context.h"
 #include "dist/distribute/strategy.h"
 
 namespace dist::tools {
@@ -18,7 +19,8 @@ namespace dist::tools {
 struct TrainOptions {
   std::string loop = "custom";        // custom (the tf.distribute custom loop) | fit (Keras)
   std::string strategy = "mirrored";  // default | one_device | mirrored | central_storage |
-                                      // multi_worker (cluster from TF_CONFIG, Slurm or MPI)
+                                      // multi_worker (cluster from TF_CONFIG, Slurm or MPI) |
+                                      // parameter_server (roles from TF_CONFIG)
   int replicas = 0;                   // 0: the strategy's default (mirrored: one per core)
   int threads = 0;                    // intra-op threads per replica; 0: cores / replicas
   std::string cross_device_ops;       // mirrored and central_storage only: parallel |
@@ -28,6 +30,9 @@ struct TrainOptions {
   bool check_collectives = true;      // multi_worker: CommunicationOptions::check_collectives
   int epochs = 10;
   int64_t max_steps = -1;  // global steps; -1: no limit
+  // parameter_server only: steps scheduled per epoch (shared by all workers); -1: one pass of
+  // the training data, ceil(examples / global batch).
+  int64_t steps_per_epoch = -1;
   int64_t batch_per_replica = 64;
   int64_t global_batch = 0;  // > 0 overrides batch_per_replica * replicas
   double lr = 1e-3;
@@ -96,6 +101,9 @@ struct JobSetup {
   int replicas = 0;
   int64_t global_batch = 0;
   int64_t num_train = 0;
+  // parameter_server: the steps the chief schedules per epoch (--steps-per-epoch or derived);
+  // 0 under the other strategies, whose epochs are passes over `train`.
+  int64_t steps_per_epoch = 0;
   data::Dataset train;  // shuffled global batches of the training examples
   data::Dataset test;   // global batches of the test set
 };
@@ -111,6 +119,12 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
 
 // The strategy the options choose (also sets the intra-op thread count where needed).
 Strategy make_strategy(const TrainOptions& options);
+
+// Under ParameterServerStrategy worker i of N iterates its own copy of the training batches,
+// started i/N of the way into the first pass and repeated without end: the copies are seeded
+// alike, so copies that all started at the beginning would give every worker the same batches;
+// repeated, a fast worker never runs dry. (Model::fit does the same with its data.)
+data::Dataset per_worker_train_data(const data::Dataset& train, const InputContext& context);
 
 // The job through the Keras API (--loop fit): keras::Model::fit with the test set as
 // validation data, BackupAndRestore for --checkpoint-dir, TensorBoard and CSVLogger for
