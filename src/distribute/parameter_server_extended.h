@@ -60,6 +60,10 @@ class ParameterServerExtended : public StrategyExtended,
   void push_values(int model);
   // Every value of module `model`, tables too (before a checkpoint is written).
   void pull(int model);
+  // The optimizer slots the ps tasks keep beside module `model`'s variables into `optimizer`
+  // (an optimizer over its parameters), and back (after a checkpoint restore on the chief).
+  void pull_slots(int model, torch::optim::Optimizer& optimizer);
+  void push_slots(int model, torch::optim::Optimizer& optimizer);
 
  private:
   struct Table {

@@ -6,6 +6,7 @@
 #include "dist/core/error.h"
 #include "distribute/gradients.h"
 #include "ps/optimizer_config.h"
+#include "train/optimizer_slots.h"
 
 namespace dist {
 namespace {
@@ -25,6 +26,12 @@ class PsVariables : public DistributedVariables {
   // A restore on the chief becomes the job's values; elsewhere the next step reads them anew.
   void sync_from_primary() override {
     if (owner_->is_chief()) owner_->push_values(model_);
+  }
+  void prepare_to_read_slots(torch::optim::Optimizer& optimizer) override {
+    owner_->pull_slots(model_, optimizer);
+  }
+  void sync_slots_from(torch::optim::Optimizer& optimizer) override {
+    if (owner_->is_chief()) owner_->push_slots(model_, optimizer);
   }
   StrategyExtended& strategy() const override { return *owner_; }
   int model() const { return model_; }
@@ -143,10 +150,15 @@ void ParameterServerExtended::connect_tables(PlacedModel& placed) {
     // The layer may outlive the strategy: it then says so instead of calling a closed channel.
     std::weak_ptr<ParameterServerExtended> owner = weak_from_this();
     layer->set_row_source([owner, variable = placed.variables[index]](const at::Tensor& ids) {
+      // Outside a step the local table holds the values of the last read, as every other
+      // variable does (a chief evaluating after prepare_to_read() computes locally).
+      const ReplicaContext* context = get_replica_context();
+      if (context == nullptr) return at::Tensor();
       auto strategy = owner.lock();
       DIST_CHECK_ARG(strategy != nullptr, "ShardedEmbedding '", variable.name,
                      "': the ParameterServerStrategy that placed its table is gone; keep the "
                      "strategy alive while the model runs");
+      if (context->strategy() != strategy.get()) return at::Tensor();
       return strategy->parameter_servers().lookup(variable, ids);
     });
   }
@@ -191,6 +203,41 @@ void ParameterServerExtended::push_values(int model) {
   const auto parameters = placed.module->parameters();
   for (size_t i = 0; i < parameters.size(); ++i)
     servers_->assign(placed.variables[i], parameters[i].detach());
+}
+
+void ParameterServerExtended::pull_slots(int model, torch::optim::Optimizer& optimizer) {
+  if (task_type() == "ps") return;
+  const std::string kind = detail::optimizer_kind(optimizer);
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  const PlacedModel& placed = models_.at(static_cast<size_t>(model));
+  const auto parameters = placed.module->parameters();
+  detail::ParameterSlots slots;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    ps::ParameterServers::Slots held = servers_->read_slots(placed.variables[i]);
+    if (held.tensors.empty()) continue;  // no update yet, or an optimizer without state
+    DIST_CHECK_ARG(held.kind == kind, "the ps tasks update '", placed.variables[i].name, "' with ",
+                   held.kind, ", but the optimizer whose state is read is ", kind,
+                   "; read it with the optimizer the steps use");
+    slots.emplace_back(parameters[i].unsafeGetTensorImpl(), std::move(held.tensors));
+  }
+  detail::import_slots(optimizer, slots);
+}
+
+void ParameterServerExtended::push_slots(int model, torch::optim::Optimizer& optimizer) {
+  const ps::rpc::OptimizerConfig config = ps::optimizer_config(optimizer);
+  const detail::ParameterSlots exported = detail::export_slots(optimizer);
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  const PlacedModel& placed = models_.at(static_cast<size_t>(model));
+  const auto parameters = placed.module->parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    for (const auto& [impl, tensors] : exported) {
+      if (impl != parameters[i].unsafeGetTensorImpl()) continue;
+      ps::ParameterServers::Slots slots{config.kind(), tensors, 0};
+      if (auto step = tensors.find("step"); step != tensors.end())
+        slots.optimizer_steps = step->second.item<int64_t>();
+      servers_->assign(placed.variables[i], parameters[i].detach(), slots, config);
+    }
+  }
 }
 
 void ParameterServerExtended::apply_gradients(DistributedVariables& variables,

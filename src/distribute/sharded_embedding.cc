@@ -41,8 +41,8 @@ at::Tensor ShardedEmbeddingImpl::forward(const at::Tensor& ids) {
   std::tie(unique, inverse, std::ignore) =
       at::_unique2(flat, /*sorted=*/true, /*return_inverse=*/true, /*return_counts=*/false);
   at::Tensor rows;
-  if (attached_.row_source && unique.numel() > 0) {
-    rows = attached_.row_source(unique);
+  if (attached_.row_source && unique.numel() > 0) rows = attached_.row_source(unique);
+  if (rows.defined()) {
     if (torch::GradMode::is_enabled()) {
       rows = rows.detach().requires_grad_(true);
       std::lock_guard<std::mutex> lock(attached_.mutex);

@@ -246,6 +246,58 @@ void ParameterServers::assign(const PlacedVariable& variable, const at::Tensor& 
   }
 }
 
+ParameterServers::Slots ParameterServers::read_slots(const PlacedVariable& variable) {
+  const auto names = variable.shard_names();
+  Slots slots;
+  std::map<std::string, std::vector<at::Tensor>> parts;
+  for (int i = 0; i < variable.num_shards(); ++i) {
+    rpc::ReadSlotsRequest request;
+    request.set_name(names[static_cast<size_t>(i)]);
+    rpc::ReadSlotsResponse response;
+    const int ps = variable.ps[static_cast<size_t>(i)];
+    check(stub(ps).ReadSlots(context().get(), request, &response), ps,
+          "reading the optimizer slots of '" + request.name() + "'");
+    if (i == 0) {
+      slots.kind = response.kind();
+      slots.optimizer_steps = response.optimizer_steps();
+    }
+    for (const auto& [slot, message] : response.slots()) {
+      received_ += payload_bytes(message);
+      parts[slot].push_back(
+          decode_tensor(message, "slot '" + slot + "' of '" + request.name() + "'"));
+    }
+  }
+  for (auto& [slot, tensors] : parts) {
+    const bool joined = tensors.size() == static_cast<size_t>(variable.num_shards()) &&
+                        tensors[0].dim() > 0 && tensors.size() > 1;
+    slots.tensors[slot] = joined ? at::cat(tensors, 0) : tensors[0];
+  }
+  return slots;
+}
+
+void ParameterServers::assign(const PlacedVariable& variable, const at::Tensor& value,
+                              const Slots& slots, const rpc::OptimizerConfig& optimizer) {
+  const auto names = variable.shard_names();
+  const auto parts = split(variable, value);
+  for (int i = 0; i < variable.num_shards(); ++i) {
+    rpc::AssignRequest request;
+    request.set_name(names[static_cast<size_t>(i)]);
+    encode_tensor(parts[static_cast<size_t>(i)], request.mutable_value());
+    for (const auto& [slot, tensor] : slots.tensors) {
+      // A slot shaped like the variable is split like it; a scalar goes to every shard.
+      const bool per_row = tensor.dim() > 0 && tensor.sizes() == value.sizes();
+      const at::Tensor part = per_row ? split(variable, tensor)[static_cast<size_t>(i)] : tensor;
+      encode_tensor(part.contiguous(), &(*request.mutable_slots())[slot]);
+    }
+    request.set_optimizer_steps(slots.optimizer_steps);
+    *request.mutable_optimizer() = optimizer;
+    rpc::AssignResponse response;
+    const int ps = variable.ps[static_cast<size_t>(i)];
+    check(stub(ps).Assign(context().get(), request, &response), ps,
+          "assigning variable '" + request.name() + "' and its optimizer slots");
+  }
+}
+
 void ParameterServers::shutdown_all(const std::string& from) {
   for (int ps = 0; ps < size(); ++ps) {
     rpc::PingRequest request;

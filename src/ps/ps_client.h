@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,19 @@ class ParameterServers {
              const std::vector<std::pair<const PlacedVariable*, at::Tensor>>& dense,
              const std::vector<std::pair<const PlacedVariable*, Sparse>>& sparse);
   void assign(const PlacedVariable& variable, const at::Tensor& value);
+
+  // The optimizer state beside a variable: its slots (a split variable's shards joined along
+  // dim 0; a scalar slot such as "step" is the first shard's), empty before the first update.
+  struct Slots {
+    std::string kind;  // "SGD", "Adam", "Adagrad"; empty before the first update
+    std::map<std::string, at::Tensor> tensors;
+    int64_t optimizer_steps = 0;
+  };
+  Slots read_slots(const PlacedVariable& variable);
+  // Sets value and slots (split like the value) at once; the ps makes `optimizer` for them if
+  // no update has yet.
+  void assign(const PlacedVariable& variable, const at::Tensor& value, const Slots& slots,
+              const rpc::OptimizerConfig& optimizer);
   void shutdown_all(const std::string& from);
 
   // Tensor bytes sent and received so far (what crosses the wire, without framing).

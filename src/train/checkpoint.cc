@@ -303,8 +303,12 @@ void Checkpoint::write(const std::string& path, Env* env) const {
   metadata["position.elements"] = std::to_string(state.position.elements);
   for (const auto& [key, value] : state.values) metadata[kValuePrefix + key] = value;
 
-  for (const auto& object : objects_)
+  for (const auto& object : objects_) {
     if (object->variables != nullptr) object->variables->prepare_to_read();
+    if (object->kind == kOptimizerKind)
+      if (const auto& model = find(object->model)->variables)
+        model->prepare_to_read_slots(*object->optimizer);
+  }
   for (const auto& object : objects_) {
     const std::string& name = object->name;
     const std::string prefix = name + "/";
@@ -365,6 +369,7 @@ struct OptimizerRestore {
   torch::optim::Optimizer* optimizer;
   detail::ParameterSlots slots;
   std::vector<double> learning_rates;
+  std::shared_ptr<DistributedVariables> variables;  // of its model, if placed by a strategy
 };
 
 // Takes tensors out of the file's, checking their shapes and dtypes; leftovers are tensors
@@ -514,7 +519,7 @@ void Checkpoint::read(const std::string& path, Env* env) {
                      "'; add the optimizer with the model its parameters belong to");
       return *parameter;
     };
-    OptimizerRestore restore{object->optimizer, {}, {}};
+    OptimizerRestore restore{object->optimizer, {}, {}, find(object->model)->variables};
     for (const auto& group : optimizer.param_groups())
       for (const auto& p : group.params())
         restore.slots.emplace_back(p.unsafeGetTensorImpl(),
@@ -577,6 +582,7 @@ void Checkpoint::read(const std::string& path, Env* env) {
     detail::import_slots(*restore.optimizer, restore.slots);
     for (size_t g = 0; g < restore.learning_rates.size(); ++g)
       restore.optimizer->param_groups()[g].options().set_lr(restore.learning_rates[g]);
+    if (restore.variables != nullptr) restore.variables->sync_slots_from(*restore.optimizer);
   }
   if (random.defined() && save_random_state) {
     auto generator = at::detail::getDefaultCPUGenerator();

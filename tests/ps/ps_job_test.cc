@@ -5,12 +5,14 @@
 
 #include <signal.h>
 #include <torch/torch.h>
+#include <filesystem>
 #include <thread>
 
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
+#include "dist/train/loss.h"
 #include "dist/train/safetensors.h"
 #include "distribute/local_cluster.h"
 #include "equivalence_data.h"
@@ -138,6 +140,74 @@ TEST(ParameterServerJobTest, CheckpointOfPsVariablesRestoresAnywhere) {
     EXPECT_NE(results[job.chief_process()].output.find("restored"), std::string::npos);
   }
   EXPECT_EQ(relative_difference(load(dir.file("b.safetensors")), trained), 0.0);
+}
+
+// Adam's slots live beside each variable on the ps tasks. The chief's checkpoint holds them
+// as one device's checkpoint after the same 4 steps does; a new job (other sharding) restoring
+// it puts values and slots on its ps tasks, and writing it again (0 steps) reads the same back.
+TEST(ParameterServerJobTest, CheckpointHoldsTheOptimizerSlotsOfThePsTasks) {
+  testing::TempDir dir;
+  const std::string checkpoint = dir.file("ckpt.safetensors");
+  {
+    Job job(1, 2, {"train", "adam", "4", dir.file("a.safetensors")},
+            {"DIST_TEST_SYNC=1", "DIST_TEST_PS_SHARDS=2", "DIST_TEST_CHECKPOINT=" + checkpoint});
+    auto results = job.processes.wait_all(120s);
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+  }
+  const std::string reference = dir.file("one_device.safetensors");
+  {
+    torch::manual_seed(7);
+    OneDeviceStrategy strategy;
+    auto model = strategy.mirror(models::make_tutorial_cnn());
+    auto optimizer =
+        strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
+    SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
+    int taken = 0;
+    for (const auto& batch :
+         strategy.experimental_distribute_dataset(testing::equivalence_data()).iterator()) {
+      if (taken++ == 4) break;
+      strategy.run(
+          [&](const data::Element& b) {
+            compute_average_loss(loss_fn(b[1], model->forward(b[0]))).backward();
+            optimizer->apply_gradients();
+          },
+          batch);
+    }
+    Checkpoint(model, optimizer.get()).write(reference);
+  }
+  using Named = std::map<std::string, torch::Tensor>;
+  auto tensors_of = [](const std::string& path) {
+    const auto file = load_safetensors(path);
+    return Named(file.tensors.begin(), file.tensors.end());
+  };
+  const Named written = tensors_of(checkpoint), expected = tensors_of(reference);
+  ASSERT_EQ(written.size(), expected.size());
+  int slots = 0;
+  for (const auto& [name, tensor] : expected) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(written.count(name), 1u);
+    if (name.rfind("rng/", 0) == 0) continue;  // the writing process's random state
+    EXPECT_LT(testing::max_relative_difference({written.at(name).to(torch::kDouble)},
+                                               {tensor.to(torch::kDouble)}),
+              1e-6);
+    slots += name.find("/exp_avg_sq") != std::string::npos;
+  }
+  EXPECT_EQ(slots, 8);  // one per parameter of the tutorial CNN
+
+  const std::string again = dir.file("again.safetensors");
+  std::filesystem::copy_file(checkpoint, again);
+  {
+    Job job(1, 1, {"train", "adam", "0", dir.file("b.safetensors")},
+            {"DIST_TEST_SYNC=1", "DIST_TEST_CHECKPOINT=" + again});
+    auto results = job.processes.wait_all(120s);
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+  }
+  const Named rewritten = tensors_of(again);
+  ASSERT_EQ(rewritten.size(), written.size());
+  for (const auto& [name, tensor] : written) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(torch::equal(rewritten.at(name), tensor));
+  }
 }
 
 // A job training EmbeddingNet(rows, dim) for `steps` synchronous steps with one worker:

@@ -201,6 +201,25 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   EXPECT_NE(status.error_message().find("variable 'v': unknown tensor dtype 99"), std::string::npos)
       << status.error_message();
 
+  // Slots for a variable no update has given an optimizer, with no optimizer named; then
+  // Adam slots of the wrong shape. Neither changes the value sent with them.
+  rpc::AssignRequest slots;
+  slots.set_name("w");
+  *slots.mutable_value() = encode_tensor(torch::zeros({2, 2}));
+  (*slots.mutable_slots())["exp_avg"] = encode_tensor(torch::zeros({3}));
+  rpc::AssignResponse assigned;
+  status = call_status(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("'w' has no optimizer yet to take slots"),
+            std::string::npos)
+      << status.error_message();
+  slots.mutable_optimizer()->set_kind("Adam");
+  slots.mutable_optimizer()->set_learning_rate(0.001);
+  status = call_status(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("w"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("exp_avg"), std::string::npos) << status.error_message();
+
   // Nothing changed, and the server still serves.
   unknown.set_names(0, "w");
   ASSERT_TRUE(call_status(&rpc::ParameterServer::Stub::Read, unknown, &read).ok());

@@ -12,6 +12,10 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
 namespace dist {
 
 class StrategyExtended;
@@ -45,6 +49,13 @@ class DistributedVariables {
   // Call after changing primary()'s values outside a step (restoring a checkpoint): every
   // other place that holds them gets the new values.
   virtual void sync_from_primary() = 0;
+
+  // The same two for the state ("slots") of `optimizer`, an optimizer over these variables,
+  // which a strategy may also keep elsewhere (beside each variable on its parameter server):
+  // before a checkpoint writes the state, it is fetched into `optimizer`; after a checkpoint
+  // restored it into `optimizer`, it goes back where the strategy keeps it.
+  virtual void prepare_to_read_slots(torch::optim::Optimizer& optimizer) {}
+  virtual void sync_slots_from(torch::optim::Optimizer& optimizer) {}
 
   // The strategy that placed them (it applies their gradients).
   virtual StrategyExtended& strategy() const = 0;

@@ -52,13 +52,15 @@ class ShardedEmbeddingImpl : public torch::nn::Cloneable<ShardedEmbeddingImpl> {
   at::Tensor forward(const at::Tensor& ids);
 
   const ShardedEmbeddingOptions& options() const { return options_; }
-  // The table, [num_rows, dim]; under ParameterServerStrategy the chief's copy holds the values
-  // of its last read (a checkpoint reads them), a worker's is not used.
+  // The table, [num_rows, dim]. Under ParameterServerStrategy a step never reads it; outside
+  // steps it holds the values of the last whole read (model.variables().prepare_to_read(), as
+  // a checkpoint does), so a chief can evaluate locally after one.
   at::Tensor weight;
 
  private:
   friend class ParameterServerExtended;
-  // Rows `ids` (distinct, sorted) of the table as the strategy holds it.
+  // Rows `ids` (distinct, sorted) of the table as the strategy holds it, or an undefined
+  // tensor where the local table holds them (outside a step).
   using RowSource = std::function<at::Tensor(const at::Tensor& ids)>;
   struct Lookup {
     at::Tensor ids;   // distinct rows asked for
