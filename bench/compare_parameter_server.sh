@@ -11,14 +11,21 @@
 # kills whatever is left when the script ends. Logs go to a temporary directory it names.
 # A full epoch is 469 steps of 2 x 64 images for MultiWorker and 937 steps of 64 for PS (a PS
 # step is one worker's batch); STEPS_PER_EPOCH > 0, for quick trials, gives both that many.
-#   [REPEATS=1] [STEPS_PER_EPOCH=0 (full epochs)] bench/compare_parameter_server.sh BUILD [EPOCHS=3]
+# MODEL=embedding trains bench/hashed_patch_model.h instead (a 1,000,000 x 64 embedding table
+# that PS looks up and updates sparsely, MultiWorker all-reduces densely); the table then also
+# shows the bytes a worker moves per step of its 64 images.
+# LR sets SGD's learning rate (default 0.05).
+#   [REPEATS=1] [STEPS_PER_EPOCH=0 (full epochs)] [MODEL=cnn|embedding] [LR=0.05]
+#     bench/compare_parameter_server.sh BUILD [EPOCHS=3]
 set -euo pipefail
 build=${1:?usage: bench/compare_parameter_server.sh BUILD [EPOCHS=3]}
 epochs=${2:-3}
 repeats=${REPEATS:-1}
 steps_per_epoch=${STEPS_PER_EPOCH:-0}
+model=${MODEL:-cnn}
+lr=${LR:-0.05}
 limit=${TIMEOUT_SECONDS:-$((900 * epochs))}
-args=(--epochs "$epochs" --batch 64 --steps-per-epoch "$steps_per_epoch" --lr 0.05)
+args=(--epochs "$epochs" --batch 64 --steps-per-epoch "$steps_per_epoch" --lr "$lr" --model "$model")
 for binary in ps_bench multi_worker_bench; do
   [[ -x $build/bench/$binary ]] || { echo "no $build/bench/$binary: build it first" >&2; exit 2; }
 done
@@ -75,7 +82,7 @@ run_multi_worker() {  # round $1; the chief's JSON line in $logs/multi_worker.$1
   DIST_JOB_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
   for i in 0 1; do
     start "$logs/multi_worker.worker$i.log" "$cluster" worker "$i" \
-      "$build/bench/multi_worker_bench" fashion_mnist cnn "${args[@]}"
+      "$build/bench/multi_worker_bench" fashion_mnist "$model" "${args[@]}"
   done
   wait_job multi_worker
   unset DIST_JOB_TOKEN
@@ -102,27 +109,32 @@ median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[
 
 lscpu | grep -E '^(Model name|Flags):'
 echo "logs: $logs"
-mw_ips=() mw_acc=() ps_ips=() ps_acc=()
+mw_ips=() mw_acc=() ps_ips=() ps_acc=() mw_bytes=() ps_bytes=()
 for ((r = 0; r < repeats; r++)); do
   run_multi_worker "$r"
   mw_ips+=("$(field images_per_s "$logs/multi_worker.$r.json")")
   mw_acc+=("$(field test_accuracy "$logs/multi_worker.$r.json")")
+  mw_bytes+=("$(($(field bytes_out_per_step "$logs/multi_worker.$r.json") + $(field bytes_in_per_step "$logs/multi_worker.$r.json")))")
   echo "round $r multi_worker: $(cat "$logs/multi_worker.$r.json")"
   run_ps "$r"
   ps_ips+=("$(field images_per_s "$logs/ps.$r.json")")
   ps_acc+=("$(field test_accuracy "$logs/ps.$r.json")")
+  ps_bytes+=("$(($(field bytes_out_per_step "$logs/ps.$r.json") + $(field bytes_in_per_step "$logs/ps.$r.json")))")
   echo "round $r parameter_server: $(cat "$logs/ps.$r.json")"
 done
 
 a=$(median "${mw_ips[@]}") b=$(median "${mw_acc[@]}") c=$(median "${ps_ips[@]}") d=$(median "${ps_acc[@]}")
+e=$(median "${mw_bytes[@]}") f=$(median "${ps_bytes[@]}")
 ratio() { echo "$1 / $2" | bc -l | awk '{printf "%.3f", $1}'; }
 echo
 steps_note=""
 ((steps_per_epoch == 0)) || steps_note=" of $steps_per_epoch steps"
-echo "Tutorial CNN on Fashion-MNIST, $epochs epochs$steps_note, 64 examples per worker and step, SGD 0.05; median of $repeats run(s)"
+described=$([[ $model == embedding ]] && echo "Hashed-patch embedding model (1,000,000 x 64 table)" || echo "Model '$model'")
+echo "$described on Fashion-MNIST, $epochs epochs$steps_note, 64 examples per worker and step, SGD $lr; median of $repeats run(s)"
+echo "(bytes per worker step: sent + received; PS counted by the strategy, MultiWorker the ring all-reduce volume of the whole gradient)"
 echo
-echo "| strategy | processes | images/s | test accuracy |"
-echo "|---|---|---:|---:|"
-echo "| MultiWorkerMirroredStrategy, 2 workers | 2 | $a | $b |"
-echo "| ParameterServerStrategy, 2 workers + 1 ps + chief | 4 | $c | $d |"
-echo "| ratio PS / MultiWorker | | $(ratio "$c" "$a") | $(ratio "$d" "$b") |"
+echo "| strategy | processes | images/s | test accuracy | bytes per worker step |"
+echo "|---|---|---:|---:|---:|"
+echo "| MultiWorkerMirroredStrategy, 2 workers | 2 | $a | $b | $e |"
+echo "| ParameterServerStrategy, 2 workers + 1 ps + chief | 4 | $c | $d | $f |"
+echo "| ratio PS / MultiWorker | | $(ratio "$c" "$a") | $(ratio "$d" "$b") | $(ratio "$f" "$e") |"

@@ -11,6 +11,8 @@
 
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
+#include "dist/models/reference_models.h"
+#include "hashed_patch_model.h"
 
 namespace dist::bench {
 
@@ -21,10 +23,16 @@ struct TrainFlags {
   int64_t batch = 64;           // examples per worker and step
   int64_t steps_per_epoch = 0;  // 0: the full epoch
   double lr = 0.05;             // SGD
+  std::string model = "cnn";    // a dist::models::make_model name, or "embedding"
 };
 
-// Parses --epochs N --batch N --steps-per-epoch N --lr X from argv[first..]; InvalidArgument
-// naming the flag for anything else or a value out of range.
+// "embedding": make_hashed_patch_model(); anything else: dist::models::make_model(name).
+inline torch::nn::Sequential make_bench_model(const std::string& name) {
+  return name == "embedding" ? make_hashed_patch_model() : models::make_model(name);
+}
+
+// Parses --epochs N --batch N --steps-per-epoch N --lr X --model M from argv[first..];
+// InvalidArgument naming the flag for anything else or a value out of range.
 inline TrainFlags parse_train_flags(int argc, char** argv, int first) {
   TrainFlags flags;
   for (int i = first; i < argc; i += 2) {
@@ -39,9 +47,11 @@ inline TrainFlags parse_train_flags(int argc, char** argv, int first) {
       flags.steps_per_epoch = std::atoll(value);
     else if (flag == "--lr")
       flags.lr = std::atof(value);
+    else if (flag == "--model")
+      flags.model = value;
     else
       DIST_CHECK_ARG(false, "unknown flag '", flag,
-                     "'; the flags are --epochs, --batch, --steps-per-epoch and --lr");
+                     "'; the flags are --epochs, --batch, --steps-per-epoch, --lr and --model");
   }
   DIST_CHECK_ARG(flags.epochs > 0 && flags.batch > 0 && flags.steps_per_epoch >= 0 && flags.lr > 0,
                  "--epochs ", flags.epochs, ", --batch ", flags.batch, ", --steps-per-epoch ",
@@ -76,16 +86,22 @@ struct TrainResult {
   int64_t images = 0;  // training images processed
   double seconds = 0;  // wall time of the training loop
   double test_accuracy = 0;
+  // Bytes one worker moves per step of its batch: to and from the ps tasks (counted), or
+  // through its all-reduce (computed from the gradient sizes).
+  double bytes_out_per_step = 0;
+  double bytes_in_per_step = 0;
 };
 
 inline void print_json(const TrainResult& r) {
   std::printf(
       "{\"strategy\": \"%s\", \"workers\": %d, \"epochs\": %d, \"batch_per_worker\": %lld, "
-      "\"lr\": %g, \"steps\": %lld, \"images\": %lld, \"seconds\": %.3f, \"images_per_s\": "
-      "%.1f, \"test_accuracy\": %.4f}\n",
+      "\"lr\": %g, \"model\": \"%s\", \"steps\": %lld, \"images\": %lld, \"seconds\": %.3f, "
+      "\"images_per_s\": %.1f, \"test_accuracy\": %.4f, \"bytes_out_per_step\": %.0f, "
+      "\"bytes_in_per_step\": %.0f}\n",
       r.strategy.c_str(), r.workers, r.flags.epochs, static_cast<long long>(r.flags.batch),
-      r.flags.lr, static_cast<long long>(r.steps), static_cast<long long>(r.images), r.seconds,
-      static_cast<double>(r.images) / r.seconds, r.test_accuracy);
+      r.flags.lr, r.flags.model.c_str(), static_cast<long long>(r.steps),
+      static_cast<long long>(r.images), r.seconds, static_cast<double>(r.images) / r.seconds,
+      r.test_accuracy, r.bytes_out_per_step, r.bytes_in_per_step);
   std::fflush(stdout);
 }
 

@@ -12,7 +12,7 @@
 // multi_worker above) training on real Fashion-MNIST with SGD for some epochs; the chief
 // prints one JSON line with images/s of the training loop and the test accuracy (for
 // bench/compare_parameter_server.sh, against ps_bench):
-//   dist-launch --workers 2 -- build/bench/multi_worker_bench fashion_mnist cnn
+//   dist-launch --workers 2 -- build/bench/multi_worker_bench fashion_mnist cnn|mlp|embedding
 //       [--epochs 3] [--batch 64 (per worker)] [--steps-per-epoch 0 (full)] [--lr 0.05]
 #include <chrono>
 #include <cstdio>
@@ -32,12 +32,13 @@ namespace {
 
 // The training set shuffled (seed 1) in global batches of batch x workers, split between the
 // workers (each runs the pipeline and takes its share); one JSON line from the chief.
-int train_fashion_mnist(const std::string& model_name, const dist::bench::TrainFlags& flags) {
+int train_fashion_mnist(const std::string& model_name, dist::bench::TrainFlags flags) {
+  flags.model = model_name;
   dist::MultiWorkerOptions options;
   options.threads_per_replica = 1;
   dist::MultiWorkerMirroredStrategy strategy(options);
   torch::manual_seed(0);
-  auto model = strategy.mirror(dist::models::make_model(model_name));
+  auto model = strategy.mirror(dist::bench::make_bench_model(model_name));
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(flags.lr));
   dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
@@ -82,6 +83,15 @@ int train_fashion_mnist(const std::string& model_name, const dist::bench::TrainF
   result.images = images;
   result.seconds = seconds;
   result.test_accuracy = dist::bench::fashion_mnist_test_accuracy(model.primary());
+  // Every step all-reduces every parameter's whole gradient: a ring all-reduce over N workers
+  // sends and receives 2 (N - 1) / N of it per worker (on one host this job's collectives go
+  // through shared memory; the figure is what a job across hosts moves).
+  double gradient_bytes = 0;
+  for (const auto& p : model.primary()->parameters())
+    gradient_bytes += static_cast<double>(p.numel() * p.element_size());
+  const double workers = strategy.num_workers();
+  result.bytes_out_per_step = result.bytes_in_per_step =
+      2 * (workers - 1) / workers * gradient_bytes;
   dist::bench::print_json(result);
   return 0;
 }
@@ -90,12 +100,13 @@ int train_fashion_mnist(const std::string& model_name, const dist::bench::TrainF
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: multi_worker_bench multi_worker|multi_worker_after_backward|"
-                 "multi_worker_unchecked|multi_worker_tcp|multi_worker_private|mirrored "
-                 "cnn|mlp [steps]\n"
-                 "       multi_worker_bench fashion_mnist cnn|mlp [--epochs N] [--batch N] "
-                 "[--steps-per-epoch N] [--lr X]\n");
+    std::fprintf(
+        stderr,
+        "usage: multi_worker_bench multi_worker|multi_worker_after_backward|"
+        "multi_worker_unchecked|multi_worker_tcp|multi_worker_private|mirrored "
+        "cnn|mlp [steps]\n"
+        "       multi_worker_bench fashion_mnist cnn|mlp|embedding [--epochs N] [--batch N] "
+        "[--steps-per-epoch N] [--lr X]\n");
     return 2;
   }
   const std::string layout = argv[1], model_name = argv[2];

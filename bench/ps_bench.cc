@@ -7,6 +7,9 @@
 // The same binary runs as every task of the job; TF_CONFIG names the task, and ps and worker
 // tasks serve until the chief is done:
 //   TF_CONFIG=... build/bench/ps_bench [--epochs 3] [--batch 64] [--steps-per-epoch 0] [--lr 0.05]
+//                                      [--model cnn|embedding]
+// (embedding: hashed_patch_model.h, a 1,000,000 x 64 ShardedEmbedding whose rows a step looks
+// up and updates sparsely; the JSON line then also says how many bytes a worker's step moved.)
 //
 // A scheduled step is one worker's batch (--batch examples), so a full epoch is
 // 60000 / batch steps (937 for 64: each of 2 workers takes about 60000 / (2 * 64) of them, as
@@ -19,6 +22,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -58,12 +62,14 @@ int run(const dist::bench::TrainFlags& flags) {
   const int workers = options.cluster->cluster.num_tasks("worker");
   dist::ParameterServerStrategy strategy(options);
   torch::manual_seed(0);
-  auto model = strategy.mirror(dist::models::make_tutorial_cnn());
+  auto model = strategy.mirror(dist::bench::make_bench_model(flags.model));
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(flags.lr));
   dist::ClusterCoordinator coordinator(strategy);
   dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
   coordinator.register_function("train_step", [&](dist::ScheduledCall& call) {
+    const auto batch = call.next();
+    const int64_t sent = strategy.bytes_sent(), received = strategy.bytes_received();
     auto losses = strategy.run(
         [&](const dist::data::Element& b) {
           auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
@@ -71,8 +77,11 @@ int run(const dist::bench::TrainFlags& flags) {
           optimizer->apply_gradients();  // sent to the ps tasks, which apply SGD
           return loss.detach();
         },
-        call.next());
-    return strategy.reduce(dist::ReduceOp::kSum, losses);
+        batch);
+    return std::map<std::string, at::Tensor>{
+        {"loss", strategy.reduce(dist::ReduceOp::kSum, losses)},
+        {"sent", torch::tensor(strategy.bytes_sent() - sent)},
+        {"received", torch::tensor(strategy.bytes_received() - received)}};
   });
   coordinator.register_function("worker_index", [](dist::ScheduledCall& call) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // so each worker gets one
@@ -95,6 +104,7 @@ int run(const dist::bench::TrainFlags& flags) {
                             : dist::bench::kFashionMnistTrainExamples / flags.batch;
   wait_for_workers(coordinator, workers);
   const auto start = Clock::now();
+  double bytes_out = 0, bytes_in = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto iterator = dataset.iterator(epoch);
     std::vector<dist::RemoteValue> losses;
@@ -102,7 +112,12 @@ int run(const dist::bench::TrainFlags& flags) {
       losses.push_back(coordinator.schedule("train_step", iterator));
     coordinator.join();
     double total = 0;
-    for (const auto& loss : losses) total += loss.fetch().item<double>();
+    for (const auto& step : losses) {
+      const auto values = step.fetch_dict();
+      total += values.at("loss").item<double>();
+      bytes_out += values.at("sent").item<double>();
+      bytes_in += values.at("received").item<double>();
+    }
     std::fprintf(stderr, "ps_bench: epoch %d: mean loss %.4f, %.1f s\n", epoch + 1,
                  total / static_cast<double>(steps),
                  std::chrono::duration<double>(Clock::now() - start).count());
@@ -119,6 +134,8 @@ int run(const dist::bench::TrainFlags& flags) {
   result.images = result.steps * flags.batch;
   result.seconds = seconds;
   result.test_accuracy = dist::bench::fashion_mnist_test_accuracy(model.primary());
+  result.bytes_out_per_step = bytes_out / static_cast<double>(result.steps);
+  result.bytes_in_per_step = bytes_in / static_cast<double>(result.steps);
   dist::bench::print_json(result);
   return 0;
 }
