@@ -208,18 +208,37 @@ void ParameterServerExtended::push_values(int model) {
 void ParameterServerExtended::pull_slots(int model, torch::optim::Optimizer& optimizer) {
   if (task_type() == "ps") return;
   const std::string kind = detail::optimizer_kind(optimizer);
+  // A shard no update has reached starts where the optimizer starts: zeros, except Adagrad's
+  // sum, which starts at its initial accumulator value.
+  double initial_sum = 0;
+  if (const auto* adagrad = dynamic_cast<const torch::optim::AdagradOptions*>(
+          &optimizer.param_groups().at(0).options()))
+    initial_sum = adagrad->initial_accumulator_value();
+  const ps::ParameterServers::FreshSlot fresh = [&](const std::string& slot, const at::Tensor& like,
+                                                    int64_t rows) {
+    auto shape = like.sizes().vec();
+    shape[0] = rows;
+    return at::full(shape, kind == "Adagrad" && slot == "sum" ? initial_sum : 0.0, like.options());
+  };
   std::lock_guard<std::mutex> lock(models_mutex_);
   const PlacedModel& placed = models_.at(static_cast<size_t>(model));
   const auto parameters = placed.module->parameters();
   detail::ParameterSlots slots;
+  std::map<const void*, std::string> names;
   for (size_t i = 0; i < parameters.size(); ++i) {
-    ps::ParameterServers::Slots held = servers_->read_slots(placed.variables[i]);
+    ps::ParameterServers::Slots held = servers_->read_slots(placed.variables[i], fresh);
     if (held.tensors.empty()) continue;  // no update yet, or an optimizer without state
     DIST_CHECK_ARG(held.kind == kind, "the ps tasks update '", placed.variables[i].name, "' with ",
                    held.kind, ", but the optimizer whose state is read is ", kind,
                    "; read it with the optimizer the steps use");
     slots.emplace_back(parameters[i].unsafeGetTensorImpl(), std::move(held.tensors));
+    names[parameters[i].unsafeGetTensorImpl()] = placed.variables[i].name;
   }
+  detail::check_slots(
+      optimizer, slots, [&](const void* impl) { return names.at(impl); },
+      [](const std::string& message) {
+        throw DataError("the optimizer slots read from the ps tasks do not fit: " + message);
+      });
   detail::import_slots(optimizer, slots);
 }
 

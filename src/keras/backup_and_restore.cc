@@ -26,6 +26,15 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, int64_t save_freq,
 BackupAndRestore::~BackupAndRestore() = default;
 
 void BackupAndRestore::on_train_begin(const Logs&) {
+  // Under ParameterServerStrategy fit schedules steps ahead of the results it has taken, so a
+  // save within an epoch would hold later steps' updates than the step it records. Epoch ends
+  // and stops are saved after every scheduled step has finished.
+  DIST_CHECK_ARG(save_freq_ <= 0 || model().strategy().name() != "parameter_server",
+                 "BackupAndRestore: save_freq ", save_freq_,
+                 " is not supported under ParameterServerStrategy (steps run ahead of the "
+                 "chief, so a save within an epoch would not hold the step it records); use "
+                 "save_freq 0 (epoch ends and stops), or a custom loop that waits for its "
+                 "scheduled steps before writing (dist-train --loop custom --checkpoint-every)");
   preemption_.reset();  // first: only one watcher may exist at a time
   interrupted_ = stopped_within_epoch_ = false;
   signal_number_ = 0;

@@ -448,10 +448,15 @@ void run_ps_epochs(ModelState& s, ClusterCoordinator& coordinator, const PerWork
       }
       if (in_flight.empty()) break;
       // Steps scheduled before a stop have run (or will) and changed the weights: count them.
-      add_step_sums(s, in_flight.front().fetch_dict());
-      in_flight.pop_front();
-      ++s.progress.step;
-      s.progress.position = data::IteratorPosition{epoch, ++step};
+      // Once stopping, every scheduled step is taken before the callbacks hear of the last
+      // one, so a checkpoint written then holds exactly the steps it records.
+      const size_t take = s.stop_training ? in_flight.size() : 1;
+      for (size_t i = 0; i < take; ++i) {
+        add_step_sums(s, in_flight.front().fetch_dict());
+        in_flight.pop_front();
+        ++s.progress.step;
+        s.progress.position = data::IteratorPosition{epoch, ++step};
+      }
       Logs batch_logs = metric_logs(s, /*global=*/false);
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step - 1, batch_logs); });
     }

@@ -233,23 +233,16 @@ void ParameterServers::apply(const rpc::OptimizerConfig& optimizer,
 }
 
 void ParameterServers::assign(const PlacedVariable& variable, const at::Tensor& value) {
-  const auto names = variable.shard_names();
-  const auto parts = split(variable, value);
-  for (int i = 0; i < variable.num_shards(); ++i) {
-    rpc::AssignRequest request;
-    request.set_name(names[static_cast<size_t>(i)]);
-    encode_tensor(parts[static_cast<size_t>(i)], request.mutable_value());
-    rpc::AssignResponse response;
-    const int ps = variable.ps[static_cast<size_t>(i)];
-    check(stub(ps).Assign(context().get(), request, &response), ps,
-          "assigning variable '" + request.name() + "'");
-  }
+  assign(variable, value, Slots{}, rpc::OptimizerConfig());
 }
 
-ParameterServers::Slots ParameterServers::read_slots(const PlacedVariable& variable) {
+ParameterServers::Slots ParameterServers::read_slots(const PlacedVariable& variable,
+                                                     const FreshSlot& fresh) {
   const auto names = variable.shard_names();
+  // Each shard's slots; a shard no update has reached yet (a sparse update touches only the
+  // shards its rows fall in) has none.
+  std::vector<std::map<std::string, at::Tensor>> shards(names.size());
   Slots slots;
-  std::map<std::string, std::vector<at::Tensor>> parts;
   for (int i = 0; i < variable.num_shards(); ++i) {
     rpc::ReadSlotsRequest request;
     request.set_name(names[static_cast<size_t>(i)]);
@@ -257,20 +250,29 @@ ParameterServers::Slots ParameterServers::read_slots(const PlacedVariable& varia
     const int ps = variable.ps[static_cast<size_t>(i)];
     check(stub(ps).ReadSlots(context().get(), request, &response), ps,
           "reading the optimizer slots of '" + request.name() + "'");
-    if (i == 0) {
-      slots.kind = response.kind();
-      slots.optimizer_steps = response.optimizer_steps();
-    }
+    if (slots.kind.empty()) slots.kind = response.kind();
+    slots.optimizer_steps = std::max(slots.optimizer_steps, response.optimizer_steps());
     for (const auto& [slot, message] : response.slots()) {
       received_ += payload_bytes(message);
-      parts[slot].push_back(
-          decode_tensor(message, "slot '" + slot + "' of '" + request.name() + "'"));
+      shards[static_cast<size_t>(i)][slot] =
+          decode_tensor(message, "slot '" + slot + "' of '" + request.name() + "'");
     }
   }
-  for (auto& [slot, tensors] : parts) {
-    const bool joined = tensors.size() == static_cast<size_t>(variable.num_shards()) &&
-                        tensors[0].dim() > 0 && tensors.size() > 1;
-    slots.tensors[slot] = joined ? at::cat(tensors, 0) : tensors[0];
+  std::map<std::string, at::Tensor> like;  // each slot as some shard has it
+  for (const auto& shard : shards)
+    for (const auto& [slot, tensor] : shard) like.emplace(slot, tensor);
+  for (const auto& [slot, example] : like) {
+    if (example.dim() == 0 || shards.size() == 1) {  // a counter, or a variable in one piece
+      slots.tensors[slot] = example;
+      continue;
+    }
+    std::vector<at::Tensor> parts;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      auto found = shards[i].find(slot);
+      parts.push_back(found != shards[i].end() ? found->second
+                                               : fresh(slot, example, variable.rows[i]));
+    }
+    slots.tensors[slot] = at::cat(parts, 0);
   }
   return slots;
 }
@@ -283,18 +285,21 @@ void ParameterServers::assign(const PlacedVariable& variable, const at::Tensor& 
     rpc::AssignRequest request;
     request.set_name(names[static_cast<size_t>(i)]);
     encode_tensor(parts[static_cast<size_t>(i)], request.mutable_value());
+    sent_ += payload_bytes(request.value());
     for (const auto& [slot, tensor] : slots.tensors) {
       // A slot shaped like the variable is split like it; a scalar goes to every shard.
       const bool per_row = tensor.dim() > 0 && tensor.sizes() == value.sizes();
       const at::Tensor part = per_row ? split(variable, tensor)[static_cast<size_t>(i)] : tensor;
-      encode_tensor(part.contiguous(), &(*request.mutable_slots())[slot]);
+      auto& message = (*request.mutable_slots())[slot];
+      encode_tensor(part.contiguous(), &message);
+      sent_ += payload_bytes(message);
     }
     request.set_optimizer_steps(slots.optimizer_steps);
     *request.mutable_optimizer() = optimizer;
     rpc::AssignResponse response;
     const int ps = variable.ps[static_cast<size_t>(i)];
     check(stub(ps).Assign(context().get(), request, &response), ps,
-          "assigning variable '" + request.name() + "' and its optimizer slots");
+          "assigning variable '" + request.name() + "'");
   }
 }
 

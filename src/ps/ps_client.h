@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,14 +64,20 @@ class ParameterServers {
              const std::vector<std::pair<const PlacedVariable*, Sparse>>& sparse);
   void assign(const PlacedVariable& variable, const at::Tensor& value);
 
-  // The optimizer state beside a variable: its slots (a split variable's shards joined along
-  // dim 0; a scalar slot such as "step" is the first shard's), empty before the first update.
+  // The optimizer state beside a variable: its slots, empty before the first update.
   struct Slots {
     std::string kind;  // "SGD", "Adam", "Adagrad"; empty before the first update
     std::map<std::string, at::Tensor> tensors;
-    int64_t optimizer_steps = 0;
+    int64_t optimizer_steps = 0;  // the most updates any shard has taken
   };
-  Slots read_slots(const PlacedVariable& variable);
+  // The state of a shard no update has reached, for slot `slot` (shaped like `like` but with
+  // `rows` rows): what the optimizer would start from.
+  using FreshSlot =
+      std::function<at::Tensor(const std::string& slot, const at::Tensor& like, int64_t rows)>;
+  // A split variable's shards joined along dim 0: sparse updates reach only the shards their
+  // rows fall in, so a shard without state gets `fresh` state; a scalar slot ("step") is the
+  // first answering shard's.
+  Slots read_slots(const PlacedVariable& variable, const FreshSlot& fresh);
   // Sets value and slots (split like the value) at once; the ps makes `optimizer` for them if
   // no update has yet.
   void assign(const PlacedVariable& variable, const at::Tensor& value, const Slots& slots,

@@ -232,30 +232,34 @@ grpc::Status ParameterServerService::Assign(grpc::ServerContext*, const rpc::Ass
                    value.scalar_type() == variable->value.scalar_type(),
                DataError, "value of '", request->name(), "': shape ", value.sizes(),
                " for a variable of shape ", variable->value.sizes());
-    // Everything is checked before the variable changes.
+    // Everything is checked before the variable changes; a new optimizer is made aside.
     detail::ParameterSlots slots;
+    std::unique_ptr<torch::optim::Optimizer> made;
+    const std::string& kind = request->optimizer().kind();
     if (request->slots_size() > 0) {
-      const std::string& kind = request->optimizer().kind();
       if (!variable->optimizer) {
         DIST_CHECK(!kind.empty(), InvalidArgument, "variable '", request->name(),
                    "' has no optimizer yet to take slots, and the request names none");
-        variable->optimizer = make_optimizer(request->optimizer(), variable->value);
-        variable->kind = kind;
+        made = make_optimizer(request->optimizer(), variable->value);
       }
-      DIST_CHECK(kind.empty() || kind == variable->kind, InvalidArgument, "slots of ", kind,
+      DIST_CHECK(made || kind.empty() || kind == variable->kind, InvalidArgument, "slots of ", kind,
                  " for variable '", request->name(), "', which is updated by ", variable->kind);
-      if (!kind.empty()) configure(*variable->optimizer, request->optimizer());
       std::map<std::string, at::Tensor> named;
       for (const auto& [slot, t] : request->slots())
         named[slot] = decode_tensor(t, "slot '" + slot + "' of '" + request->name() + "'");
       slots.emplace_back(variable->value.unsafeGetTensorImpl(), std::move(named));
       detail::check_slots(
-          *variable->optimizer, slots, [&](const void*) { return request->name(); },
+          made ? *made : *variable->optimizer, slots, [&](const void*) { return request->name(); },
           [](const std::string& message) { throw DataError(message); });
     }
     torch::NoGradGuard no_grad;
     variable->value.detach().copy_(value);
     if (!slots.empty()) {
+      if (made) {
+        variable->optimizer = std::move(made);
+        variable->kind = kind;
+      }
+      if (!kind.empty()) configure(*variable->optimizer, request->optimizer());
       detail::import_slots(*variable->optimizer, slots);
       variable->updates = request->optimizer_steps();
     }

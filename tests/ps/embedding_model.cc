@@ -1,5 +1,7 @@
 #include "ps/embedding_model.h"
 
+#include "dist/core/error.h"
+#include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 
 namespace dist::testing {
@@ -12,7 +14,9 @@ at::Tensor EmbeddingNetImpl::forward(const at::Tensor& ids) { return out(table(i
 
 namespace {
 
-std::pair<at::Tensor, at::Tensor> embedding_examples(int64_t rows, int64_t steps) {
+std::pair<at::Tensor, at::Tensor> embedding_examples(int64_t rows, int64_t steps,
+                                                     int64_t id_limit = 0) {
+  if (id_limit > 0) rows = std::min(rows, id_limit);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1234);
   const int64_t n = steps * kEmbeddingBatch;
   // Ids from a small range of the table half the time, so batches repeat ids.
@@ -26,8 +30,8 @@ std::pair<at::Tensor, at::Tensor> embedding_examples(int64_t rows, int64_t steps
 
 }  // namespace
 
-data::Dataset embedding_data(int64_t rows, int64_t steps) {
-  auto [ids, labels] = embedding_examples(rows, steps);
+data::Dataset embedding_data(int64_t rows, int64_t steps, int64_t id_limit) {
+  auto [ids, labels] = embedding_examples(rows, steps, id_limit);
   return data::Dataset::from_tensor_slices({ids, labels}).batch(kEmbeddingBatch);
 }
 
@@ -37,16 +41,25 @@ int64_t distinct_ids_in_batch(int64_t rows, int64_t steps, int64_t step) {
   return std::get<0>(at::_unique(ids.reshape({-1}))).numel();
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> train_embedding_steps(const Strategy& strategy,
-                                                                         int64_t rows, int64_t dim,
-                                                                         int64_t steps) {
+std::shared_ptr<MirroredOptimizer> make_embedding_optimizer(const Strategy& strategy,
+                                                            const Mirrored<EmbeddingNet>& model,
+                                                            const std::string& kind) {
+  if (kind == "adagrad")
+    return strategy.mirror_optimizer<torch::optim::Adagrad>(model,
+                                                            torch::optim::AdagradOptions(0.1));
+  DIST_CHECK_ARG(kind == "sgd", "embedding optimizer '", kind, "': use sgd or adagrad");
+  return strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> train_embedding_steps(
+    const Strategy& strategy, int64_t rows, int64_t dim, int64_t steps, const std::string& kind,
+    int64_t id_limit, const std::string& checkpoint) {
   torch::manual_seed(7);
   auto model = strategy.mirror(EmbeddingNet(rows, dim));
-  auto optimizer =
-      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  auto optimizer = make_embedding_optimizer(strategy, model, kind);
   SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
   for (const auto& batch :
-       strategy.experimental_distribute_dataset(embedding_data(rows, steps)).iterator()) {
+       strategy.experimental_distribute_dataset(embedding_data(rows, steps, id_limit)).iterator()) {
     strategy.run(
         [&](const data::Element& b) {
           auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
@@ -55,6 +68,7 @@ std::vector<std::pair<std::string, torch::Tensor>> train_embedding_steps(const S
         },
         batch);
   }
+  if (!checkpoint.empty()) Checkpoint(model, optimizer.get()).write(checkpoint);
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : model.primary()->named_parameters())
     weights.emplace_back(p.key(), p.value().detach().clone());

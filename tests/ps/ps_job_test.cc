@@ -210,6 +210,32 @@ TEST(ParameterServerJobTest, CheckpointHoldsTheOptimizerSlotsOfThePsTasks) {
   }
 }
 
+// Adagrad's sparse updates reach only the shard the ids fall in (all below 400: shard 0 of a
+// 1000-row table split in 2). The chief's checkpoint still holds whole slots, the untouched
+// shard's at Adagrad's initial state, and equals one device's after the same steps.
+TEST(ParameterServerJobTest, CheckpointOfASplitTableWithAnUntouchedShard) {
+  testing::TempDir dir;
+  const std::string checkpoint = dir.file("ps.safetensors"),
+                    reference = dir.file("one.safetensors");
+  Job job(1, 2, {"embedding", "1000", "8", "5", "-"},
+          {"DIST_TEST_PS_SHARDS=2", "DIST_TEST_OPTIMIZER=adagrad", "DIST_TEST_ID_LIMIT=400",
+           "DIST_TEST_CHECKPOINT=" + checkpoint});
+  auto results = job.processes.wait_all(120s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+  testing::train_embedding_steps(OneDeviceStrategy(), 1000, 8, 5, "adagrad", 400, reference);
+  const auto written = load_safetensors(checkpoint), expected = load_safetensors(reference);
+  ASSERT_EQ(written.tensors.size(), expected.tensors.size());
+  for (size_t i = 0; i < expected.tensors.size(); ++i) {
+    const auto& [name, tensor] = expected.tensors[i];
+    SCOPED_TRACE(name);
+    ASSERT_EQ(written.tensors[i].first, name);
+    if (name.rfind("rng/", 0) == 0) continue;  // the writing process's random state
+    EXPECT_LT(testing::max_relative_difference({written.tensors[i].second.to(torch::kDouble)},
+                                               {tensor.to(torch::kDouble)}),
+              1e-6);
+  }
+}
+
 // A job training EmbeddingNet(rows, dim) for `steps` synchronous steps with one worker:
 // its weights equal one device's, and each step moved the table rows its batch names and
 // nothing else of the table: received = the rows + the dense layer; sent = the same as

@@ -12,10 +12,11 @@
 //                                                (embedding_model.h) over embedding_data; each
 //                                                worker prints the bytes each step moved, the
 //                                                chief saves the final weights to OUT ("-":
-//                                                not saved).
+//                                                not saved). DIST_TEST_OPTIMIZER=adagrad (else
+//                                                SGD), DIST_TEST_ID_LIMIT=N: ids below N only.
 //
-// With DIST_TEST_CHECKPOINT=PATH the chief restores PATH before the first step if it exists,
-// and writes it after the last (the existing checkpoint format).
+// With DIST_TEST_CHECKPOINT=PATH the chief writes a checkpoint there after the last step (the
+// existing format); in "train" it also restores PATH before the first step if it exists.
 //
 // Environment: DIST_TEST_TIMEOUT_MS (rpc and coordinator timeouts), DIST_TEST_PS_SHARDS (a
 // fixed-shards partitioner), DIST_TEST_STEP_SLEEP_MS (each step sleeps this long first, so a
@@ -122,8 +123,9 @@ int train_embedding(int64_t rows, int64_t dim, int steps, const std::string& out
   dist::ParameterServerStrategy strategy(options_from_env());
   torch::manual_seed(7);
   auto model = strategy.mirror(dist::testing::EmbeddingNet(rows, dim));
-  auto optimizer =
-      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  const char* kind = std::getenv("DIST_TEST_OPTIMIZER");
+  auto optimizer = dist::testing::make_embedding_optimizer(strategy, model, kind ? kind : "sgd");
+  const int64_t id_limit = env_int("DIST_TEST_ID_LIMIT", 0);
   dist::ClusterCoordinator coordinator(strategy);
   dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
   int step = 0;
@@ -142,8 +144,9 @@ int train_embedding(int64_t rows, int64_t dim, int steps, const std::string& out
               << " sent " << strategy.bytes_sent() - sent << std::endl;
     return strategy.reduce(dist::ReduceOp::kSum, losses);
   });
-  auto dataset = coordinator.create_per_worker_dataset(
-      [&](const dist::InputContext&) { return dist::testing::embedding_data(rows, steps); });
+  auto dataset = coordinator.create_per_worker_dataset([&](const dist::InputContext&) {
+    return dist::testing::embedding_data(rows, steps, id_limit);
+  });
   if (!strategy.is_chief()) return coordinator.serve();
   for (int i = 0; i < steps; ++i) {
     coordinator.schedule("train_step", dataset.iterator());
@@ -153,6 +156,8 @@ int train_embedding(int64_t rows, int64_t dim, int steps, const std::string& out
     model.variables().prepare_to_read();
     save_weights(*model.primary(), out);
   }
+  if (const char* checkpoint = std::getenv("DIST_TEST_CHECKPOINT"))
+    dist::Checkpoint(model, optimizer.get()).write(checkpoint);
   coordinator.shutdown();
   std::cout << "trained " << steps << " steps" << std::endl;
   return 0;

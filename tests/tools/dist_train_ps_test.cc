@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -93,10 +94,17 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
           << job.output;
     }
     EXPECT_TRUE(std::filesystem::exists(dir.file("w.safetensors"))) << job.output;
-    bool checkpoint = false;
+    // The last checkpoint records the last step. Within fit's second epoch the only save is
+    // the stop's, written once every scheduled step had finished (none for steps 21..32).
+    std::set<std::string> checkpoints;
     for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.file("ckpt")))
-      checkpoint = checkpoint || entry.path().extension() == ".safetensors";
-    EXPECT_TRUE(checkpoint) << "no checkpoint in " << dir.file("ckpt") << "\n" << job.output;
+      if (entry.path().extension() == ".safetensors")
+        checkpoints.insert(entry.path().filename().string());
+    const std::string last = loop == "fit" ? "ckpt-33.safetensors" : "ckpt-20.safetensors";
+    EXPECT_EQ(checkpoints.count(last), 1u) << "no " << last << " in " << dir.file("ckpt") << "\n"
+                                           << job.output;
+    for (int step = 21; step < 33; ++step)
+      EXPECT_EQ(checkpoints.count("ckpt-" + std::to_string(step) + ".safetensors"), 0u) << step;
   }
 }
 
