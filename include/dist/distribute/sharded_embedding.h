@@ -48,7 +48,8 @@ class ShardedEmbeddingImpl : public torch::nn::Cloneable<ShardedEmbeddingImpl> {
 
   void reset() override;
   // `ids`: integer row numbers of any shape, each in [0, num_rows). Returns [ids..., dim].
-  // InvalidArgument naming the layer for a floating-point id or one outside the table.
+  // InvalidArgument ("ShardedEmbedding: ...", with the id) for a non-integer id or one
+  // outside the table.
   at::Tensor forward(const at::Tensor& ids);
 
   const ShardedEmbeddingOptions& options() const { return options_; }
