@@ -58,6 +58,20 @@ struct Job {
     return out;
   }
 
+  // A job of 0 steps: the chief and the ps tasks exit 0. The chief contacts no worker, so a
+  // worker that starts serving after the chief's shutdown call (a loaded machine) exits by
+  // itself with 3 ("no word from the coordinator") instead of 0.
+  void expect_zero_step_job_ended(const std::vector<ProcessResult>& results) const {
+    for (size_t i = 0; i < results.size(); ++i) {
+      const bool worker = i >= static_cast<size_t>(ps) && i != chief_process();
+      if (worker && results[i].exit_code == 3)
+        EXPECT_NE(results[i].output.find("no word from the coordinator"), std::string::npos)
+            << describe(results);
+      else
+        EXPECT_EQ(results[i].exit_code, 0) << describe(results);
+    }
+  }
+
   LocalJob cluster;
   int workers, ps;
   WorkerProcesses processes;
@@ -136,7 +150,7 @@ TEST(ParameterServerJobTest, CheckpointOfPsVariablesRestoresAnywhere) {
   {
     Job job(1, 1, {"train", "sgd", "0", dir.file("b.safetensors")}, env);
     auto results = job.processes.wait_all(120s);
-    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+    job.expect_zero_step_job_ended(results);
     EXPECT_NE(results[job.chief_process()].output.find("restored"), std::string::npos);
   }
   EXPECT_EQ(relative_difference(load(dir.file("b.safetensors")), trained), 0.0);
@@ -200,7 +214,7 @@ TEST(ParameterServerJobTest, CheckpointHoldsTheOptimizerSlotsOfThePsTasks) {
     Job job(1, 1, {"train", "adam", "0", dir.file("b.safetensors")},
             {"DIST_TEST_SYNC=1", "DIST_TEST_CHECKPOINT=" + again});
     auto results = job.processes.wait_all(120s);
-    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << job.describe(results);
+    job.expect_zero_step_job_ended(results);
   }
   const Named rewritten = tensors_of(again);
   ASSERT_EQ(rewritten.size(), written.size());
