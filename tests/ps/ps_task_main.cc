@@ -58,6 +58,22 @@ dist::ParameterServerOptions options_from_env() {
   return options;
 }
 
+// One training step of both scenarios on `batch`: the worker's mean loss after the update.
+template <class M>
+at::Tensor train_on(const dist::Strategy& strategy, const dist::Mirrored<M>& model,
+                    dist::MirroredOptimizer& optimizer, const dist::data::Element& batch) {
+  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
+  auto losses = strategy.run(
+      [&](const dist::data::Element& b) {
+        auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
+        loss.backward();
+        optimizer.apply_gradients();
+        return loss.detach();
+      },
+      batch);
+  return strategy.reduce(dist::ReduceOp::kSum, losses);
+}
+
 void save_weights(const torch::nn::Module& module, const std::string& out) {
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : module.named_parameters())
@@ -74,21 +90,13 @@ int train(const std::string& optimizer_kind, int steps, const std::string& out) 
           ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
           : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
   dist::ClusterCoordinator coordinator(strategy);
-  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
   const auto sleep = std::chrono::milliseconds(env_int("DIST_TEST_STEP_SLEEP_MS", 0));
   coordinator.register_function("train_step", [&](dist::ScheduledCall& call) {
     const dist::data::Element batch = call.next();
     std::this_thread::sleep_for(sleep);
-    auto losses = strategy.run(
-        [&](const dist::data::Element& b) {
-          auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
-          loss.backward();
-          optimizer->apply_gradients();
-          return loss.detach();
-        },
-        batch);
+    const at::Tensor loss = train_on(strategy, model, *optimizer, batch);
     std::cout << "step done on worker:" << call.worker_index() << std::endl;
-    return strategy.reduce(dist::ReduceOp::kSum, losses);
+    return loss;
   });
   auto dataset = coordinator.create_per_worker_dataset(
       [](const dist::InputContext&) { return dist::testing::equivalence_data().repeat(-1); });
@@ -127,22 +135,14 @@ int train_embedding(int64_t rows, int64_t dim, int steps, const std::string& out
   auto optimizer = dist::testing::make_embedding_optimizer(strategy, model, kind ? kind : "sgd");
   const int64_t id_limit = env_int("DIST_TEST_ID_LIMIT", 0);
   dist::ClusterCoordinator coordinator(strategy);
-  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
   int step = 0;
   coordinator.register_function("train_step", [&](dist::ScheduledCall& call) {
     const dist::data::Element batch = call.next();
     const int64_t received = strategy.bytes_received(), sent = strategy.bytes_sent();
-    auto losses = strategy.run(
-        [&](const dist::data::Element& b) {
-          auto loss = dist::compute_average_loss(loss_fn(b[1], model->forward(b[0])));
-          loss.backward();
-          optimizer->apply_gradients();
-          return loss.detach();
-        },
-        batch);
+    const at::Tensor loss = train_on(strategy, model, *optimizer, batch);
     std::cout << "step " << step++ << " received " << strategy.bytes_received() - received
               << " sent " << strategy.bytes_sent() - sent << std::endl;
-    return strategy.reduce(dist::ReduceOp::kSum, losses);
+    return loss;
   });
   auto dataset = coordinator.create_per_worker_dataset([&](const dist::InputContext&) {
     return dist::testing::embedding_data(rows, steps, id_limit);
