@@ -29,9 +29,11 @@
 // does not stop the job, nor does a ps task (the chief then fails by itself, naming it). The job
 // ends with the chief: the other tasks get --grace-seconds to exit by themselves (the chief's
 // shutdown tells them to), then SIGTERM, then SIGKILL after --grace-seconds more; the exit code
-// is the chief's. With --restart-workers, a worker that fails while the chief runs is started
-// again with the same TF_CONFIG, at most kMaxWorkerRestarts times per worker. --max-restarts
-// counts failures of the chief: each starts the whole job again. On a signal every task gets it.
+// is the chief's. After a chief that succeeded the evaluator gets --evaluator-seconds instead, to
+// evaluate the last checkpoint (it exits by itself after that one). With --restart-workers, a
+// worker that fails while the chief runs is started again with the same TF_CONFIG, at most
+// kMaxWorkerRestarts times per worker. --max-restarts counts failures of the chief: each starts the
+// whole job again. On a signal every task gets it.
 //
 // Job token: every worker gets DIST_JOB_TOKEN, 32 random bytes as hex (or the launcher's own
 // DIST_JOB_TOKEN), which the rendezvous store demands before it lets a connection in
@@ -72,6 +74,10 @@ struct Task {
   bool exited = false;
   int exit_code = 0;   // 128 + signal when a signal ended it
   std::string ending;  // "code 1" or "signal 9 (Killed)"
+  // Once the job is ending: when it gets SIGTERM (unless it got a signal already) and SIGKILL.
+  Clock::time_point terminate_at = Clock::time_point::max();
+  Clock::time_point kill_at = Clock::time_point::max();
+  bool signalled = false;
 };
 
 volatile sig_atomic_t forwarded_signal = 0;
@@ -231,6 +237,7 @@ struct JobSetup {
   int restart = 0;  // DIST_RESTART_COUNT of the workers
   int ps = 0;       // ps tasks; more than 0 makes a parameter-server job
   bool evaluator = false;
+  int evaluator_seconds = 600;  // after a successful chief, before the evaluator gets SIGTERM
   bool restart_workers = false;
 };
 
@@ -380,9 +387,8 @@ JobResult run_ps_job(const JobSetup& setup) {
   }
 
   // After the chief (or a signal): first waiting for the tasks to exit by themselves, then
-  // for SIGTERM to end them, then SIGKILL.
-  enum class Ending { kRunning, kWaiting, kTerminating } ending = Ending::kRunning;
-  auto deadline = Clock::time_point::max();
+  // for SIGTERM to end them, then SIGKILL; each task on its own clock, as the evaluator gets
+  // longer than the others.
   const auto grace = std::chrono::seconds(setup.grace_seconds);
   bool signalled = false;
   while (count_running(tasks) > 0) {
@@ -390,37 +396,51 @@ JobResult run_ps_job(const JobSetup& setup) {
       signalled = true;
       std::cout << "[dist-launch] " << strsignal(forwarded_signal) << ": stopping every task"
                 << std::endl;
+      // Once only: a second SIGTERM would cut short dist-train's checkpoint on the first.
       signal_all(tasks, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
-      ending = Ending::kTerminating;
-      deadline = Clock::now() + grace;
+      for (auto& t : tasks) {
+        t.signalled = true;
+        t.kill_at = Clock::now() + grace;
+      }
     }
     pump_output(tasks);
     // The chief first: a worker that ends as the chief does is not started again.
     if (reap(tasks[chief])) {
       std::cout << "[dist-launch] chief exited with " << tasks[chief].ending;
-      if (ending == Ending::kRunning && count_running(tasks) > 0) {
+      if (!signalled && count_running(tasks) > 0) {
         std::cout << "; the other tasks have " << setup.grace_seconds
                   << " s (--grace-seconds) to exit by themselves";
-        ending = Ending::kWaiting;
-        deadline = Clock::now() + grace;
+        // The evaluator still has the last checkpoint to evaluate, which may take longer.
+        const bool evaluating = tasks[chief].exit_code == 0;
+        for (auto& t : tasks) {
+          if (t.exited) continue;
+          const bool evaluator = evaluating && t.type == "evaluator";
+          if (evaluator)
+            std::cout << ", the evaluator " << setup.evaluator_seconds
+                      << " s (--evaluator-seconds) to evaluate the last checkpoint";
+          t.terminate_at =
+              Clock::now() + (evaluator ? std::chrono::seconds(setup.evaluator_seconds) : grace);
+          t.kill_at = t.terminate_at + grace;
+        }
       }
       std::cout << std::endl;
     }
     // Workers are started again only while the chief runs and nothing is stopping the job.
-    handle_exits(setup, tasks, chief, ending == Ending::kRunning && !tasks[chief].exited);
-    if (Clock::now() < deadline || count_running(tasks) == 0) continue;
-    if (ending == Ending::kWaiting) {
-      std::cout << "[dist-launch] still running " << setup.grace_seconds
-                << " s after the chief exited:";
-      for (const auto& t : tasks)
-        if (!t.exited) std::cout << " " << t.name;
-      std::cout << "; sending SIGTERM" << std::endl;
-      signal_all(tasks, SIGTERM);
-      ending = Ending::kTerminating;
-      deadline = Clock::now() + grace;
-    } else {
-      signal_all(tasks, SIGKILL);
+    handle_exits(setup, tasks, chief, !signalled && !tasks[chief].exited);
+    std::string terminated;
+    for (auto& t : tasks) {
+      if (t.exited) continue;
+      if (!t.signalled && Clock::now() >= t.terminate_at) {
+        t.signalled = true;
+        kill(-t.pid, SIGTERM);
+        terminated += " " + t.name;
+      } else if (Clock::now() >= t.kill_at) {
+        kill(-t.pid, SIGKILL);
+      }
     }
+    if (!terminated.empty())
+      std::cout << "[dist-launch] still running after its time since the chief exited:"
+                << terminated << "; sending SIGTERM" << std::endl;
   }
   drain_output(tasks);
   const int result = tasks[chief].exit_code;
@@ -475,6 +495,11 @@ int main(int argc, char** argv) {
                  "workers and these ps tasks, which ends when the chief does")
       ->capture_default_str();
   app.add_flag("--evaluator", setup.evaluator, "with --ps: one evaluator task too");
+  app.add_option("--evaluator-seconds", setup.evaluator_seconds,
+                 "with --evaluator: after the chief succeeded, how long the evaluator has to "
+                 "evaluate the last checkpoint and exit by itself before SIGTERM")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--restart-workers", setup.restart_workers,
                "with --ps: start a worker that fails again while the chief runs (at most " +
                    std::to_string(kMaxWorkerRestarts) + " times per worker)");

@@ -1,9 +1,12 @@
-// dist-train: trains the tutorial CNN (or the MLP) on Fashion-MNIST under a strategy.
+// dist-train: trains the tutorial CNN (or the MLP) on Fashion-MNIST under a strategy. On the
+// evaluator task of a parameter-server job it evaluates the chief's checkpoints instead
+// (evaluator_job.h).
 //
 // Exit codes: 0 success; 1 a failure while training (for example a lost peer);
-// 2 bad command line or option values; 3 missing or corrupt data files or checkpoints;
-// 4 stopped by SIGTERM or SIGINT after finishing the current step (with --checkpoint-dir a
-// checkpoint was saved first: rerun the same command to resume).
+// 2 bad command line or option values; 3 missing or corrupt data files or checkpoints (on the
+// evaluator task also: no new checkpoint for --evaluator-timeout seconds); 4 stopped by SIGTERM
+// or SIGINT after finishing the current step (with --checkpoint-dir a checkpoint was saved
+// first: rerun the same command to resume).
 // The last line of stdout is one JSON object with the results.
 #include <iostream>
 #include <new>
@@ -11,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dist/core/error.h"
+#include "evaluator_job.h"
 #include "train_job.h"
 
 namespace {
@@ -55,6 +59,10 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
                  "multi_worker: seconds for all workers to join; parameter_server: for the ps "
                  "tasks to serve")
+      ->capture_default_str();
+  app.add_option("--evaluator-timeout", o.evaluator_timeout,
+                 "parameter_server, on the evaluator task: seconds without a new checkpoint in "
+                 "--checkpoint-dir before it gives up (exit 3)")
       ->capture_default_str();
   app.add_option("--cross-device-ops", o.cross_device_ops,
                  "parallel | reduction_to_one_device | hierarchical_copy");
@@ -127,6 +135,12 @@ int main(int argc, char** argv) {
   o.check_collectives = !unchecked;
 
   try {
+    // The evaluator task of a parameter-server job (every task runs this same command).
+    if (dist::tools::is_evaluator_task(o)) {
+      auto result = dist::tools::run_evaluator(o, std::cout);
+      std::cout << dist::tools::to_json_line(result) << std::endl;
+      return 0;
+    }
     auto result = dist::tools::run_training(o, std::cout);
     if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;
     return result.interrupted ? 4 : 0;

@@ -80,12 +80,6 @@ class StopAtStep : public keras::Callback {
   int64_t epoch_begin_step_ = 0, first_batch_ = -1;
 };
 
-keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
-  if (options.optimizer == "adam") return keras::optimizers::Adam(options.lr);
-  if (options.optimizer == "sgd") return keras::optimizers::SGD(options.lr);
-  throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
-}
-
 TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
                     Clock::time_point job_start) {
   const Strategy& strategy = job.strategy;
@@ -182,6 +176,12 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
 }
 
 }  // namespace
+
+keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
+  if (options.optimizer == "adam") return keras::optimizers::Adam(options.lr);
+  if (options.optimizer == "sgd") return keras::optimizers::SGD(options.lr);
+  throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
+}
 
 TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out) {
   DIST_CHECK_ARG(options.resume_from.empty(),

@@ -78,21 +78,34 @@ Strategy make_parameter_server_strategy(const TrainOptions& options) {
                  options.replicas, " was given; add workers instead (dist-launch --workers N)");
   ParameterServerOptions ps;
   ps.cluster = cluster_config_from_environment();
+  // The evaluator waits for the chief's checkpoints; without them it would wait in vain.
+  DIST_CHECK_ARG(ps.cluster->cluster.num_tasks("evaluator") == 0 || !options.checkpoint_dir.empty(),
+                 "the cluster has an evaluator task, which evaluates the checkpoints the chief "
+                 "writes: give every task the same --checkpoint-dir");
   ps.rpc_timeout = whole_milliseconds("--collective-timeout", options.collective_timeout);
   ps.coordinator_timeout = ps.rpc_timeout;
   ps.startup_timeout = whole_milliseconds("--rendezvous-timeout", options.rendezvous_timeout);
-  int tasks_here = 0;
-  const std::string host = ps.cluster->cluster.address(ps.cluster->task).host;
-  for (const auto& [type, addresses] : ps.cluster->cluster.jobs())
-    for (size_t i = 0; i < addresses.size(); ++i)
-      if (ps.cluster->cluster.address(TaskSpec{type, static_cast<int>(i)}).host == host)
-        ++tasks_here;
-  torch::set_num_threads(options.threads > 0 ? options.threads
-                                             : std::max(1, available_cores() / tasks_here));
+  set_parameter_server_task_threads(options, *ps.cluster);
   return ParameterServerStrategy(ps);
 }
 
 }  // namespace
+
+void set_parameter_server_task_threads(const TrainOptions& options, const ClusterConfig& cluster) {
+  int tasks_here = 0;
+  const std::string host = cluster.cluster.address(cluster.task).host;
+  for (const auto& [type, addresses] : cluster.cluster.jobs())
+    for (size_t i = 0; i < addresses.size(); ++i)
+      if (cluster.cluster.address(TaskSpec{type, static_cast<int>(i)}).host == host) ++tasks_here;
+  torch::set_num_threads(options.threads > 0 ? options.threads
+                                             : std::max(1, available_cores() / tasks_here));
+}
+
+int64_t parameter_server_steps_per_epoch(const TrainOptions& options, int64_t num_train,
+                                         int64_t global_batch) {
+  return options.steps_per_epoch > 0 ? options.steps_per_epoch
+                                     : (num_train + global_batch - 1) / global_batch;
+}
 
 data::Dataset per_worker_train_data(const data::Dataset& train, const InputContext& context) {
   const int64_t batches = train.cardinality();
@@ -242,10 +255,7 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
       data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
   int64_t steps_per_epoch = 0;
   if (strategy.name() == "parameter_server") {
-    // An epoch is one pass of the examples in all, whatever the number of workers, so epochs
-    // mean what they mean under the other strategies.
-    steps_per_epoch = options.steps_per_epoch > 0 ? options.steps_per_epoch
-                                                  : (num_train + global_batch - 1) / global_batch;
+    steps_per_epoch = parameter_server_steps_per_epoch(options, num_train, global_batch);
     if (chief)
       chief_out << "Steps per epoch: " << steps_per_epoch << " (scheduled on the workers"
                 << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")

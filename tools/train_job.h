@@ -11,8 +11,13 @@
 #include "dist/core/env.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
+#include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/input_context.h"
 #include "dist/distribute/strategy.h"
+
+namespace dist::keras {
+struct Optimizer;
+}
 
 namespace dist::tools {
 
@@ -28,6 +33,8 @@ struct TrainOptions {
   double collective_timeout = 300;    // multi_worker: seconds before a lost worker is reported
   double rendezvous_timeout = 120;    // multi_worker: seconds for all workers to join
   bool check_collectives = true;      // multi_worker: CommunicationOptions::check_collectives
+  // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
+  double evaluator_timeout = 1800;
   int epochs = 10;
   int64_t max_steps = -1;  // global steps; -1: no limit
   // parameter_server only: steps scheduled per epoch (shared by all workers); -1: one pass of
@@ -119,6 +126,20 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
 
 // The strategy the options choose (also sets the intra-op thread count where needed).
 Strategy make_strategy(const TrainOptions& options);
+
+// parameter_server: the steps the chief schedules per epoch: --steps-per-epoch, or one pass of
+// the `num_train` examples across all workers (so an epoch means what it means under the other
+// strategies). Also what the evaluator task counts to.
+int64_t parameter_server_steps_per_epoch(const TrainOptions& options, int64_t num_train,
+                                         int64_t global_batch);
+
+// parameter_server: intra-op threads for this task: --threads, or the cores shared evenly by
+// the job's tasks on this host (dist-launch puts them all on one).
+void set_parameter_server_task_threads(const TrainOptions& options, const ClusterConfig& cluster);
+
+// The Keras optimizer --optimizer and --lr choose (the fit loop's, and the evaluator's, whose
+// model reads the fit loop's checkpoints optimizer and all).
+keras::Optimizer make_keras_optimizer(const TrainOptions& options);
 
 // Under ParameterServerStrategy worker i of N iterates its own copy of the training batches,
 // started i/N of the way into the first pass and repeated without end: the copies are seeded

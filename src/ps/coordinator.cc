@@ -70,6 +70,7 @@ CoordinatorImpl::CoordinatorImpl(Strategy strategy, ParameterServerExtended& ext
         ps::open_channel(cluster.address(TaskSpec{"ps", i}).to_string())));
   running_.resize(workers_.size());
   worker_up_.assign(workers_.size(), false);
+  worker_heard_from_.assign(workers_.size(), false);
   some_worker_up_at_ = Clock::now();
   // From now on the other tasks hear from the coordinator, even before the first step.
   heartbeat_ = std::thread([this] { heartbeat(); });
@@ -192,6 +193,7 @@ void CoordinatorImpl::run_worker(size_t index) {
       }
       std::lock_guard<std::mutex> lock(mutex_);
       worker_up_[index] = true;
+      worker_heard_from_[index] = true;
       some_worker_up_at_ = Clock::now();
       if (lost_before) log(worker.describe() + " is back and gets steps again");
     }
@@ -365,16 +367,24 @@ void CoordinatorImpl::shutdown() {
   if (heartbeat_.joinable()) heartbeat_.join();
   for (const auto& call : queued) finish_call(*call, {}, shut_down_error());
   if (!chief_) return;
-  // Every other task exits now instead of at its coordinator timeout.
+  // Every other task exits now instead of at its coordinator timeout. A worker never heard
+  // from may still be starting (a job of few steps can end before it serves): the call waits a
+  // while for it to serve, so that it too exits at once, and with 0, instead of at its timeout.
   rpc::PingRequest request;
   request.set_from(ps::kCoordinatorTask);
   std::vector<std::future<void>> calls;
   const auto deadline = std::chrono::seconds(2);
-  for (auto& worker : workers_)
-    calls.push_back(std::async(std::launch::async, [&, w = &worker] {
+  const auto starting_deadline = std::min<std::chrono::milliseconds>(
+      extended_.options().startup_timeout, std::chrono::seconds(15));
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const bool starting = !worker_heard_from_[i];  // the threads are joined: no lock needed
+    calls.push_back(std::async(std::launch::async, [&, w = &workers_[i], starting] {
+      auto context = ps::context_with_deadline(starting ? starting_deadline : deadline);
+      context->set_wait_for_ready(starting);
       rpc::PingResponse response;
-      w->stub->Shutdown(ps::context_with_deadline(deadline).get(), request, &response);
+      w->stub->Shutdown(context.get(), request, &response);
     }));
+  }
   for (auto& stub : ps_stubs_)
     calls.push_back(std::async(std::launch::async, [&, s = stub.get()] {
       rpc::PingResponse response;

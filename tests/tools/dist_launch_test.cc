@@ -411,11 +411,89 @@ TEST(DistLaunchTest, MaxRestartsStartsAParameterServerJobAgainWhenTheChiefFails)
                   "have 2 s (--grace-seconds) to exit by themselves"))
       << output;
   // They wait for the coordinator 10 s: SIGTERM ends them first.
-  EXPECT_TRUE(has(output, " s after the chief exited: ps:0 worker:0; sending SIGTERM")) << output;
+  EXPECT_TRUE(
+      has(output,
+          "still running after its time since the chief exited: ps:0 worker:0; sending SIGTERM"))
+      << output;
   EXPECT_TRUE(has(output, "[dist-launch] restarting the job (restart 1 of 1)")) << output;
   EXPECT_EQ(count(output, "[dist-launch] started chief (pid "), 2) << output;
   EXPECT_TRUE(has(output, "[chief] trained 20 steps")) << output;
   EXPECT_EQ(access(dir.file("w.safetensors").c_str(), F_OK), 0);
+  EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
+}
+
+// The ps-loss case end to end with dist-train: ps:0 SIGKILLed after the chief's
+// checkpoint of step 20; the chief fails within --collective-timeout naming the ps task,
+// --max-restarts starts the job again on fresh ports, and its chief resumes from its last
+// checkpoint (the values and Adam's slots go to the new ps task) and trains to the end.
+TEST(DistLaunchTest, LostPsUnderDistTrainRestartsAndResumesFromTheLastCheckpoint) {
+  testing::TempDir dir;
+  const std::string token = job_token("PsRestart");
+  const std::string checkpoints = dir.file("ckpt");
+  testing::WorkerProcesses launcher;
+  launcher.start(DIST_LAUNCH_BINARY,
+                 {"--workers",
+                  "2",
+                  "--ps",
+                  "1",
+                  "--grace-seconds",
+                  "2",
+                  "--max-restarts",
+                  "1",
+                  "--",
+                  DIST_TRAIN_BINARY,
+                  "--strategy",
+                  "parameter_server",
+                  "--train-examples",
+                  "640",
+                  "--batch-per-replica",
+                  "32",
+                  "--epochs",
+                  "1",
+                  "--steps-per-epoch",
+                  "400",
+                  "--checkpoint-every",
+                  "20",
+                  "--checkpoint-dir",
+                  checkpoints,
+                  "--no-progress",
+                  "--collective-timeout",
+                  "5",
+                  "--rendezvous-timeout",
+                  "60"},
+                 {"DIST_JOB_TOKEN=" + token});
+  ASSERT_TRUE(appears_within(checkpoints + "/ckpt-20.safetensors", 120))
+      << launcher.wait_all(10s)[0].output;
+  const pid_t ps = task_pid(launcher.pid(0), "ps", 0);
+  ASSERT_GT(ps, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  kill(ps, SIGKILL);
+  ASSERT_TRUE(launcher.wait_for_output(0, "[dist-launch] chief exited with code 1", 60s))
+      << launcher.wait_all(10s)[0].output;
+  // The RPC deadline is 5 s; the coordinator's failure reaches the chief's loop within a few.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 30s);
+  const auto results = launcher.wait_all(240s);
+  const std::string& output = results[0].output;
+  EXPECT_EQ(results[0].exit_code, 0) << output;
+  EXPECT_TRUE(has(output, "[dist-launch] ps:0 exited with signal 9 (Killed)")) << output;
+  EXPECT_TRUE(has(output, "parameter server ps:0 (127.0.0.1:")) << output;
+  EXPECT_TRUE(has(output, "[dist-launch] restarting the job (restart 1 of 1)")) << output;
+  // The restarted chief resumes at a checkpoint of step 20 or later (the chief may have saved
+  // another before it noticed the loss) and finishes the 400 steps.
+  const size_t resumed = output.find("[chief] Resumed from " + checkpoints + "/ckpt-");
+  ASSERT_NE(resumed, std::string::npos) << output;
+  const int64_t resumed_at = std::stoll(output.substr(output.find(" at step ", resumed) + 9));
+  EXPECT_GE(resumed_at, 20) << output;
+  EXPECT_LT(resumed_at, 400) << output;
+  std::istringstream lines(output);
+  std::string line, json;
+  while (std::getline(lines, line))
+    if (line.rfind("[chief] {", 0) == 0) json = line.substr(8);
+  ASSERT_FALSE(json.empty()) << output;
+  const auto result = nlohmann::json::parse(json);
+  EXPECT_EQ(result["steps"], 400) << json;
+  EXPECT_EQ(result["resumed_at_step"], resumed_at) << json;
+  EXPECT_GT(result["test_accuracy"].get<double>(), 0.5) << json;
   EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
 }
 

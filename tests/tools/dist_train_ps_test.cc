@@ -10,13 +10,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tfrecord_reader.h"
 
 namespace dist {
 namespace {
@@ -108,6 +111,101 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
     for (int step = 21; step < 33; ++step)
       EXPECT_EQ(checkpoints.count("ckpt-" + std::to_string(step) + ".safetensors"), 0u) << step;
   }
+}
+
+// The scalars of the one event file in `dir`.
+std::vector<testing::ScalarEvent> scalar_events_in(const std::string& dir,
+                                                   const std::string& work_dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files.push_back(entry.path().string());
+  EXPECT_EQ(files.size(), 1u) << dir;
+  if (files.empty()) return {};
+  std::string error;
+  auto events = testing::read_scalar_events(files[0], work_dir, &error);
+  EXPECT_EQ(error, "") << files[0];
+  return events;
+}
+
+// dist-launch --evaluator: the evaluator task (the same dist-train command) evaluates the
+// chief's checkpoints as they come, writes TensorBoard scalars, and exits by itself after the
+// checkpoint of the last step. Its last evaluation is of the weights the chief evaluated last,
+// on the same test batches: the same figures.
+TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheLast) {
+  for (const std::string loop : {"custom", "fit"}) {
+    SCOPED_TRACE(loop);
+    testing::TempDir dir;
+    const CommandResult job =
+        run(std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 --evaluator -- " +
+                DIST_TRAIN_BINARY + " --strategy parameter_server --loop " + loop +
+                " --train-examples 640 --batch-per-replica 32 --epochs 2 --optimizer sgd"
+                " --lr 0.05 --no-progress --collective-timeout 30 --rendezvous-timeout 30"
+                " --evaluator-timeout 120 --checkpoint-dir " +
+                dir.file("ckpt") + " --log-dir " + dir.file("logs"),
+            240);
+    ASSERT_EQ(job.exit_code, 0) << job.output;
+    EXPECT_TRUE(has(job.output, "[dist-launch] evaluator exited with code 0")) << job.output;
+    EXPECT_FALSE(has(job.output, "SIGTERM")) << job.output;
+    EXPECT_TRUE(has(job.output, "[evaluator] Evaluator: evaluating the checkpoints in " +
+                                    dir.file("ckpt") + " on the test set until step 40"))
+        << job.output;
+    const std::string evaluator_json = last_line_of(job.output, "evaluator");
+    const std::string chief_json = last_line_of(job.output, "chief");
+    ASSERT_EQ(evaluator_json.rfind("{", 0), 0u) << job.output;
+    ASSERT_EQ(chief_json.rfind("{", 0), 0u) << job.output;
+    const auto evaluator = nlohmann::json::parse(evaluator_json);
+    const auto chief = nlohmann::json::parse(chief_json);
+    EXPECT_EQ(evaluator["task"], "evaluator");
+    EXPECT_EQ(evaluator["final_step"], 40);
+    EXPECT_EQ(evaluator["step"], 40);
+    EXPECT_EQ(evaluator["checkpoint"], dir.file("ckpt") + "/ckpt-40.safetensors");
+    // Checkpoints at steps 20 and 40 (epoch ends); one may be passed over for a newer one.
+    const int64_t evaluations = evaluator["evaluations"].get<int64_t>();
+    EXPECT_TRUE(evaluations == 1 || evaluations == 2) << evaluator_json;
+    EXPECT_EQ(evaluator["test_accuracy"].get<double>(), chief["test_accuracy"].get<double>())
+        << evaluator_json << "\n"
+        << chief_json;
+    EXPECT_NEAR(evaluator["test_loss"].get<double>(), chief["test_loss"].get<double>(),
+                1e-6 * chief["test_loss"].get<double>())
+        << evaluator_json << "\n"
+        << chief_json;
+
+    // TensorBoard: each evaluation's scalars at its checkpoint's step, the last at step 40.
+    const auto events = scalar_events_in(dir.file("logs/evaluation"), dir.path());
+    ASSERT_EQ(events.size(), static_cast<size_t>(2 * evaluations));
+    std::map<std::string, testing::ScalarEvent> last;
+    for (const auto& e : events) last[e.tag] = e;
+    ASSERT_EQ(last.count("evaluation_accuracy_vs_iterations"), 1u);
+    ASSERT_EQ(last.count("evaluation_loss_vs_iterations"), 1u);
+    EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].step, 40);
+    EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].value,
+              static_cast<float>(evaluator["test_accuracy"].get<double>()));
+    EXPECT_EQ(last["evaluation_loss_vs_iterations"].value,
+              static_cast<float>(evaluator["test_loss"].get<double>()));
+  }
+}
+
+// The evaluator task run by hand (TF_CONFIG naming it): without --checkpoint-dir it has nothing
+// to watch (exit 2, naming the flag); with a directory no chief writes to, it gives up after
+// --evaluator-timeout (exit 3, naming the directory). No other task is needed for either.
+TEST(DistTrainParameterServerTest, EvaluatorTaskRefusesNoCheckpointDirAndGivesUpOnSilence) {
+  testing::TempDir dir;
+  const std::string tf_config =
+      R"('{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"],)"
+      R"( "ps": ["127.0.0.1:3"], "evaluator": ["127.0.0.1:4"]},)"
+      R"( "task": {"type": "evaluator", "index": 0}}')";
+  const std::string command =
+      "env TF_CONFIG=" + tf_config + " " + DIST_TRAIN_BINARY + " --strategy parameter_server";
+  const CommandResult no_dir = run(command, 60);
+  EXPECT_EQ(no_dir.exit_code, 2) << no_dir.output;
+  EXPECT_TRUE(has(no_dir.output, "give every task the same --checkpoint-dir")) << no_dir.output;
+
+  const CommandResult silent =
+      run(command + " --evaluator-timeout 1 --checkpoint-dir " + dir.file("ckpt"), 60);
+  EXPECT_EQ(silent.exit_code, 3) << silent.output;
+  EXPECT_TRUE(has(silent.output, "no new checkpoint in " + dir.file("ckpt") + " for 1 s"))
+      << silent.output;
+  EXPECT_TRUE(has(silent.output, "none evaluated yet")) << silent.output;
 }
 
 TEST(DistTrainParameterServerTest, StepsPerEpochIsRefusedUnderOtherStrategies) {
