@@ -34,4 +34,9 @@ class TempDir {
 void write_file(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
 
+// Whether `what` occurs in `text`, and how many times (overlapping occurrences counted): for
+// checking what processes printed.
+bool contains(const std::string& text, const std::string& what);
+int occurrences(const std::string& text, const std::string& what);
+
 }  // namespace dist::testing

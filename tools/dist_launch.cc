@@ -44,6 +44,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -396,11 +397,14 @@ JobResult run_ps_job(const JobSetup& setup) {
       signalled = true;
       std::cout << "[dist-launch] " << strsignal(forwarded_signal) << ": stopping every task"
                 << std::endl;
-      // Once only: a second SIGTERM would cut short dist-train's checkpoint on the first.
-      signal_all(tasks, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
+      // Once per task: a second SIGTERM would cut short dist-train's checkpoint on the first
+      // (a task past its time since the chief exited has had SIGTERM already).
+      const int signal = forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal);
       for (auto& t : tasks) {
+        if (t.exited) continue;
+        if (!t.signalled) kill(-t.pid, signal);
         t.signalled = true;
-        t.kill_at = Clock::now() + grace;
+        t.kill_at = std::min(t.kill_at, Clock::now() + grace);
       }
     }
     pump_output(tasks);
@@ -445,6 +449,12 @@ JobResult run_ps_job(const JobSetup& setup) {
   drain_output(tasks);
   const int result = tasks[chief].exit_code;
   if (result != 0) std::cerr << "dist-launch: chief failed with exit code " << result << std::endl;
+  // The job succeeded, but its evaluation did not: say so last, where it is seen.
+  for (const auto& t : tasks)
+    if (result == 0 && !signalled && t.type == "evaluator" && t.exit_code != 0)
+      std::cerr << "dist-launch: warning: the evaluator exited with " << t.ending
+                << " before it had evaluated the last checkpoint (its output above says why)"
+                << std::endl;
   return {result, signalled};
 }
 

@@ -93,16 +93,14 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
   DIST_CHECK_ARG(!options.checkpoint_dir.empty(),
                  "the evaluator task evaluates the checkpoints the chief writes: give every task "
                  "the same --checkpoint-dir");
-  DIST_CHECK_ARG(options.evaluator_timeout > 0, "--evaluator-timeout must be positive, got ",
-                 options.evaluator_timeout);
   DIST_CHECK_ARG(options.loop == "custom" || options.loop == "fit", "unknown --loop '",
                  options.loop, "': use custom or fit");
+  const auto timeout = whole_milliseconds("--evaluator-timeout", options.evaluator_timeout);
   set_parameter_server_task_threads(options, cluster_config_from_environment());
 
-  // The job's last step, counted as the chief counts it (prepare_job): one replica per worker
-  // step, so the global batch is the batch of one worker step.
-  const int64_t global_batch =
-      options.global_batch > 0 ? options.global_batch : options.batch_per_replica;
+  // The job's last step, counted as the chief counts it (prepare_job), where the strategy has
+  // one replica in sync (a worker's step).
+  const int64_t global_batch = global_batch_of(options, /*replicas=*/1);
   data::Dataset examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
   if (options.train_examples > 0) examples = examples.take(options.train_examples);
   const int64_t steps_per_epoch =
@@ -119,8 +117,7 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
   sidecar.checkpoint_dir = options.checkpoint_dir;
   if (!options.log_dir.empty()) sidecar.log_dir = options.log_dir + "/evaluation";
   sidecar.final_step = final_step;
-  sidecar.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(options.evaluator_timeout * 1000));
+  sidecar.timeout = timeout;
   sidecar.env = options.env;
   out << "Evaluator: evaluating the checkpoints in " << options.checkpoint_dir
       << " on the test set until step " << final_step

@@ -46,6 +46,18 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
+std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds) {
+  // Whole milliseconds reach the strategy: less than one would become 0. The upper bound keeps
+  // the conversion defined (inf, 1e300) and deadlines from overflowing.
+  DIST_CHECK_ARG(std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e9, flag,
+                 " must be between 0.001 and 1e9 (seconds), got ", seconds);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+int64_t global_batch_of(const TrainOptions& options, int replicas) {
+  return options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+}
+
 void check_options(const TrainOptions& options) {
   mixed_precision::check_supported(mixed_precision::policy_from_name(options.mixed_precision));
   DIST_CHECK_ARG(options.epochs >= 1, "--epochs must be at least 1, got ", options.epochs);
@@ -60,12 +72,6 @@ void check_options(const TrainOptions& options) {
 }
 
 namespace {
-
-std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds) {
-  // Whole milliseconds reach the strategy: less than one would become 0.
-  DIST_CHECK_ARG(seconds >= 0.001, flag, " must be at least 0.001 (seconds), got ", seconds);
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
 
 // Roles from TF_CONFIG. Every task of the job may share this host (dist-launch): each takes
 // its share of the cores unless --threads says otherwise.
@@ -236,8 +242,7 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   // never write the same file.
   const bool chief = strategy.is_chief();
   const int replicas = strategy.num_replicas_in_sync();
-  const int64_t global_batch =
-      options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+  const int64_t global_batch = global_batch_of(options, replicas);
   if (chief) check_output_paths(options);
   if (chief) {
     chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
@@ -277,6 +282,15 @@ JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
                  "strategies take whole passes of the data; use --max-steps to stop early)");
   DIST_CHECK_ARG(options.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
                  options.checkpoint_every);
+  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
+  // the chief alone, in its own words (save_freq).
+  DIST_CHECK_ARG(options.checkpoint_every == 0 || options.loop != "fit" ||
+                     options.strategy != "parameter_server",
+                 "--checkpoint-every ", options.checkpoint_every,
+                 " is not supported with --loop fit under --strategy parameter_server: steps run "
+                 "ahead of the chief, so a save within an epoch would not hold the step it "
+                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
+                 "--loop custom, whose checkpoints wait for the scheduled steps");
   Strategy strategy = make_strategy(options);
   return failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
 }

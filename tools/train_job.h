@@ -2,6 +2,7 @@
 // once against dist::Strategy and run under whichever strategy the flags choose.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -81,6 +82,14 @@ struct TrainResult {
   std::string last_checkpoint;              // path of the last checkpoint written (chief), if any
   std::string mixed_precision = "float32";  // the policy's Keras name
 };
+
+// `seconds` of the flag `flag` as whole milliseconds; InvalidArgument naming the flag unless it
+// is finite and between 0.001 and 1e9.
+std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds);
+
+// Examples per step across all replicas: --global-batch, or --batch-per-replica x `replicas`
+// (under parameter_server one replica: a worker's step).
+int64_t global_batch_of(const TrainOptions& options, int replicas);
 
 // InvalidArgument naming the flag when a value is out of range (0 is "the default" only where
 // TrainOptions says so; dist-train's command line refuses it).

@@ -71,7 +71,7 @@ CoordinatorImpl::CoordinatorImpl(Strategy strategy, ParameterServerExtended& ext
   running_.resize(workers_.size());
   worker_up_.assign(workers_.size(), false);
   worker_heard_from_.assign(workers_.size(), false);
-  some_worker_up_at_ = Clock::now();
+  started_at_ = some_worker_up_at_ = Clock::now();
   // From now on the other tasks hear from the coordinator, even before the first step.
   heartbeat_ = std::thread([this] { heartbeat(); });
 }
@@ -277,7 +277,11 @@ void CoordinatorImpl::heartbeat() {
         return w->stub->Ping(ps::context_with_deadline(options.rpc_timeout).get(), request,
                              &response);
       }));
-    for (auto& ping : worker_pings) ping.wait();
+    for (size_t i = 0; i < worker_pings.size(); ++i) {
+      if (!worker_pings[i].get().ok()) continue;
+      std::lock_guard<std::mutex> lock(mutex_);
+      worker_heard_from_[i] = true;
+    }
     for (size_t j = 0; j < ps_pings.size(); ++j) {
       const grpc::Status status = ps_pings[j].get();
       if (status.ok() || !ps::is_unreachable(status)) {
@@ -373,11 +377,17 @@ void CoordinatorImpl::shutdown() {
   rpc::PingRequest request;
   request.set_from(ps::kCoordinatorTask);
   std::vector<std::future<void>> calls;
-  const auto deadline = std::chrono::seconds(2);
-  const auto starting_deadline = std::min<std::chrono::milliseconds>(
-      extended_.options().startup_timeout, std::chrono::seconds(15));
+  // Not after a failure (the silent workers may be why), and not past the time they had to
+  // start in.
+  const auto deadline = std::chrono::milliseconds(2000);
+  const auto start_left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      started_at_ + extended_.options().startup_timeout - Clock::now());
+  const auto starting_deadline =
+      std::min<std::chrono::milliseconds>(start_left, std::chrono::seconds(15));
+  const bool wait_for_starting = !job_error_ && starting_deadline > deadline;
   for (size_t i = 0; i < workers_.size(); ++i) {
-    const bool starting = !worker_heard_from_[i];  // the threads are joined: no lock needed
+    // The threads are joined: no lock needed.
+    const bool starting = wait_for_starting && !worker_heard_from_[i];
     calls.push_back(std::async(std::launch::async, [&, w = &workers_[i], starting] {
       auto context = ps::context_with_deadline(starting ? starting_deadline : deadline);
       context->set_wait_for_ready(starting);

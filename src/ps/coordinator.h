@@ -88,6 +88,7 @@ class CoordinatorImpl {
   std::vector<std::shared_ptr<grpc::ClientContext>> running_;  // per worker: the call in flight
   std::vector<bool> worker_up_;
   std::vector<bool> worker_heard_from_;  // ever up: shutdown() waits a while for the others
+  std::chrono::steady_clock::time_point started_at_;
   std::chrono::steady_clock::time_point some_worker_up_at_;
   bool stopping_ = false;
   bool shut_down_ = false;

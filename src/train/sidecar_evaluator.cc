@@ -17,6 +17,15 @@ std::string seconds_text(std::chrono::milliseconds duration) {
   return detail::concat(duration.count() / 1000.0, " s");
 }
 
+// now + timeout, saturated: a timeout of centuries means "no limit", not an overflow into the
+// past.
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  const auto now = Clock::now();
+  const auto room =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return timeout >= room ? Clock::time_point::max() : now + timeout;
+}
+
 }  // namespace
 
 SidecarEvaluator::SidecarEvaluator(Checkpoint checkpoint, Evaluate evaluate,
@@ -52,7 +61,7 @@ std::vector<Evaluation> SidecarEvaluator::run(
 
   std::vector<Evaluation> evaluations;
   std::string last_read;
-  auto deadline = Clock::now() + options_.timeout;
+  auto deadline = deadline_after(options_.timeout);
   while (true) {
     const std::optional<std::string> latest = manager.latest();
     if (latest && *latest != last_read) {
@@ -80,7 +89,7 @@ std::vector<Evaluation> SidecarEvaluator::run(
       if (options_.max_evaluations > 0 &&
           static_cast<int64_t>(evaluations.size()) >= options_.max_evaluations)
         return evaluations;
-      deadline = Clock::now() + options_.timeout;
+      deadline = deadline_after(options_.timeout);
       continue;  // a newer checkpoint may have come while this one was evaluated
     }
     if (Clock::now() >= deadline) {

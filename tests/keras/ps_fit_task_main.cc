@@ -7,15 +7,18 @@
 // validation. The chief prints each epoch's logs ("history <key> <epoch> <value>", 17 digits)
 // and writes the final weights to OUT; the others print how many epochs their History holds.
 // STEPS_PER_EPOCH -1 leaves it unset (fit must refuse that). DIST_TEST_TIMEOUT_MS bounds every
-// wait (rpc, startup and coordinator timeouts).
+// wait (rpc, startup and coordinator timeouts); DIST_TEST_BACKUP_SAVE_FREQ=N adds a
+// BackupAndRestore(OUT.backup, save_freq N).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "dist/core/error.h"
 #include "dist/distribute/parameter_server_strategy.h"
+#include "dist/keras/callbacks.h"
 #include "dist/keras/model.h"
 #include "dist/models/keras_models.h"
 #include "equivalence_data.h"
@@ -37,6 +40,9 @@ int run(int epochs, int64_t steps_per_epoch, const std::string& out) {
   fit.steps_per_epoch = steps_per_epoch;
   fit.validation_data = dist::testing::equivalence_data();
   fit.verbose = 0;
+  if (const char* save_freq = std::getenv("DIST_TEST_BACKUP_SAVE_FREQ"))
+    fit.callbacks.push_back(std::make_shared<dist::keras::callbacks::BackupAndRestore>(
+        out + ".backup", std::atoll(save_freq)));
   const dist::keras::History history = model.fit(dist::testing::equivalence_data(), fit);
   if (!model.is_chief()) {
     std::cout << "served; history epochs " << history.epoch.size() << std::endl;

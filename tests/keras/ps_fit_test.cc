@@ -3,6 +3,7 @@
 // time; and the refusal of a fit without steps_per_epoch.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -25,15 +26,18 @@ using namespace std::chrono_literals;
 // A job of one chief, `workers` workers and one ps task, each running the fit task with
 // `args`; the ps task first, the chief last. Whatever still runs at the end is killed.
 struct FitJob {
-  FitJob(int workers, const std::vector<std::string>& args)
+  FitJob(int workers, const std::vector<std::string>& args,
+         const std::vector<std::string>& env = {})
       : cluster({{"chief", 1}, {"worker", workers}, {"ps", 1}}) {
-    start("ps", 0, args);
-    for (int i = 0; i < workers; ++i) start("worker", i, args);
-    start("chief", 0, args);
+    start("ps", 0, args, env);
+    for (int i = 0; i < workers; ++i) start("worker", i, args, env);
+    start("chief", 0, args, env);
   }
-  void start(const std::string& type, int index, const std::vector<std::string>& args) {
-    processes.start(DIST_TEST_PS_FIT_TASK_BINARY, args,
-                    {"TF_CONFIG=" + cluster.tf_config(type, index), "DIST_TEST_TIMEOUT_MS=20000"});
+  void start(const std::string& type, int index, const std::vector<std::string>& args,
+             std::vector<std::string> env) {
+    env.push_back("TF_CONFIG=" + cluster.tf_config(type, index));
+    env.push_back("DIST_TEST_TIMEOUT_MS=20000");
+    processes.start(DIST_TEST_PS_FIT_TASK_BINARY, args, env);
   }
   // Every process's exit code and output, for failure messages.
   static std::string describe(const std::vector<testing::ProcessResult>& results) {
@@ -130,6 +134,25 @@ TEST(KerasFitUnderParameterServersTest, TwoWorkersTakeEveryScheduledStep) {
   for (double loss : history.at("loss")) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
   for (double accuracy : history.at("accuracy")) EXPECT_TRUE(accuracy >= 0 && accuracy <= 1);
   EXPECT_LT(history.at("loss")[1], history.at("loss")[0]) << all;  // it learns
+}
+
+// BackupAndRestore cannot save within an epoch here (steps run ahead of the results the chief
+// has taken): the chief's fit refuses save_freq > 0 by name before any step or file, and its
+// coordinator still shuts the other tasks down (they exit 0).
+TEST(KerasFitUnderParameterServersTest, BackupAndRestoreRefusesSaveFreqWithinAnEpoch) {
+  testing::TempDir dir;
+  FitJob job(1, {"1", "5", dir.file("w.safetensors")}, {"DIST_TEST_BACKUP_SAVE_FREQ=3"});
+  const auto results = job.processes.wait_all(60s);
+  const std::string all = FitJob::describe(results);
+  EXPECT_EQ(results[0].exit_code, 0) << all;  // ps
+  EXPECT_EQ(results[1].exit_code, 0) << all;  // worker
+  EXPECT_EQ(results[2].exit_code, 2) << all;  // chief
+  EXPECT_NE(results[2].output.find("BackupAndRestore: save_freq 3 is not supported under "
+                                   "ParameterServerStrategy"),
+            std::string::npos)
+      << all;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("w.safetensors.backup"))) << all;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("w.safetensors"))) << all;
 }
 
 // TF requires steps_per_epoch under ParameterServerStrategy; so does fit, on every task, before

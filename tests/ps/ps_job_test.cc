@@ -289,12 +289,6 @@ TEST(ParameterServerJobTest, ShardedEmbeddingStepMovesOnlyTheRowsItLooksUp) {
   check_embedding_job(1000000, 64, 3, 2, {"DIST_TEST_PS_SHARDS=2"});
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0; }
 
 // Asynchronous steps on 2 workers: worker:1 is killed in the middle of a step, its step runs
@@ -323,12 +317,13 @@ TEST(ParameterServerJobTest, LostWorkerStepRunsElsewhereAndRestartedWorkerRejoin
   EXPECT_NE(chief.find("runs again on another worker"), std::string::npos) << chief;
   EXPECT_NE(chief.find("is back and gets steps again"), std::string::npos) << chief;
   EXPECT_NE(chief.find("trained 40 steps"), std::string::npos) << chief;
-  EXPECT_GE(count(results[restarted].output, "step done"), 1) << all;
+  EXPECT_GE(testing::occurrences(results[restarted].output, "step done"), 1) << all;
   // At least once: every scheduled step finished on a worker that lived, plus maybe the one
   // the killed worker had applied before it died.
-  const int done = count(results[job.worker_process(0)].output, "step done") +
-                   count(results[restarted].output, "step done");
-  EXPECT_GE(done, 40 - count(results[job.worker_process(1)].output, "step done")) << all;
+  const int done = testing::occurrences(results[job.worker_process(0)].output, "step done") +
+                   testing::occurrences(results[restarted].output, "step done");
+  EXPECT_GE(done, 40 - testing::occurrences(results[job.worker_process(1)].output, "step done"))
+      << all;
   for (size_t i = 0; i < job.processes.size(); ++i)
     EXPECT_FALSE(process_exists(job.processes.pid(i)));
 }
@@ -347,7 +342,9 @@ TEST(ParameterServerJobTest, TwoWorkersLostAtOnce) {
   EXPECT_EQ(results[job.chief_process()].exit_code, 0) << all;
   EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;
   EXPECT_EQ(results[job.ps_process(0)].exit_code, 0) << all;
-  EXPECT_EQ(count(results[job.chief_process()].output, "runs again on another worker"), 2) << all;
+  EXPECT_EQ(
+      testing::occurrences(results[job.chief_process()].output, "runs again on another worker"), 2)
+      << all;
   EXPECT_NE(results[job.chief_process()].output.find("trained 24 steps"), std::string::npos);
 }
 

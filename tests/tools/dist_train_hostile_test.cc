@@ -63,10 +63,6 @@ ProcessResult one_process_with(const std::string& flag, const std::string& value
   return process.wait_all(240s).at(0);
 }
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 nlohmann::json last_json(const std::string& output) {
   std::istringstream lines(output);
   std::string line, last;
@@ -81,12 +77,12 @@ TEST(HostileUserTest, WorkersWithDifferentMaxStepsFailTogetherNamingTheSetting) 
     const auto& r = results[static_cast<size_t>(w)];
     SCOPED_TRACE("worker " + std::to_string(w) + ":\n" + r.output);
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_TRUE(has(r.output, "the workers disagree before step 1"));
-    EXPECT_TRUE(has(r.output, "worker:1 (127.0.0.1:"));
-    EXPECT_TRUE(has(r.output, "--max-steps = 5 where worker:0"));
-    EXPECT_TRUE(has(r.output, "--max-steps = 3"));
-    EXPECT_FALSE(has(r.output, "terminate called"));
-    EXPECT_FALSE(has(r.output, "Epoch 1/1"));  // no step was taken
+    EXPECT_TRUE(testing::contains(r.output, "the workers disagree before step 1"));
+    EXPECT_TRUE(testing::contains(r.output, "worker:1 (127.0.0.1:"));
+    EXPECT_TRUE(testing::contains(r.output, "--max-steps = 5 where worker:0"));
+    EXPECT_TRUE(testing::contains(r.output, "--max-steps = 3"));
+    EXPECT_FALSE(testing::contains(r.output, "terminate called"));
+    EXPECT_FALSE(testing::contains(r.output, "Epoch 1/1"));  // no step was taken
   }
 }
 
@@ -94,7 +90,7 @@ TEST(HostileUserTest, WorkersWithDifferentLearningRatesFailInsteadOfTrainingGarb
   auto results = two_workers({"--lr", "0.001"}, {"--lr", "0.5"});
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
-    EXPECT_TRUE(has(r.output, "--lr = 0.5 where worker:0")) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, "--lr = 0.5 where worker:0")) << r.output;
   }
 }
 
@@ -107,9 +103,10 @@ TEST(HostileUserTest, OnlyOneWorkerHoldingACheckpointIsNamedBeforeStepOne) {
                              {"--max-steps", "4", "--checkpoint-dir", dir.file("b")});
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
-    EXPECT_TRUE(has(r.output, "the step resumed from = none (a fresh start) where worker:0"))
+    EXPECT_TRUE(
+        testing::contains(r.output, "the step resumed from = none (a fresh start) where worker:0"))
         << r.output;
-    EXPECT_FALSE(has(r.output, "terminate called")) << r.output;
+    EXPECT_FALSE(testing::contains(r.output, "terminate called")) << r.output;
   }
 }
 
@@ -121,11 +118,12 @@ TEST(HostileUserTest, AWorkerThatFailsAfterJoiningIsNamedAtOnceWithItsError) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(results[1].exit_code, 3) << results[1].output;
   EXPECT_EQ(results[0].exit_code, 1) << results[0].output;
-  EXPECT_TRUE(has(results[0].output, "worker:1 (127.0.0.1:")) << results[0].output;
-  EXPECT_TRUE(has(results[0].output, "failed: MNIST-format directory /nonexistent/fashion"))
+  EXPECT_TRUE(testing::contains(results[0].output, "worker:1 (127.0.0.1:")) << results[0].output;
+  EXPECT_TRUE(
+      testing::contains(results[0].output, "failed: MNIST-format directory /nonexistent/fashion"))
       << results[0].output;
   // Not the rendezvous timeout's hint ("is every worker started with the same TF_CONFIG ...").
-  EXPECT_FALSE(has(results[0].output, "same TF_CONFIG")) << results[0].output;
+  EXPECT_FALSE(testing::contains(results[0].output, "same TF_CONFIG")) << results[0].output;
   EXPECT_LT(seconds, 60) << "the chief waited for the rendezvous timeout";
 }
 
@@ -135,8 +133,8 @@ TEST(HostileUserTest, AnUnwritableSaveWeightsPathIsRefusedBeforeTraining) {
   auto r = one_process(
       {"--strategy", "default", "--save-weights", dir.file("a_file") + "/weights.safetensors"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "--save-weights")) << r.output;
-  EXPECT_FALSE(has(r.output, "Epoch 1/1")) << r.output;
+  EXPECT_TRUE(testing::contains(r.output, "--save-weights")) << r.output;
+  EXPECT_FALSE(testing::contains(r.output, "Epoch 1/1")) << r.output;
 
   // A missing parent directory is created, as for --checkpoint-dir and --log-dir.
   auto created = one_process({"--strategy", "default", "--max-steps", "1", "--save-weights",
@@ -156,11 +154,15 @@ TEST(HostileUserTest, MeaninglessFlagValuesAreRefusedNamingTheFlag) {
                                                         {"--max-steps", "0"}}) {
     auto r = one_process({"--strategy", "default", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.output;
-    EXPECT_TRUE(has(r.output, flag)) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, flag)) << r.output;
   }
-  auto r = one_process({"--strategy", "multi_worker", "--rendezvous-timeout", "0.0001"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "--rendezvous-timeout must be at least 0.001")) << r.output;
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--rendezvous-timeout", "0.0001"}, {"--rendezvous-timeout", "inf"}}) {
+    auto r = one_process({"--strategy", "multi_worker", flag, value});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, flag + " must be between 0.001 and 1e9 (seconds)"))
+        << r.output;
+  }
 }
 
 TEST(HostileUserTest, ResumingWithAnotherGlobalBatchOrSeedIsRefused) {
@@ -172,11 +174,12 @@ TEST(HostileUserTest, ResumingWithAnotherGlobalBatchOrSeedIsRefused) {
   auto batch = one_process_with("--global-batch", "256",
                                 {"--strategy", "default", "--checkpoint-dir", ckpt});
   EXPECT_EQ(batch.exit_code, 2) << batch.output;
-  EXPECT_TRUE(has(batch.output, "written with --global-batch 128 but this run has 256"))
+  EXPECT_TRUE(
+      testing::contains(batch.output, "written with --global-batch 128 but this run has 256"))
       << batch.output;
   auto seed = one_process_with("--seed", "4", {"--strategy", "default", "--checkpoint-dir", ckpt});
   EXPECT_EQ(seed.exit_code, 2) << seed.output;
-  EXPECT_TRUE(has(seed.output, "--seed 3 but this run has 4")) << seed.output;
+  EXPECT_TRUE(testing::contains(seed.output, "--seed 3 but this run has 4")) << seed.output;
 }
 
 TEST(HostileUserTest, AFinishedJobRunAgainSaysSoAndReportsRealTestAccuracy) {
@@ -186,7 +189,7 @@ TEST(HostileUserTest, AFinishedJobRunAgainSaysSoAndReportsRealTestAccuracy) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto again = one_process({"--strategy", "default", "--checkpoint-dir", ckpt});
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_TRUE(has(again.output, "Nothing left to train")) << again.output;
+  EXPECT_TRUE(testing::contains(again.output, "Nothing left to train")) << again.output;
   const auto json = last_json(again.output);
   ASSERT_FALSE(json.is_null()) << again.output;
   EXPECT_DOUBLE_EQ(json["test_accuracy"].get<double>(),
@@ -206,12 +209,13 @@ TEST(HostileUserTest, ADamagedLatestCheckpointPointsToTheOlderOneAndResumeFromUs
   testing::write_file(latest, bytes);
   auto damaged = one_process({"--strategy", "default", "--checkpoint-dir", ckpt});
   EXPECT_EQ(damaged.exit_code, 3) << damaged.output;
-  EXPECT_TRUE(has(damaged.output, "--resume-from " + ckpt + "/ckpt-2.safetensors"))
+  EXPECT_TRUE(testing::contains(damaged.output, "--resume-from " + ckpt + "/ckpt-2.safetensors"))
       << damaged.output;
   auto older = one_process({"--strategy", "default", "--max-steps", "3", "--checkpoint-dir", ckpt,
                             "--resume-from", ckpt + "/ckpt-2.safetensors"});
   EXPECT_EQ(older.exit_code, 0) << older.output;
-  EXPECT_TRUE(has(older.output, "Resumed from " + ckpt + "/ckpt-2.safetensors at step 2"))
+  EXPECT_TRUE(
+      testing::contains(older.output, "Resumed from " + ckpt + "/ckpt-2.safetensors at step 2"))
       << older.output;
 }
 

@@ -51,10 +51,6 @@ std::string last_line_of(const std::string& output, const std::string& task) {
   return last;
 }
 
-bool has(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
-
 // 2 workers + 1 ps + the chief, each running dist-train: 640 examples in steps of 32, so one
 // pass (an epoch, derived) is 20 steps. The chief's last line is the same JSON as under the
 // other strategies; it writes the checkpoints and the weights; every task exits 0.
@@ -74,9 +70,9 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
                 dir.file("ckpt") + " --save-weights " + dir.file("w.safetensors") + epochs,
             180);
     ASSERT_EQ(job.exit_code, 0) << job.output;
-    EXPECT_TRUE(has(job.output,
-                    "[chief] Steps per epoch: 20 (scheduled on the workers; one "
-                    "pass of the training data)"))
+    EXPECT_TRUE(testing::contains(job.output,
+                                  "[chief] Steps per epoch: 20 (scheduled on the workers; one "
+                                  "pass of the training data)"))
         << job.output;
     const std::string json = last_line_of(job.output, "chief");
     ASSERT_EQ(json.rfind("{", 0), 0u) << "the chief's last line is not the JSON\n" << job.output;
@@ -93,7 +89,8 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
     // run on a loaded machine once reached 0.176, so the bar only says that training happened.
     EXPECT_GT(result["test_accuracy"].get<double>(), 0.12) << json;
     for (const std::string task : {"worker:0", "worker:1", "ps:0"}) {
-      EXPECT_TRUE(has(job.output, "[dist-launch] " + task + " exited with code 0")) << job.output;
+      EXPECT_TRUE(testing::contains(job.output, "[dist-launch] " + task + " exited with code 0"))
+          << job.output;
       EXPECT_EQ(last_line_of(job.output, task).rfind("{", 0), std::string::npos)
           << task << " printed a result\n"
           << job.output;
@@ -129,25 +126,36 @@ std::vector<testing::ScalarEvent> scalar_events_in(const std::string& dir,
 
 // dist-launch --evaluator: the evaluator task (the same dist-train command) evaluates the
 // chief's checkpoints as they come, writes TensorBoard scalars, and exits by itself after the
-// checkpoint of the last step. Its last evaluation is of the weights the chief evaluated last,
-// on the same test batches: the same figures.
+// checkpoint of the last step, which it counts from the flags as the chief does: here
+// --global-batch and --steps-per-epoch (custom: 2 x 15 = 30), and --max-steps within the second
+// epoch (fit: 33 of 2 x 20). Its last evaluation is of the weights the chief evaluated last, on
+// the same test batches: the same figures.
 TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheLast) {
-  for (const std::string loop : {"custom", "fit"}) {
-    SCOPED_TRACE(loop);
+  struct Case {
+    std::string loop, flags;
+    int64_t first_checkpoint, final_step;
+  };
+  for (const Case& c : {Case{"custom", " --global-batch 32 --steps-per-epoch 15", 15, 30},
+                        Case{"fit", " --batch-per-replica 32 --max-steps 33", 20, 33}}) {
+    SCOPED_TRACE(c.loop);
     testing::TempDir dir;
     const CommandResult job =
         run(std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 --evaluator -- " +
-                DIST_TRAIN_BINARY + " --strategy parameter_server --loop " + loop +
-                " --train-examples 640 --batch-per-replica 32 --epochs 2 --optimizer sgd"
-                " --lr 0.05 --no-progress --collective-timeout 30 --rendezvous-timeout 30"
-                " --evaluator-timeout 120 --checkpoint-dir " +
+                DIST_TRAIN_BINARY + " --strategy parameter_server --loop " + c.loop + c.flags +
+                " --train-examples 640 --epochs 2 --optimizer sgd --lr 0.05 --no-progress"
+                " --collective-timeout 30 --rendezvous-timeout 30 --evaluator-timeout 120"
+                " --checkpoint-dir " +
                 dir.file("ckpt") + " --log-dir " + dir.file("logs"),
             240);
     ASSERT_EQ(job.exit_code, 0) << job.output;
-    EXPECT_TRUE(has(job.output, "[dist-launch] evaluator exited with code 0")) << job.output;
-    EXPECT_FALSE(has(job.output, "SIGTERM")) << job.output;
-    EXPECT_TRUE(has(job.output, "[evaluator] Evaluator: evaluating the checkpoints in " +
-                                    dir.file("ckpt") + " on the test set until step 40"))
+    EXPECT_TRUE(testing::contains(job.output, "[dist-launch] evaluator exited with code 0"))
+        << job.output;
+    EXPECT_FALSE(testing::contains(job.output, "SIGTERM")) << job.output;
+    EXPECT_FALSE(testing::contains(job.output, "dist-launch: warning")) << job.output;
+    const std::string final_step = std::to_string(c.final_step);
+    EXPECT_TRUE(testing::contains(
+        job.output, "[evaluator] Evaluator: evaluating the checkpoints in " + dir.file("ckpt") +
+                        " on the test set until step " + final_step))
         << job.output;
     const std::string evaluator_json = last_line_of(job.output, "evaluator");
     const std::string chief_json = last_line_of(job.output, "chief");
@@ -156,10 +164,11 @@ TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheL
     const auto evaluator = nlohmann::json::parse(evaluator_json);
     const auto chief = nlohmann::json::parse(chief_json);
     EXPECT_EQ(evaluator["task"], "evaluator");
-    EXPECT_EQ(evaluator["final_step"], 40);
-    EXPECT_EQ(evaluator["step"], 40);
-    EXPECT_EQ(evaluator["checkpoint"], dir.file("ckpt") + "/ckpt-40.safetensors");
-    // Checkpoints at steps 20 and 40 (epoch ends); one may be passed over for a newer one.
+    EXPECT_EQ(chief["steps"], c.final_step);
+    EXPECT_EQ(evaluator["final_step"], c.final_step);
+    EXPECT_EQ(evaluator["step"], c.final_step);
+    EXPECT_EQ(evaluator["checkpoint"], dir.file("ckpt") + "/ckpt-" + final_step + ".safetensors");
+    // Checkpoints at the first epoch's end and the last step; the first may be passed over.
     const int64_t evaluations = evaluator["evaluations"].get<int64_t>();
     EXPECT_TRUE(evaluations == 1 || evaluations == 2) << evaluator_json;
     EXPECT_EQ(evaluator["test_accuracy"].get<double>(), chief["test_accuracy"].get<double>())
@@ -170,14 +179,16 @@ TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheL
         << evaluator_json << "\n"
         << chief_json;
 
-    // TensorBoard: each evaluation's scalars at its checkpoint's step, the last at step 40.
+    // TensorBoard: each evaluation's scalars at its checkpoint's step, the last at the final.
     const auto events = scalar_events_in(dir.file("logs/evaluation"), dir.path());
     ASSERT_EQ(events.size(), static_cast<size_t>(2 * evaluations));
     std::map<std::string, testing::ScalarEvent> last;
     for (const auto& e : events) last[e.tag] = e;
     ASSERT_EQ(last.count("evaluation_accuracy_vs_iterations"), 1u);
     ASSERT_EQ(last.count("evaluation_loss_vs_iterations"), 1u);
-    EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].step, 40);
+    EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].step, c.final_step);
+    for (const auto& e : events)
+      EXPECT_TRUE(e.step == c.first_checkpoint || e.step == c.final_step) << e.tag << " " << e.step;
     EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].value,
               static_cast<float>(evaluator["test_accuracy"].get<double>()));
     EXPECT_EQ(last["evaluation_loss_vs_iterations"].value,
@@ -198,21 +209,46 @@ TEST(DistTrainParameterServerTest, EvaluatorTaskRefusesNoCheckpointDirAndGivesUp
       "env TF_CONFIG=" + tf_config + " " + DIST_TRAIN_BINARY + " --strategy parameter_server";
   const CommandResult no_dir = run(command, 60);
   EXPECT_EQ(no_dir.exit_code, 2) << no_dir.output;
-  EXPECT_TRUE(has(no_dir.output, "give every task the same --checkpoint-dir")) << no_dir.output;
+  EXPECT_TRUE(testing::contains(no_dir.output, "give every task the same --checkpoint-dir"))
+      << no_dir.output;
 
   const CommandResult silent =
       run(command + " --evaluator-timeout 1 --checkpoint-dir " + dir.file("ckpt"), 60);
   EXPECT_EQ(silent.exit_code, 3) << silent.output;
-  EXPECT_TRUE(has(silent.output, "no new checkpoint in " + dir.file("ckpt") + " for 1 s"))
+  EXPECT_TRUE(
+      testing::contains(silent.output, "no new checkpoint in " + dir.file("ckpt") + " for 1 s"))
       << silent.output;
-  EXPECT_TRUE(has(silent.output, "none evaluated yet")) << silent.output;
+  EXPECT_TRUE(testing::contains(silent.output, "none evaluated yet")) << silent.output;
+}
+
+// fit's BackupAndRestore cannot save within an epoch under this strategy; dist-train says so
+// by its own flag on every task before training (exit 2), instead of the chief failing alone.
+TEST(DistTrainParameterServerTest, FitRefusesCheckpointEveryByName) {
+  testing::TempDir dir;
+  const CommandResult job =
+      run(std::string(DIST_LAUNCH_BINARY) + " --workers 1 --ps 1 -- " + DIST_TRAIN_BINARY +
+              " --strategy parameter_server --loop fit --checkpoint-every 5 --checkpoint-dir " +
+              dir.file("ckpt") + " --no-progress --collective-timeout 30",
+          120);
+  EXPECT_EQ(job.exit_code, 2) << job.output;
+  for (const std::string task : {"chief", "worker:0", "ps:0"}) {
+    EXPECT_TRUE(
+        testing::contains(job.output, "[" + task +
+                                          "] dist-train: --checkpoint-every 5 is not supported "
+                                          "with --loop fit under --strategy parameter_server"))
+        << task << "\n"
+        << job.output;
+    EXPECT_TRUE(testing::contains(job.output, "[dist-launch] " + task + " exited with code 2"))
+        << job.output;
+  }
 }
 
 TEST(DistTrainParameterServerTest, StepsPerEpochIsRefusedUnderOtherStrategies) {
   const CommandResult r =
       run(std::string(DIST_TRAIN_BINARY) + " --strategy one_device --steps-per-epoch 5", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "--steps-per-epoch applies to --strategy parameter_server only"))
+  EXPECT_TRUE(
+      testing::contains(r.output, "--steps-per-epoch applies to --strategy parameter_server only"))
       << r.output;
 }
 

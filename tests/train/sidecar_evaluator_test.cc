@@ -102,6 +102,67 @@ TEST(SidecarEvaluatorTest, EvaluatesCheckpointsAsTheyComeUntilTheFinalStep) {
   }
 }
 
+// Opening ckpt-1 for reading first lets the chief save ckpt-2 with max_to_keep 1, which deletes
+// ckpt-1: the race between the evaluator's look at the pointer and its read, made certain.
+class ChiefOvertakesEnv : public EnvWrapper {
+ public:
+  explicit ChiefOvertakesEnv(std::string dir) : EnvWrapper(Env::Default()), dir_(std::move(dir)) {}
+  std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override {
+    if (!overtaken_ && path == dir_ + "/ckpt-1.safetensors") {
+      overtaken_ = true;
+      CheckpointManager manager(dir_, 1);
+      write_checkpoint(manager, 2);
+    }
+    return EnvWrapper::new_random_access_file(path);
+  }
+  bool overtaken_ = false;
+
+ private:
+  std::string dir_;
+};
+
+TEST(SidecarEvaluatorTest, CheckpointDeletedBeforeItIsReadIsPassedOverForTheNewerOne) {
+  testing::TempDir dir;
+  {
+    CheckpointManager manager(dir.file("ckpts"), 1);
+    write_checkpoint(manager, 1);
+  }
+  ChiefOvertakesEnv env(dir.file("ckpts"));
+  auto model = make_model();
+  SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
+  options.final_step = 2;
+  options.env = &env;
+  const auto evaluations =
+      SidecarEvaluator(Checkpoint(model.ptr(), nullptr), mean_weight(model), options).run();
+  EXPECT_TRUE(env.overtaken_);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpts") + "/ckpt-1.safetensors"));
+  ASSERT_EQ(evaluations.size(), 1u);
+  EXPECT_EQ(evaluations[0].step, 2);
+  EXPECT_DOUBLE_EQ(evaluations[0].metrics.at("weight"), 2.0);
+}
+
+// An overflowed deadline would lie in the past: the evaluator would give up before the
+// checkpoint that comes 100 ms later.
+TEST(SidecarEvaluatorTest, CenturiesOfTimeoutMeanNoLimitNotAnOverflow) {
+  testing::TempDir dir;
+  std::thread chief([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    CheckpointManager manager(dir.file("ckpts"), 3);
+    write_checkpoint(manager, 1);
+  });
+  auto model = make_model();
+  SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
+  options.timeout = milliseconds::max();
+  options.max_evaluations = 1;
+  std::vector<Evaluation> evaluations;
+  EXPECT_NO_THROW(
+      evaluations =
+          SidecarEvaluator(Checkpoint(model.ptr(), nullptr), mean_weight(model), options).run());
+  chief.join();
+  ASSERT_EQ(evaluations.size(), 1u);
+  EXPECT_EQ(evaluations[0].step, 1);
+}
+
 TEST(SidecarEvaluatorTest, FinalCheckpointAlreadyThereIsEvaluatedAtOnce) {
   testing::TempDir dir;
   {
