@@ -1,6 +1,7 @@
 #include "multi_worker/process_group.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -9,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -158,6 +161,105 @@ bool wait_until_store_host_gone(int port, std::chrono::milliseconds timeout) {
   }
   for (pid_t pid : store_hosts(port)) ::kill(pid, SIGKILL);  // not our child: init reaps it
   return false;
+}
+
+std::vector<std::string> environment_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> entries;
+  for (size_t start = 0, end; start < all.size(); start = end + 1) {
+    end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    entries.push_back(all.substr(start, end - start));
+  }
+  return entries;
+}
+
+bool gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, name, state;
+  if (!(stat >> pid_field >> name >> state)) return true;
+  return state == "Z";
+}
+
+std::vector<pid_t> processes_of_job(const std::string& token) {
+  const std::string wanted = "DIST_JOB_TOKEN=" + token;
+  std::vector<pid_t> pids;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoi(name));
+    const auto environment = environment_of(pid);
+    if (!gone(pid) &&
+        std::find(environment.begin(), environment.end(), wanted) != environment.end())
+      pids.push_back(pid);
+  }
+  return pids;
+}
+
+bool job_gone_within(const std::string& token, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (processes_of_job(token).empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (pid_t pid : processes_of_job(token)) ::kill(pid, SIGKILL);
+  return false;
+}
+
+namespace {
+
+// An IPv4 address as /proc/net/tcp prints it: 8 hex digits of the address in host byte order.
+std::string dotted_quad(const std::string& hex) {
+  const unsigned long v = std::stoul(hex, nullptr, 16);
+  return std::to_string(v & 0xff) + "." + std::to_string((v >> 8) & 0xff) + "." +
+         std::to_string((v >> 16) & 0xff) + "." + std::to_string(v >> 24);
+}
+
+}  // namespace
+
+std::vector<std::string> listening_addresses_of(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::set<std::string> inodes;  // of the process's sockets
+  if (DIR* dir = opendir((proc + "/fd").c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      char target[256];
+      const std::string link = proc + "/fd/" + entry->d_name;
+      const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      const std::string text(target, static_cast<size_t>(n));
+      if (text.rfind("socket:[", 0) == 0) inodes.insert(text.substr(8, text.size() - 9));
+    }
+    closedir(dir);
+  }
+  std::vector<std::string> found;
+  for (const std::string table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in(proc + table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      if (state != "0A" || inodes.count(inode) == 0) continue;  // 0A: LISTEN
+      const auto colon = local.find(':');
+      const std::string host = local.substr(0, colon);
+      const std::string port = std::to_string(std::stoi(local.substr(colon + 1), nullptr, 16));
+      // IPv6 words are printed in the kernel's byte order too; gRPC binds an IPv4 address as
+      // the IPv4-mapped ::ffff:a.b.c.d of an IPv6 socket, which is that IPv4 address.
+      const bool ipv4_mapped =
+          host.size() == 32 && host.compare(0, 24, std::string(16, '0') + "FFFF0000") == 0;
+      if (host.size() == 8 || ipv4_mapped) {
+        found.push_back(dotted_quad(host.substr(host.size() - 8)) + ":" + port);
+      } else {
+        const bool any = host.find_first_not_of('0') == std::string::npos;
+        found.push_back((any ? std::string("[::]") : "[" + host + "]") + ":" + port);
+      }
+    }
+  }
+  return found;
 }
 
 }  // namespace dist::testing

@@ -54,4 +54,21 @@ std::vector<pid_t> store_hosts(int port);
 // timeout, after SIGKILLing the ones left (so none outlives the test).
 bool wait_until_store_host_gone(int port, std::chrono::milliseconds timeout);
 
+// What `ps` and `ss` would show of a job's processes, read from /proc.
+
+// The NUL-separated entries of /proc/<pid>/environ (none for a process gone).
+std::vector<std::string> environment_of(pid_t pid);
+// Gone, or a zombie nobody reaped yet (it no longer runs).
+bool gone(pid_t pid);
+// The running processes whose environment holds DIST_JOB_TOKEN=token: one test's job,
+// processes that are nobody's child any more included.
+std::vector<pid_t> processes_of_job(const std::string& token);
+// Whether every process of the job has ended within `seconds`; SIGKILLs the rest if not (no
+// process outlives the test).
+bool job_gone_within(const std::string& token, int seconds);
+// The local addresses of every TCP socket process `pid` listens on: which interfaces its servers
+// really bound. "127.0.0.1:4242" (also for the IPv4-mapped IPv6 ::ffff:127.0.0.1 gRPC binds),
+// "0.0.0.0:80" for any IPv4 address, "[::]:80" for any IPv6 one.
+std::vector<std::string> listening_addresses_of(pid_t pid);
+
 }  // namespace dist::testing

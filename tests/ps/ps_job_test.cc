@@ -33,6 +33,9 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 struct Job {
   Job(int workers, int ps, const std::vector<std::string>& args, std::vector<std::string> env = {})
       : cluster({{"chief", 1}, {"worker", workers}, {"ps", ps}}), workers(workers), ps(ps) {
+    static int jobs = 0;
+    token = "ps-job-test-" + std::to_string(getpid()) + "-" + std::to_string(jobs++);
+    env.push_back("DIST_JOB_TOKEN=" + token);
     for (int i = 0; i < ps; ++i) start("ps", i, args, env);
     for (int i = 0; i < workers; ++i) start("worker", i, args, env);
     start("chief", 0, args, env);
@@ -64,8 +67,17 @@ struct Job {
     for (const auto& result : results) EXPECT_EQ(result.exit_code, 0) << describe(results);
   }
 
+  // After wait_all: what `ps` shows of the job (its tasks and anything they started) is
+  // nothing. Whatever is left is killed, so no process outlives the test.
+  void expect_no_process_left() const {
+    const auto left = testing::processes_of_job(token);
+    EXPECT_TRUE(left.empty()) << left.size() << " processes of the job still run, pid " << left[0];
+    for (pid_t pid : left) ::kill(pid, SIGKILL);
+  }
+
   LocalJob cluster;
   int workers, ps;
+  std::string token;  // DIST_JOB_TOKEN in every task's environment
   WorkerProcesses processes;
 };
 
@@ -289,8 +301,6 @@ TEST(ParameterServerJobTest, ShardedEmbeddingStepMovesOnlyTheRowsItLooksUp) {
   check_embedding_job(1000000, 64, 3, 2, {"DIST_TEST_PS_SHARDS=2"});
 }
 
-bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0; }
-
 // Asynchronous steps on 2 workers: worker:1 is killed in the middle of a step, its step runs
 // again on worker:0; then worker:1 is started again, rejoins and gets steps; training finishes
 // and every task exits by itself.
@@ -324,8 +334,7 @@ TEST(ParameterServerJobTest, LostWorkerStepRunsElsewhereAndRestartedWorkerRejoin
                    testing::occurrences(results[restarted].output, "step done");
   EXPECT_GE(done, 40 - testing::occurrences(results[job.worker_process(1)].output, "step done"))
       << all;
-  for (size_t i = 0; i < job.processes.size(); ++i)
-    EXPECT_FALSE(process_exists(job.processes.pid(i)));
+  job.expect_no_process_left();
 }
 
 // Two of three workers killed at once: the third finishes the training.
@@ -346,6 +355,65 @@ TEST(ParameterServerJobTest, TwoWorkersLostAtOnce) {
       testing::occurrences(results[job.chief_process()].output, "runs again on another worker"), 2)
       << all;
   EXPECT_NE(results[job.chief_process()].output.find("trained 24 steps"), std::string::npos);
+  job.expect_no_process_left();
+}
+
+// A worker killed between steps (every scheduled step joined, the chief paused): the next
+// step handed to it finds it lost and runs on the other worker; no step was in flight, so
+// every step ran exactly once, and training finishes.
+TEST(ParameterServerJobTest, WorkerLostBetweenStepsHasItsNextStepsRunElsewhere) {
+  testing::TempDir dir;
+  const std::string resume = dir.file("resume");
+  Job job(2, 1, {"train", "sgd", "24", dir.file("w.safetensors")},
+          {"DIST_TEST_STEP_SLEEP_MS=150", "DIST_TEST_TIMEOUT_MS=10000", "DIST_TEST_PAUSE_AFTER=12",
+           "DIST_TEST_RESUME_FILE=" + resume});
+  ASSERT_TRUE(job.processes.wait_for_output(job.chief_process(), "paused after 12 steps", 60s));
+  ASSERT_TRUE(job.processes.wait_for_output(job.worker_process(1), "step done", 1s))
+      << "worker:1 took none of the first 12 steps; nothing is between its steps";
+  job.processes.kill(job.worker_process(1), SIGKILL);
+  std::this_thread::sleep_for(200ms);  // it is gone before the chief goes on
+  testing::write_file(resume, "");
+  auto results = job.processes.wait_all(120s);
+  const std::string all = job.describe(results);
+  EXPECT_EQ(results[job.chief_process()].exit_code, 0) << all;
+  EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;
+  EXPECT_EQ(results[job.ps_process(0)].exit_code, 0) << all;
+  const std::string& chief = results[job.chief_process()].output;
+  const std::string lost =
+      "worker:1 (127.0.0.1:" + std::to_string(job.cluster.port("worker", 1)) + ") is lost";
+  EXPECT_TRUE(testing::contains(chief, lost)) << all;
+  EXPECT_TRUE(testing::contains(chief, "trained 24 steps")) << all;
+  EXPECT_EQ(testing::occurrences(results[job.worker_process(0)].output, "step done") +
+                testing::occurrences(results[job.worker_process(1)].output, "step done"),
+            24)
+      << all;
+  job.expect_no_process_left();
+}
+
+// Every server binds only the address its TF_CONFIG entry names: each ps and worker task
+// listens on its own 127.0.0.1 port and nothing else (no wildcard address), and the chief,
+// a client only, listens on nothing.
+TEST(ParameterServerJobTest, EveryTaskListensOnlyOnItsTfConfigAddress) {
+  testing::TempDir dir;
+  const std::string resume = dir.file("resume");
+  Job job(
+      2, 2, {"train", "sgd", "4", dir.file("w.safetensors")},
+      {"DIST_TEST_TIMEOUT_MS=10000", "DIST_TEST_PAUSE_AFTER=2", "DIST_TEST_RESUME_FILE=" + resume});
+  ASSERT_TRUE(job.processes.wait_for_output(job.chief_process(), "paused after 2 steps", 60s));
+  for (const auto& [type, count] : {std::pair<std::string, int>{"ps", 2}, {"worker", 2}}) {
+    for (int i = 0; i < count; ++i) {
+      SCOPED_TRACE(type + ":" + std::to_string(i));
+      const size_t process = type == "ps" ? job.ps_process(i) : job.worker_process(i);
+      EXPECT_EQ(testing::listening_addresses_of(job.processes.pid(process)),
+                std::vector<std::string>{"127.0.0.1:" + std::to_string(job.cluster.port(type, i))});
+    }
+  }
+  EXPECT_EQ(testing::listening_addresses_of(job.processes.pid(job.chief_process())),
+            std::vector<std::string>{});
+  testing::write_file(resume, "");
+  auto results = job.processes.wait_all(60s);
+  for (const auto& result : results) EXPECT_EQ(result.exit_code, 0) << job.describe(results);
+  job.expect_no_process_left();
 }
 
 // A ps task lost: the coordinator fails within its timeout with an error naming the ps task
@@ -368,8 +436,7 @@ TEST(ParameterServerJobTest, LostPsFailsTheCoordinatorNamingIt) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_LT(seconds, 3.0 + 10.0) << "the coordinator took " << seconds << " s to fail";
-  for (size_t i = 0; i < job.processes.size(); ++i)
-    EXPECT_FALSE(process_exists(job.processes.pid(i)));
+  job.expect_no_process_left();
 }
 
 // The coordinator lost: workers and ps tasks exit by themselves (exit code 3) within their
@@ -393,8 +460,7 @@ TEST(ParameterServerJobTest, LostCoordinatorEndsEveryTask) {
         << all;
   }
   EXPECT_LT(seconds, 2.0 + 5.0);
-  for (size_t i = 0; i < job.processes.size(); ++i)
-    EXPECT_FALSE(process_exists(job.processes.pid(i)));
+  job.expect_no_process_left();
 }
 
 }  // namespace

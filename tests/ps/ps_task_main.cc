@@ -20,11 +20,15 @@
 //
 // Environment: DIST_TEST_TIMEOUT_MS (rpc and coordinator timeouts), DIST_TEST_PS_SHARDS (a
 // fixed-shards partitioner), DIST_TEST_STEP_SLEEP_MS (each step sleeps this long first, so a
-// test can kill a worker in the middle of one).
+// test can kill a worker in the middle of one), DIST_TEST_PAUSE_AFTER=K with
+// DIST_TEST_RESUME_FILE=PATH ("train": after K steps the chief joins them, prints "paused after
+// K steps" and schedules no more until PATH exists, so a test can kill a worker between steps;
+// it gives up with exit 1 after 60 s).
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -74,6 +78,21 @@ at::Tensor train_on(const dist::Strategy& strategy, const dist::Mirrored<M>& mod
   return strategy.reduce(dist::ReduceOp::kSum, losses);
 }
 
+// Joins the `done` steps scheduled so far (every worker is then between steps) and waits for
+// the file DIST_TEST_RESUME_FILE names.
+void pause_until_resumed(dist::ClusterCoordinator& coordinator, int done) {
+  coordinator.join();
+  const char* resume_file = std::getenv("DIST_TEST_RESUME_FILE");
+  if (!resume_file) throw std::runtime_error("DIST_TEST_PAUSE_AFTER needs DIST_TEST_RESUME_FILE");
+  std::cout << "paused after " << done << " steps" << std::endl;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::ifstream(resume_file).good()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error(std::string("no ") + resume_file + " within 60 s of the pause");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void save_weights(const torch::nn::Module& module, const std::string& out) {
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : module.named_parameters())
@@ -109,8 +128,10 @@ int train(const std::string& optimizer_kind, int steps, const std::string& out) 
     std::cout << "restored " << checkpoint_path << std::endl;
   }
   const bool sync = env_int("DIST_TEST_SYNC", 0) == 1;
+  const int64_t pause_after = env_int("DIST_TEST_PAUSE_AFTER", -1);
   std::vector<dist::RemoteValue> losses;
   for (int i = 0; i < steps; ++i) {
+    if (i == pause_after) pause_until_resumed(coordinator, i);
     losses.push_back(coordinator.schedule("train_step", dataset.iterator()));
     if (sync) coordinator.join();
   }

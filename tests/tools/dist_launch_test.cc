@@ -26,6 +26,11 @@
 namespace dist {
 namespace {
 
+using testing::environment_of;
+using testing::gone;
+using testing::job_gone_within;
+using testing::processes_of_job;
+
 struct CommandResult {
   int exit_code;
   std::string output;
@@ -131,14 +136,6 @@ std::vector<pid_t> children_of(pid_t pid) {
   return children;
 }
 
-// Gone, or a zombie nobody reaped yet (it no longer runs).
-bool gone(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string pid_field, name, state;
-  if (!(stat >> pid_field >> name >> state)) return true;
-  return state == "Z";
-}
-
 bool all_gone_within(const std::vector<pid_t>& pids, int seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -226,50 +223,6 @@ using namespace std::chrono_literals;
 
 std::string ps_task_command(int steps, const std::string& out) {
   return std::string(DIST_TEST_PS_TASK_BINARY) + " train sgd " + std::to_string(steps) + " " + out;
-}
-
-// The NUL-separated entries of /proc/<pid>/environ (none for a process gone or a zombie).
-std::vector<std::string> environment_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> entries;
-  for (size_t start = 0, end; start < all.size(); start = end + 1) {
-    end = all.find('\0', start);
-    if (end == std::string::npos) end = all.size();
-    entries.push_back(all.substr(start, end - start));
-  }
-  return entries;
-}
-
-bool has_entry(const std::vector<std::string>& environment, const std::string& entry) {
-  return std::find(environment.begin(), environment.end(), entry) != environment.end();
-}
-
-// The running processes whose environment holds DIST_JOB_TOKEN=token: a job's tasks, also
-// the ones that are no child of the launcher any more.
-std::vector<pid_t> processes_of_job(const std::string& token) {
-  std::vector<pid_t> pids;
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stoi(name));
-    if (!gone(pid) && has_entry(environment_of(pid), "DIST_JOB_TOKEN=" + token))
-      pids.push_back(pid);
-  }
-  return pids;
-}
-
-// Whether every process of the job has ended within `seconds`; SIGKILLs the rest if not (no
-// process outlives the test).
-bool job_gone_within(const std::string& token, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (processes_of_job(token).empty()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  for (pid_t pid : processes_of_job(token)) kill(pid, SIGKILL);
-  return false;
 }
 
 // The child of `launcher` that runs task `type`:`index` (by its TF_CONFIG), or -1.
