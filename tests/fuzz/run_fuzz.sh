@@ -4,6 +4,7 @@
 # anything; otherwise prints the target's report and where its crash input was written.
 #
 #   tests/fuzz/run_fuzz.sh BUILD_DIR [SECONDS]
+#   tests/fuzz/run_fuzz.sh BUILD_DIR --build-only   (scripts/test.sh, before the tests)
 #
 # Reruns are incremental: the build, and each target's corpus (BUILD_DIR/fuzz/corpus/<name>),
 # which grows from the seeds each target writes and the inputs checked in under
@@ -19,6 +20,10 @@ source_dir=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$1/fuzz"
 out=$(cd "$1/fuzz" && pwd)
 seconds=${2:-30}
+build_only=0
+[[ $seconds == --build-only ]] && build_only=1
+[[ $build_only == 1 || $seconds =~ ^[1-9][0-9]*$ ]] ||
+  { echo "$0: SECONDS must be a positive whole number or --build-only, not '$seconds'" >&2; exit 2; }
 cxx=${DIST_FUZZ_CXX:-clang++-14}
 targets=(checkpoint_fuzz cifar10_fuzz idx_fuzz safetensors_fuzz tf_config_fuzz)
 
@@ -42,6 +47,10 @@ if ! { cmake -S "$source_dir" -B "$out/build" -DCMAKE_CXX_COMPILER="$cxx" &&
   cmake --build "$out/build" -j "${DIST_FUZZ_JOBS:-2}"; } >"$build_log" 2>&1; then
   tail -n 60 "$build_log" >&2
   die "the clang/ASan build of the fuzz targets failed (full log: $build_log)"
+fi
+if ((build_only)); then
+  echo "fuzz: built ${targets[*]}"
+  exit 0
 fi
 
 # ---- run ---------------------------------------------------------------------------------
