@@ -21,9 +21,12 @@ mkdir -p "$1/fuzz"
 out=$(cd "$1/fuzz" && pwd)
 seconds=${2:-30}
 build_only=0
-[[ $seconds == --build-only ]] && build_only=1
-[[ $build_only == 1 || $seconds =~ ^[1-9][0-9]*$ ]] ||
-  { echo "$0: SECONDS must be a positive whole number or --build-only, not '$seconds'" >&2; exit 2; }
+if [[ $seconds == --build-only ]]; then
+  build_only=1
+elif [[ ! $seconds =~ ^[1-9][0-9]*$ ]]; then
+  echo "$0: SECONDS must be a positive whole number or --build-only, not '$seconds'" >&2
+  exit 2
+fi
 cxx=${DIST_FUZZ_CXX:-clang++-14}
 targets=(checkpoint_fuzz cifar10_fuzz idx_fuzz safetensors_fuzz tf_config_fuzz)
 

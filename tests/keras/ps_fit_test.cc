@@ -65,6 +65,16 @@ std::map<std::string, std::vector<double>> parse_history(const std::string& outp
   return history;
 }
 
+// The model every task of ps_fit_task_main.cc fits (seed 7), compiled the same way on one
+// device: the reference the jobs' weights and losses are compared with.
+Model task_model_on_one_device() {
+  torch::manual_seed(7);
+  Model model = testing::keras_tutorial_cnn();
+  model.compile(OneDeviceStrategy("cpu:0"), optimizers::SGD(0.1),
+                SparseCategoricalCrossentropy(true), {"accuracy"});
+  return model;
+}
+
 // One worker and one ps: the worker runs the steps one after another on the same batches as
 // one device (its copy of the data starts at the beginning), so fit's weights and every
 // epoch's logs, validation included, equal fit on one device within float noise.
@@ -79,11 +89,8 @@ TEST(KerasFitUnderParameterServersTest, OneWorkerOnePsReproducesFitOnOneDevice) 
   EXPECT_NE(results[1].output.find("served; history epochs 0"), std::string::npos) << all;
   EXPECT_NE(results[2].output.find("global step 40"), std::string::npos) << all;
 
-  torch::manual_seed(7);
-  Model reference = testing::keras_tutorial_cnn();
+  Model reference = task_model_on_one_device();
   const auto initial = testing::weight_values(reference);
-  reference.compile(OneDeviceStrategy("cpu:0"), optimizers::SGD(0.1),
-                    SparseCategoricalCrossentropy(true), {"accuracy"});
   FitOptions fit;
   fit.epochs = 2;
   fit.verbose = 0;
@@ -138,11 +145,8 @@ TEST(KerasFitUnderParameterServersTest, TwoWorkersTakeEveryScheduledStep) {
   for (double loss : history.at("loss")) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
   for (double accuracy : history.at("accuracy")) EXPECT_TRUE(accuracy >= 0 && accuracy <= 1);
 
-  torch::manual_seed(7);
-  Model untrained = testing::keras_tutorial_cnn();
+  Model untrained = task_model_on_one_device();
   const auto initial = testing::weight_values(untrained);
-  untrained.compile(OneDeviceStrategy("cpu:0"), optimizers::SGD(0.1),
-                    SparseCategoricalCrossentropy(true), {"accuracy"});
   const double untrained_loss =
       untrained.evaluate(testing::equivalence_data(), {-1, {}, 0, nullptr}).at("loss");
   ASSERT_EQ(history.count("val_loss"), 1u) << all;
