@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains with dist-train on ten equivalence settings with two builds and compares the saved
+# Trains with dist-train on fifteen equivalence settings with two builds and compares the saved
 # weights tensor by tensor (sha256 of each tensor's bytes): a refactoring must leave them
 # bit-identical. A directory holds tools/ as a build tree does.
 #   bench/compare_weights.sh BEFORE_DIR AFTER_DIR
@@ -24,6 +24,14 @@ train() {  # train BUILD OUT
   run fit2 $common --strategy mirrored --replicas 2 --loop fit
   "$build/tools/dist-launch" --workers 2 --replicas-per-worker 2 -- "$build/tools/dist-train" --strategy multi_worker $common --save-weights "$out/mw2x2.safetensors" > "$out/mw2x2.log" 2>&1 || echo "mw2x2 failed"
   "$build/tools/dist-launch" --workers 3 -- "$build/tools/dist-train" --strategy multi_worker $common --save-weights "$out/mw3x1.safetensors" > "$out/mw3x1.log" 2>&1 || echo "mw3x1 failed"
+  # Stops within an epoch: --max-steps in both loops, with checkpoints every 5 steps.
+  run fit2_max7 $common --strategy mirrored --replicas 2 --loop fit --max-steps 7
+  run custom2_max7 $common --strategy mirrored --replicas 2 --max-steps 7 --checkpoint-dir "$out/ckpt-custom2" --checkpoint-every 5
+  # Parameter servers with one worker: its steps run one at a time, so the result is exact.
+  ps() { local name=$1; shift; "$build/tools/dist-launch" --workers 1 --ps 1 -- "$build/tools/dist-train" --strategy parameter_server $common "$@" --save-weights "$out/$name.safetensors" > "$out/$name.log" 2>&1 || echo "$name failed (see $out/$name.log)"; }
+  ps ps1 --optimizer sgd --lr 0.05
+  ps ps1_fit --loop fit
+  ps ps1_max23 --max-steps 23 --checkpoint-dir "$out/ckpt-ps1" --checkpoint-every 5
 }
 train "$before" "$work/before"
 train "$after" "$work/after"

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "dist/distribute/replica_context.h"
 #include "dist/models/cyclegan.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
@@ -15,14 +16,13 @@ data::Dataset equivalence_data() {
   return data::Dataset::from_tensor_slices({x, y}).batch(10);
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
-    const Strategy& strategy, bool adam,
-    const std::function<void(const torch::Tensor&)>& after_backward) {
-  torch::manual_seed(7);
-  auto model = strategy.mirror(models::make_tutorial_cnn());
-  auto optimizer =
-      adam ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
-           : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+namespace {
+
+// One pass of equivalence_data() (20 steps) under `strategy`; the primary copy's parameters.
+std::vector<std::pair<std::string, torch::Tensor>> train_one_pass(
+    const Strategy& strategy, const Mirrored<torch::nn::Sequential>& model,
+    MirroredOptimizer& optimizer,
+    const std::function<void(const torch::Tensor&)>& after_backward = nullptr) {
   SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
   for (const auto& batch :
        strategy.experimental_distribute_dataset(equivalence_data()).iterator()) {
@@ -31,7 +31,7 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
           auto loss = compute_average_loss(loss_fn(b[1], model->forward(b[0])));
           loss.backward();
           if (after_backward) after_backward(loss);
-          optimizer->apply_gradients();
+          optimizer.apply_gradients();
         },
         batch);
   }
@@ -39,6 +39,50 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
   for (const auto& p : model.primary()->named_parameters())
     weights.emplace_back(p.key(), p.value().detach().clone());
   return weights;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
+    const Strategy& strategy, bool adam,
+    const std::function<void(const torch::Tensor&)>& after_backward) {
+  torch::manual_seed(7);
+  auto model = strategy.mirror(models::make_tutorial_cnn());
+  auto optimizer =
+      adam ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
+           : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  return train_one_pass(strategy, model, *optimizer, after_backward);
+}
+
+namespace {
+
+// x minus its mean over the global batch: the sums and counts of every replica, all-reduced.
+// (Cloneable, so that each replica gets its copy.)
+struct GlobalCenteringImpl : torch::nn::Cloneable<GlobalCenteringImpl> {
+  void reset() override {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor sum = x.sum(0);
+    torch::Tensor count = torch::full({1}, static_cast<double>(x.size(0)), x.options());
+    if (ReplicaContext* context = get_replica_context()) {
+      sum = context->all_reduce(ReduceOp::kSum, sum);  // differentiable: all-reduces in backward
+      count = context->all_reduce(ReduceOp::kSum, count);
+    }
+    return x - sum / count;
+  }
+};
+TORCH_MODULE(GlobalCentering);
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> train_global_centering_steps(
+    const Strategy& strategy) {
+  torch::manual_seed(5);
+  auto model = strategy.mirror(
+      torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 16), GlobalCentering(),
+                            torch::nn::Functional(torch::tanh), torch::nn::Linear(16, 10)));
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  return train_one_pass(strategy, model, *optimizer);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> train_cyclegan_steps(const Strategy& strategy,

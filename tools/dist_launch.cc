@@ -376,6 +376,63 @@ void handle_exits(const JobSetup& setup, std::vector<Task>& tasks, size_t chief,
 
 // Runs a parameter-server job until the chief and then every other task have exited: the rules
 // of the top comment. The result is the chief's exit code.
+// A signal to the launcher goes to every task once: a second SIGTERM would cut short
+// dist-train's checkpoint on the first (a task past its time since the chief exited has had
+// SIGTERM already). Each gets `grace` before SIGKILL.
+void forward_signal_once(std::vector<Task>& tasks, std::chrono::seconds grace) {
+  std::cout << "[dist-launch] " << strsignal(forwarded_signal) << ": stopping every task"
+            << std::endl;
+  const int signal = forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal);
+  for (auto& t : tasks) {
+    if (t.exited) continue;
+    if (!t.signalled) kill(-t.pid, signal);
+    t.signalled = true;
+    t.kill_at = std::min(t.kill_at, Clock::now() + grace);
+  }
+}
+
+// The chief has exited: the other tasks get --grace-seconds to exit by themselves, the
+// evaluator (after a successful chief) --evaluator-seconds to evaluate the last checkpoint.
+void give_tasks_their_time(const JobSetup& setup, std::vector<Task>& tasks, const Task& chief,
+                           bool signalled) {
+  std::cout << "[dist-launch] chief exited with " << chief.ending;
+  if (!signalled && count_running(tasks) > 0) {
+    const auto grace = std::chrono::seconds(setup.grace_seconds);
+    std::cout << "; the other tasks have " << setup.grace_seconds
+              << " s (--grace-seconds) to exit by themselves";
+    const bool evaluating = chief.exit_code == 0;
+    for (auto& t : tasks) {
+      if (t.exited) continue;
+      const bool evaluator = evaluating && t.type == "evaluator";
+      if (evaluator)
+        std::cout << ", the evaluator " << setup.evaluator_seconds
+                  << " s (--evaluator-seconds) to evaluate the last checkpoint";
+      t.terminate_at =
+          Clock::now() + (evaluator ? std::chrono::seconds(setup.evaluator_seconds) : grace);
+      t.kill_at = t.terminate_at + grace;
+    }
+  }
+  std::cout << std::endl;
+}
+
+// SIGTERM to the tasks past their time, SIGKILL to those past it again.
+void enforce_deadlines(std::vector<Task>& tasks) {
+  std::string terminated;
+  for (auto& t : tasks) {
+    if (t.exited) continue;
+    if (!t.signalled && Clock::now() >= t.terminate_at) {
+      t.signalled = true;
+      kill(-t.pid, SIGTERM);
+      terminated += " " + t.name;
+    } else if (Clock::now() >= t.kill_at) {
+      kill(-t.pid, SIGKILL);
+    }
+  }
+  if (!terminated.empty())
+    std::cout << "[dist-launch] still running after its time since the chief exited:" << terminated
+              << "; sending SIGTERM" << std::endl;
+}
+
 JobResult run_ps_job(const JobSetup& setup) {
   std::vector<Task> tasks;
   size_t chief = 0;
@@ -395,56 +452,14 @@ JobResult run_ps_job(const JobSetup& setup) {
   while (count_running(tasks) > 0) {
     if (forwarded_signal != 0 && !signalled) {
       signalled = true;
-      std::cout << "[dist-launch] " << strsignal(forwarded_signal) << ": stopping every task"
-                << std::endl;
-      // Once per task: a second SIGTERM would cut short dist-train's checkpoint on the first
-      // (a task past its time since the chief exited has had SIGTERM already).
-      const int signal = forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal);
-      for (auto& t : tasks) {
-        if (t.exited) continue;
-        if (!t.signalled) kill(-t.pid, signal);
-        t.signalled = true;
-        t.kill_at = std::min(t.kill_at, Clock::now() + grace);
-      }
+      forward_signal_once(tasks, grace);
     }
     pump_output(tasks);
     // The chief first: a worker that ends as the chief does is not started again.
-    if (reap(tasks[chief])) {
-      std::cout << "[dist-launch] chief exited with " << tasks[chief].ending;
-      if (!signalled && count_running(tasks) > 0) {
-        std::cout << "; the other tasks have " << setup.grace_seconds
-                  << " s (--grace-seconds) to exit by themselves";
-        // The evaluator still has the last checkpoint to evaluate, which may take longer.
-        const bool evaluating = tasks[chief].exit_code == 0;
-        for (auto& t : tasks) {
-          if (t.exited) continue;
-          const bool evaluator = evaluating && t.type == "evaluator";
-          if (evaluator)
-            std::cout << ", the evaluator " << setup.evaluator_seconds
-                      << " s (--evaluator-seconds) to evaluate the last checkpoint";
-          t.terminate_at =
-              Clock::now() + (evaluator ? std::chrono::seconds(setup.evaluator_seconds) : grace);
-          t.kill_at = t.terminate_at + grace;
-        }
-      }
-      std::cout << std::endl;
-    }
+    if (reap(tasks[chief])) give_tasks_their_time(setup, tasks, tasks[chief], signalled);
     // Workers are started again only while the chief runs and nothing is stopping the job.
     handle_exits(setup, tasks, chief, !signalled && !tasks[chief].exited);
-    std::string terminated;
-    for (auto& t : tasks) {
-      if (t.exited) continue;
-      if (!t.signalled && Clock::now() >= t.terminate_at) {
-        t.signalled = true;
-        kill(-t.pid, SIGTERM);
-        terminated += " " + t.name;
-      } else if (Clock::now() >= t.kill_at) {
-        kill(-t.pid, SIGKILL);
-      }
-    }
-    if (!terminated.empty())
-      std::cout << "[dist-launch] still running after its time since the chief exited:"
-                << terminated << "; sending SIGTERM" << std::endl;
+    enforce_deadlines(tasks);
   }
   drain_output(tasks);
   const int result = tasks[chief].exit_code;
@@ -481,12 +496,8 @@ std::string check_setup(const JobSetup& setup, int max_restarts) {
   return "";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  JobSetup setup;
-  int max_restarts = 0;
-  CLI::App app{"dist-launch: run a multi-worker job as local processes"};
+// dist-launch's flags, into `setup` and `max_restarts`.
+void add_flags(CLI::App& app, JobSetup& setup, int& max_restarts) {
   app.add_option("--workers", setup.workers, "worker processes")->capture_default_str();
   app.add_option("--replicas-per-worker", setup.replicas, "replicas in each worker")
       ->capture_default_str();
@@ -514,6 +525,31 @@ int main(int argc, char** argv) {
                "with --ps: start a worker that fails again while the chief runs (at most " +
                    std::to_string(kMaxWorkerRestarts) + " times per worker)");
   app.add_option("command", setup.command, "the worker command, after --")->required();
+}
+
+// Runs the job, started again after a failure up to `max_restarts` times; the exit code.
+int run_with_restarts(JobSetup& setup, int max_restarts) {
+  while (true) {
+    const JobResult job = setup.ps > 0 ? run_ps_job(setup) : run_workers_job(setup);
+    if (job.exit_code == 0 || job.signalled || setup.restart >= max_restarts) return job.exit_code;
+    if (!worth_restarting(job.exit_code)) {
+      std::cout << "[dist-launch] not restarting: exit code " << job.exit_code
+                << " means bad input, which a restart would meet again" << std::endl;
+      return job.exit_code;
+    }
+    ++setup.restart;
+    std::cout << "[dist-launch] restarting the job (restart " << setup.restart << " of "
+              << max_restarts << "); the workers resume from their latest checkpoint" << std::endl;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  JobSetup setup;
+  int max_restarts = 0;
+  CLI::App app{"dist-launch: run a multi-worker job as local processes"};
+  add_flags(app, setup, max_restarts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -539,16 +575,5 @@ int main(int argc, char** argv) {
     return 1;
   }
   unsetenv("DIST_JOB_TOKEN_FILE");  // the workers get the token itself
-  while (true) {
-    const JobResult job = setup.ps > 0 ? run_ps_job(setup) : run_workers_job(setup);
-    if (job.exit_code == 0 || job.signalled || setup.restart >= max_restarts) return job.exit_code;
-    if (!worth_restarting(job.exit_code)) {
-      std::cout << "[dist-launch] not restarting: exit code " << job.exit_code
-                << " means bad input, which a restart would meet again" << std::endl;
-      return job.exit_code;
-    }
-    ++setup.restart;
-    std::cout << "[dist-launch] restarting the job (restart " << setup.restart << " of "
-              << max_restarts << "); the workers resume from their latest checkpoint" << std::endl;
-  }
+  return run_with_restarts(setup, max_restarts);
 }

@@ -39,11 +39,11 @@ struct EvaluatedModel {
   SidecarEvaluator::Evaluate evaluate;
 };
 
-// The custom loop's model and test evaluation (run_custom_loop's `evaluate`, on one device):
+// The custom loop's model and test evaluation (CustomLoop::evaluate, on one device):
 // the same batches and precision, so the chief's last test figures are reproduced.
 EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Dataset& test) {
-  torch::nn::Sequential model = models::make_model(options.model);
-  const auto precision = mixed_precision::policy_from_name(options.mixed_precision);
+  torch::nn::Sequential model = models::make_model(name_of(options.model));
+  const auto precision = options.mixed_precision;
   auto evaluate = [model, test, precision]() mutable {
     SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, Reduction::kNone);
     metrics::Mean loss("test_loss");
@@ -65,7 +65,7 @@ EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Datase
 // The fit loop's: its checkpoints are BackupAndRestore's (model and optimizer), read into the
 // same Keras model compiled alike on one device.
 EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& test) {
-  keras::Model model = models::make_keras_model(options.model);
+  keras::Model model = models::make_keras_model(name_of(options.model));
   model.compile(get_default_strategy(), make_keras_optimizer(options),
                 SparseCategoricalCrossentropy(true), {"accuracy"});
   auto evaluate = [model, test]() mutable {
@@ -81,7 +81,7 @@ EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& 
 }  // namespace
 
 bool is_evaluator_task(const TrainOptions& options) {
-  if (options.strategy != "parameter_server") return false;
+  if (options.strategy != StrategyKind::kParameterServer) return false;
   const char* tf_config = std::getenv("TF_CONFIG");
   if (tf_config == nullptr || *tf_config == '\0') return false;
   return parse_tf_config(tf_config).task.type == "evaluator";
@@ -93,8 +93,6 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
   DIST_CHECK_ARG(!options.checkpoint_dir.empty(),
                  "the evaluator task evaluates the checkpoints the chief writes: give every task "
                  "the same --checkpoint-dir");
-  DIST_CHECK_ARG(options.loop == "custom" || options.loop == "fit", "unknown --loop '",
-                 options.loop, "': use custom or fit");
   const auto timeout = whole_milliseconds("--evaluator-timeout", options.evaluator_timeout);
   set_parameter_server_task_threads(options, cluster_config_from_environment());
 
@@ -112,7 +110,7 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
 
   torch::manual_seed(options.seed);
   EvaluatedModel evaluated =
-      options.loop == "fit" ? fit_loop_model(options, test) : custom_loop_model(options, test);
+      options.loop == Loop::kFit ? fit_loop_model(options, test) : custom_loop_model(options, test);
   SidecarEvaluatorOptions sidecar;
   sidecar.checkpoint_dir = options.checkpoint_dir;
   if (!options.log_dir.empty()) sidecar.log_dir = options.log_dir + "/evaluation";

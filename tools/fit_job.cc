@@ -80,24 +80,11 @@ class StopAtStep : public keras::Callback {
   int64_t epoch_begin_step_ = 0, first_batch_ = -1;
 };
 
-TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
-                    Clock::time_point job_start) {
-  const Strategy& strategy = job.strategy;
-  // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
-  // it: each worker restores inside fit; the directory must be shared.)
-  strategy.check_workers_agree(step_settings(options, job, -1));
-  const bool chief = job.chief;
-  std::ostream discard(nullptr);
-  std::ostream& out = chief ? chief_out : discard;
-  const int64_t global_batch = job.global_batch;
-
-  torch::manual_seed(options.seed);
-  keras::Model model = models::make_keras_model(options.model);
-  model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
-                {"accuracy"});
-  if (chief) model.summary(out);
-
-  auto timer = std::make_shared<TrainTimer>(global_batch, job.num_train);
+// fit's options for the job: the test set as validation data, and the callbacks the flags ask
+// for. `backup` gets the BackupAndRestore callback of --checkpoint-dir, if any.
+keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, std::ostream& out,
+                              const std::shared_ptr<TrainTimer>& timer,
+                              std::shared_ptr<keras::callbacks::BackupAndRestore>& backup) {
   keras::FitOptions fit;
   fit.epochs = options.epochs;
   if (job.steps_per_epoch > 0) fit.steps_per_epoch = job.steps_per_epoch;  // parameter_server
@@ -108,7 +95,6 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   // Before BackupAndRestore: a stop at --max-steps is then saved by it.
   if (options.max_steps > 0)
     fit.callbacks.push_back(std::make_shared<StopAtStep>(options.max_steps));
-  std::shared_ptr<keras::callbacks::BackupAndRestore> backup;
   if (!options.checkpoint_dir.empty()) {
     // Kept after a complete run, as the custom loop keeps its checkpoints.
     backup = std::make_shared<keras::callbacks::BackupAndRestore>(
@@ -121,16 +107,64 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
     fit.callbacks.push_back(std::make_shared<keras::callbacks::CSVLogger>(
         options.log_dir + "/metrics.csv", ',', /*append=*/true));
   }
-  // fit runs under the global policy, as in Keras; restored after, since a test may train again
-  // in the same process.
-  const auto precision = mixed_precision::policy_from_name(options.mixed_precision);
-  const auto previous_policy = mixed_precision::global_policy();
-  mixed_precision::set_global_policy(precision);
-  struct RestorePolicy {
-    mixed_precision::Policy policy;
-    ~RestorePolicy() { mixed_precision::set_global_policy(policy); }
-  } restore{previous_policy};
-  keras::History history = model.fit(job.train, fit);
+  return fit;
+}
+
+// What BackupAndRestore did (a resume, a stop by a signal) into `result`, said on `out`.
+void report_backup(const keras::callbacks::BackupAndRestore& backup, const TrainOptions& options,
+                   TrainResult& result, std::ostream& out) {
+  result.resumed_at_step = backup.resumed_at_step();
+  result.interrupted = backup.interrupted();
+  result.last_checkpoint = backup.last_saved();
+  if (result.resumed_at_step >= 0)
+    out << "Resumed from " << options.checkpoint_dir << " at step " << result.resumed_at_step
+        << std::endl;
+  if (result.interrupted)
+    out << "Stopped by signal " << backup.signal_number() << " after step " << result.steps
+        << "; checkpoint saved, rerun the same command to resume" << std::endl;
+}
+
+// The losses and accuracies of the last epoch; after a stop at --max-steps within an epoch
+// (which had no validation), those of the test set for what was trained.
+void report_scores(keras::Model& model, const keras::History& history, const JobSetup& job,
+                   const TrainTimer& timer, TrainResult& result) {
+  if (!history.epoch.empty()) {
+    result.epochs = history.epoch.back() + 1;
+    result.train_loss = history.history.at("loss").back();
+    result.train_accuracy = history.history.at("accuracy").back();
+    result.test_loss = history.history.at("val_loss").back();
+    result.test_accuracy = history.history.at("val_accuracy").back();
+  }
+  if (!result.interrupted && timer.last_epoch_end_step != result.steps) {
+    keras::EvaluateOptions evaluate;
+    evaluate.verbose = 0;
+    keras::Logs logs = model.evaluate(job.test, evaluate);
+    result.test_loss = logs["loss"];
+    result.test_accuracy = logs["accuracy"];
+  }
+}
+
+TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
+                    Clock::time_point job_start) {
+  const Strategy& strategy = job.strategy;
+  // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
+  // it: each worker restores inside fit; the directory must be shared.)
+  strategy.check_workers_agree(step_settings(options, job, -1));
+  const bool chief = job.chief;
+  std::ostream discard(nullptr);
+  std::ostream& out = chief ? chief_out : discard;
+
+  torch::manual_seed(options.seed);
+  keras::Model model = models::make_keras_model(name_of(options.model));
+  model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
+                {"accuracy"});
+  model.set_dtype_policy(options.mixed_precision);
+  if (chief) model.summary(out);
+
+  auto timer = std::make_shared<TrainTimer>(job.global_batch, job.num_train);
+  std::shared_ptr<keras::callbacks::BackupAndRestore> backup;
+  const keras::History history =
+      model.fit(job.train, fit_options(options, job, out, timer, backup));
 
   TrainResult result;
   result.chief = chief;
@@ -139,35 +173,11 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   // chief's (and the ps tasks are gone, so nothing more can be read here).
   if (job.steps_per_epoch > 0 && !chief) return result;
   result.num_replicas_in_sync = job.replicas;
-  result.global_batch = global_batch;
-  result.mixed_precision = mixed_precision::policy_name(precision);
+  result.global_batch = job.global_batch;
+  result.mixed_precision = mixed_precision::policy_name(options.mixed_precision);
   result.steps = model.global_step();
-  if (backup) {
-    result.resumed_at_step = backup->resumed_at_step();
-    result.interrupted = backup->interrupted();
-    result.last_checkpoint = backup->last_saved();
-    if (result.resumed_at_step >= 0)
-      out << "Resumed from " << options.checkpoint_dir << " at step " << result.resumed_at_step
-          << std::endl;
-    if (result.interrupted)
-      out << "Stopped by signal " << backup->signal_number() << " after step " << result.steps
-          << "; checkpoint saved, rerun the same command to resume" << std::endl;
-  }
-  if (!history.epoch.empty()) {
-    result.epochs = history.epoch.back() + 1;
-    result.train_loss = history.history["loss"].back();
-    result.train_accuracy = history.history["accuracy"].back();
-    result.test_loss = history.history["val_loss"].back();
-    result.test_accuracy = history.history["val_accuracy"].back();
-  }
-  // A stop at --max-steps within an epoch had no validation: evaluate what was trained.
-  if (!result.interrupted && timer->last_epoch_end_step != result.steps) {
-    keras::EvaluateOptions evaluate;
-    evaluate.verbose = 0;
-    keras::Logs logs = model.evaluate(job.test, evaluate);
-    result.test_loss = logs["loss"];
-    result.test_accuracy = logs["accuracy"];
-  }
+  if (backup) report_backup(*backup, options, result, out);
+  report_scores(model, history, job, *timer, result);
   if (chief && !options.save_weights.empty()) model.save_weights(options.save_weights);
   result.train_seconds = timer->seconds;
   result.images_per_sec = timer->images / std::max(timer->seconds, 1e-9);
@@ -178,15 +188,11 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
 }  // namespace
 
 keras::Optimizer make_keras_optimizer(const TrainOptions& options) {
-  if (options.optimizer == "adam") return keras::optimizers::Adam(options.lr);
-  if (options.optimizer == "sgd") return keras::optimizers::SGD(options.lr);
-  throw InvalidArgument("unknown --optimizer '" + options.optimizer + "': use adam or sgd");
+  if (options.optimizer == OptimizerKind::kSgd) return keras::optimizers::SGD(options.lr);
+  return keras::optimizers::Adam(options.lr);
 }
 
 TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out) {
-  DIST_CHECK_ARG(options.resume_from.empty(),
-                 "--resume-from applies to --loop custom; --loop fit resumes from the latest "
-                 "backup in --checkpoint-dir");
   const auto job_start = Clock::now();
   JobSetup job = start_job(options, chief_out);
   return failing_together(job.strategy,

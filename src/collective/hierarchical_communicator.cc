@@ -77,10 +77,22 @@ std::vector<std::string> split_joined(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// The local group's options, saying which process it is when there are several.
+LocalGroupOptions placed(LocalGroupOptions local, const Communicator* cross_process) {
+  DIST_INTERNAL_ASSERT(cross_process != nullptr);
+  if (cross_process->size() > 1)
+    local.place = " of " + cross_process->member_name(cross_process->rank());
+  return local;
+}
+
+}  // namespace
+
 HierarchicalGroup::HierarchicalGroup(const LocalGroupOptions& local,
                                      std::unique_ptr<Communicator> cross_process)
-    : local_(std::make_shared<LocalGroup>(local)), cross_(std::move(cross_process)) {
-  DIST_INTERNAL_ASSERT(cross_ != nullptr);
+    : local_(std::make_shared<LocalGroup>(placed(local, cross_process.get()))),
+      cross_(std::move(cross_process)) {
   ordered_ = std::make_unique<SerializedCommunicator>(*cross_);
 }
 

@@ -26,9 +26,10 @@
 #include "collective/factory.h"
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
+#include "distribute/backward_collective.h"
 #include "distribute/gradients.h"
+#include "distribute/optimizer_slots.h"
 #include "distribute/overlapped_reducer.h"
-#include "train/optimizer_slots.h"
 
 namespace dist {
 namespace {
@@ -126,7 +127,13 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
   // Only reducers that send packs on their own (overlap) need the others to wait for them.
-  if (overlap_with_backward_) group_->set_before_cross_stage([this] { complete_reducer_steps(); });
+  // Not inside backward: there the replicas are still producing the step's gradients, and
+  // their packs and the collective are issued in the same autograd order everywhere
+  // (backward_collective.h).
+  if (overlap_with_backward_)
+    group_->set_before_cross_stage([this] {
+      if (!in_backward_collective()) complete_reducer_steps();
+    });
   // Every worker must hold the same number of replicas (equal shares of each batch).
   if (num_workers() > 1) {
     auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
@@ -265,9 +272,9 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
 MirroredVariables& MirroredExtended::mirrored(DistributedVariables& variables) const {
   auto* mirrored = dynamic_cast<MirroredVariables*>(&variables);
   DIST_CHECK_ARG(mirrored != nullptr && mirrored->owner.get() == this,
-                 "apply_gradients: this model was made by strategy '", variables.strategy().name(),
-                 "', not by this '", name_,
-                 "' strategy; make the model and optimizer with the strategy that runs them");
+                 "apply_gradients: this model was made by ", variables.strategy().describe(),
+                 ", not by this ", describe(),
+                 "; make the model and optimizer with the strategy that runs them");
   DIST_CHECK_ARG(mirrored->replicas.size() == devices_.size(), "apply_gradients: the model has ",
                  mirrored->replicas.size(), " copies but this strategy runs ", devices_.size(),
                  " replicas; make the model and optimizer with the strategy that runs them");

@@ -67,11 +67,9 @@ class OneDeviceExtended : public StrategyExtended,
 
   void apply_gradients(DistributedVariables& variables,
                        torch::optim::Optimizer& optimizer) override {
-    DIST_CHECK_ARG(&variables.strategy() == this,
-                   "apply_gradients: this model was made by "
-                   "strategy '",
-                   variables.strategy().name(), "', not by this '", name_,
-                   "' strategy; make the model and optimizer with the strategy that runs them");
+    DIST_CHECK_ARG(&variables.strategy() == this, "apply_gradients: this model was made by ",
+                   variables.strategy().describe(), ", not by this ", describe(),
+                   "; make the model and optimizer with the strategy that runs them");
     optimizer.step();
     detail::clear_gradients(variables.primary()->parameters());
   }

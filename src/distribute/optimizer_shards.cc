@@ -6,7 +6,7 @@
 #include <string>
 
 #include "dist/core/error.h"
-#include "train/optimizer_slots.h"
+#include "distribute/optimizer_slots.h"
 
 namespace dist {
 namespace {

@@ -1,14 +1,56 @@
 #include "dist/distribute/replica_context.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 
 #include "collective/communicator.h"
 #include "dist/core/error.h"
+#include "distribute/backward_collective.h"
 
 namespace dist {
 namespace {
 thread_local ReplicaContext* current_context = nullptr;
-}
+thread_local int backward_collectives = 0;
+}  // namespace
+
+BackwardCollectiveScope::BackwardCollectiveScope() { ++backward_collectives; }
+BackwardCollectiveScope::~BackwardCollectiveScope() { --backward_collectives; }
+bool in_backward_collective() { return backward_collectives > 0; }
+
+namespace detail {
+
+// y = the reduction of every replica's x; dL/dx = the same reduction of every replica's dL/dy
+// (SUM: each x adds to every replica's y; MEAN: the same, divided by the replicas).
+struct AllReduceGradient : public torch::autograd::Function<AllReduceGradient> {
+  static at::Tensor forward(torch::autograd::AutogradContext* autograd, const at::Tensor& value,
+                            int64_t op, ReplicaContext* context) {
+    autograd->saved_data["op"] = op;
+    autograd->saved_data["strategy"] = reinterpret_cast<int64_t>(context->strategy());
+    std::vector<at::Tensor> result{value.detach().clone(at::MemoryFormat::Contiguous)};
+    context->group_->all_reduce(result, static_cast<ReduceOp>(op))->wait();
+    return result[0];
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* autograd,
+                                                 torch::autograd::variable_list grads) {
+    ReplicaContext* context = get_replica_context();
+    DIST_CHECK_ARG(context != nullptr && reinterpret_cast<int64_t>(context->strategy()) ==
+                                             autograd->saved_data["strategy"].toInt(),
+                   "a gradient through ReplicaContext::all_reduce is itself an all-reduce of "
+                   "every replica: run backward inside the strategy.run() that computed the "
+                   "forward pass, on every replica");
+    std::vector<at::Tensor> gradient{grads[0].contiguous().clone()};
+    {
+      BackwardCollectiveScope inside_backward;
+      context->group_
+          ->all_reduce(gradient, static_cast<ReduceOp>(autograd->saved_data["op"].toInt()))
+          ->wait();
+    }
+    return {gradient[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace detail
 
 ReplicaContext::ReplicaContext(std::shared_ptr<const StrategyExtended> strategy,
                                collective::Communicator* group, int local_replica_id,
@@ -35,7 +77,12 @@ std::vector<at::Tensor> ReplicaContext::all_reduce(ReduceOp op,
 }
 
 at::Tensor ReplicaContext::all_reduce(ReduceOp op, const at::Tensor& value) {
-  return all_reduce(op, std::vector<at::Tensor>{value}).at(0);
+  if (!value.requires_grad() || !at::GradMode::is_enabled())
+    return all_reduce(op, std::vector<at::Tensor>{value}).at(0);
+  DIST_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMean, "ReplicaContext::all_reduce ",
+                 to_string(op),
+                 " has no gradient, but the value requires one; all-reduce value.detach()");
+  return detail::AllReduceGradient::apply(value, static_cast<int64_t>(op), this);
 }
 
 std::map<std::string, at::Tensor> ReplicaContext::all_reduce(

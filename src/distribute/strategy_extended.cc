@@ -180,14 +180,19 @@ PerReplica<data::Element> StrategyExtended::distribute_batch(const data::Element
   return PerReplica<data::Element>(std::move(shares), global);
 }
 
+std::string StrategyExtended::describe() const {
+  return detail::concat("strategy '", name(), "' (", num_replicas_in_sync(),
+                        " replicas in sync, object ", static_cast<const void*>(this), ")");
+}
+
 int DistributedVariables::current_index() const {
   const ReplicaContext* context = get_replica_context();
   if (context == nullptr) return -1;
   const int index = context->local_replica_id();
   DIST_CHECK_ARG(context->strategy() == &strategy() && index < num_replicas(),
-                 "this model was made by strategy '", strategy().name(),
-                 "' but is used inside run() of another strategy (replica ", index,
-                 "); create the model with the strategy that runs it");
+                 "this model was made by ", strategy().describe(),
+                 " but is used inside run() of another, ", context->strategy()->describe(),
+                 " (replica ", index, "); create the model with the strategy that runs it");
   return index;
 }
 

@@ -26,10 +26,10 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, int64_t save_freq,
 BackupAndRestore::~BackupAndRestore() = default;
 
 void BackupAndRestore::on_train_begin(const Logs&) {
-  // Under ParameterServerStrategy fit schedules steps ahead of the results it has taken, so a
-  // save within an epoch would hold later steps' updates than the step it records. Epoch ends
-  // and stops are saved after every scheduled step has finished.
-  DIST_CHECK_ARG(save_freq_ <= 0 || model().strategy().name() != "parameter_server",
+  // Where steps run ahead of the loop (ParameterServerStrategy), fit takes a step's results
+  // after later steps have started, so a save within an epoch would hold later steps' updates
+  // than the step it records. Epoch ends and stops are saved once no step runs.
+  DIST_CHECK_ARG(save_freq_ <= 0 || model().strategy().step_schedule().steps_ahead <= 1,
                  "BackupAndRestore: save_freq ", save_freq_,
                  " is not supported under ParameterServerStrategy (steps run ahead of the "
                  "chief, so a save within an epoch would not hold the step it records); use "

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
-#include "dist/distribute/cluster_coordinator.h"
 #include "dist/keras/callbacks.h"
 #include "dist/train/metrics.h"
 #include "dist/train/mixed_precision.h"
@@ -33,12 +32,14 @@ struct ModelState {
   std::unique_ptr<metrics::Mean> loss_tracker;
   std::vector<CompiledMetric> metrics;
   bool stop_training = false;
+  mixed_precision::Policy policy = mixed_precision::global_policy();
   TrainingState progress;               // where fit is
   std::optional<TrainingState> resume;  // set from on_train_begin by resume_training_at
-  // Under ParameterServerStrategy: whether fit ran (once per job, see fit_under_ps) and, on
-  // the chief, the coordinator, kept so that the ps tasks (and the weights) outlive fit.
-  bool fitted_under_ps = false;
-  std::shared_ptr<ClusterCoordinator> coordinator;
+  // Under a strategy whose other tasks serve one step runner per job (parameter servers):
+  // whether fit made it, and on the task running the loop the runner itself, kept so that
+  // those tasks (and the variables on them) outlive fit.
+  bool made_the_jobs_runner = false;
+  std::shared_ptr<StepRunner> kept_runner;
 };
 
 }  // namespace detail
@@ -136,6 +137,11 @@ Model Sequential(const Shape& input_shape, const std::vector<Layer>& layers, std
 
 const std::string& Model::name() const { return state_->name; }
 bool Model::compiled() const { return state_->mirrored.has_value(); }
+mixed_precision::Policy Model::dtype_policy() const { return state_->policy; }
+void Model::set_dtype_policy(mixed_precision::Policy policy) {
+  mixed_precision::check_supported(policy);
+  state_->policy = policy;
+}
 const Strategy& Model::strategy() const { return state_->strategy; }
 bool Model::is_chief() const { return state_->strategy.is_chief(); }
 void Model::set_stop_training(bool stop) { state_->stop_training = stop; }
@@ -151,8 +157,9 @@ void Model::compile(const Strategy& strategy, const Optimizer& optimizer,
   if (s.mirrored) {
     // The copies (and, across workers, the gradient hooks) belong to the first strategy.
     DIST_CHECK_ARG(&s.strategy.extended() == &strategy.extended(), "compile: model '", s.name,
-                   "' was compiled under ", s.strategy.name(), " and cannot move to ",
-                   strategy.name(), "; build a new model under the new strategy");
+                   "' was compiled under ", s.strategy.extended().describe(),
+                   " and cannot move to ", strategy.extended().describe(),
+                   "; build a new model under the new strategy");
   }
   // Everything is made before anything is kept, so a failed compile leaves the model as it was.
   std::vector<CompiledMetric> compiled_metrics;
@@ -186,9 +193,10 @@ void check_compiled(const ModelState& s, const char* what) {
 void set_training(ModelState& s, bool on) { s.mirrored->train(on); }
 
 // The calling replica's copy applied to x (the primary outside run()).
-// Under the global mixed precision policy (mixed_precision.h), with float32 outputs.
+// Under the model's mixed precision policy (mixed_precision.h), with float32 outputs.
 at::Tensor replica_forward(ModelState& s, const at::Tensor& x) {
-  return mixed_precision::forward_in_policy([&] { return s.mirrored->operator->()->forward(x); });
+  return mixed_precision::forward_in_policy([&] { return s.mirrored->operator->()->forward(x); },
+                                            s.policy);
 }
 
 void reset_metrics(ModelState& s) {
@@ -255,11 +263,11 @@ Logs run_test(ModelState& s, const DistributedDataset& data, int64_t steps,
   return logs;
 }
 
-// One training step: a global batch (PerReplica) split over the replicas, or under
-// ParameterServerStrategy one worker's batch (an Element).
-template <class Batch>
-PerReplica<at::Tensor> train_step(ModelState& s, const Batch& batch) {
-  return s.strategy.run(
+// One training step on this process's shares of a global batch (under
+// ParameterServerStrategy: a worker's batch), with the loss and metric updates of the step.
+void train_step(ModelState& s, const PerReplica<Element>& batch) {
+  set_training(s, true);
+  auto losses = s.strategy.run(
       [&](const Element& b) {
         check_element(b, 2, "fit");
         at::Tensor y_pred = replica_forward(s, b[0]);
@@ -271,6 +279,7 @@ PerReplica<at::Tensor> train_step(ModelState& s, const Batch& batch) {
         return loss.detach();
       },
       batch);
+  track_loss(s, losses, batch.global_batch_size());
 }
 
 // An epoch's start: fresh metrics (or a resumed epoch's sums), the learning rate it began
@@ -316,166 +325,79 @@ void end_epoch(ModelState& s, int epoch, const std::optional<DistributedDataset>
   for (const auto& [key, value] : logs) history.history[key].push_back(value);
 }
 
-// fit's epochs, from s.progress (a fresh start or a resumed state) to options.epochs.
-void run_epochs(ModelState& s, const DistributedDataset& train_data,
+// One epoch's steps as the strategy runs them. A stop asked for before a step begins
+// (on_train_batch_begin) keeps that step from starting. Where steps run ahead of the loop
+// (parameter servers), the steps still running when fit stops are all taken before the
+// callbacks hear of the last one, so a checkpoint written then holds exactly the steps it
+// records. Returns whether the epoch ran all its steps.
+bool run_epoch_steps(ModelState& s, EpochSteps& steps, const CallbackList& callbacks) {
+  const StepGate gate = [&](int64_t step, int64_t) {
+    if (s.stop_training) return NextStep::kStop;
+    callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, {}); });
+    return s.stop_training ? NextStep::kStop : NextStep::kStart;
+  };
+  while (auto done = steps.next(gate, /*stopping=*/s.stop_training)) {
+    s.progress.step += done->count;
+    s.progress.position = steps.position();
+    Logs batch_logs = metric_logs(s, /*global=*/false);
+    callbacks.each([&](Callback& c) { c.on_train_batch_end(done->last, batch_logs); });
+  }
+  return steps.complete();
+}
+
+// fit's epochs, from s.progress (a fresh start or a resumed state) to options.epochs. A stop
+// within an epoch (preemption, or a user's callback) ends fit there: the epoch is not
+// complete, so it gets no validation and no on_epoch_end (a resume completes it). A stop after
+// the epoch's last step lets the epoch end as usual.
+void run_epochs(ModelState& s, StepRunner& runner,
                 const std::optional<DistributedDataset>& validation, const FitOptions& options,
                 const std::optional<TrainingState>& resume, const CallbackList& callbacks,
                 History& history, Logs& logs) {
   if (s.stop_training) return;  // a callback stopped it in on_train_begin (a step limit reached)
-  const int64_t steps_in_epoch = train_data.cardinality();  // negative when unknown
   for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
     const bool resuming = begin_epoch(s, epoch, resume, callbacks);
     if (s.stop_training) break;  // before any step: nothing of this epoch happened
     set_training(s, true);
-    auto it = resuming ? train_data.iterator_at(resume->position) : train_data.iterator(epoch);
-    int64_t step = resuming ? resume->position.elements : 0;
+    auto steps = runner.epoch(epoch, options.steps_per_epoch,
+                              resuming ? std::optional(resume->position) : std::nullopt);
     s.progress.epoch = epoch;
-    s.progress.position = it.position();
-    bool cut_short = false;
-    while (options.steps_per_epoch < 0 || step < options.steps_per_epoch) {
-      auto batch = it.next();
-      if (!batch) break;
-      callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, {}); });
-      auto losses = train_step(s, *batch);
-      track_loss(s, losses, batch->global_batch_size());
-      ++s.progress.step;
-      s.progress.position = it.position();
-      Logs batch_logs = metric_logs(s, /*global=*/false);
-      callbacks.each([&](Callback& c) { c.on_train_batch_end(step, batch_logs); });
-      ++step;
-      // A stop within the epoch (preemption, or a user's callback) ends fit here: the epoch is
-      // not complete, so it gets no validation and no on_epoch_end (a resume completes it).
-      // A stop after the epoch's last step lets the epoch end as usual.
-      if (s.stop_training) {
-        const bool complete = (options.steps_per_epoch > 0 && step >= options.steps_per_epoch) ||
-                              (steps_in_epoch >= 0 && step >= steps_in_epoch);
-        cut_short = !complete;
-        break;
-      }
-    }
-    if (cut_short) break;
+    s.progress.position = steps->position();
+    if (!run_epoch_steps(s, *steps, callbacks)) break;
     end_epoch(s, epoch, validation, options, callbacks, history, logs);
     if (s.stop_training) break;
   }
 }
 
-// ---- fit under ParameterServerStrategy (docs/design.md, "fit under ParameterServerStrategy")
-
-constexpr const char* kPsTrainStep = "keras.fit/train_step";
-// Steps scheduled ahead of the oldest unfinished one: enough to keep a few workers busy while
-// the chief waits for the oldest, few enough that a stop asked for in on_train_batch_end (a
-// signal) lets only these finish.
-constexpr size_t kStepsInFlight = 16;
-
-bool under_parameter_servers(const ModelState& s) {
-  return s.strategy.name() == "parameter_server";
-}
-
-// A worker's step: trains on its next batch and returns the step's loss and metric sums
-// ("<metric>.total", "<metric>.count"), which the chief adds to its own.
-std::map<std::string, at::Tensor> ps_train_step(ModelState& s, ScheduledCall& call) {
-  const Element batch = call.next();
-  check_element(batch, 2, "fit");
-  // Steps on one worker run one at a time, so the metrics hold this step's sums alone.
-  reset_metrics(s);
-  set_training(s, true);
-  track_loss(s, train_step(s, batch), batch[0].size(0));
-  std::map<std::string, at::Tensor> sums;
-  for (Metric* m : all_metrics(s)) {
-    const auto [total, count] = m->total_and_count();
-    sums[m->name() + ".total"] = torch::tensor(total, torch::kFloat64);
-    sums[m->name() + ".count"] = torch::tensor(count, torch::kFloat64);
-  }
-  return sums;
-}
-
-void add_step_sums(ModelState& s, const std::map<std::string, at::Tensor>& sums) {
-  for (Metric* m : all_metrics(s)) {
-    const auto total = sums.find(m->name() + ".total");
-    const auto count = sums.find(m->name() + ".count");
-    DIST_CHECK(total != sums.end() && count != sums.end(), InternalError,
-               "fit: a worker's step returned no ", m->name(), " sums");
-    const auto [t, c] = m->total_and_count();
-    m->restore_state(t + total->second.item<double>(), c + count->second.item<double>());
-  }
-}
-
-// Every task: the coordinator with the train step and the per-worker copies of `train`.
-// Worker i of N starts its copy i/N of the way into the first pass and repeats it forever, so
-// the workers take different batches (the passes are seeded, so copies that all started at
-// the beginning would give every worker the same batches) and never run dry.
-std::pair<std::shared_ptr<ClusterCoordinator>, PerWorkerDataset> start_coordinator(
-    ModelState& s, const data::Dataset& train) {
-  auto coordinator = std::make_shared<ClusterCoordinator>(s.strategy);
-  coordinator->register_function(kPsTrainStep,
-                                 ClusterCoordinator::DictFunction(
-                                     [&s](ScheduledCall& call) { return ps_train_step(s, call); }));
-  auto dataset = coordinator->create_per_worker_dataset([train](const InputContext& context) {
+// The step runner of this fit. Where the job's other tasks serve one runner (parameter
+// servers), the model keeps it, so that those tasks (and the variables on them) outlive fit.
+std::shared_ptr<StepRunner> make_fit_runner(ModelState& s, const data::Dataset& train,
+                                            const FitOptions& options) {
+  const StepSchedule schedule = s.strategy.step_schedule();
+  if (schedule.epoch_is_step_count) {
     const int64_t batches = train.cardinality();
-    const int64_t offset =
-        batches > 0 ? batches * context.input_pipeline_id / context.num_input_pipelines : 0;
-    return train.repeat().skip(offset);
-  });
-  return {std::move(coordinator), dataset};
-}
-
-// The chief's epochs: steps_per_epoch steps scheduled per epoch (at most kStepsInFlight ahead),
-// their results taken in order for the metrics and on_train_batch_end; then, every step of the
-// epoch done, validation and on_epoch_end on the chief.
-void run_ps_epochs(ModelState& s, ClusterCoordinator& coordinator, const PerWorkerDataset& data,
-                   const std::optional<DistributedDataset>& validation, const FitOptions& options,
-                   const std::optional<TrainingState>& resume, const CallbackList& callbacks,
-                   History& history, Logs& logs) {
-  if (s.stop_training) return;
-  // One iterator per worker for the whole fit, as TF's (positions on workers are not saved,
-  // so a resumed fit starts a new pass: the one of the epoch it resumes at).
-  const auto iterator = data.iterator(s.progress.epoch);
-  for (int epoch = static_cast<int>(s.progress.epoch); epoch < options.epochs; ++epoch) {
-    const bool resuming = begin_epoch(s, epoch, resume, callbacks);
-    if (s.stop_training) break;
-    int64_t step = resuming ? resume->position.elements : 0;
-    s.progress.epoch = epoch;
-    s.progress.position = data::IteratorPosition{epoch, step};
-    std::deque<RemoteValue> in_flight;
-    int64_t scheduled = step;
-    for (;;) {
-      while (!s.stop_training && scheduled < options.steps_per_epoch &&
-             in_flight.size() < kStepsInFlight) {
-        callbacks.each([&](Callback& c) { c.on_train_batch_begin(scheduled, {}); });
-        if (s.stop_training) break;  // asked for before this step: it is not scheduled
-        in_flight.push_back(coordinator.schedule(kPsTrainStep, iterator));
-        ++scheduled;
-      }
-      if (in_flight.empty()) break;
-      // Steps scheduled before a stop have run (or will) and changed the weights: count them.
-      // Once stopping, every scheduled step is taken before the callbacks hear of the last
-      // one, so a checkpoint written then holds exactly the steps it records.
-      const size_t take = s.stop_training ? in_flight.size() : 1;
-      for (size_t i = 0; i < take; ++i) {
-        add_step_sums(s, in_flight.front().fetch_dict());
-        in_flight.pop_front();
-        ++s.progress.step;
-        s.progress.position = data::IteratorPosition{epoch, ++step};
-      }
-      Logs batch_logs = metric_logs(s, /*global=*/false);
-      callbacks.each([&](Callback& c) { c.on_train_batch_end(step - 1, batch_logs); });
-    }
-    coordinator.join();  // every step fetched; rethrows what a step failed with
-    // As in run_epochs: a stop within the epoch ends fit without validation or on_epoch_end.
-    if (step < options.steps_per_epoch) break;
-    end_epoch(s, epoch, validation, options, callbacks, history, logs);
-    if (s.stop_training) break;
+    DIST_CHECK_ARG(options.steps_per_epoch > 0, "fit: under ", s.strategy.extended().describe(),
+                   " steps_per_epoch is required (as in TensorFlow): every worker iterates its "
+                   "own copy of the data, repeated, so the data's end does not end an epoch. Set "
+                   "FitOptions::steps_per_epoch",
+                   batches > 0
+                       ? ::dist::detail::concat(", e.g. to ", batches,
+                                                " (the dataset's batches) for one pass per epoch")
+                       : std::string());
   }
-}
-
-// On ps and worker tasks: serve the chief's steps until it ends the job.
-History serve_fit(ClusterCoordinator& coordinator) {
-  if (coordinator.serve() != 0)
-    throw CollectiveError(
-        "fit: this task heard nothing from the chief (the coordinator) within the strategy's "
-        "coordinator_timeout; the chief is lost, so this task stops serving. Restart the job "
-        "(the chief resumes from its last checkpoint with BackupAndRestore)");
-  return History{};
+  if (schedule.one_runner_per_job) {
+    DIST_CHECK_ARG(!s.made_the_jobs_runner, "fit: model '", s.name, "' was fitted under ",
+                   s.strategy.extended().describe(),
+                   " already; fit runs once per job there (the job's other tasks serve the first "
+                   "fit until the chief's model is destroyed): train longer with more epochs in "
+                   "one fit");
+    s.made_the_jobs_runner = true;
+  }
+  std::shared_ptr<StepRunner> runner = s.strategy.make_step_runner(TrainStep(
+      "keras.fit/train_step", train,
+      [&s](const PerReplica<Element>& batch) { train_step(s, batch); },
+      metric_step_sums(all_metrics(s))));
+  if (schedule.one_runner_per_job && runner->runs_loop()) s.kept_runner = runner;
+  return runner;
 }
 
 }  // namespace
@@ -491,38 +413,19 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
   DIST_CHECK_ARG(options.validation_steps == -1 || options.validation_steps >= 1,
                  "fit: validation_steps must be at least 1, or -1 for all; got ",
                  options.validation_steps);
-  const bool ps = under_parameter_servers(s);
-  std::optional<DistributedDataset> train_data;
-  std::shared_ptr<ClusterCoordinator> coordinator;
-  PerWorkerDataset per_worker;
-  if (ps) {
-    const int64_t batches = train.cardinality();
-    DIST_CHECK_ARG(options.steps_per_epoch > 0,
-                   "fit: under ParameterServerStrategy steps_per_epoch is required (as in "
-                   "TensorFlow): every worker iterates its own copy of the data, repeated, so "
-                   "the data's end does not end an epoch. Set FitOptions::steps_per_epoch",
-                   batches > 0
-                       ? ::dist::detail::concat(", e.g. to ", batches,
-                                                " (the dataset's batches) for one pass per epoch")
-                       : std::string());
-    DIST_CHECK_ARG(!s.fitted_under_ps, "fit: model '", s.name,
-                   "' was fitted under ParameterServerStrategy already; fit runs once per job "
-                   "there (the ps and worker tasks serve the first fit until the chief's model "
-                   "is destroyed): train longer with more epochs in one fit");
-    s.fitted_under_ps = true;
-    std::tie(coordinator, per_worker) = start_coordinator(s, train);
-    if (!s.strategy.is_chief()) return serve_fit(*coordinator);
-    s.coordinator = coordinator;  // the job lives as long as the model
-  } else {
-    train_data = s.strategy.experimental_distribute_dataset(train);
+  const std::shared_ptr<StepRunner> runner = make_fit_runner(s, train, options);
+  if (!runner->runs_loop()) {
+    runner->serve();  // a ps or worker task: the chief's steps, until it ends the job
+    return History{};
   }
   std::optional<DistributedDataset> validation;
   if (options.validation_data)
     validation = s.strategy.experimental_distribute_dataset(*options.validation_data);
 
   int64_t steps = options.steps_per_epoch;
-  if (train_data && train_data->cardinality() >= 0)
-    steps = steps < 0 ? train_data->cardinality() : std::min(steps, train_data->cardinality());
+  if (const int64_t batches = train.cardinality();
+      batches >= 0 && !s.strategy.step_schedule().epoch_is_step_count)
+    steps = steps < 0 ? batches : std::min(steps, batches);
   CallbackList callbacks = make_callbacks(this, options.callbacks, options.verbose, options.out,
                                           {{"epochs", options.epochs},
                                            {"steps", static_cast<double>(steps)},
@@ -541,11 +444,7 @@ History Model::fit(const data::Dataset& train, const FitOptions& options) {
     const std::optional<TrainingState> resume = std::move(s.resume);
     s.resume.reset();
     if (resume) s.progress = *resume;
-    if (ps)
-      run_ps_epochs(s, *coordinator, per_worker, validation, options, resume, callbacks, history,
-                    logs);
-    else
-      run_epochs(s, *train_data, validation, options, resume, callbacks, history, logs);
+    run_epochs(s, *runner, validation, options, resume, callbacks, history, logs);
   } catch (...) {
     callbacks.each([](Callback& c) { c.on_train_abort(); });
     throw;
@@ -614,7 +513,8 @@ at::Tensor Model::operator()(const at::Tensor& x) const {
   auto& module = *state_->module;
   const bool was_training = module.is_training();
   module.eval();
-  at::Tensor y = mixed_precision::forward_in_policy([&] { return module.forward(x); });
+  at::Tensor y =
+      mixed_precision::forward_in_policy([&] { return module.forward(x); }, state_->policy);
   module.train(was_training);
   return y;
 }

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "dist/distribute/cluster_coordinator.h"
-#include "distribute/parameter_server_extended.h"
 #include "ps/parameter_server.grpc.pb.h"
+#include "ps/parameter_server_extended.h"
 #include "ps/step_registry.h"
 
 namespace dist::detail {

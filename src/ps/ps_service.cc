@@ -5,9 +5,9 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
+#include "distribute/optimizer_slots.h"
 #include "ps/rpc_status.h"
 #include "ps/tensor_codec.h"
-#include "train/optimizer_slots.h"
 
 namespace dist::ps {
 namespace {

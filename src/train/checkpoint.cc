@@ -16,9 +16,9 @@
 
 #include "dist/core/error.h"
 #include "dist/train/safetensors.h"
+#include "distribute/optimizer_slots.h"
 #include "train/atomic_file.h"
 #include "train/checkpoint_checksums.h"
-#include "train/optimizer_slots.h"
 
 namespace dist {
 namespace {

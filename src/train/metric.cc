@@ -69,9 +69,9 @@ void Metric::accumulate(double total, double count) {
   if (context != nullptr) {
     auto bound = strategy_.lock();
     DIST_CHECK_ARG(!bound || bound.get() == context->strategy(), "metric '", name_,
-                   "' is updated under strategy '", context->strategy()->name(),
-                   "' but was first updated under '", bound ? bound->name() : "",
-                   "'; use one metric object per strategy");
+                   "' is updated under ", context->strategy()->describe(),
+                   " but was first updated under another strategy object, ",
+                   bound ? bound->describe() : "", "; use one metric object per strategy");
     if (!bound) strategy_ = context->shared_strategy();
   }
   if (static_cast<size_t>(replica) >= slots_.size()) slots_.resize(replica + 1, {0.0, 0.0});
@@ -81,6 +81,33 @@ void Metric::accumulate(double total, double count) {
 
 double Metric::finalize(double total, double count) const {
   return count == 0.0 ? 0.0 : total / count;
+}
+
+StepSums metric_step_sums(std::vector<Metric*> metrics) {
+  for (const Metric* m : metrics)
+    DIST_CHECK_ARG(m != nullptr, "metric_step_sums: a metric is null");
+  StepSums sums;
+  sums.reset = [metrics] {
+    for (Metric* m : metrics) m->reset_state();
+  };
+  sums.read = [metrics] {
+    std::vector<double> values;
+    for (const Metric* m : metrics) {
+      const auto [total, count] = m->total_and_count();
+      values.push_back(total);
+      values.push_back(count);
+    }
+    return values;
+  };
+  sums.add = [metrics](const std::vector<double>& values) {
+    DIST_CHECK(values.size() == 2 * metrics.size(), InternalError, "a step returned ",
+               values.size(), " sums for ", metrics.size(), " metrics");
+    for (size_t i = 0; i < metrics.size(); ++i) {
+      const auto [total, count] = metrics[i]->total_and_count();
+      metrics[i]->restore_state(total + values[2 * i], count + values[2 * i + 1]);
+    }
+  };
+  return sums;
 }
 
 }  // namespace dist

@@ -16,6 +16,8 @@
 
 #include "collective/communicator.h"
 #include "collective/factory.h"
+#include "collective/hierarchical_communicator.h"
+#include "collective/local/local_communicator.h"
 #include "dist/core/error.h"
 #include "distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
@@ -53,6 +55,47 @@ inline ProcessGroupSpec loopback_spec(int rank, const std::vector<int>& ports,
   spec.store_in_process = true;
   spec.check_collectives = check_collectives;
   return spec;
+}
+
+// P Gloo members, formed in parallel (each blocks until all joined).
+inline std::vector<std::unique_ptr<Communicator>> gloo_group(
+    int processes, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    bool check_collectives = true) {
+  const auto ports = free_loopback_ports(processes);
+  std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(processes));
+  run_threads(processes, [&](int p) {
+    members[static_cast<size_t>(p)] =
+        make_process_communicator("gloo", loopback_spec(p, ports, timeout, check_collectives));
+  });
+  return members;
+}
+
+// Rank 0 hosts the store: the others let go of it first (their next call would fail).
+inline void release(std::vector<std::unique_ptr<Communicator>>& members) {
+  for (size_t p = members.size(); p-- > 0;) members[p].reset();
+}
+
+struct World {
+  std::vector<std::shared_ptr<HierarchicalGroup>> groups;  // one per process
+  std::vector<std::unique_ptr<Communicator>> replicas;     // global rank order
+  ~World() {
+    replicas.clear();
+    for (size_t p = groups.size(); p-- > 0;) groups[p].reset();
+  }
+};
+
+inline std::unique_ptr<World> hierarchical_world(
+    int processes, int local, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto gloo = gloo_group(processes, timeout);
+  auto world = std::make_unique<World>();
+  LocalGroupOptions options;
+  options.size = local;
+  options.timeout = timeout;
+  for (auto& member : gloo)
+    world->groups.push_back(std::make_shared<HierarchicalGroup>(options, std::move(member)));
+  for (auto& group : world->groups)
+    for (int l = 0; l < local; ++l) world->replicas.push_back(group->member(l));
+  return world;
 }
 
 // `size` Gloo members on 127.0.0.1, each made on its own thread, composed with a shared-memory

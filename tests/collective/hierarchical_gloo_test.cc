@@ -25,45 +25,9 @@ using testing::loopback_spec;
 using testing::member_tensor;
 using testing::run_threads;
 
-// P Gloo members, formed in parallel (each blocks until all joined).
-std::vector<std::unique_ptr<Communicator>> gloo_group(
-    int processes, std::chrono::milliseconds timeout = std::chrono::seconds(30),
-    bool check_collectives = true) {
-  const auto ports = free_loopback_ports(processes);
-  std::vector<std::unique_ptr<Communicator>> members(static_cast<size_t>(processes));
-  run_threads(processes, [&](int p) {
-    members[static_cast<size_t>(p)] =
-        make_process_communicator("gloo", loopback_spec(p, ports, timeout, check_collectives));
-  });
-  return members;
-}
-
-// Rank 0 hosts the store: the others let go of it first (their next call would fail).
-void release(std::vector<std::unique_ptr<Communicator>>& members) {
-  for (size_t p = members.size(); p-- > 0;) members[p].reset();
-}
-
-struct World {
-  std::vector<std::shared_ptr<HierarchicalGroup>> groups;  // one per process
-  std::vector<std::unique_ptr<Communicator>> replicas;     // global rank order
-  ~World() {
-    replicas.clear();
-    for (size_t p = groups.size(); p-- > 0;) groups[p].reset();
-  }
-};
-
-std::unique_ptr<World> hierarchical_world(int processes, int local) {
-  auto gloo = gloo_group(processes);
-  auto world = std::make_unique<World>();
-  LocalGroupOptions options;
-  options.size = local;
-  options.timeout = std::chrono::seconds(30);
-  for (auto& member : gloo)
-    world->groups.push_back(std::make_shared<HierarchicalGroup>(options, std::move(member)));
-  for (auto& group : world->groups)
-    for (int l = 0; l < local; ++l) world->replicas.push_back(group->member(l));
-  return world;
-}
+using testing::gloo_group;
+using testing::hierarchical_world;
+using testing::release;
 
 class HierarchicalGlooTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 

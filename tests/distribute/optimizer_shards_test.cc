@@ -12,7 +12,7 @@
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/train/loss.h"
 #include "distribute/mirrored_extended.h"
-#include "train/optimizer_slots.h"
+#include "distribute/optimizer_slots.h"
 
 namespace dist {
 namespace {

@@ -118,6 +118,21 @@ TEST(MultiWorkerTest, CycleGanStepOfTwoWorkersEqualsOneDevice) {
   }
 }
 
+// A layer that all-reduces in forward and backward (the gradient of ReplicaContext::all_reduce)
+// on 2 workers x 2 replicas, gradient packs sent during backward: one device's weights.
+TEST(MultiWorkerTest, ALayerThatAllReducesInBackwardEqualsOneDevice) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"centering", dir.file("w.safetensors")}, 30000, "ring");
+  auto results = processes.wait_all(130s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  auto expected = testing::train_global_centering_steps(OneDeviceStrategy());
+  const double diff = relative_difference_of_file(dir.file("w.safetensors"), expected);
+  std::printf("2 workers x 2 replicas, all-reduce in backward: max relative difference %.3g\n",
+              diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
 TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
   const auto [workers, replicas] = GetParam();
   expect_workers_reproduce_one_device(workers, replicas, 20000);

@@ -8,6 +8,10 @@
 //                                                    model's gradients from its own loss,
 //                                                    overlapped reduction); chief saves all
 //                                                    four models' weights and the losses
+//   dist_test_worker centering OUT_FILE              2 replicas, gradients overlapped with
+//                                                    backward: 20 SGD steps of a layer that
+//                                                    all-reduces in forward and backward;
+//                                                    chief saves the weights
 //   dist_test_worker collectives REPLICAS            exact integer collectives
 //   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
 //   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
@@ -57,6 +61,17 @@ dist::MultiWorkerOptions options_from_env(int replicas) {
     options.communication.rendezvous_timeout = std::chrono::milliseconds(std::atoi(t));
   }
   return options;
+}
+
+int centering(const std::string& out) {
+  auto options = options_from_env(2);
+  options.communication.bytes_per_pack = 64;  // packs complete, and are sent, during backward
+  options.communication.overlap_with_backward = true;
+  dist::MultiWorkerMirroredStrategy strategy(options);
+  auto weights = dist::testing::train_global_centering_steps(strategy);
+  if (strategy.is_chief()) dist::save_safetensors(out, weights);
+  std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
 }
 
 int equivalence(int replicas, const std::string& out, int64_t bytes_per_pack = 0,
@@ -254,6 +269,7 @@ int main(int argc, char** argv) {
     if (scenario == "equivalence" && argc == 6)
       return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
+    if (scenario == "centering" && argc == 3) return centering(argv[2]);
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   using Set = std::function<void(const std::string& flag, const std::string& value)>;
   const std::map<std::string, Set> kFlags = {
       {"--crash-at", [&](auto&, auto& v) { stage = v; }},
-      {"--strategy", [&](auto&, auto& v) { o.strategy = v; }},
+      {"--strategy", [&](auto&, auto& v) { o.strategy = dist::tools::parse_strategy(v); }},
       {"--replicas", [&](auto& f, auto& v) { o.replicas = static_cast<int>(to_int(f, v)); }},
       {"--train-examples", [&](auto& f, auto& v) { o.train_examples = to_int(f, v); }},
       {"--global-batch", [&](auto& f, auto& v) { o.global_batch = to_int(f, v); }},
@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
       DIST_CHECK_ARG(i + 1 < argc, flag, " needs a value");
       it->second(flag, argv[++i]);
     }
+    dist::tools::apply_launcher_environment(o);
     DIST_CHECK_ARG(stage == "after_data" || stage == "before_rename" || stage == "before_pointer",
                    "--crash-at must be after_data, before_rename or before_pointer, got '", stage,
                    "'");

@@ -2,7 +2,7 @@
 //
 // B examples over R replicas: replica r gets B/R examples, plus one more if r < B % R, taken in
 // order. So sizes differ by at most one, and a replica may get zero examples; it still takes
-// part in every collective of the step (see docs/design.md, "Empty replicas").
+// part in every collective of the step (distributed_dataset.h says how an epoch ends unevenly).
 #pragma once
 
 #include <cstdint>

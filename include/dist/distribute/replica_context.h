@@ -25,6 +25,9 @@ class StrategyExtended;
 namespace collective {
 class Communicator;
 }
+namespace detail {
+struct AllReduceGradient;
+}
 
 class ReplicaContext {
  public:
@@ -42,6 +45,11 @@ class ReplicaContext {
   // come from a distributed dataset.
   int64_t global_batch_size() const { return global_batch_size_; }
 
+  // Differentiable for SUM and MEAN, as in tf.distribute: when `value` requires a gradient,
+  // backward all-reduces the result's gradient the same way (every replica must then run
+  // backward through it, inside the same run()). MAX and MIN have no gradient: pass
+  // value.detach(). A collective inside backward is legal under every strategy
+  // (docs/design.md, "Collectives inside forward and backward").
   at::Tensor all_reduce(ReduceOp op, const at::Tensor& value);
   std::vector<at::Tensor> all_reduce(ReduceOp op, const std::vector<at::Tensor>& values);
   std::map<std::string, at::Tensor> all_reduce(ReduceOp op,
@@ -56,9 +64,10 @@ class ReplicaContext {
   // The strategy whose run() made this context.
   const StrategyExtended* strategy() const { return strategy_.get(); }
   const std::shared_ptr<const StrategyExtended>& shared_strategy() const { return strategy_; }
-  collective::Communicator& communicator() const { return *group_; }
 
  private:
+  friend struct detail::AllReduceGradient;
+
   std::shared_ptr<const StrategyExtended> strategy_;
   collective::Communicator* group_;
   int local_replica_id_;

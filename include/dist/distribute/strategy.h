@@ -148,6 +148,13 @@ class Strategy {
     return std::make_shared<MirroredOptimizer>(model.shared_variables(), std::move(optimizer));
   }
 
+  // A runner for a training loop's steps, as this strategy runs them (step_runner.h).
+  std::unique_ptr<StepRunner> make_step_runner(TrainStep step) const {
+    return extended_->make_step_runner(*this, std::move(step));
+  }
+  // What a loop must know of how this strategy runs steps (step_runner.h).
+  StepSchedule step_schedule() const { return extended_->step_schedule(); }
+
   // Distributes a dataset of global batches across the replicas (distributed_dataset.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& global_batches,
                                                      DistributeOptions options = {}) const;

@@ -3,7 +3,7 @@
 // Users hold a Strategy (strategy.h), a cheap handle; the handle's templates (run, mirror,
 // mirror_optimizer) turn typed calls into the untyped virtual calls below. To add a strategy,
 // implement every pure virtual here and give it a Strategy subclass whose constructor makes
-// the implementation (docs/design.md, "Adding a strategy").
+// the implementation (docs/design.md, "Where a new strategy goes" and "One training path").
 //
 // The duties every strategy has, including multi-process ones, are pure virtual, so a
 // strategy cannot forget one and still compile. Cross-worker agreement (any_worker,
@@ -27,8 +27,11 @@
 #include "dist/data/dataset.h"
 #include "dist/distribute/auto_shard_policy.h"
 #include "dist/distribute/distributed_variables.h"
+#include "dist/distribute/step_runner.h"
 
 namespace dist {
+
+class Strategy;
 
 class StrategyExtended {
  public:
@@ -42,6 +45,9 @@ class StrategyExtended {
   // Devices of this process's replicas, in local replica order.
   virtual const std::vector<DeviceName>& local_devices() const = 0;
   int num_local_replicas() const { return static_cast<int>(local_devices().size()); }
+  // This strategy object for messages: its name, replicas and address, so that two strategies
+  // of one kind are told apart ("strategy 'mirrored' (2 replicas in sync, object 0x5581...)").
+  std::string describe() const;
 
   // ---- workers (the processes that run replicas; 1 for in-process strategies) ----
   virtual int num_workers() const = 0;
@@ -112,6 +118,13 @@ class StrategyExtended {
   // from cross-replica code.
   virtual void apply_gradients(DistributedVariables& variables,
                                torch::optim::Optimizer& optimizer) = 0;
+
+  // ---- how a training loop's steps run (step_runner.h) ----
+  // A runner for `step`; `self` is the handle that owns this implementation. The default runs
+  // each step at once on this process's replicas, over its shares of each global batch.
+  virtual std::unique_ptr<StepRunner> make_step_runner(const Strategy& self, TrainStep step);
+  // What loops must know of how steps run here; the default is the synchronous one.
+  virtual StepSchedule step_schedule() const { return {}; }
 };
 
 }  // namespace dist

@@ -51,6 +51,7 @@
 #include "dist/keras/optimizers.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
+#include "dist/train/mixed_precision.h"
 
 namespace dist::keras {
 
@@ -115,6 +116,12 @@ class Model {
     compile(get_default_strategy(), optimizer, loss, metrics);
   }
   bool compiled() const;
+
+  // The mixed precision policy (mixed_precision.h) of fit, evaluate, predict and operator():
+  // the global policy when the model was made, as Keras layers take it when they are made.
+  // set_dtype_policy changes this model's alone (InvalidArgument if it cannot run here).
+  mixed_precision::Policy dtype_policy() const;
+  void set_dtype_policy(mixed_precision::Policy policy);
 
   // Trains on global batches of (x, y); see FitOptions. Under ParameterServerStrategy see the
   // top of this file: on ps and worker tasks it serves, then returns an empty History, or

@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "dist/distribute/step_runner.h"
+
 namespace dist {
 
 class StrategyExtended;
@@ -76,5 +78,10 @@ class Metric {
   // The strategy whose run() updated this metric (guarded by mutex_).
   std::weak_ptr<const StrategyExtended> strategy_;
 };
+
+// The metrics' totals and counts as a step's sums (step_runner.h): where a strategy runs the
+// steps on other processes, each step's metric updates travel back and are added to these.
+// The metrics must outlive the runner.
+StepSums metric_step_sums(std::vector<Metric*> metrics);
 
 }  // namespace dist

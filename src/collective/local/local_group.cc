@@ -105,7 +105,7 @@ void LocalGroup::reduce_share(int rank, ReduceOp op) {
 
 LocalGroup::LocalGroup(LocalGroupOptions options)
     : options_(std::move(options)),
-      barrier_(options_.size, options_.timeout),
+      barrier_(options_.size, options_.timeout, options_.place),
       kinds_(static_cast<size_t>(options_.size), nullptr),
       inputs_(static_cast<size_t>(options_.size), nullptr),
       exchanged_(static_cast<size_t>(options_.size)) {}

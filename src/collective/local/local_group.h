@@ -33,6 +33,9 @@ struct LocalGroupOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
   // "replica" -> member names "replica 0", "replica 1", ...
   std::string member_kind = "replica";
+  // Where the group is, for messages: " of worker:1 (10.0.0.2:2222)" when it is one process's
+  // replicas in a job of several (HierarchicalGroup sets it); empty otherwise.
+  std::string place;
 };
 
 class LocalGroup {

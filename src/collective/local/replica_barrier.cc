@@ -4,8 +4,11 @@
 
 namespace dist::collective {
 
-ReplicaBarrier::ReplicaBarrier(int parties, std::chrono::milliseconds timeout)
-    : parties_(parties), timeout_(timeout), arrived_(static_cast<size_t>(parties), false) {
+ReplicaBarrier::ReplicaBarrier(int parties, std::chrono::milliseconds timeout, std::string place)
+    : parties_(parties),
+      timeout_(timeout),
+      place_(std::move(place)),
+      arrived_(static_cast<size_t>(parties), false) {
   DIST_INTERNAL_ASSERT(parties >= 1);
 }
 
@@ -44,8 +47,8 @@ void ReplicaBarrier::arrive_and_wait(int party, const char* what,
         if (!arrived_[static_cast<size_t>(p)])
           missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       abort_reason_ = detail::concat(
-          "collective timeout: replica(s) ", missing, " did not reach ", what, " within ",
-          timeout_.count() / 1000.0, " s while replica ", party,
+          "collective timeout: replica(s) ", missing, place_, " did not reach ", what, " within ",
+          timeout_.count() / 1000.0, " s while replica ", party, place_,
           " waited; every replica must call the same collectives in the same order (a replica "
           "that skips apply_gradients or an all_reduce, or is stuck, causes this)");
       released_.notify_all();

@@ -19,7 +19,9 @@ namespace dist::collective {
 
 class ReplicaBarrier {
  public:
-  ReplicaBarrier(int parties, std::chrono::milliseconds timeout);
+  // `place`: where the replicas are, for messages (" of worker:1 (10.0.0.2:2222)"; empty in a
+  // job of one process).
+  ReplicaBarrier(int parties, std::chrono::milliseconds timeout, std::string place = "");
 
   // Waits until all parties arrived at this round. `what` names the collective in errors.
   // on_complete runs once, in the last arriving thread, before anyone is released; if it
@@ -40,6 +42,7 @@ class ReplicaBarrier {
 
   const int parties_;
   const std::chrono::milliseconds timeout_;
+  const std::string place_;
   mutable std::mutex mu_;
   std::condition_variable released_;
   std::vector<bool> arrived_;

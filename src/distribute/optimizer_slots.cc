@@ -1,4 +1,4 @@
-#include "train/optimizer_slots.h"
+#include "distribute/optimizer_slots.h"
 
 #include <c10/util/string_utils.h>
 #include <torch/optim/adagrad.h>

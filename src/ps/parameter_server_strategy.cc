@@ -1,12 +1,12 @@
 // ParameterServerStrategy: variables on ps tasks, steps on workers (parameter_server_extended.h).
-#include "distribute/parameter_server_extended.h"
+#include "ps/parameter_server_extended.h"
 
 #include <torch/torch.h>
 
 #include "dist/core/error.h"
 #include "distribute/gradients.h"
+#include "distribute/optimizer_slots.h"
 #include "ps/optimizer_config.h"
-#include "train/optimizer_slots.h"
 
 namespace dist {
 namespace {
@@ -263,9 +263,9 @@ void ParameterServerExtended::apply_gradients(DistributedVariables& variables,
                                               torch::optim::Optimizer& optimizer) {
   auto* placed_variables = dynamic_cast<PsVariables*>(&variables);
   DIST_CHECK_ARG(placed_variables != nullptr && &variables.strategy() == this,
-                 "apply_gradients: this model was made by strategy '", variables.strategy().name(),
-                 "', not by this ParameterServerStrategy; make the model and optimizer with the "
-                 "strategy that runs them");
+                 "apply_gradients: this model was made by ", variables.strategy().describe(),
+                 ", not by this ", describe(),
+                 "; make the model and optimizer with the strategy that runs them");
   const ps::rpc::OptimizerConfig config = ps::optimizer_config(optimizer);
   std::vector<std::pair<const ps::PlacedVariable*, at::Tensor>> dense;
   std::vector<std::pair<const ps::PlacedVariable*, ps::ParameterServers::Sparse>> sparse;

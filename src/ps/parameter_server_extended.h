@@ -45,6 +45,9 @@ class ParameterServerExtended : public StrategyExtended,
       std::shared_ptr<torch::nn::Module> primary) override;
   void apply_gradients(DistributedVariables& variables,
                        torch::optim::Optimizer& optimizer) override;
+  // Steps are scheduled on the workers (scheduled_step_runner.h); ps and worker tasks serve.
+  std::unique_ptr<StepRunner> make_step_runner(const Strategy& self, TrainStep step) override;
+  StepSchedule step_schedule() const override;
 
   // ---- for the coordinator and the placed variables ----
   const ParameterServerOptions& options() const { return options_; }

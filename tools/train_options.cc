@@ -1,0 +1,317 @@
+#include "train_options.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "dist/core/error.h"
+
+namespace dist::tools {
+namespace {
+
+// Each enum's spellings, in the order the messages list them.
+template <class E>
+using Spellings = std::vector<std::pair<E, const char*>>;
+
+const Spellings<Loop> kLoops = {{Loop::kCustom, "custom"}, {Loop::kFit, "fit"}};
+const Spellings<StrategyKind> kStrategies = {{StrategyKind::kDefault, "default"},
+                                             {StrategyKind::kOneDevice, "one_device"},
+                                             {StrategyKind::kMirrored, "mirrored"},
+                                             {StrategyKind::kCentralStorage, "central_storage"},
+                                             {StrategyKind::kMultiWorker, "multi_worker"},
+                                             {StrategyKind::kParameterServer, "parameter_server"}};
+const Spellings<OptimizerKind> kOptimizers = {{OptimizerKind::kAdam, "adam"},
+                                              {OptimizerKind::kSgd, "sgd"}};
+const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"}, {ModelKind::kMlp, "mlp"}};
+
+template <class E>
+std::string spelling(const Spellings<E>& all, E value) {
+  for (const auto& [e, text] : all)
+    if (e == value) return text;
+  DIST_INTERNAL_ASSERT(false, "an enum value without a spelling");
+  return {};
+}
+
+// "a, b or c"
+template <class E>
+std::string listed(const Spellings<E>& all) {
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i].second);
+  return out;
+}
+
+template <class E>
+E parse(const Spellings<E>& all, const char* flag, const std::string& text) {
+  for (const auto& [e, spelled] : all)
+    if (text == spelled) return e;
+  throw InvalidArgument(detail::concat("unknown ", flag, " '", text, "': use ", listed(all)));
+}
+
+bool is_mirrored(StrategyKind s) {
+  return s == StrategyKind::kMirrored || s == StrategyKind::kCentralStorage;
+}
+
+void check_ranges(const TrainOptions& o) {
+  DIST_CHECK_ARG(o.epochs >= 1, "--epochs must be at least 1, got ", o.epochs);
+  DIST_CHECK_ARG(std::isfinite(o.lr) && o.lr > 0, "--lr must be a positive finite number, got ",
+                 o.lr);
+  DIST_CHECK_ARG(o.max_steps == -1 || o.max_steps >= 1,
+                 "--max-steps must be at least 1 (or -1 for no limit), got ", o.max_steps);
+  DIST_CHECK_ARG(o.steps_per_epoch == -1 || o.steps_per_epoch >= 1,
+                 "--steps-per-epoch must be at least 1 (or -1 for one pass of the data), got ",
+                 o.steps_per_epoch);
+  DIST_CHECK_ARG(o.batch_per_replica >= 1, "--batch-per-replica must be at least 1, got ",
+                 o.batch_per_replica);
+  DIST_CHECK_ARG(o.global_batch >= 0, "--global-batch must be at least 1, got ", o.global_batch);
+  DIST_CHECK_ARG(o.train_examples == -1 || o.train_examples >= 1,
+                 "--train-examples must be at least 1 (or -1 for all), got ", o.train_examples);
+  DIST_CHECK_ARG(o.replicas >= 0, "--replicas must be at least 1, got ", o.replicas);
+  DIST_CHECK_ARG(o.threads >= 0, "--threads must be at least 1, got ", o.threads);
+  DIST_CHECK_ARG(o.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
+                 o.checkpoint_every);
+  DIST_CHECK_ARG(o.max_to_keep >= 1, "--max-to-keep must be at least 1, got ", o.max_to_keep);
+  whole_milliseconds("--collective-timeout", o.collective_timeout);
+  whole_milliseconds("--rendezvous-timeout", o.rendezvous_timeout);
+  whole_milliseconds("--evaluator-timeout", o.evaluator_timeout);
+  mixed_precision::check_supported(o.mixed_precision);
+}
+
+void check_combinations(const TrainOptions& o) {
+  const bool ps = o.strategy == StrategyKind::kParameterServer;
+  DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
+                 "--steps-per-epoch applies to --strategy parameter_server only (the other "
+                 "strategies take whole passes of the data; use --max-steps to stop early)");
+  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
+  // the chief alone, in its own words (save_freq).
+  DIST_CHECK_ARG(o.checkpoint_every == 0 || o.loop != Loop::kFit || !ps, "--checkpoint-every ",
+                 o.checkpoint_every,
+                 " is not supported with --loop fit under --strategy parameter_server: steps run "
+                 "ahead of the chief, so a save within an epoch would not hold the step it "
+                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
+                 "--loop custom, whose checkpoints wait for the scheduled steps");
+  DIST_CHECK_ARG(o.resume_from.empty() || o.loop == Loop::kCustom,
+                 "--resume-from applies to --loop custom; --loop fit resumes from the latest "
+                 "backup in --checkpoint-dir");
+  if (ps) {
+    DIST_CHECK_ARG(!o.cross_device_ops,
+                   "--cross-device-ops applies to mirrored and central_storage only, not to "
+                   "--strategy parameter_server (the ps tasks apply the updates)");
+    DIST_CHECK_ARG(o.replicas <= 1,
+                   "--strategy parameter_server runs one replica per worker, but --replicas ",
+                   o.replicas, " was given; add workers instead (dist-launch --workers N)");
+    return;
+  }
+  DIST_CHECK_ARG(!o.cross_device_ops || is_mirrored(o.strategy),
+                 "--cross-device-ops applies to mirrored and central_storage only, not to "
+                 "--strategy ",
+                 name_of(o.strategy));
+  const bool one_replica =
+      o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
+  DIST_CHECK_ARG(!one_replica || o.replicas <= 1, "--strategy ", name_of(o.strategy),
+                 " runs exactly one replica, but --replicas ", o.replicas,
+                 " was given; drop --replicas or use --strategy mirrored");
+}
+
+// -1 ("no limit", "all") or at least 1: 0 is neither, and used to mean "the default" silently.
+const CLI::Validator kMinusOneOrPositive(
+    [](std::string& text) -> std::string {
+      try {
+        const long long value = std::stoll(text);
+        if (value == -1 || value >= 1) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be -1 or at least 1, got " + text;
+    },
+    "-1 or >= 1");
+
+// The text of the enum-like flags, turned into their types after parsing.
+struct Spelled {
+  std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model = "cnn";
+  std::string mixed_precision = "float32", cross_device_ops;
+  bool no_progress = false, unchecked = false;
+};
+
+void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+  app.add_option("--loop", s.loop,
+                 "custom (the tf.distribute custom training loop) | fit (Keras-style "
+                 "Model::fit with callbacks)")
+      ->capture_default_str();
+  app.add_option("--strategy", s.strategy,
+                 "default | one_device | mirrored | central_storage | multi_worker (TF_CONFIG, "
+                 "srun or mpirun) | parameter_server (TF_CONFIG with chief, worker and ps "
+                 "tasks, e.g. from dist-launch --ps: every task runs this same command; "
+                 "asynchronous, one replica per worker)")
+      ->capture_default_str();
+  app.add_option("--replicas", o.replicas,
+                 "replicas (mirrored/central_storage; default: one per core; multi_worker: per "
+                 "worker, default DIST_REPLICAS_PER_WORKER or 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "intra-op threads per replica (default: cores / replicas)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--collective-timeout", o.collective_timeout,
+                 "multi_worker: seconds before a lost or stalled worker is reported; "
+                 "parameter_server: the deadline of every call to another task, and how long "
+                 "ps and worker tasks wait to hear from the chief before giving up")
+      ->capture_default_str();
+  app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
+                 "multi_worker: seconds for all workers to join; parameter_server: for the ps "
+                 "tasks to serve")
+      ->capture_default_str();
+  app.add_option("--evaluator-timeout", o.evaluator_timeout,
+                 "parameter_server, on the evaluator task: seconds without a new checkpoint in "
+                 "--checkpoint-dir before it gives up (exit 3)")
+      ->capture_default_str();
+  app.add_option("--cross-device-ops", s.cross_device_ops,
+                 "parallel | reduction_to_one_device | hierarchical_copy");
+  app.add_flag("--unchecked-collectives", s.unchecked,
+               "multi_worker: skip the agreement before each collective (for measuring its "
+               "cost; workers that diverge then abort inside Gloo)");
+}
+
+void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+  app.add_option("--epochs", o.epochs, "epochs to train")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", o.max_steps, "stop after this many global steps (-1: no limit)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
+  app.add_option("--steps-per-epoch", o.steps_per_epoch,
+                 "parameter_server only: steps the chief schedules per epoch, shared by all "
+                 "workers (-1: one pass of the training data in all, ceil(examples / global "
+                 "batch), so an epoch means what it means under the other strategies; each "
+                 "worker iterates its own copy of the data, started i/N of the way into the "
+                 "pass and repeated, so it never runs dry)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
+  app.add_option("--batch-per-replica", o.batch_per_replica,
+                 "examples per replica per step (parameter_server: per worker step)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--global-batch", o.global_batch,
+                 "examples per step across all replicas (overrides --batch-per-replica)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--optimizer", s.optimizer, "adam | sgd")->capture_default_str();
+  app.add_option("--model", s.model, "cnn (tutorial CNN) | mlp (784-4096-4096-10)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
+  app.add_option("--mixed-precision", s.mixed_precision,
+                 "float32 | bf16 (compute in bfloat16, variables float32; Keras' "
+                 "mixed_bfloat16) | fp16 (GPU only)")
+      ->capture_default_str();
+}
+
+void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--train-examples", o.train_examples,
+                 "train on the first N examples only (-1: all)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "save resumable checkpoints here (each epoch end, every --checkpoint-every "
+                 "steps, at --max-steps and on SIGTERM/SIGINT); resume from the latest one");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "also save every K global steps (0: only at epoch ends and stops)")
+      ->capture_default_str();
+  app.add_option("--resume-from", o.resume_from,
+                 "resume from this checkpoint file instead of the latest in --checkpoint-dir "
+                 "(--loop custom)");
+  app.add_option("--max-to-keep", o.max_to_keep, "checkpoints to keep")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-dir", o.log_dir,
+                 "per-epoch metrics as TensorBoard event files in LOG_DIR/train and "
+                 "LOG_DIR/validation, and appended to LOG_DIR/metrics.jsonl (--loop fit: "
+                 "LOG_DIR/metrics.csv)");
+  app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
+  app.add_flag("--no-progress", s.no_progress, "only print per-epoch lines");
+}
+
+// The spelled values as types, then the launcher's environment, then every check.
+void finish(TrainOptions& o, const Spelled& s) {
+  o.loop = parse_loop(s.loop);
+  o.strategy = parse_strategy(s.strategy);
+  o.optimizer = parse_optimizer(s.optimizer);
+  o.model = parse_model(s.model);
+  o.mixed_precision = mixed_precision::policy_from_name(s.mixed_precision);
+  if (!s.cross_device_ops.empty()) o.cross_device_ops = parse_cross_device_ops(s.cross_device_ops);
+  o.progress = !s.no_progress;
+  o.check_collectives = !s.unchecked;
+  apply_launcher_environment(o);
+  check_options(o);
+}
+
+}  // namespace
+
+std::string name_of(Loop loop) { return spelling(kLoops, loop); }
+std::string name_of(StrategyKind strategy) { return spelling(kStrategies, strategy); }
+std::string name_of(OptimizerKind optimizer) { return spelling(kOptimizers, optimizer); }
+std::string name_of(ModelKind model) { return spelling(kModels, model); }
+Loop parse_loop(const std::string& text) { return parse(kLoops, "--loop", text); }
+StrategyKind parse_strategy(const std::string& text) {
+  return parse(kStrategies, "--strategy", text);
+}
+OptimizerKind parse_optimizer(const std::string& text) {
+  return parse(kOptimizers, "--optimizer", text);
+}
+ModelKind parse_model(const std::string& text) { return parse(kModels, "--model", text); }
+
+std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds) {
+  // Whole milliseconds reach the strategy: less than one would become 0. The upper bound keeps
+  // the conversion defined (inf, 1e300) and deadlines from overflowing.
+  DIST_CHECK_ARG(std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e9, flag,
+                 " must be between 0.001 and 1e9 (seconds), got ", seconds);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+int64_t global_batch_of(const TrainOptions& options, int replicas) {
+  return options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
+}
+
+void check_options(const TrainOptions& options) {
+  check_ranges(options);
+  check_combinations(options);
+}
+
+void apply_launcher_environment(TrainOptions& options) {
+  if (options.strategy != StrategyKind::kMultiWorker || options.replicas != 0) return;
+  const char* text = std::getenv("DIST_REPLICAS_PER_WORKER");
+  if (text == nullptr || *text == '\0') return;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  DIST_CHECK_ARG(*end == '\0' && value >= 1 && value <= 4096,
+                 "DIST_REPLICAS_PER_WORKER must be a whole number from 1 to 4096 (dist-launch "
+                 "--replicas-per-worker sets it), got '",
+                 text, "'");
+  options.replicas = static_cast<int>(value);
+}
+
+CommandLine parse_command_line(int argc, char** argv) {
+  CommandLine line;
+  Spelled spelled;
+  CLI::App app{"dist-train: train on Fashion-MNIST with a tf.distribute-style strategy"};
+  add_job_flags(app, line.options, spelled);
+  add_training_flags(app, line.options, spelled);
+  add_data_and_output_flags(app, line.options, spelled);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    line.exit_code = code == 0 ? 0 : 2;
+    return line;
+  }
+  try {
+    finish(line.options, spelled);
+  } catch (const InvalidArgument& e) {
+    std::cerr << "dist-train: " << e.what() << std::endl;
+    line.exit_code = 2;
+  }
+  return line;
+}
+
+}  // namespace dist::tools

@@ -1,0 +1,105 @@
+// dist-train's options as typed values, parsed from the command line and checked in one place:
+// parse_command_line (the flags, their spellings and ranges) and check_options (every value and
+// combination). Both loops, the evaluator and the launchers' tests take a TrainOptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dist/collective/cross_device_ops.h"
+#include "dist/core/env.h"
+#include "dist/train/mixed_precision.h"
+
+namespace dist::tools {
+
+enum class Loop { kCustom, kFit };  // the tf.distribute custom loop | Keras-style Model::fit
+enum class StrategyKind {
+  kDefault,
+  kOneDevice,
+  kMirrored,
+  kCentralStorage,
+  kMultiWorker,      // cluster from TF_CONFIG, Slurm or MPI
+  kParameterServer,  // roles from TF_CONFIG
+};
+enum class OptimizerKind { kAdam, kSgd };
+enum class ModelKind { kCnn, kMlp };  // the tutorial CNN | the 784-4096-4096-10 MLP
+
+// The command-line spelling ("custom", "parameter_server", "adam", "cnn").
+std::string name_of(Loop loop);
+std::string name_of(StrategyKind strategy);
+std::string name_of(OptimizerKind optimizer);
+std::string name_of(ModelKind model);
+// From the command-line spelling; InvalidArgument "unknown --strategy 'x': use ..." otherwise.
+Loop parse_loop(const std::string& text);
+StrategyKind parse_strategy(const std::string& text);
+OptimizerKind parse_optimizer(const std::string& text);
+ModelKind parse_model(const std::string& text);
+
+struct TrainOptions {
+  Loop loop = Loop::kCustom;
+  StrategyKind strategy = StrategyKind::kMirrored;
+  int replicas = 0;  // 0: the strategy's default (mirrored: one per core; multi_worker: 1)
+  int threads = 0;   // intra-op threads per replica; 0: cores / replicas
+  // mirrored and central_storage only; none: the strategy's default.
+  std::optional<CrossDeviceOps> cross_device_ops;
+  double collective_timeout = 300;  // multi_worker: seconds before a lost worker is reported
+  double rendezvous_timeout = 120;  // multi_worker: seconds for all workers to join
+  bool check_collectives = true;    // multi_worker: CommunicationOptions::check_collectives
+  // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
+  double evaluator_timeout = 1800;
+  int epochs = 10;
+  int64_t max_steps = -1;  // global steps; -1: no limit
+  // parameter_server only: steps scheduled per epoch (shared by all workers); -1: one pass of
+  // the training data, ceil(examples / global batch).
+  int64_t steps_per_epoch = -1;
+  int64_t batch_per_replica = 64;
+  int64_t global_batch = 0;  // > 0 overrides batch_per_replica * replicas
+  double lr = 1e-3;
+  OptimizerKind optimizer = OptimizerKind::kAdam;
+  ModelKind model = ModelKind::kCnn;
+  mixed_precision::Policy mixed_precision = mixed_precision::Policy::kFloat32;
+  uint64_t seed = 42;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t train_examples = -1;   // use only the first N training examples; -1: all
+  std::string checkpoint_dir;    // resumable checkpoints; resumes from the latest one here
+  std::string resume_from;       // a checkpoint file to resume from instead of the latest
+  int64_t checkpoint_every = 0;  // also save every K global steps (0: epoch ends and stops)
+  int max_to_keep = 3;           // checkpoints kept in checkpoint_dir
+  std::string log_dir;           // per-epoch metrics as JSON lines
+  std::string save_weights;      // final weights as safetensors
+  bool progress = true;          // progress bar / lines within each epoch
+  // The custom loop's checkpoints and --save-weights go through it (not owned); the crash tests
+  // pass one that kills the process mid-save. The fit loop's Keras callbacks use the default.
+  Env* env = Env::Default();
+};
+
+// InvalidArgument naming the flag when a value or a combination of values is not allowed (0
+// means "the default" only where TrainOptions says so). The one place options are checked;
+// what depends on the cluster (an evaluator task needs --checkpoint-dir) is checked where the
+// cluster is read.
+void check_options(const TrainOptions& options);
+
+// What the launcher says through the environment, where the command line left the default:
+// DIST_REPLICAS_PER_WORKER (dist-launch --replicas-per-worker) for multi_worker's --replicas.
+// InvalidArgument naming the variable when its value is not a count.
+void apply_launcher_environment(TrainOptions& options);
+
+// `seconds` of the flag `flag` as whole milliseconds; InvalidArgument naming the flag unless it
+// is finite and between 0.001 and 1e9.
+std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds);
+
+// Examples per step across all replicas: --global-batch, or --batch-per-replica x `replicas`
+// (under parameter_server one replica: a worker's step).
+int64_t global_batch_of(const TrainOptions& options, int replicas);
+
+// dist-train's command line: the options (checked), or the exit code when parsing ended it
+// (0 after --help; 2 for a bad flag or value, with the message printed to stderr).
+struct CommandLine {
+  TrainOptions options;
+  std::optional<int> exit_code;
+};
+CommandLine parse_command_line(int argc, char** argv);
+
+}  // namespace dist::tools
