@@ -374,8 +374,6 @@ void handle_exits(const JobSetup& setup, std::vector<Task>& tasks, size_t chief,
   }
 }
 
-// Runs a parameter-server job until the chief and then every other task have exited: the rules
-// of the top comment. The result is the chief's exit code.
 // A signal to the launcher goes to every task once: a second SIGTERM would cut short
 // dist-train's checkpoint on the first (a task past its time since the chief exited has had
 // SIGTERM already). Each gets `grace` before SIGKILL.
@@ -433,6 +431,8 @@ void enforce_deadlines(std::vector<Task>& tasks) {
               << "; sending SIGTERM" << std::endl;
 }
 
+// Runs a parameter-server job until the chief and then every other task have exited: the rules
+// of the top comment. The result is the chief's exit code.
 JobResult run_ps_job(const JobSetup& setup) {
   std::vector<Task> tasks;
   size_t chief = 0;

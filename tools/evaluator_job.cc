@@ -68,6 +68,7 @@ EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& 
   keras::Model model = models::make_keras_model(name_of(options.model));
   model.compile(get_default_strategy(), make_keras_optimizer(options),
                 SparseCategoricalCrossentropy(true), {"accuracy"});
+  model.set_dtype_policy(options.mixed_precision);  // as the chief's fit validates
   auto evaluate = [model, test]() mutable {
     keras::EvaluateOptions quiet;
     quiet.verbose = 0;

@@ -1,5 +1,7 @@
 #include "dist/distribute/replica_context.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -33,6 +35,12 @@ struct AllReduceGradient : public torch::autograd::Function<AllReduceGradient> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* autograd,
                                                  torch::autograd::variable_list grads) {
+    const auto op = static_cast<ReduceOp>(autograd->saved_data["op"].toInt());
+    // As in TensorFlow, the missing gradient is an error when it is asked for, not before.
+    DIST_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMean, "ReplicaContext::all_reduce ",
+                   to_string(op),
+                   " has no gradient, but backward reached it; all-reduce value.detach() where "
+                   "no gradient should flow");
     ReplicaContext* context = get_replica_context();
     DIST_CHECK_ARG(context != nullptr && reinterpret_cast<int64_t>(context->strategy()) ==
                                              autograd->saved_data["strategy"].toInt(),
@@ -42,9 +50,7 @@ struct AllReduceGradient : public torch::autograd::Function<AllReduceGradient> {
     std::vector<at::Tensor> gradient{grads[0].contiguous().clone()};
     {
       BackwardCollectiveScope inside_backward;
-      context->group_
-          ->all_reduce(gradient, static_cast<ReduceOp>(autograd->saved_data["op"].toInt()))
-          ->wait();
+      context->group_->all_reduce(gradient, op)->wait();
     }
     return {gradient[0], at::Tensor(), at::Tensor()};
   }
@@ -68,6 +74,16 @@ int ReplicaContext::num_replicas_in_sync() const { return group_->size(); }
 
 std::vector<at::Tensor> ReplicaContext::all_reduce(ReduceOp op,
                                                    const std::vector<at::Tensor>& values) {
+  // Values that need a gradient go one by one through the differentiable all-reduce (every
+  // replica passes the same values, so the collectives pair up); the others in one call.
+  const bool differentiable = at::GradMode::is_enabled() &&
+                              std::any_of(values.begin(), values.end(),
+                                          [](const at::Tensor& v) { return v.requires_grad(); });
+  if (differentiable) {
+    std::vector<at::Tensor> results;
+    for (const auto& v : values) results.push_back(all_reduce(op, v));
+    return results;
+  }
   // Results are fresh tensors the caller may modify; the inputs are left alone.
   std::vector<at::Tensor> results;
   results.reserve(values.size());
@@ -79,9 +95,6 @@ std::vector<at::Tensor> ReplicaContext::all_reduce(ReduceOp op,
 at::Tensor ReplicaContext::all_reduce(ReduceOp op, const at::Tensor& value) {
   if (!value.requires_grad() || !at::GradMode::is_enabled())
     return all_reduce(op, std::vector<at::Tensor>{value}).at(0);
-  DIST_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMean, "ReplicaContext::all_reduce ",
-                 to_string(op),
-                 " has no gradient, but the value requires one; all-reduce value.detach()");
   return detail::AllReduceGradient::apply(value, static_cast<int64_t>(op), this);
 }
 

@@ -325,16 +325,19 @@ void end_epoch(ModelState& s, int epoch, const std::optional<DistributedDataset>
   for (const auto& [key, value] : logs) history.history[key].push_back(value);
 }
 
-// One epoch's steps as the strategy runs them. A stop asked for before a step begins
-// (on_train_batch_begin) keeps that step from starting. Where steps run ahead of the loop
-// (parameter servers), the steps still running when fit stops are all taken before the
-// callbacks hear of the last one, so a checkpoint written then holds exactly the steps it
-// records. Returns whether the epoch ran all its steps.
+// One epoch's steps as the strategy runs them. As in Keras, a step whose on_train_batch_begin
+// asks to stop still runs (fit stops after its on_train_batch_end, where BackupAndRestore saves
+// it); where steps run ahead of the loop (parameter servers) on_train_batch_begin runs as a
+// step is scheduled, and a stop asked for there keeps that step from being scheduled (how
+// dist-train's --max-steps is exact there). The steps still running when fit stops are all
+// taken before the callbacks hear of the last one, so a checkpoint written then holds exactly
+// the steps it records. Returns whether the epoch ran all its steps.
 bool run_epoch_steps(ModelState& s, EpochSteps& steps, const CallbackList& callbacks) {
+  const bool steps_run_ahead = s.strategy.step_schedule().steps_ahead > 1;
   const StepGate gate = [&](int64_t step, int64_t) {
     if (s.stop_training) return NextStep::kStop;
     callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, {}); });
-    return s.stop_training ? NextStep::kStop : NextStep::kStart;
+    return s.stop_training && steps_run_ahead ? NextStep::kStop : NextStep::kStart;
   };
   while (auto done = steps.next(gate, /*stopping=*/s.stop_training)) {
     s.progress.step += done->count;

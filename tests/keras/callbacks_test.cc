@@ -308,6 +308,30 @@ TEST(KerasBackupAndRestoreTest, AFitStoppedWithinAnEpochKeepsItsBackupAndResumes
   EXPECT_EQ(history.history.at("loss").back(), full_history.history.at("loss").back());
 }
 
+// Asks fit to stop as batch `at` of epoch 1 begins.
+struct StopAtBatchBegin : Callback {
+  int64_t at;
+  explicit StopAtBatchBegin(int64_t a) : at(a) {}
+  void on_train_batch_begin(int64_t batch, const Logs&) override {
+    if (batch == at && model().global_step() >= 20) model().set_stop_training(true);
+  }
+};
+
+// As in Keras, a step whose on_train_batch_begin asks to stop still runs under a synchronous
+// strategy, and BackupAndRestore after it keeps that step (the step runner's gate; steps that
+// run ahead of the loop are the exception, tested in tests/keras/ps_fit_test.cc).
+TEST(KerasBackupAndRestoreTest, AStopAskedForAsABatchBeginsRunsThatBatchAndIsKept) {
+  testing::TempDir dir;
+  Model model = compiled_cnn(MirroredStrategy({"cpu:0", "cpu:1"}));
+  FitOptions options = quiet(2);
+  auto backup = std::make_shared<callbacks::BackupAndRestore>(dir.file("backup"));
+  options.callbacks = {std::make_shared<StopAtBatchBegin>(4), backup};
+  const History history = model.fit(testing::equivalence_data(), options);  // 20 steps an epoch
+  EXPECT_EQ(model.global_step(), 25);
+  EXPECT_EQ(history.epoch, (std::vector<int>{0}));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("backup/ckpt-25.safetensors")));
+}
+
 TEST(KerasBackupAndRestoreTest, ALearningRateScheduleContinuesFromTheEpochsStartingRate) {
   // The schedule halves the current rate each epoch; a resume within epoch 1 must not halve
   // the already-halved rate again.

@@ -45,11 +45,13 @@ class ReplicaContext {
   // come from a distributed dataset.
   int64_t global_batch_size() const { return global_batch_size_; }
 
-  // Differentiable for SUM and MEAN, as in tf.distribute: when `value` requires a gradient,
-  // backward all-reduces the result's gradient the same way (every replica must then run
-  // backward through it, inside the same run()). MAX and MIN have no gradient: pass
-  // value.detach(). A collective inside backward is legal under every strategy
-  // (docs/design.md, "Collectives inside forward and backward").
+  // Differentiable for SUM and MEAN, as in tf.distribute: for a value that requires a
+  // gradient, backward all-reduces the result's gradient the same way (every replica must
+  // then run backward through it, inside the same run()); such values are reduced one
+  // collective each. MAX and MIN have no gradient: backward through them is an
+  // InvalidArgument. The gradient is not itself differentiable (no second derivatives
+  // through it). A collective inside backward is legal under every strategy (docs/design.md,
+  // "Collectives inside forward and backward").
   at::Tensor all_reduce(ReduceOp op, const at::Tensor& value);
   std::vector<at::Tensor> all_reduce(ReduceOp op, const std::vector<at::Tensor>& values);
   std::map<std::string, at::Tensor> all_reduce(ReduceOp op,

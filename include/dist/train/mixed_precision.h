@@ -2,7 +2,8 @@
 // type while the variables, their gradients, the all-reduce and the optimizer stay float32.
 //
 //   dist::mixed_precision::set_global_policy(dist::mixed_precision::Policy::kMixedBFloat16);
-//   // fit, evaluate and predict of dist::keras::Model now run their forward passes under it.
+//   // A dist::keras::Model made from now on takes it (Model::set_dtype_policy changes one
+//   // model's); its fit, evaluate and predict run their forward passes under it.
 //
 //   // A custom loop opens a scope around the forward pass, inside strategy.run():
 //   auto logits = dist::mixed_precision::forward_in_policy([&] { return model->forward(x); });
@@ -37,8 +38,8 @@ Policy policy_from_name(const std::string& name);
 // Keras' name: "float32", "mixed_bfloat16", "mixed_float16".
 std::string policy_name(Policy policy);
 
-// The policy Model's fit / evaluate / predict use and AutocastScope's default. Process-wide, as
-// in Keras; set it before training, not while a step runs.
+// The policy a keras::Model takes when it is made, and AutocastScope's default. Process-wide,
+// as in Keras; set it before making models, not while a step runs.
 void set_global_policy(Policy policy);
 Policy global_policy();
 
