@@ -6,6 +6,14 @@
 // with a CollectiveError naming it, within the communicator's timeout or the deadline given to
 // Work::wait. After a CollectiveError the communicator is unusable: recreate it.
 //
+// Order across threads: "the same order" is the order of issue on each member. Where one
+// process's replicas share a cross-process member (HierarchicalCommunicator), the thread that
+// completes a collective's in-process stage issues its cross-process stage before it goes on,
+// so collectives issued from forward, from backward (the gradient of ReplicaContext::all_reduce)
+// and by a gradient reducer as packs fill are issued in the replicas' common program order on
+// every process. A reducer's packs still open when a collective from *after* backward is
+// issued are completed first (src/distribute/backward_collective.h says when not to).
+//
 // Calls start the collective and return a Work handle; the tensors must stay alive and
 // untouched until wait() returns. Implementations may finish the work inside the call (the
 // in-process group: its members' threads do the arithmetic), then wait() returns at once.

@@ -315,13 +315,13 @@ void MirroredExtended::step_optimizer(MirroredVariables& variables,
   group_->local().barrier(replica, "apply_gradients (optimizer step)",
                           [&] { plan_step(variables, optimizer); });
   if (variables.optimizer_shards.planned()) {
-    const int first = variables.step_shared_with_workers ? worker_index() * replicas : 0;
+    const int first = variables.step_shared_with_workers_ ? worker_index() * replicas : 0;
     variables.optimizer_shards.step(first + replica);
   } else if (replica == 0) {
     optimizer.step();
   }
   // Every worker's share is written before any worker reads the variables again.
-  if (variables.step_shared_with_workers)
+  if (variables.step_shared_with_workers_)
     group_->local().barrier(replica, "apply_gradients (shared update)", [&] {
       group_->cross_process().barrier()->wait();
       variables.host_shared.remember_versions(variables.parameter_holders());
@@ -365,8 +365,8 @@ struct StepValues {
 void MirroredExtended::plan_step(MirroredVariables& variables, torch::optim::Optimizer& optimizer) {
   const int replicas = static_cast<int>(devices_.size());
   const int workers = num_workers();
-  variables.step_shared_with_workers = false;
-  if (share_variables_on_host_ && workers > 1 && !variables.host_sharing_refused) {
+  variables.step_shared_with_workers_ = false;
+  if (share_variables_on_host_ && workers > 1 && !variables.host_sharing_refused_) {
     const int shards = workers * replicas;
     const bool splittable = OptimizerShards::splittable(optimizer, shards);
     // Every worker decides alike from equal state; the vote turns a difference into an error
@@ -398,13 +398,13 @@ void MirroredExtended::plan_step(MirroredVariables& variables, torch::optim::Opt
         if (held < workers) step.restate(optimizer);
         const bool planned = variables.optimizer_shards.plan(optimizer, shards);
         DIST_INTERNAL_ASSERT(planned, "a splittable step did not plan");
-        variables.step_shared_with_workers = true;
+        variables.step_shared_with_workers_ = true;
         return;
       } else {
         // No room for a new shared copy (after a restore, say): each worker takes its own.
         variables.host_shared.unshare(step.values);
         step.restate(optimizer);
-        variables.host_sharing_refused = true;
+        variables.host_sharing_refused_ = true;
       }
     }
   }

@@ -49,10 +49,15 @@ class MirroredVariables : public DistributedVariables {
   OptimizerShards optimizer_shards;
   // Parameters and slots as one copy for the workers of this host (host_shared_variables.h).
   HostSharedVariables host_shared;
-  bool host_sharing_refused = false;      // the workers cannot share memory: never ask again
-  bool step_shared_with_workers = false;  // this step's shares span every worker
-  // Its hooks sit on the copies' parameters; declared last so it goes first.
+  // Its hooks sit on the copies' parameters; declared last of the shared state so it goes
+  // first.
   std::shared_ptr<GradientReducer> reducer;
+
+ private:
+  // How this step's optimizer update is shared, decided by MirroredExtended::plan_step alone.
+  friend class MirroredExtended;
+  bool host_sharing_refused_ = false;      // the workers cannot share memory: never ask again
+  bool step_shared_with_workers_ = false;  // this step's shares span every worker
 };
 
 class MirroredExtended : public StrategyExtended,
