@@ -21,10 +21,7 @@ bool on_one_host(const ProcessGroupSpec& spec) {
 }
 
 std::unique_ptr<Communicator> make_gloo(const ProcessGroupSpec& spec) {
-  auto gloo = std::make_unique<GlooCommunicator>(spec);
-  if (!spec.same_host_shared_memory || spec.members.size() < 2 || !on_one_host(spec)) return gloo;
-  return std::make_unique<SameHostCommunicator>(std::move(gloo), spec.shared_memory_slot_bytes,
-                                                spec.collective_timeout);
+  return std::make_unique<GlooCommunicator>(spec);
 }
 
 // One line per backend. (NCCL would go here, in a CUDA build.)
@@ -36,8 +33,14 @@ constexpr Backend kBackends[] = {
 
 std::unique_ptr<Communicator> make_process_communicator(const std::string& backend,
                                                         const ProcessGroupSpec& spec) {
-  for (const auto& b : kBackends)
-    if (backend == b.name) return b.make(spec);
+  for (const auto& b : kBackends) {
+    if (backend != b.name) continue;
+    std::unique_ptr<Communicator> made = b.make(spec);
+    // Processes of one host share memory whatever the backend between them.
+    if (!spec.same_host_shared_memory || spec.members.size() < 2 || !on_one_host(spec)) return made;
+    return std::make_unique<SameHostCommunicator>(std::move(made), spec.shared_memory_slot_bytes,
+                                                  spec.collective_timeout);
+  }
   std::string known;
   for (const auto& b : kBackends) known += (known.empty() ? "" : ", ") + std::string(b.name);
   throw InvalidArgument("unknown collective backend '" + backend + "': this build has " + known);

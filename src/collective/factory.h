@@ -11,9 +11,10 @@
 
 namespace dist::collective {
 
-// A communicator between processes (one member per process) over `backend` ("gloo").
-// Blocks until every member joined; throws InvalidArgument for an unknown backend and
-// CollectiveError when the group cannot form (naming the member that never joined).
+// A communicator between processes (one member per process) over `backend` ("gloo"), in
+// shared memory where every member is on this host and the spec asks for it (shm/, composed
+// around any backend). Blocks until every member joined; throws InvalidArgument for an unknown
+// backend and CollectiveError when the group cannot form (naming the member that never joined).
 std::unique_ptr<Communicator> make_process_communicator(const std::string& backend,
                                                         const ProcessGroupSpec& spec);
 

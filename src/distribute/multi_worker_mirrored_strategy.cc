@@ -63,7 +63,8 @@ std::shared_ptr<StrategyExtended> make_extended(const MultiWorkerOptions& option
   }
   return std::make_shared<MirroredExtended>(
       "multi_worker", std::move(local),
-      collective::make_process_communicator("gloo", process_group(config, options.communication)),
+      collective::make_process_communicator(options.communication.backend,
+                                            process_group(config, options.communication)),
       options.communication.overlap_with_backward, options.communication.share_variables_on_host);
 }
 

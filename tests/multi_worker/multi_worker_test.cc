@@ -276,6 +276,17 @@ TEST(MultiWorkerTest, InPlaceChangesToSharedVariablesOutsideAStepAreRefused) {
   }
 }
 
+TEST(MultiWorkerTest, AnUnknownCollectiveBackendIsNamedWithTheBackendsOfThisBuild) {
+  MultiWorkerOptions options;
+  options.cluster = parse_tf_config(local_tf_config(free_loopback_ports(1), 0));
+  options.communication.backend = "mpi";
+  const std::string message =
+      testing::message_of<InvalidArgument>([&] { MultiWorkerMirroredStrategy strategy(options); });
+  EXPECT_NE(message.find("unknown collective backend 'mpi': this build has gloo"),
+            std::string::npos)
+      << message;
+}
+
 TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParameter) {
   WorkerProcesses processes;
   auto ports = free_loopback_ports(2);

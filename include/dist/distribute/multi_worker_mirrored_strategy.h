@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 
 #include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/mirrored_strategy.h"
@@ -25,6 +26,11 @@
 namespace dist {
 
 struct CommunicationOptions {
+  // The collective backend between the worker processes, by name: "gloo" (Gloo over TCP,
+  // through LibTorch's c10d) in this build. An unknown name is an InvalidArgument that lists
+  // the backends this build has. The same-host shared-memory path (kAuto) is composed around
+  // whichever backend is chosen.
+  std::string backend = "gloo";
   enum class Implementation { kAuto, kRing, kNccl };
   // kAuto: when every worker's address names the same host, all_reduce, broadcast and barrier
   // go through shared memory (each worker copies in, reduces its share, copies out; no socket
