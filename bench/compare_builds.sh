@@ -6,11 +6,11 @@
 # A directory holds tools/ and bench/ as a build tree does.
 #   bench/compare_builds.sh BEFORE_DIR AFTER_DIR [rounds=5] [steps=30]
 set -euo pipefail
+source "$(dirname "$0")/alternating.sh"
 before=$1
 after=$2
 rounds=${3:-5}
 steps=${4:-30}
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 ips() { sed -nE 's/.* ([0-9]+) images\/s.*/\1/p' | tail -1; }
 ms() { sed -nE 's/^OneDeviceStrategy step: +([0-9.]+) ms.*/\1/p'; }
 
@@ -27,13 +27,4 @@ measure() {  # measure DIR NAME
   esac
 }
 
-echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'); flags: $(lscpu | sed -nE 's/^Flags: +//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|fma)$' | tr '\n' ' ')"
-for name in mirrored_1x1 mirrored_1x2 mirrored_2x1 one_device_ms mw_cnn mw_cnn_no_overlap mw_mlp; do
-  a=() b=()
-  for ((i = 0; i < rounds; i++)); do
-    a+=("$(measure "$before" "$name")")
-    b+=("$(measure "$after" "$name")")
-  done
-  ma=$(median "${a[@]}") mb=$(median "${b[@]}")
-  echo "$name: before ${a[*]} | after ${b[*]} | medians $ma -> $mb, after/before $(echo "$mb / $ma" | bc -l | cut -c1-5)"
-done
+compare_alternating "$before" "$after" "$rounds" mirrored_1x1 mirrored_1x2 mirrored_2x1 one_device_ms mw_cnn mw_cnn_no_overlap mw_mlp

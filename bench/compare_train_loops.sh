@@ -6,12 +6,12 @@
 # A directory holds tools/ as a build tree does.
 #   bench/compare_train_loops.sh BEFORE_DIR AFTER_DIR [rounds=5] [examples=6400]
 set -euo pipefail
+source "$(dirname "$0")/alternating.sh"
 before=$1
 after=$2
 rounds=${3:-5}
 examples=${4:-6400}
 common="--epochs 1 --train-examples $examples --no-progress --seed 3"
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 ips() { tail -1 | sed -nE 's/.*"images_per_sec":([0-9.]+).*/\1/p' | cut -d. -f1; }
 
 measure() {  # measure DIR NAME
@@ -26,13 +26,4 @@ measure() {  # measure DIR NAME
   esac
 }
 
-echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'); flags: $(lscpu | sed -nE 's/^Flags: +//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|fma)$' | tr '\n' ' ')"
-for name in custom_mirrored2 fit_mirrored2 custom_2_workers; do
-  a=() b=()
-  for ((i = 0; i < rounds; i++)); do
-    a+=("$(measure "$before" "$name")")
-    b+=("$(measure "$after" "$name")")
-  done
-  ma=$(median "${a[@]}") mb=$(median "${b[@]}")
-  echo "$name: before ${a[*]} | after ${b[*]} | medians $ma -> $mb, after/before $(echo "$mb / $ma" | bc -l | cut -c1-5)"
-done
+compare_alternating "$before" "$after" "$rounds" custom_mirrored2 fit_mirrored2 custom_2_workers
