@@ -3,7 +3,8 @@
 // Users hold a Strategy (strategy.h), a cheap handle; the handle's templates (run, mirror,
 // mirror_optimizer) turn typed calls into the untyped virtual calls below. To add a strategy,
 // implement every pure virtual here and give it a Strategy subclass whose constructor makes
-// the implementation (docs/design.md, "Where a new strategy goes" and "One training path").
+// the implementation (docs/how-to-extend.md, "A strategy"; docs/design.md, "One training path:
+// the strategy runs the steps (StepRunner)").
 //
 // The duties every strategy has, including multi-process ones, are pure virtual, so a
 // strategy cannot forget one and still compile. Cross-worker agreement (any_worker,

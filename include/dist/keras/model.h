@@ -28,7 +28,8 @@
 // i/N of the way into the first pass (worker i of N) so that the workers take different
 // batches; losses are averaged over the worker's batch. On ps and worker tasks fit serves the
 // chief's steps and returns an empty History once the chief's model is destroyed (the job is
-// over there). fit runs once per job under this strategy. See docs/design.md.
+// over there). fit runs once per job under this strategy. See docs/design.md,
+// "ParameterServerStrategy (asynchronous training over gRPC)".
 //
 // A Model is a handle: copies share one model.
 #pragma once
