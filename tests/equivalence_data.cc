@@ -5,6 +5,7 @@
 #include "dist/distribute/replica_context.h"
 #include "dist/models/cyclegan.h"
 #include "dist/models/reference_models.h"
+#include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 
 namespace dist::testing {
@@ -52,6 +53,43 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
       adam ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
            : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
   return train_one_pass(strategy, model, *optimizer, after_backward);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> train_conformance_steps(
+    const Strategy& strategy, const ConformanceRun& run) {
+  torch::manual_seed(7);
+  auto model = strategy.mirror(models::make_tutorial_cnn());
+  auto optimizer =
+      run.adam
+          ? strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3))
+          : strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  Checkpoint checkpoint(model, optimizer.get());
+  data::IteratorPosition position{0, run.from};
+  if (!run.restore_from.empty()) {
+    checkpoint.read(run.restore_from);
+    position = checkpoint.state.position;
+  }
+  SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
+  int step = static_cast<int>(position.elements);
+  for (const auto& batch :
+       strategy.experimental_distribute_dataset(equivalence_data()).iterator_at(position)) {
+    if (step++ == run.to) break;
+    strategy.run(
+        [&](const data::Element& b) {
+          compute_average_loss(loss_fn(b[1], model->forward(b[0]))).backward();
+          optimizer->apply_gradients();
+        },
+        batch);
+  }
+  if (!run.save_to.empty() && strategy.is_chief()) {
+    checkpoint.state.step = run.to;
+    checkpoint.state.position = {0, run.to};
+    checkpoint.write(run.save_to);
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& p : model.primary()->named_parameters())
+    weights.emplace_back(p.key(), p.value().detach().clone());
+  return weights;
 }
 
 namespace {

@@ -26,6 +26,21 @@ std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
     const Strategy& strategy, bool adam = false,
     const std::function<void(const torch::Tensor&)>& after_backward = nullptr);
 
+// Steps [from, to) of the tutorial CNN (seed 7) with SGD(0.1) or Adam(1e-3) over
+// equivalence_data() under `strategy`, as train_equivalence_steps for 0 and 20; with
+// `restore_from`, after reading that checkpoint (its data position wins over `from`); with
+// `save_to`, the chief writes a checkpoint there after the last step. The strategy
+// conformance suite's run (tests/distribute/strategy_conformance_test.cc).
+struct ConformanceRun {
+  bool adam = false;
+  int from = 0;
+  int to = 20;
+  std::string restore_from;
+  std::string save_to;
+};
+std::vector<std::pair<std::string, torch::Tensor>> train_conformance_steps(
+    const Strategy& strategy, const ConformanceRun& run);
+
 // `steps` CycleGAN steps (dist::models::CycleGan with 16x16 images, seed 11, dropout on) over
 // random domains X and Y in global batches of 6 (12 examples: the steps wrap around) under
 // `strategy`; SGD(0.01) or Adam(2e-4). Returns the primary copies' parameters of all four

@@ -13,16 +13,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
-namespace dist {
+#include "collective/communicator.h"
 
-namespace collective {
-class Communicator;
-}
+namespace dist {
 
 class GradientReducer {
  public:
@@ -35,6 +34,15 @@ class GradientReducer {
   // waiting at it): gradients not yet final count as final, so their packs go out first.
   virtual void complete_step() {}
 };
+
+// How one pack of gradients, already summed over this process's replicas into one flat
+// buffer, crosses the processes: an all-reduce SUM of the buffer in place by default
+// (all_reduce_pack). The point where gradient compression goes: a replacement must leave every
+// process's buffer with the same sums (or the same approximation of them) when its work is
+// waited for, and issue its collectives in pack order like the default.
+using PackCommunication = std::function<collective::WorkHandle(
+    collective::Communicator& cross_process, at::Tensor& pack)>;
+collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, at::Tensor& pack);
 
 // Parameter indices per pack.
 std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes);

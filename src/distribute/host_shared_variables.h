@@ -9,7 +9,7 @@
 // copy per host each worker updates its share of the elements in place and every worker reads
 // the result: no copy to send back, no second optimizer.
 //
-// Protocol (MirroredExtended::plan_step, one thread per worker process, all workers at once):
+// Protocol (the host-split OptimizerStepPlan, one thread per worker process, all workers at once):
 // when the step can be split, the workers check that everything lives in the current shared
 // copy (a restored checkpoint gives the slots new storage, for example) and, if not, share()
 // moves it into a new one; then each steps its share, and a barrier makes every share visible

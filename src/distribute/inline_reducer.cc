@@ -7,6 +7,11 @@
 
 namespace dist {
 
+collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, at::Tensor& pack) {
+  std::vector<at::Tensor> one{pack};
+  return cross_process.all_reduce(one, ReduceOp::kSum);
+}
+
 std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes) {
   std::vector<std::vector<size_t>> packs;
   int64_t filled = 0;

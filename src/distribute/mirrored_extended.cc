@@ -4,13 +4,12 @@
 // whose communicator is the replica's member of the HierarchicalCommunicator. The user's step
 // calls backward() (each replica's copy has its own leaf parameters, so gradients land in
 // per-replica .grad tensors) and then apply_gradients(), a collective:
-//   1. the gradient reducer sums every replica's gradients (in process, then across
+//   1. the model's gradient reducer (made by the strategy's GradientReduction, inline or
+//      overlapped with backward) sums every replica's gradients (in process, then across
 //      processes) into replica 0's .grad tensors;
-//   2. one optimizer step on replica 0's parameters, whose storage every copy shares: split
-//      between the replicas, each updating its share of the elements (OptimizerShards), or
-//      replica 0's alone for an optimizer that cannot be split. Worker processes of one host
-//      keep one copy of the parameters and slots in shared memory and split the step between
-//      all their replicas (HostSharedVariables); a barrier of the workers follows;
+//   2. one optimizer step on replica 0's parameters, whose storage every copy shares, taken as
+//      the model's OptimizerStepPlan says: by replica 0, split between the local replicas, or
+//      split between every replica of the workers of one host over one shared copy;
 //   3. every replica averages its buffers with the others (a collective, which also keeps the
 //      others from running ahead of the step), then zeroes its own gradients.
 // So every copy, in every process, holds the same values before the next forward.
@@ -20,16 +19,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 
-#include <map>
 #include <sstream>
 
 #include "collective/factory.h"
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
-#include "distribute/backward_collective.h"
 #include "distribute/gradients.h"
-#include "distribute/optimizer_slots.h"
-#include "distribute/overlapped_reducer.h"
 
 namespace dist {
 namespace {
@@ -65,21 +60,25 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 }  // namespace
 
+MirroredVariables::MirroredVariables(std::shared_ptr<MirroredExtended> owner,
+                                     std::vector<std::shared_ptr<torch::nn::Module>> replicas)
+    : replicas_(std::move(replicas)), owner_(std::move(owner)) {}
+
 void MirroredVariables::sync_from_primary() {
   // Parameters share the primary's storage; buffers are per copy.
   torch::NoGradGuard no_grad;
-  const auto primary_buffers = replicas.front()->buffers();
-  for (size_t r = 1; r < replicas.size(); ++r) {
-    auto buffers = replicas[r]->buffers();
+  const auto primary_buffers = replicas_.front()->buffers();
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    auto buffers = replicas_[r]->buffers();
     for (size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(primary_buffers[b]);
   }
 }
 
-StrategyExtended& MirroredVariables::strategy() const { return *owner; }
+StrategyExtended& MirroredVariables::strategy() const { return *owner_; }
 
 std::vector<HostSharedVariables::Holders> MirroredVariables::parameter_holders() const {
   std::vector<std::vector<at::Tensor>> copies;
-  for (const auto& replica : replicas) copies.push_back(replica->parameters());
+  for (const auto& replica : replicas_) copies.push_back(replica->parameters());
   std::vector<HostSharedVariables::Holders> values(copies[0].size());
   for (size_t i = 0; i < values.size(); ++i)
     for (const auto& copy : copies) values[i].push_back(copy[i]);
@@ -87,9 +86,7 @@ std::vector<HostSharedVariables::Holders> MirroredVariables::parameter_holders()
 }
 
 void MirroredVariables::prepare_to_write() {
-  // The next step finds the parameters outside the shared copy and shares them again, from
-  // worker 0's values.
-  if (host_shared.active()) host_shared.unshare(parameter_holders());
+  if (step_plan_) step_plan_->prepare_to_write();
 }
 
 MirroredVariables::~MirroredVariables() {
@@ -104,11 +101,7 @@ MirroredVariables::~MirroredVariables() {
 MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
                                    std::unique_ptr<collective::Communicator> cross_process,
                                    bool overlap_with_backward, bool share_variables_on_host)
-    : name_(std::move(name)),
-      options_(std::move(options)),
-      devices_(resolve_devices(options_)),
-      overlap_with_backward_(overlap_with_backward),
-      share_variables_on_host_(share_variables_on_host) {
+    : name_(std::move(name)), options_(std::move(options)), devices_(resolve_devices(options_)) {
   DIST_CHECK_ARG(options_.bytes_per_pack >= 1, "bytes_per_pack must be positive, got ",
                  options_.bytes_per_pack);
   DIST_CHECK_ARG(options_.collective_timeout.count() > 0,
@@ -123,17 +116,18 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   if (!cross_process) cross_process = collective::make_single_process_communicator();
   // Collectives that finish inside the call (shared memory) gain nothing from being started
   // during backward: reduce after it (the same sums, bit for bit; 1.1x faster on the MLP).
-  if (cross_process->completes_in_call()) overlap_with_backward_ = false;
+  const bool overlap = overlap_with_backward && !cross_process->completes_in_call();
   group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
-  // Only reducers that send packs on their own (overlap) need the others to wait for them.
-  // Not inside backward: there the replicas are still producing the step's gradients, and
-  // their packs and the collective are issued in the same autograd order everywhere
-  // (backward_collective.h).
-  if (overlap_with_backward_)
-    group_->set_before_cross_stage([this] {
-      if (!in_backward_collective()) complete_reducer_steps();
-    });
+  if (overlap) {
+    reduction_ = make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack);
+  } else {
+    std::vector<collective::Communicator*> members;
+    for (const auto& member : members_) members.push_back(member.get());
+    reduction_ = make_inline_reduction(std::move(members), options_.bytes_per_pack);
+  }
+  make_step_plan_ = choose_step_plan(options_.shard_optimizer_step, share_variables_on_host,
+                                     replicas, num_workers());
   // Every worker must hold the same number of replicas (equal shares of each batch).
   if (num_workers() > 1) {
     auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
@@ -178,7 +172,7 @@ void MirroredExtended::run_replicas(const std::function<void(int)>& body,
       });
   std::exception_ptr settle_error;
   try {
-    settle_reducers();
+    reduction_->settle();
   } catch (...) {
     settle_error = std::current_exception();
   }
@@ -202,13 +196,13 @@ void MirroredExtended::run_replicas(const std::function<void(int)>& body,
 void MirroredExtended::all_reduce_across_workers(std::vector<at::Tensor>& tensors,
                                                  ReduceOp op) const {
   if (num_workers() == 1) return;
-  complete_reducer_steps();
+  reduction_->complete_steps();
   group_->cross_process().all_reduce(tensors, op)->wait();
 }
 
 at::Tensor MirroredExtended::all_gather_across_workers(const at::Tensor& local) const {
   if (num_workers() == 1) return local;
-  complete_reducer_steps();
+  reduction_->complete_steps();
   at::Tensor all;
   group_->cross_process().all_gather(local, &all)->wait();
   return all;
@@ -217,9 +211,22 @@ at::Tensor MirroredExtended::all_gather_across_workers(const at::Tensor& local) 
 std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
     std::shared_ptr<torch::nn::Module> primary) {
   DIST_CHECK_ARG(primary != nullptr, "mirror: the model is empty (a null module)");
-  auto variables = std::make_shared<MirroredVariables>();
-  variables->owner = shared_from_this();
-  variables->replicas.push_back(primary);
+  auto variables = std::make_shared<MirroredVariables>(shared_from_this(), mirror(primary));
+  if (num_workers() > 1) synchronize_initial_values(*variables);
+  std::vector<std::vector<at::Tensor>> params;
+  for (const auto& replica : variables->replicas_) params.push_back(replica->parameters());
+  std::vector<std::string> names;
+  for (const auto& named : primary->named_parameters()) names.push_back(named.key());
+  variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names));
+  const MirroredVariables* placed = variables.get();
+  variables->step_plan_ =
+      make_step_plan_({group_.get(), [placed] { return placed->parameter_holders(); }});
+  return variables;
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> MirroredExtended::mirror(
+    std::shared_ptr<torch::nn::Module> primary) {
+  std::vector<std::shared_ptr<torch::nn::Module>> replicas{primary};
   const auto primary_params = primary->parameters();
   // clone() re-initializes the copy (reset()) from the global random generator before it
   // copies the primary's values in: put the generator back afterwards, so that mirroring
@@ -245,38 +252,20 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
                          " has a different parameter count");
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < copy_params.size(); ++i) copy_params[i].set_data(primary_params[i]);
-    variables->replicas.push_back(std::move(copy));
+    replicas.push_back(std::move(copy));
   }
   generator.set_state(random_state);
-  if (num_workers() > 1) synchronize_initial_values(*variables);
-
-  std::vector<std::vector<at::Tensor>> params;
-  for (const auto& replica : variables->replicas) params.push_back(replica->parameters());
-  auto packs = make_packs(params[0], options_.bytes_per_pack);
-  if (overlap_with_backward_) {
-    std::vector<std::string> names;
-    for (const auto& named : primary->named_parameters()) names.push_back(named.key());
-    variables->reducer = std::make_shared<OverlappedReducer>(std::move(params), std::move(names),
-                                                             std::move(packs), group_.get(), this);
-  } else {
-    std::vector<collective::Communicator*> communicators;
-    for (const auto& member : members_) communicators.push_back(member.get());
-    variables->reducer =
-        make_inline_reducer(std::move(params), std::move(communicators), options_.bytes_per_pack);
-  }
-  std::lock_guard<std::mutex> lock(reducers_mu_);
-  reducers_.push_back(variables->reducer);
-  return variables;
+  return replicas;
 }
 
 MirroredVariables& MirroredExtended::mirrored(DistributedVariables& variables) const {
   auto* mirrored = dynamic_cast<MirroredVariables*>(&variables);
-  DIST_CHECK_ARG(mirrored != nullptr && mirrored->owner.get() == this,
+  DIST_CHECK_ARG(mirrored != nullptr && mirrored->owner() == this,
                  "apply_gradients: this model was made by ", variables.strategy().describe(),
                  ", not by this ", describe(),
                  "; make the model and optimizer with the strategy that runs them");
-  DIST_CHECK_ARG(mirrored->replicas.size() == devices_.size(), "apply_gradients: the model has ",
-                 mirrored->replicas.size(), " copies but this strategy runs ", devices_.size(),
+  DIST_CHECK_ARG(mirrored->replicas_.size() == devices_.size(), "apply_gradients: the model has ",
+                 mirrored->replicas_.size(), " copies but this strategy runs ", devices_.size(),
                  " replicas; make the model and optimizer with the strategy that runs them");
   return *mirrored;
 }
@@ -294,126 +283,15 @@ void MirroredExtended::apply_gradients(DistributedVariables& variables,
                  "apply_gradients was called inside run() of a different strategy than the "
                  "one that made this optimizer");
   const int replica = context->local_replica_id();
-  model.reducer->finalize(replica);
-  step_optimizer(model, optimizer, replica);
+  model.reducer_->finalize(replica);
+  model.step_plan_->step(replica, optimizer);
   sync_buffers(model, replica);
-  detail::clear_gradients(model.replicas[static_cast<size_t>(replica)]->parameters());
-}
-
-void MirroredExtended::step_optimizer(MirroredVariables& variables,
-                                      torch::optim::Optimizer& optimizer, int replica) {
-  // Each replica steps with its own share of the cores: changing the thread count per step
-  // costs more than it saves (at::set_num_threads rebuilds thread pools).
-  const int replicas = static_cast<int>(devices_.size());
-  const bool across_workers = share_variables_on_host_ && num_workers() > 1;
-  if (!options_.shard_optimizer_step || (replicas == 1 && !across_workers)) {
-    if (replica == 0) optimizer.step();
-    return;
-  }
-  // Planned once, after every replica's reduction has finished (so replica 0's gradients are
-  // final), while the others wait.
-  group_->local().barrier(replica, "apply_gradients (optimizer step)",
-                          [&] { plan_step(variables, optimizer); });
-  if (variables.optimizer_shards.planned()) {
-    const int first = variables.step_shared_with_workers_ ? worker_index() * replicas : 0;
-    variables.optimizer_shards.step(first + replica);
-  } else if (replica == 0) {
-    optimizer.step();
-  }
-  // Every worker's share is written before any worker reads the variables again.
-  if (variables.step_shared_with_workers_)
-    group_->local().barrier(replica, "apply_gradients (shared update)", [&] {
-      group_->cross_process().barrier()->wait();
-      variables.host_shared.remember_versions(variables.parameter_holders());
-    });
-}
-
-namespace {
-
-// What one step updates, as HostSharedVariables values: every parameter (held by each
-// replica's copy) and every slot of its optimizer state but the step counter.
-struct StepValues {
-  std::vector<HostSharedVariables::Holders> values;
-  // The optimizer states, by key, as slots whose tensors are handles in `values`: the state
-  // the optimizer reads holds other handles (state_slots detaches), so after the slots move,
-  // each state is made again from these.
-  std::vector<std::pair<std::string, std::map<std::string, at::Tensor>>> states;
-
-  StepValues(const MirroredVariables& variables, const torch::optim::Optimizer& optimizer) {
-    const auto& state = optimizer.state();
-    for (auto& holders : variables.parameter_holders()) {
-      const std::string key = detail::state_key_of(holders[0]);
-      values.push_back(std::move(holders));
-      auto it = state.find(key);
-      if (it == state.end()) continue;
-      auto slots = detail::state_slots(optimizer, *it->second);
-      for (const auto& [name, slot] : slots)
-        if (name != "step") values.push_back({slot});
-      states.emplace_back(key, std::move(slots));
-    }
-  }
-
-  // After share() or unshare(): the optimizer's states read the slots where they are now.
-  void restate(torch::optim::Optimizer& optimizer) const {
-    for (const auto& [key, slots] : states)
-      optimizer.state()[key] = detail::state_of_slots(optimizer, slots);
-  }
-};
-
-}  // namespace
-
-void MirroredExtended::plan_step(MirroredVariables& variables, torch::optim::Optimizer& optimizer) {
-  const int replicas = static_cast<int>(devices_.size());
-  const int workers = num_workers();
-  variables.step_shared_with_workers_ = false;
-  if (share_variables_on_host_ && workers > 1 && !variables.host_sharing_refused_) {
-    const int shards = workers * replicas;
-    const bool splittable = OptimizerShards::splittable(optimizer, shards);
-    // Every worker decides alike from equal state; the vote turns a difference into an error
-    // instead of workers updating one copy in different ways. Small models never vote.
-    if (splittable || variables.host_shared.active()) {
-      StepValues step(variables, optimizer);
-      auto& cross = group_->cross_process();
-      const bool holds = variables.host_shared.holds(step.values);
-      const bool written =
-          holds && variables.host_shared.written_outside_steps(variables.parameter_holders());
-      std::vector<at::Tensor> votes{
-          at::tensor({int64_t{splittable}, int64_t{splittable && holds}, int64_t{written}})};
-      cross.all_reduce(votes, ReduceOp::kSum)->wait();
-      const int64_t split = votes[0][0].item<int64_t>(), held = votes[0][1].item<int64_t>();
-      DIST_CHECK(split == 0 || split == workers, CollectiveError, "apply_gradients: ", split,
-                 " of ", workers,
-                 " workers can split the optimizer step, the others cannot; every worker must "
-                 "build the same model and optimizer");
-      DIST_CHECK(votes[0][2].item<int64_t>() == 0, CollectiveError,
-                 "apply_gradients: the model's parameters were changed in place outside "
-                 "apply_gradients while the workers of this host share one copy of them, so "
-                 "every worker's change landed on that one copy; change them with "
-                 "Model::set_weights or Checkpoint::read (which give each worker its own copy "
-                 "first), or set CommunicationOptions::share_variables_on_host = false");
-      if (split == 0) {
-        variables.host_shared.unshare(step.values);
-        step.restate(optimizer);
-      } else if (held == workers || variables.host_shared.share(step.values, cross)) {
-        if (held < workers) step.restate(optimizer);
-        const bool planned = variables.optimizer_shards.plan(optimizer, shards);
-        DIST_INTERNAL_ASSERT(planned, "a splittable step did not plan");
-        variables.step_shared_with_workers_ = true;
-        return;
-      } else {
-        // No room for a new shared copy (after a restore, say): each worker takes its own.
-        variables.host_shared.unshare(step.values);
-        step.restate(optimizer);
-        variables.host_sharing_refused_ = true;
-      }
-    }
-  }
-  variables.optimizer_shards.plan(optimizer, replicas);
+  detail::clear_gradients(model.replicas_[static_cast<size_t>(replica)]->parameters());
 }
 
 void MirroredExtended::sync_buffers(MirroredVariables& variables, int replica) {
   std::vector<at::Tensor> floating;
-  for (const auto& b : variables.replicas[static_cast<size_t>(replica)]->buffers())
+  for (const auto& b : variables.replicas_[static_cast<size_t>(replica)]->buffers())
     if (at::isFloatingType(b.scalar_type())) floating.push_back(b);
   if (floating.empty()) {
     group_->local().barrier(replica, "apply_gradients (update)");
@@ -424,12 +302,12 @@ void MirroredExtended::sync_buffers(MirroredVariables& variables, int replica) {
 }
 
 void MirroredExtended::synchronize_initial_values(MirroredVariables& variables) {
-  check_same_model(*variables.replicas[0]);
+  check_same_model(*variables.replicas_[0]);
   // The chief's initial values win everywhere.
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> tensors;
-  for (const auto& p : variables.replicas[0]->parameters()) tensors.push_back(p.detach());
-  for (const auto& b : variables.replicas[0]->buffers()) tensors.push_back(b);
+  for (const auto& p : variables.replicas_[0]->parameters()) tensors.push_back(p.detach());
+  for (const auto& b : variables.replicas_[0]->buffers()) tensors.push_back(b);
   group_->cross_process().broadcast(tensors, 0)->wait();
   variables.sync_from_primary();
 }
@@ -451,25 +329,6 @@ void MirroredExtended::check_same_model(const torch::nn::Module& model) {
             detail::concat("model mismatch before step 1: ", cross.member_name(static_cast<int>(w)),
                            " has ", theirs, " where ", cross.member_name(0), " has ", chiefs,
                            "; every worker must build the same model"));
-    }
-  }
-}
-
-void MirroredExtended::complete_reducer_steps() const {
-  if (!overlap_with_backward_) return;  // the inline reducer has nothing in flight
-  std::lock_guard<std::mutex> lock(reducers_mu_);
-  for (const auto& weak : reducers_)
-    if (auto reducer = weak.lock()) reducer->complete_step();
-}
-
-void MirroredExtended::settle_reducers() {
-  std::lock_guard<std::mutex> lock(reducers_mu_);
-  for (auto it = reducers_.begin(); it != reducers_.end();) {
-    if (auto reducer = it->lock()) {
-      reducer->settle();
-      ++it;
-    } else {
-      it = reducers_.erase(it);
     }
   }
 }

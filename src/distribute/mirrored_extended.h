@@ -15,8 +15,9 @@
 #include "collective/hierarchical_communicator.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "distribute/gradient_reducer.h"
+#include "distribute/gradient_reduction.h"
 #include "distribute/host_shared_variables.h"
-#include "distribute/optimizer_shards.h"
+#include "distribute/optimizer_step_plan.h"
 #include "distribute/replica_threads.h"
 
 namespace dist {
@@ -25,39 +26,40 @@ class MirroredExtended;
 
 // Mirrored placement: one module per local replica; the copies share the parameters' storage
 // with replica 0's (one optimizer step serves all) and keep their own gradients and buffers.
+// Made by MirroredExtended::create_variables, which also gives it its reducer and step plan.
 class MirroredVariables : public DistributedVariables {
  public:
-  std::shared_ptr<torch::nn::Module> primary() const override { return replicas.front(); }
-  std::shared_ptr<torch::nn::Module> replica(int r) const override {
-    return replicas.at(static_cast<size_t>(r));
-  }
+  MirroredVariables(std::shared_ptr<MirroredExtended> owner,
+                    std::vector<std::shared_ptr<torch::nn::Module>> replicas);
   ~MirroredVariables() override;
-  int num_replicas() const override { return static_cast<int>(replicas.size()); }
+
+  std::shared_ptr<torch::nn::Module> primary() const override { return replicas_.front(); }
+  std::shared_ptr<torch::nn::Module> replica(int r) const override {
+    return replicas_.at(static_cast<size_t>(r));
+  }
+  int num_replicas() const override { return static_cast<int>(replicas_.size()); }
   std::vector<at::Tensor> trainable_variables() const override {
-    return replicas.front()->parameters();
+    return replicas_.front()->parameters();
   }
   void prepare_to_write() override;
   void sync_from_primary() override;
-  // Every parameter with the replica copies that hold it (HostSharedVariables values).
-  std::vector<HostSharedVariables::Holders> parameter_holders() const;
   StrategyExtended& strategy() const override;
 
-  std::vector<std::shared_ptr<torch::nn::Module>> replicas;  // [0] is the primary
-  std::shared_ptr<MirroredExtended> owner;
-  // This step's optimizer update, split between the local replicas (and, when the workers of
-  // this host share their variables, between the workers too).
-  OptimizerShards optimizer_shards;
-  // Parameters and slots as one copy for the workers of this host (host_shared_variables.h).
-  HostSharedVariables host_shared;
-  // Its hooks sit on the copies' parameters; declared last of the shared state so it goes
-  // first.
-  std::shared_ptr<GradientReducer> reducer;
+  // Every parameter with the replica copies that hold it (HostSharedVariables values).
+  std::vector<HostSharedVariables::Holders> parameter_holders() const;
+  const MirroredExtended* owner() const { return owner_.get(); }
+  GradientReducer& reducer() const { return *reducer_; }
+  OptimizerStepPlan& step_plan() const { return *step_plan_; }
 
  private:
-  // How this step's optimizer update is shared, decided by MirroredExtended::plan_step alone.
-  friend class MirroredExtended;
-  bool host_sharing_refused_ = false;      // the workers cannot share memory: never ask again
-  bool step_shared_with_workers_ = false;  // this step's shares span every worker
+  friend class MirroredExtended;                              // gives it its reducer and plan, once
+  std::vector<std::shared_ptr<torch::nn::Module>> replicas_;  // [0] is the primary
+  std::shared_ptr<MirroredExtended> owner_;
+  // How this model's optimizer step serves every copy (it may hold the parameters and slots
+  // in memory the workers of this host share).
+  std::unique_ptr<OptimizerStepPlan> step_plan_;
+  // Its hooks sit on the copies' parameters; declared last so it goes first.
+  std::shared_ptr<GradientReducer> reducer_;
 };
 
 class MirroredExtended : public StrategyExtended,
@@ -92,6 +94,9 @@ class MirroredExtended : public StrategyExtended,
 
  private:
   MirroredVariables& mirrored(DistributedVariables& variables) const;
+  // The primary's copies, one per other local replica, sharing its parameters' storage.
+  std::vector<std::shared_ptr<torch::nn::Module>> mirror(
+      std::shared_ptr<torch::nn::Module> primary);
   // Makes a freshly mirrored model identical on every worker (after checking that every
   // worker built the same model).
   void synchronize_initial_values(MirroredVariables& variables);
@@ -100,29 +105,18 @@ class MirroredExtended : public StrategyExtended,
   // tf.distribute does for ON_READ variables aggregated with MEAN: over the local copies, then
   // over the workers. A collective of every local replica.
   void sync_buffers(MirroredVariables& variables, int replica);
-  // One optimizer step for every copy: split between the local replicas when the optimizer
-  // allows (OptimizerShards), else replica 0's alone. A collective of every local replica.
-  void step_optimizer(MirroredVariables& variables, torch::optim::Optimizer& optimizer,
-                      int replica);
-  // One thread per process, while the local replicas wait: plans this step's shares into
-  // variables.optimizer_shards, across the workers when they share their variables (a
-  // collective of the workers then), else across the local replicas.
-  void plan_step(MirroredVariables& variables, torch::optim::Optimizer& optimizer);
-  // Before a collective reaches the other processes (see OverlappedReducer).
-  void complete_reducer_steps() const;
-  void settle_reducers();
 
   std::string name_;
   MirroredOptions options_;
   std::vector<DeviceName> devices_;
-  bool overlap_with_backward_;
-  bool share_variables_on_host_;
   std::shared_ptr<collective::HierarchicalGroup> group_;
   std::vector<std::unique_ptr<collective::Communicator>> members_;  // one per local replica
+  // The parts, chosen once from the options: how gradients are reduced, and the optimizer
+  // step plan each model gets.
+  std::unique_ptr<GradientReduction> reduction_;
+  MakeStepPlan make_step_plan_;
   std::unique_ptr<ReplicaThreads> threads_;
   std::mutex run_mu_;
-  mutable std::mutex reducers_mu_;
-  std::vector<std::weak_ptr<GradientReducer>> reducers_;
   int models_created_ = 0;
 };
 

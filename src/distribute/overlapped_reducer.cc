@@ -34,9 +34,10 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
                                      std::vector<std::string> names,
                                      std::vector<std::vector<size_t>> packs,
                                      collective::HierarchicalGroup* group,
-                                     const StrategyExtended* owner)
+                                     const StrategyExtended* owner, PackCommunication communicate)
     : group_(group),
       owner_(owner),
+      communicate_(std::move(communicate)),
       params_(std::move(params)),
       names_(std::move(names)),
       packs_(std::move(packs)) {
@@ -125,10 +126,8 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   std::lock_guard<std::mutex> lock(mu_);
   reduced_[pack] = true;
   // Strictly in pack order: a pack completed early waits for the ones before it.
-  while (issued_.size() < packs_.size() && reduced_[issued_.size()]) {
-    std::vector<at::Tensor> one{flat_[issued_.size()]};
-    issued_.push_back(group_->cross_process().all_reduce(one, ReduceOp::kSum));
-  }
+  while (issued_.size() < packs_.size() && reduced_[issued_.size()])
+    issued_.push_back(communicate_(group_->cross_process(), flat_[issued_.size()]));
 }
 
 void OverlappedReducer::mark_rest_locked(int replica, std::vector<size_t>& completed) {

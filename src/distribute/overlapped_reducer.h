@@ -49,7 +49,7 @@ class OverlappedReducer : public GradientReducer {
   // inside run() of `owner` (not in cross-replica code).
   OverlappedReducer(std::vector<std::vector<at::Tensor>> params, std::vector<std::string> names,
                     std::vector<std::vector<size_t>> packs, collective::HierarchicalGroup* group,
-                    const StrategyExtended* owner);
+                    const StrategyExtended* owner, PackCommunication communicate = all_reduce_pack);
   ~OverlappedReducer() override;
   OverlappedReducer(const OverlappedReducer&) = delete;
   OverlappedReducer& operator=(const OverlappedReducer&) = delete;
@@ -80,6 +80,7 @@ class OverlappedReducer : public GradientReducer {
 
   collective::HierarchicalGroup* group_;
   const StrategyExtended* owner_;
+  PackCommunication communicate_;
   std::vector<std::vector<at::Tensor>> params_;  // [replica][parameter]
   std::vector<std::string> names_;               // parameter names, for errors
   std::vector<std::vector<size_t>> packs_;

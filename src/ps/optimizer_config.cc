@@ -1,10 +1,7 @@
 #include "ps/optimizer_config.h"
 
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
-
 #include "dist/core/error.h"
+#include "distribute/optimizer_kinds.h"
 
 namespace dist::ps {
 
@@ -13,33 +10,14 @@ rpc::OptimizerConfig optimizer_config(const torch::optim::Optimizer& optimizer) 
   DIST_CHECK_ARG(groups.size() == 1, "ParameterServerStrategy: the optimizer has ", groups.size(),
                  " parameter groups; the ps tasks apply one set of options per update: use one "
                  "group");
-  const auto& options = groups[0].options();
+  const detail::OptimizerKind* kind = detail::find_optimizer_kind(optimizer);
+  DIST_CHECK_ARG(kind != nullptr, "ParameterServerStrategy: the ps tasks apply updates of ",
+                 detail::optimizer_kind_names(),
+                 "; make the optimizer with one of LibTorch's optimizers of these kinds");
   rpc::OptimizerConfig config;
-  config.set_learning_rate(options.get_lr());
-  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&options)) {
-    config.set_kind("SGD");
-    config.set_momentum(sgd->momentum());
-    config.set_dampening(sgd->dampening());
-    config.set_nesterov(sgd->nesterov());
-    config.set_weight_decay(sgd->weight_decay());
-  } else if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options)) {
-    config.set_kind("Adam");
-    config.set_beta1(std::get<0>(adam->betas()));
-    config.set_beta2(std::get<1>(adam->betas()));
-    config.set_epsilon(adam->eps());
-    config.set_weight_decay(adam->weight_decay());
-    config.set_amsgrad(adam->amsgrad());
-  } else if (const auto* adagrad = dynamic_cast<const torch::optim::AdagradOptions*>(&options)) {
-    config.set_kind("Adagrad");
-    config.set_learning_rate_decay(adagrad->lr_decay());
-    config.set_epsilon(adagrad->eps());
-    config.set_weight_decay(adagrad->weight_decay());
-    config.set_initial_accumulator_value(adagrad->initial_accumulator_value());
-  } else {
-    throw InvalidArgument(
-        "ParameterServerStrategy: the ps tasks apply SGD, Adam or Adagrad updates; make the "
-        "optimizer with one of torch::optim::SGD, Adam or Adagrad");
-  }
+  config.set_kind(kind->name);
+  for (const auto& [name, value] : kind->read_options(groups[0].options()))
+    (*config.mutable_options())[name] = value;
   return config;
 }
 

@@ -8,8 +8,8 @@
 
 namespace dist::ps {
 
-// InvalidArgument naming the optimizer when it is not SGD, Adam or Adagrad (the kinds a ps
-// task applies) or has more than one parameter group.
+// Its kind and options (optimizer_kinds.h); InvalidArgument when the optimizer is of no kind
+// the table lists or has more than one parameter group.
 rpc::OptimizerConfig optimizer_config(const torch::optim::Optimizer& optimizer);
 
 }  // namespace dist::ps

@@ -2,9 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 
+#include "distribute/optimizer_kinds.h"
 #include "distribute/optimizer_slots.h"
 #include "ps/rpc_status.h"
 #include "ps/tensor_codec.h"
@@ -12,37 +11,34 @@
 namespace dist::ps {
 namespace {
 
+const detail::OptimizerKind& kind_named(const std::string& kind) {
+  const detail::OptimizerKind* found = detail::find_optimizer_kind(kind);
+  if (found == nullptr)
+    throw InvalidArgument(detail::concat("optimizer '", kind, "' cannot run on a ps task; use ",
+                                         detail::optimizer_kind_names()));
+  return *found;
+}
+
+detail::OptimizerOptionValues options_of(const rpc::OptimizerConfig& config) {
+  return {config.options().begin(), config.options().end()};
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const rpc::OptimizerConfig& config,
                                                         const at::Tensor& value) {
-  const std::string& kind = config.kind();
-  if (kind == "SGD")
-    return std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{value},
-                                               torch::optim::SGDOptions(config.learning_rate()));
-  if (kind == "Adam")
-    return std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{value},
-                                                torch::optim::AdamOptions(config.learning_rate()));
-  if (kind == "Adagrad")
-    return std::make_unique<torch::optim::Adagrad>(
-        std::vector<at::Tensor>{value}, torch::optim::AdagradOptions(config.learning_rate()));
-  throw InvalidArgument(
-      detail::concat("optimizer '", kind, "' cannot run on a ps task; use SGD, Adam or Adagrad"));
+  return kind_named(config.kind()).make_over({value}, options_of(config));
 }
 
 // The options of the request, every time: a learning-rate schedule on the coordinator or
 // the workers reaches the ps with the next update.
-void configure(torch::optim::Optimizer& optimizer, const rpc::OptimizerConfig& c) {
-  auto& options = optimizer.param_groups()[0].options();
-  if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) {
-    sgd->lr(c.learning_rate()).momentum(c.momentum()).dampening(c.dampening());
-    sgd->nesterov(c.nesterov()).weight_decay(c.weight_decay());
-  } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) {
-    adam->lr(c.learning_rate()).betas({c.beta1(), c.beta2()}).eps(c.epsilon());
-    adam->weight_decay(c.weight_decay()).amsgrad(c.amsgrad());
-  } else if (auto* adagrad = dynamic_cast<torch::optim::AdagradOptions*>(&options)) {
-    adagrad->lr(c.learning_rate()).lr_decay(c.learning_rate_decay()).eps(c.epsilon());
-    adagrad->weight_decay(c.weight_decay());
-    adagrad->initial_accumulator_value(c.initial_accumulator_value());
-  }
+void configure(torch::optim::Optimizer& optimizer, const rpc::OptimizerConfig& config) {
+  kind_named(config.kind())
+      .write_options(optimizer.param_groups()[0].options(), options_of(config));
+}
+
+// An option of the request; 0 when not given (the default of every option sparse updates ask).
+double option(const rpc::OptimizerConfig& config, const char* name) {
+  auto it = config.options().find(name);
+  return it == config.options().end() ? 0.0 : it->second;
 }
 
 at::Tensor rows_tensor(const google::protobuf::RepeatedField<int64_t>& rows) {
@@ -138,13 +134,13 @@ void ParameterServerService::apply_sparse(Variable& variable, const rpc::Optimiz
   torch::NoGradGuard no_grad;
   at::Tensor value = variable.value.detach();
   if (c.kind() == "SGD") {
-    DIST_CHECK(c.momentum() == 0 && c.weight_decay() == 0, InvalidArgument,
+    DIST_CHECK(option(c, "momentum") == 0 && option(c, "weight_decay") == 0, InvalidArgument,
                "sparse updates with SGD take no momentum or weight decay (they would touch "
                "every row); use plain SGD or Adagrad for the table");
-    value.index_add_(0, rows, values, -c.learning_rate());  // the rows of p.add_(g, -lr)
+    value.index_add_(0, rows, values, -option(c, "lr"));  // the rows of p.add_(g, -lr)
     return;
   }
-  DIST_CHECK(c.kind() == "Adagrad" && c.weight_decay() == 0 && c.learning_rate_decay() == 0,
+  DIST_CHECK(c.kind() == "Adagrad" && option(c, "weight_decay") == 0 && option(c, "lr_decay") == 0,
              InvalidArgument, "sparse updates take SGD or Adagrad (no weight or rate decay); got ",
              c.kind());
   // Adagrad on the rows only, as LibTorch's dense step computes each element.
@@ -153,15 +149,15 @@ void ParameterServerService::apply_sparse(Variable& variable, const rpc::Optimiz
   if (state.find(key) == state.end()) {
     auto fresh = std::make_unique<torch::optim::AdagradParamState>();
     fresh->step(0);
-    fresh->sum(at::full_like(value, c.initial_accumulator_value()));
+    fresh->sum(at::full_like(value, option(c, "initial_accumulator_value")));
     state[key] = std::move(fresh);
   }
   auto& slots = static_cast<torch::optim::AdagradParamState&>(*state[key]);
   slots.step(slots.step() + 1);
   at::Tensor sum_rows = slots.sum().index_select(0, rows).addcmul_(values, values, 1);
   slots.sum().index_copy_(0, rows, sum_rows);
-  at::Tensor std_rows = sum_rows.sqrt().add_(c.epsilon());
-  at::Tensor new_rows = value.index_select(0, rows).addcdiv_(values, std_rows, -c.learning_rate());
+  at::Tensor std_rows = sum_rows.sqrt().add_(option(c, "eps"));
+  at::Tensor new_rows = value.index_select(0, rows).addcdiv_(values, std_rows, -option(c, "lr"));
   value.index_copy_(0, rows, new_rows);
 }
 

@@ -432,59 +432,100 @@ double parse_learning_rate(const std::string& path, const std::map<std::string, 
 
 }  // namespace
 
-void Checkpoint::read(const std::string& path, Env* env) {
-  SafetensorsFile file = load_safetensors(path, env);  // layout checked before any allocation
-  const auto& meta = file.metadata;
-  auto format = meta.find("format");
-  if (format == meta.end() || format->second != kFormat)
-    fail(path, detail::concat("not a checkpoint of this library (metadata format is '",
-                              format == meta.end() ? "missing" : format->second, "', expected '",
-                              kFormat, "')"));
-  auto header_crc = meta.find(detail::kCheckpointHeaderChecksum);
-  if (header_crc == meta.end()) fail(path, "the header checksum is missing");
-  if (header_crc->second != detail::checkpoint_header_checksum(file.tensors, meta))
-    fail(path, "the header checksum does not match: the header is damaged");
-  std::map<std::string, at::Tensor> all;
-  for (const auto& [name, t] : file.tensors) {
-    auto crc = meta.find(detail::kCheckpointChecksumPrefix + name);
-    if (crc == meta.end()) fail(path, "tensor '" + name + "' has no checksum");
-    if (crc->second != detail::checkpoint_tensor_checksum(t))
-      fail(path,
-           "tensor '" + name + "': its data does not match its checksum: the file is damaged");
-    all[name] = t;
-  }
+// read() in two phases: a Reading checks the whole file against this Checkpoint's objects and
+// takes every value it will write; only then does apply() change anything.
+struct Checkpoint::Reading {
+  Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file);
+  void apply(bool restore_random) const;
 
-  // The objects: the same names and kinds here and in the file (bar skipped ones).
-  const auto in_file = objects_in_file(path, meta, all);
-  for (const auto& object : objects_) {
+  TrainingState state;
+
+ private:
+  std::map<std::string, at::Tensor> verified_tensors(
+      std::vector<std::pair<std::string, at::Tensor>> tensors) const;
+  void check_objects(const std::map<std::string, FileObject>& in_file,
+                     const std::map<std::string, at::Tensor>& all) const;
+  void take_models_and_values(TensorTaker& taker);
+  void take_optimizers(const std::map<std::string, FileObject>& in_file, TensorTaker& taker);
+  void take_random(TensorTaker& taker);
+  void check_nothing_left(const TensorTaker& taker) const;
+  void read_state();
+
+  const Checkpoint& checkpoint_;
+  std::string path_;
+  std::map<std::string, std::string> meta_;
+  std::vector<ModelRestore> models_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> values_;  // (destination, value)
+  std::vector<OptimizerRestore> optimizers_;
+  at::Tensor random_;  // undefined: the file holds no generator state
+};
+
+Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file)
+    : checkpoint_(checkpoint), path_(std::move(path)), meta_(std::move(file.metadata)) {
+  auto all = verified_tensors(std::move(file.tensors));
+  const auto in_file = objects_in_file(path_, meta_, all);
+  check_objects(in_file, all);
+  // Check every object's tensors before changing anything.
+  TensorTaker taker(path_, std::move(all));
+  take_models_and_values(taker);
+  take_optimizers(in_file, taker);
+  take_random(taker);
+  check_nothing_left(taker);
+  read_state();
+}
+
+std::map<std::string, at::Tensor> Checkpoint::Reading::verified_tensors(
+    std::vector<std::pair<std::string, at::Tensor>> tensors) const {
+  auto format = meta_.find("format");
+  if (format == meta_.end() || format->second != kFormat)
+    fail(path_, detail::concat("not a checkpoint of this library (metadata format is '",
+                               format == meta_.end() ? "missing" : format->second, "', expected '",
+                               kFormat, "')"));
+  auto header_crc = meta_.find(detail::kCheckpointHeaderChecksum);
+  if (header_crc == meta_.end()) fail(path_, "the header checksum is missing");
+  if (header_crc->second != detail::checkpoint_header_checksum(tensors, meta_))
+    fail(path_, "the header checksum does not match: the header is damaged");
+  std::map<std::string, at::Tensor> all;
+  for (auto& [name, t] : tensors) {
+    auto crc = meta_.find(detail::kCheckpointChecksumPrefix + name);
+    if (crc == meta_.end()) fail(path_, "tensor '" + name + "' has no checksum");
+    if (crc->second != detail::checkpoint_tensor_checksum(t))
+      fail(path_,
+           "tensor '" + name + "': its data does not match its checksum: the file is damaged");
+    all[name] = std::move(t);
+  }
+  return all;
+}
+
+// The objects: the same names and kinds here and in the file (bar skipped ones).
+void Checkpoint::Reading::check_objects(const std::map<std::string, FileObject>& in_file,
+                                        const std::map<std::string, at::Tensor>& all) const {
+  for (const auto& object : checkpoint_.objects_) {
     auto it = in_file.find(object->name);
     if (it == in_file.end())
-      fail(path, detail::concat("object '", object->name, "' (a ", object->kind,
-                                ") was added to this Checkpoint but is not in the file; was the "
-                                "file written for other objects?"));
+      fail(path_, detail::concat("object '", object->name, "' (a ", object->kind,
+                                 ") was added to this Checkpoint but is not in the file; was the "
+                                 "file written for other objects?"));
     if (it->second.kind != object->kind)
-      fail(path, detail::concat("object '", object->name, "' is a ", it->second.kind,
-                                " in the file but a ", object->kind, " here"));
+      fail(path_, detail::concat("object '", object->name, "' is a ", it->second.kind,
+                                 " in the file but a ", object->kind, " here"));
   }
   for (const auto& [name, object] : in_file)
-    if (find(name) == nullptr && skipped_.count(name) == 0)
-      fail(path, detail::concat("object '", name, "' (a ", object.kind,
-                                ") is in the file but was not added to this Checkpoint; add it, "
-                                "or skip(\"",
-                                name, "\") to leave it unread"));
+    if (checkpoint_.find(name) == nullptr && checkpoint_.skipped_.count(name) == 0)
+      fail(path_, detail::concat("object '", name, "' (a ", object.kind,
+                                 ") is in the file but was not added to this Checkpoint; add it, "
+                                 "or skip(\"",
+                                 name, "\") to leave it unread"));
   for (const auto& [name, t] : all) {
     const std::string owner = owner_of(name);
     if (owner != kRandomOwner && in_file.count(owner) == 0)
-      fail(path, "tensor '" + name + "' belongs to no object of the file (object/" + owner +
-                     " is missing from the metadata)");
+      fail(path_, "tensor '" + name + "' belongs to no object of the file (object/" + owner +
+                      " is missing from the metadata)");
   }
+}
 
-  // Check every object's tensors before changing anything.
-  TensorTaker taker(path, std::move(all));
-  std::vector<ModelRestore> models;
-  std::vector<std::pair<at::Tensor, at::Tensor>> values;  // (destination, value)
-  std::vector<OptimizerRestore> optimizers;
-  for (const auto& object : objects_) {
+void Checkpoint::Reading::take_models_and_values(TensorTaker& taker) {
+  for (const auto& object : checkpoint_.objects_) {
     const std::string& name = object->name;
     const std::string prefix = name + "/";
     if (object->kind == kModelKind) {
@@ -493,25 +534,29 @@ void Checkpoint::read(const std::string& path, Env* env) {
         restore.parameters.push_back(taker.take(name, prefix + p.key(), p.value(), "model"));
       for (const auto& b : restore.module->named_buffers())
         restore.buffers.push_back(taker.take(name, prefix + b.key(), b.value(), "model"));
-      models.push_back(std::move(restore));
+      models_.push_back(std::move(restore));
     } else if (object->kind == kTensorKind) {
-      values.emplace_back(object->value, taker.take(name, name, object->value, "tensor"));
+      values_.emplace_back(object->value, taker.take(name, name, object->value, "tensor"));
     }
   }
-  for (const auto& object : objects_) {
+}
+
+void Checkpoint::Reading::take_optimizers(const std::map<std::string, FileObject>& in_file,
+                                          TensorTaker& taker) {
+  for (const auto& object : checkpoint_.objects_) {
     if (object->kind != kOptimizerKind) continue;
     const std::string& name = object->name;
-    const std::string prefix = name + "/";
     const FileObject& saved = in_file.at(name);
     const torch::optim::Optimizer& optimizer = *object->optimizer;
     const std::string kind = detail::optimizer_kind(optimizer);
     if (saved.optimizer_class != kind)
-      fail(path, detail::concat("object '", name, "': it holds ", saved.optimizer_class,
-                                " state but the optimizer is ", kind));
+      fail(path_, detail::concat("object '", name, "': it holds ", saved.optimizer_class,
+                                 " state but the optimizer is ", kind));
     if (saved.model != object->model)
-      fail(path, detail::concat("object '", name, "': the optimizer of model '", saved.model,
-                                "' in the file optimizes model '", object->model, "' here"));
-    const ParameterNames names(*find(object->model)->saved_module());
+      fail(path_, detail::concat("object '", name, "': the optimizer of model '", saved.model,
+                                 "' in the file optimizes model '", object->model, "' here"));
+    const Object& model = *checkpoint_.find(object->model);
+    const ParameterNames names(*model.saved_module());
     auto name_of = [&](const void* impl) -> std::string {
       const std::string* parameter = names.find(impl);
       DIST_CHECK_ARG(parameter != nullptr, "Checkpoint: optimizer '", name,
@@ -519,77 +564,92 @@ void Checkpoint::read(const std::string& path, Env* env) {
                      "'; add the optimizer with the model its parameters belong to");
       return *parameter;
     };
-    OptimizerRestore restore{object->optimizer, {}, {}, find(object->model)->variables};
+    OptimizerRestore restore{object->optimizer, {}, {}, model.variables};
     for (const auto& group : optimizer.param_groups())
       for (const auto& p : group.params())
-        restore.slots.emplace_back(p.unsafeGetTensorImpl(),
-                                   taker.take_all(prefix + name_of(p.unsafeGetTensorImpl()) + "/"));
+        restore.slots.emplace_back(
+            p.unsafeGetTensorImpl(),
+            taker.take_all(name + "/" + name_of(p.unsafeGetTensorImpl()) + "/"));
     for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
       restore.learning_rates.push_back(
-          parse_learning_rate(path, meta, name, saved.learning_rate + std::to_string(g)));
+          parse_learning_rate(path_, meta_, name, saved.learning_rate + std::to_string(g)));
     detail::check_slots(optimizer, restore.slots, name_of, [&](const std::string& message) {
-      fail(path, "object '" + name + "': " + message);
+      fail(path_, "object '" + name + "': " + message);
     });
-    optimizers.push_back(std::move(restore));
+    optimizers_.push_back(std::move(restore));
   }
-  at::Tensor random;
-  if (auto taken = taker.take_if_present(kRandom)) {
-    random = *taken;
-    // LibTorch checks a generator state (size, dtype, mt19937 invariants) only while setting
-    // it, with c10::Error: try it on a scratch generator, before anything has changed.
-    try {
-      at::make_generator<at::CPUGeneratorImpl>().set_state(random);
-    } catch (const c10::Error& e) {
-      fail(path, detail::concat("tensor '", kRandom, "' is not a CPU random generator state (",
-                                e.what_without_backtrace(), ")"));
-    }
+}
+
+void Checkpoint::Reading::take_random(TensorTaker& taker) {
+  auto taken = taker.take_if_present(kRandom);
+  if (!taken) return;
+  // LibTorch checks a generator state (size, dtype, mt19937 invariants) only while setting
+  // it, with c10::Error: try it on a scratch generator, before anything has changed.
+  try {
+    at::make_generator<at::CPUGeneratorImpl>().set_state(*taken);
+  } catch (const c10::Error& e) {
+    fail(path_, detail::concat("tensor '", kRandom, "' is not a CPU random generator state (",
+                               e.what_without_backtrace(), ")"));
   }
+  random_ = *taken;
+}
+
+void Checkpoint::Reading::check_nothing_left(const TensorTaker& taker) const {
   for (const auto& [name, t] : taker.left()) {
     const std::string owner = owner_of(name);
-    const Object* object = find(owner);
+    const Object* object = checkpoint_.find(owner);
     if (object == nullptr) continue;  // a skipped object's
-    fail(path,
+    fail(path_,
          detail::concat(
              "object '", owner, "': tensor '", name, "' is not in the ", object->kind,
              object->kind == kOptimizerKind ? " (a slot of a parameter it does not update)" : "",
              "; was it written for a different model?"));
   }
+}
 
-  TrainingState restored;
-  restored.step = parse_int(path, meta, "step");
-  restored.epoch = parse_int(path, meta, "epoch");
-  restored.position.epoch = parse_int(path, meta, "position.epoch");
-  restored.position.elements = parse_int(path, meta, "position.elements");
-  for (const auto& [key, value] : meta)
-    if (starts_with(key, kValuePrefix))
-      restored.values[key.substr(sizeof(kValuePrefix) - 1)] = value;
+void Checkpoint::Reading::read_state() {
+  state.step = parse_int(path_, meta_, "step");
+  state.epoch = parse_int(path_, meta_, "epoch");
+  state.position.epoch = parse_int(path_, meta_, "position.epoch");
+  state.position.elements = parse_int(path_, meta_, "position.elements");
+  for (const auto& [key, value] : meta_)
+    if (starts_with(key, kValuePrefix)) state.values[key.substr(sizeof(kValuePrefix) - 1)] = value;
+}
 
-  // Apply to the primary modules, then let the strategies' placements follow.
+// To the primary modules, then the strategies' placements follow.
+void Checkpoint::Reading::apply(bool restore_random) const {
   torch::NoGradGuard no_grad;
-  for (const auto& object : objects_)
+  const auto& objects = checkpoint_.objects_;
+  for (const auto& object : objects)
     if (object->variables != nullptr) object->variables->prepare_to_write();
-  for (const auto& model : models) {
+  for (const auto& model : models_) {
     // Fetched again: making the values private (prepare_to_write) may have replaced them.
     auto parameters = model.module->parameters();
     for (size_t p = 0; p < parameters.size(); ++p) parameters[p].copy_(model.parameters[p]);
     auto buffers = model.module->buffers();
     for (size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(model.buffers[b]);
   }
-  for (auto& [destination, value] : values) destination.copy_(value);
-  for (const auto& object : objects_)
+  for (const auto& [destination, value] : values_) destination.copy_(value);
+  for (const auto& object : objects)
     if (object->variables != nullptr) object->variables->sync_from_primary();
-  for (const auto& restore : optimizers) {
+  for (const auto& restore : optimizers_) {
     detail::import_slots(*restore.optimizer, restore.slots);
     for (size_t g = 0; g < restore.learning_rates.size(); ++g)
       restore.optimizer->param_groups()[g].options().set_lr(restore.learning_rates[g]);
     if (restore.variables != nullptr) restore.variables->sync_slots_from(*restore.optimizer);
   }
-  if (random.defined() && save_random_state) {
+  if (random_.defined() && restore_random) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(random);
+    generator.set_state(random_);
   }
-  state = std::move(restored);
+}
+
+void Checkpoint::read(const std::string& path, Env* env) {
+  // The layout is checked before any allocation.
+  const Reading reading(*this, path, load_safetensors(path, env));
+  reading.apply(save_random_state);
+  state = reading.state;
 }
 
 // ---- CheckpointManager --------------------------------------------------------------------

@@ -76,7 +76,7 @@ TEST(OverlappedReducerTest, PacksStartDuringBackward) {
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
   auto& reducer = *static_cast<OverlappedReducer*>(
-      static_cast<MirroredVariables&>(model.variables()).reducer.get());
+      &static_cast<MirroredVariables&>(model.variables()).reducer());
   ASSERT_EQ(reducer.num_packs(), 4u);  // 64-byte packs: one tensor each
   for (int step = 0; step < 3; ++step) {
     strategy.run([&] {

@@ -12,6 +12,10 @@
 //                                                    backward: 20 SGD steps of a layer that
 //                                                    all-reduces in forward and backward;
 //                                                    chief saves the weights
+//   dist_test_worker conformance REPLICAS sgd|adam FROM TO RESTORE SAVE OUT
+//                                                    the strategy conformance run
+//                                                    (equivalence_data.h; RESTORE and SAVE
+//                                                    "-" for none); chief saves the weights
 //   dist_test_worker collectives REPLICAS            exact integer collectives
 //   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
 //   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
@@ -89,6 +93,21 @@ int equivalence(int replicas, const std::string& out, int64_t bytes_per_pack = 0
                      ? dist::testing::train_equivalence_steps(strategy, false, all_reduce_loss)
                      : dist::testing::train_equivalence_steps(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, weights);
+  std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
+}
+
+int conformance(int replicas, char** args) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(replicas));
+  auto none_if_dash = [](const std::string& path) { return path == "-" ? "" : path; };
+  dist::testing::ConformanceRun run;
+  run.adam = std::string(args[0]) == "adam";
+  run.from = std::atoi(args[1]);
+  run.to = std::atoi(args[2]);
+  run.restore_from = none_if_dash(args[3]);
+  run.save_to = none_if_dash(args[4]);
+  auto weights = dist::testing::train_conformance_steps(strategy, run);
+  if (strategy.is_chief()) dist::save_safetensors(args[5], weights);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
   return 0;
 }
@@ -268,6 +287,7 @@ int main(int argc, char** argv) {
     if (scenario == "equivalence" && argc == 4) return equivalence(std::atoi(argv[2]), argv[3]);
     if (scenario == "equivalence" && argc == 6)
       return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
+    if (scenario == "conformance" && argc == 9) return conformance(std::atoi(argv[2]), argv + 3);
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
     if (scenario == "centering" && argc == 3) return centering(argv[2]);
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);

@@ -40,8 +40,8 @@ struct LocalPs {
 rpc::OptimizerConfig sgd(double lr, double momentum = 0) {
   rpc::OptimizerConfig c;
   c.set_kind("SGD");
-  c.set_learning_rate(lr);
-  c.set_momentum(momentum);
+  (*c.mutable_options())["lr"] = lr;
+  (*c.mutable_options())["momentum"] = momentum;
   return c;
 }
 
@@ -214,7 +214,7 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
             std::string::npos)
       << status.error_message();
   slots.mutable_optimizer()->set_kind("Adam");
-  slots.mutable_optimizer()->set_learning_rate(0.001);
+  (*slots.mutable_optimizer()->mutable_options())["lr"] = 0.001;
   status = call_status(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("optimizer slot 'exp_avg' of parameter w is [3]"),

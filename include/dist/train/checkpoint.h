@@ -137,7 +137,8 @@ class Checkpoint {
   void read(const std::string& path, Env* env = Env::Default());
 
  private:
-  struct Object;  // defined in checkpoint.cc
+  struct Object;   // defined in checkpoint.cc
+  struct Reading;  // read()'s checks and the values it then applies (checkpoint.cc)
 
   const Object* find(const std::string& name) const;
   void check_new_name(const std::string& name) const;

@@ -1,0 +1,58 @@
+// OptimizerStepPlan: who takes the one optimizer step that serves every copy of a mirrored
+// model.
+//
+// The replica copies of a model share their parameters' storage, so one optimizer step updates
+// them all. The plans:
+//   whole step     replica 0 steps alone (one replica, or sharding turned off);
+//   replica split  the local replicas each step their share of the elements (OptimizerShards);
+//   host split     the worker processes of one host keep the parameters and slots as one copy
+//                  in shared memory (HostSharedVariables) and every replica of every worker
+//                  steps its share; when the workers cannot share, the replica split.
+// A strategy picks the plan once, when it is made (choose_step_plan); the plan keeps whatever
+// state its protocol needs (a host split remembers that the workers could not share).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+#include "distribute/host_shared_variables.h"
+#include "distribute/optimizer_shards.h"
+
+namespace dist {
+namespace collective {
+class HierarchicalGroup;
+}
+
+class OptimizerStepPlan {
+ public:
+  virtual ~OptimizerStepPlan() = default;
+  // From every local replica's thread, once the gradients are reduced into replica 0's: returns
+  // when this replica's part of the step is done and (for the splits) every other part is
+  // visible to it. A collective of the local replicas (and, for a host split, of the workers).
+  virtual void step(int replica, torch::optim::Optimizer& optimizer) = 0;
+  // The variables are about to be written outside a step (a restore, set_weights): each worker
+  // must then write its own copy, not one that other processes read.
+  virtual void prepare_to_write() {}
+  // The shares of the last step, when it was split (for tests and benchmarks); else null.
+  virtual const OptimizerShards* last_split() const { return nullptr; }
+};
+
+// What a plan works with: the strategy's replicas and workers, and the model's parameters with
+// the replica copies that hold them (HostSharedVariables values, replica 0's first).
+struct StepPlanInputs {
+  collective::HierarchicalGroup* group = nullptr;
+  std::function<std::vector<HostSharedVariables::Holders>()> parameter_holders;
+};
+
+using MakeStepPlan = std::function<std::unique_ptr<OptimizerStepPlan>(const StepPlanInputs&)>;
+
+// The plan for a strategy of `replicas` per worker and `workers` processes:
+// `shard_optimizer_step` (MirroredOptions) allows the splits, `share_variables_on_host`
+// (CommunicationOptions) the host split.
+MakeStepPlan choose_step_plan(bool shard_optimizer_step, bool share_variables_on_host, int replicas,
+                              int workers);
+
+}  // namespace dist

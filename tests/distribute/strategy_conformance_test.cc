@@ -1,0 +1,161 @@
+// The suite every synchronous Strategy passes. On the same global batches:
+//   - its replicas or workers end 20 SGD steps, and 20 Adam steps, with the weights one device
+//     reaches (within 1e-5: the sums of several replicas round differently);
+//   - a checkpoint written under it after 8 steps, read under every strategy of the list and
+//     trained 8 steps more, ends where one device ends from that checkpoint.
+// Adding a strategy is adding a line to strategies(): in this process (a Strategy to make), or
+// as worker processes (dist_test_worker's "conformance" scenario, on 127.0.0.1).
+//
+// ParameterServerStrategy is asynchronous (its workers' updates interleave), so it cannot
+// equal one device step for step; its checkpoints' portability to Mirrored and no strategy is
+// tested in tests/ps.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dist/distribute/mirrored_strategy.h"
+#include "dist/distribute/one_device_strategy.h"
+#include "dist/train/safetensors.h"
+#include "distribute/local_cluster.h"
+#include "equivalence_data.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+using testing::ConformanceRun;
+
+struct StrategyUnderTest {
+  std::string name;
+  std::function<NamedTensors(const ConformanceRun&)> train;
+};
+
+StrategyUnderTest in_process(std::string name, std::function<Strategy()> make) {
+  return {std::move(name), [make](const ConformanceRun& run) {
+            return testing::train_conformance_steps(make(), run);
+          }};
+}
+
+MirroredOptions devices(int replicas, CrossDeviceOps ops) {
+  MirroredOptions options;
+  for (int r = 0; r < replicas; ++r) options.devices.push_back("cpu:" + std::to_string(r));
+  options.cross_device_ops = ops;
+  options.threads_per_replica = 1;
+  return options;
+}
+
+// `workers` processes of `replicas` replicas on 127.0.0.1; `implementation` "auto" (shared
+// memory between them) or "ring" (Gloo over TCP).
+StrategyUnderTest worker_processes(std::string name, int workers, int replicas,
+                                   std::string implementation) {
+  return {std::move(name), [=](const ConformanceRun& run) -> NamedTensors {
+            testing::TempDir dir;
+            const std::string out = dir.file("weights.safetensors");
+            auto or_dash = [](const std::string& path) { return path.empty() ? "-" : path; };
+            const std::vector<std::string> args{"conformance",
+                                                std::to_string(replicas),
+                                                run.adam ? "adam" : "sgd",
+                                                std::to_string(run.from),
+                                                std::to_string(run.to),
+                                                or_dash(run.restore_from),
+                                                or_dash(run.save_to),
+                                                out};
+            const auto ports = free_loopback_ports(workers);
+            testing::WorkerProcesses processes;
+            for (int i = 0; i < workers; ++i)
+              processes.start(
+                  DIST_TEST_WORKER_BINARY, args,
+                  {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=30000",
+                   "DIST_TEST_IMPLEMENTATION=" + implementation});
+            for (const auto& result : processes.wait_all(120s)) {
+              EXPECT_EQ(result.exit_code, 0) << result.output;
+              if (result.exit_code != 0) return {};
+            }
+            return load_safetensors(out).tensors;
+          }};
+}
+
+// One line per strategy.
+const std::vector<StrategyUnderTest>& strategies() {
+  static const std::vector<StrategyUnderTest> all{
+      in_process("OneDevice", [] { return Strategy(OneDeviceStrategy("cpu:0")); }),
+      in_process("Mirrored2",
+                 [] { return MirroredStrategy(devices(2, CrossDeviceOps::kParallelAllReduce)); }),
+      in_process("Mirrored3HierarchicalCopy",
+                 [] { return MirroredStrategy(devices(3, CrossDeviceOps::kHierarchicalCopy)); }),
+      in_process(
+          "CentralStorage2",
+          [] { return CentralStorageStrategy(devices(2, CrossDeviceOps::kReductionToOneDevice)); }),
+      worker_processes("MultiWorker2x2SharedMemory", 2, 2, "auto"),
+      worker_processes("MultiWorker3x1Tcp", 3, 1, "ring"),
+  };
+  return all;
+}
+
+NamedTensors one_device(const ConformanceRun& run) {
+  return testing::train_conformance_steps(OneDeviceStrategy("cpu:0"), run);
+}
+
+void expect_close(const NamedTensors& actual, const NamedTensors& expected,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  ASSERT_FALSE(expected.empty());
+  std::vector<torch::Tensor> a, b;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(actual[i].first, expected[i].first) << what;
+    a.push_back(actual[i].second);
+    b.push_back(expected[i].second);
+  }
+  const double diff = testing::max_relative_difference(a, b);
+  std::printf("%s: max relative difference %.3g\n", what.c_str(), diff);
+  EXPECT_LT(diff, 1e-5) << what;
+}
+
+class StrategyConformanceTest : public ::testing::TestWithParam<size_t> {
+ protected:
+  const StrategyUnderTest& strategy() const { return strategies()[GetParam()]; }
+};
+
+TEST_P(StrategyConformanceTest, TwentySgdStepsEqualOneDevice) {
+  ConformanceRun run;
+  expect_close(strategy().train(run), one_device(run), strategy().name + ", SGD");
+}
+
+TEST_P(StrategyConformanceTest, TwentyAdamStepsEqualOneDevice) {
+  ConformanceRun run;
+  run.adam = true;
+  expect_close(strategy().train(run), one_device(run), strategy().name + ", Adam");
+}
+
+TEST_P(StrategyConformanceTest, ACheckpointWrittenUnderItContinuesUnderEveryStrategy) {
+  testing::TempDir dir;
+  ConformanceRun first;
+  first.adam = true;
+  first.to = 8;
+  first.save_to = dir.file("step8.safetensors");
+  strategy().train(first);
+  ConformanceRun rest;
+  rest.adam = true;
+  rest.from = 8;
+  rest.to = 16;
+  rest.restore_from = first.save_to;
+  const NamedTensors expected = one_device(rest);
+  for (const auto& other : strategies()) {
+    expect_close(other.train(rest), expected,
+                 "written under " + strategy().name + ", continued under " + other.name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, StrategyConformanceTest,
+                         ::testing::Range(size_t{0}, strategies().size()),
+                         [](const auto& info) { return strategies()[info.param].name; });
+
+}  // namespace
+}  // namespace dist
