@@ -153,81 +153,87 @@ OptimizerKind adam_like(const char* name) {
           empty<Optimizer, Options>};
 }
 
+OptimizerKind sgd_kind() {
+  return with_options<torch::optim::SGD>(
+      OptimizerKind{"SGD",
+                    {{"momentum_buffer", false, false}},
+                    is<torch::optim::SGD>,
+                    [](const OptimizerParamState& base) {
+                      std::map<std::string, at::Tensor> out;
+                      put(out, "momentum_buffer",
+                          static_cast<const torch::optim::SGDParamState&>(base).momentum_buffer());
+                      return out;
+                    },
+                    [](const std::map<std::string, at::Tensor>& in) {
+                      auto s = std::make_unique<torch::optim::SGDParamState>();
+                      s->momentum_buffer(slot(in, "momentum_buffer"));
+                      return s;
+                    },
+                    empty<torch::optim::SGD, torch::optim::SGDOptions>},
+      sgd_fields());
+}
+
+OptimizerKind rmsprop_kind() {
+  return with_options<torch::optim::RMSprop>(
+      OptimizerKind{"RMSprop",
+                    {{"step", true, true},
+                     {"square_avg", true, false},
+                     {"momentum_buffer", false, false},
+                     {"grad_avg", false, false}},
+                    is<torch::optim::RMSprop>,
+                    [](const OptimizerParamState& base) {
+                      const auto& s = static_cast<const torch::optim::RMSpropParamState&>(base);
+                      std::map<std::string, at::Tensor> out{{"step", step_tensor(s.step())}};
+                      put(out, "square_avg", s.square_avg());
+                      put(out, "momentum_buffer", s.momentum_buffer());
+                      put(out, "grad_avg", s.grad_avg());
+                      return out;
+                    },
+                    [](const std::map<std::string, at::Tensor>& in) {
+                      auto s = std::make_unique<torch::optim::RMSpropParamState>();
+                      s->step(step_value(in));
+                      s->square_avg(slot(in, "square_avg"));
+                      s->momentum_buffer(slot(in, "momentum_buffer"));
+                      s->grad_avg(slot(in, "grad_avg"));
+                      return s;
+                    },
+                    empty<torch::optim::RMSprop, torch::optim::RMSpropOptions>},
+      rmsprop_fields());
+}
+
+OptimizerKind adagrad_kind() {
+  return with_options<torch::optim::Adagrad>(
+      OptimizerKind{"Adagrad",
+                    {{"step", true, true}, {"sum", true, false}},
+                    is<torch::optim::Adagrad>,
+                    [](const OptimizerParamState& base) {
+                      const auto& s = static_cast<const torch::optim::AdagradParamState&>(base);
+                      std::map<std::string, at::Tensor> out{{"step", step_tensor(s.step())}};
+                      put(out, "sum", s.sum());
+                      return out;
+                    },
+                    [](const std::map<std::string, at::Tensor>& in) {
+                      auto s = std::make_unique<torch::optim::AdagradParamState>();
+                      s->step(step_value(in));
+                      s->sum(slot(in, "sum"));
+                      return s;
+                    },
+                    empty<torch::optim::Adagrad, torch::optim::AdagradOptions>},
+      adagrad_fields());
+}
+
+// The table. AdamW before Adam: neither derives from the other, but keep the specific one first.
 const std::vector<OptimizerKind>& kinds() {
-  static const std::vector<OptimizerKind> all = [] {
-    std::vector<OptimizerKind> k;
-    k.push_back(with_options<torch::optim::SGD>(
-        OptimizerKind{
-            "SGD",
-            {{"momentum_buffer", false, false}},
-            is<torch::optim::SGD>,
-            [](const OptimizerParamState& base) {
-              std::map<std::string, at::Tensor> out;
-              put(out, "momentum_buffer",
-                  static_cast<const torch::optim::SGDParamState&>(base).momentum_buffer());
-              return out;
-            },
-            [](const std::map<std::string, at::Tensor>& in) {
-              auto s = std::make_unique<torch::optim::SGDParamState>();
-              s->momentum_buffer(slot(in, "momentum_buffer"));
-              return s;
-            },
-            empty<torch::optim::SGD, torch::optim::SGDOptions>},
-        sgd_fields()));
-    // AdamW before Adam: neither derives from the other, but keep the specific one first.
-    k.push_back(with_options<torch::optim::AdamW>(
-        adam_like<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
-            "AdamW"),
-        adam_fields<torch::optim::AdamWOptions>()));
-    k.push_back(with_options<torch::optim::Adam>(
-        adam_like<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>(
-            "Adam"),
-        adam_fields<torch::optim::AdamOptions>()));
-    k.push_back(with_options<torch::optim::RMSprop>(
-        OptimizerKind{"RMSprop",
-                      {{"step", true, true},
-                       {"square_avg", true, false},
-                       {"momentum_buffer", false, false},
-                       {"grad_avg", false, false}},
-                      is<torch::optim::RMSprop>,
-                      [](const OptimizerParamState& base) {
-                        const auto& s = static_cast<const torch::optim::RMSpropParamState&>(base);
-                        std::map<std::string, at::Tensor> out{{"step", step_tensor(s.step())}};
-                        put(out, "square_avg", s.square_avg());
-                        put(out, "momentum_buffer", s.momentum_buffer());
-                        put(out, "grad_avg", s.grad_avg());
-                        return out;
-                      },
-                      [](const std::map<std::string, at::Tensor>& in) {
-                        auto s = std::make_unique<torch::optim::RMSpropParamState>();
-                        s->step(step_value(in));
-                        s->square_avg(slot(in, "square_avg"));
-                        s->momentum_buffer(slot(in, "momentum_buffer"));
-                        s->grad_avg(slot(in, "grad_avg"));
-                        return s;
-                      },
-                      empty<torch::optim::RMSprop, torch::optim::RMSpropOptions>},
-        rmsprop_fields()));
-    k.push_back(with_options<torch::optim::Adagrad>(
-        OptimizerKind{"Adagrad",
-                      {{"step", true, true}, {"sum", true, false}},
-                      is<torch::optim::Adagrad>,
-                      [](const OptimizerParamState& base) {
-                        const auto& s = static_cast<const torch::optim::AdagradParamState&>(base);
-                        std::map<std::string, at::Tensor> out{{"step", step_tensor(s.step())}};
-                        put(out, "sum", s.sum());
-                        return out;
-                      },
-                      [](const std::map<std::string, at::Tensor>& in) {
-                        auto s = std::make_unique<torch::optim::AdagradParamState>();
-                        s->step(step_value(in));
-                        s->sum(slot(in, "sum"));
-                        return s;
-                      },
-                      empty<torch::optim::Adagrad, torch::optim::AdagradOptions>},
-        adagrad_fields()));
-    return k;
-  }();
+  using namespace torch::optim;
+  static const std::vector<OptimizerKind> all{
+      sgd_kind(),
+      with_options<AdamW>(adam_like<AdamW, AdamWOptions, AdamWParamState>("AdamW"),
+                          adam_fields<AdamWOptions>()),
+      with_options<Adam>(adam_like<Adam, AdamOptions, AdamParamState>("Adam"),
+                         adam_fields<AdamOptions>()),
+      rmsprop_kind(),
+      adagrad_kind(),
+  };
   return all;
 }
 

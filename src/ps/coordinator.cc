@@ -174,85 +174,97 @@ void CoordinatorImpl::finish_call(const Call& call, StepRegistry::Results values
 }
 
 void CoordinatorImpl::run_worker(size_t index) {
-  WorkerTask& worker = workers_[index];
-  const auto& options = extended_.options();
-  const auto ping_deadline =
-      std::min<std::chrono::milliseconds>(options.rpc_timeout, std::chrono::seconds(1));
   bool lost_before = false;
   for (;;) {
-    bool up;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-      up = worker_up_[index];
-    }
-    if (!up) {
-      if (!ping_worker(worker, ping_deadline)) {
-        if (!sleep_for(std::chrono::milliseconds(200))) return;
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
-      worker_up_[index] = true;
-      worker_heard_from_[index] = true;
-      some_worker_up_at_ = Clock::now();
-      if (lost_before) log(worker.describe() + " is back and gets steps again");
-    }
-    std::shared_ptr<Call> call;
+    const Reach reach = reach_worker(index, lost_before);
+    if (reach == Reach::kStopping) return;
+    if (reach == Reach::kDown) continue;
     std::shared_ptr<grpc::ClientContext> context;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      call = queue_.front();
-      queue_.pop_front();
-      context = ps::context_with_deadline(options.step_timeout);
-      running_[index] = context;
-    }
+    const std::shared_ptr<Call> call = take_call(index, &context);
+    if (!call) return;
     rpc::RunResponse response;
-    const grpc::Status status = worker.stub->Run(context.get(), call->request, &response);
+    const grpc::Status status = workers_[index].stub->Run(context.get(), call->request, &response);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       running_[index].reset();
     }
     if (status.ok()) {
-      StepRegistry::Results results;
-      std::exception_ptr error;
-      try {
-        for (int i = 0; i < response.results_size(); ++i)
-          results.emplace_back(
-              i < response.keys_size() ? response.keys(i) : "",
-              ps::decode_tensor(response.results(i),
-                                concat("result ", i, " of step '", call->request.function(), "'")));
-      } catch (...) {
-        error = std::current_exception();
-      }
-      finish_call(*call, std::move(results), error);
-      continue;
-    }
-    if (!ps::is_unreachable(status)) {
+      finish_with_response(*call, response);
+    } else if (!ps::is_unreachable(status)) {
       finish_call(*call, {}, step_error(status, call->request.function()));
-      continue;
-    }
-    // The worker is lost (killed, hung past step_timeout, or its host is gone): the step runs
-    // again on another worker, at least once in all.
-    std::exception_ptr job_error;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) job_error = shut_down_error();
-      worker_up_[index] = false;
-      lost_before = true;
-      if (!job_error) job_error = job_error_;
-      if (!job_error) {
-        queue_.push_front(call);
-        changed_.notify_all();
-      }
-    }
-    if (job_error) {
-      finish_call(*call, {}, job_error);
     } else {
-      log(concat(worker.describe(), " is lost (", status.error_message(), "); its step '",
-                 call->request.function(), "' runs again on another worker"));
+      lost_before = true;
+      run_elsewhere(index, call, status);
     }
+  }
+}
+
+CoordinatorImpl::Reach CoordinatorImpl::reach_worker(size_t index, bool lost_before) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return Reach::kStopping;
+    if (worker_up_[index]) return Reach::kUp;
+  }
+  WorkerTask& worker = workers_[index];
+  const auto ping_deadline =
+      std::min<std::chrono::milliseconds>(extended_.options().rpc_timeout, std::chrono::seconds(1));
+  if (!ping_worker(worker, ping_deadline))
+    return sleep_for(std::chrono::milliseconds(200)) ? Reach::kDown : Reach::kStopping;
+  std::lock_guard<std::mutex> lock(mutex_);
+  worker_up_[index] = true;
+  worker_heard_from_[index] = true;
+  some_worker_up_at_ = Clock::now();
+  if (lost_before) log(worker.describe() + " is back and gets steps again");
+  return Reach::kUp;
+}
+
+std::shared_ptr<CoordinatorImpl::Call> CoordinatorImpl::take_call(
+    size_t index, std::shared_ptr<grpc::ClientContext>* context) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+  if (stopping_) return nullptr;
+  std::shared_ptr<Call> call = queue_.front();
+  queue_.pop_front();
+  *context = ps::context_with_deadline(extended_.options().step_timeout);
+  running_[index] = *context;
+  return call;
+}
+
+void CoordinatorImpl::finish_with_response(const Call& call, const rpc::RunResponse& response) {
+  StepRegistry::Results results;
+  std::exception_ptr error;
+  try {
+    for (int i = 0; i < response.results_size(); ++i)
+      results.emplace_back(
+          i < response.keys_size() ? response.keys(i) : "",
+          ps::decode_tensor(response.results(i),
+                            concat("result ", i, " of step '", call.request.function(), "'")));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  finish_call(call, std::move(results), error);
+}
+
+// The worker is lost (killed, hung past step_timeout, or its host is gone): the step runs
+// again on another worker, at least once in all.
+void CoordinatorImpl::run_elsewhere(size_t index, const std::shared_ptr<Call>& call,
+                                    const grpc::Status& status) {
+  std::exception_ptr job_error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) job_error = shut_down_error();
+    worker_up_[index] = false;
+    if (!job_error) job_error = job_error_;
+    if (!job_error) {
+      queue_.push_front(call);
+      changed_.notify_all();
+    }
+  }
+  if (job_error) {
+    finish_call(*call, {}, job_error);
+  } else {
+    log(concat(workers_[index].describe(), " is lost (", status.error_message(), "); its step '",
+               call->request.function(), "' runs again on another worker"));
   }
 }
 

@@ -61,7 +61,17 @@ class CoordinatorImpl {
     std::string describe() const { return name + " (" + address + ")"; }
   };
   void start_workers();  // on the first schedule
+  // One thread per worker: takes queued calls and runs them on it while it is up.
   void run_worker(size_t index);
+  enum class Reach { kUp, kDown, kStopping };
+  // Whether worker `index` is up, pinging it if it was lost (then it is marked up again).
+  Reach reach_worker(size_t index, bool lost_before);
+  // The next queued call, running on worker `index` under `*context`; null once stopping.
+  std::shared_ptr<Call> take_call(size_t index, std::shared_ptr<grpc::ClientContext>* context);
+  void finish_with_response(const Call& call, const rpc::RunResponse& response);
+  // The worker running `call` is lost: the call goes back to the queue's front (or fails with
+  // the job's error).
+  void run_elsewhere(size_t index, const std::shared_ptr<Call>& call, const grpc::Status& status);
   void heartbeat();
   bool ping_worker(WorkerTask& worker, std::chrono::milliseconds deadline);
   // A lost ps task (or no worker for too long): every call still queued fails with `error`,

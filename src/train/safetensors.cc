@@ -210,6 +210,83 @@ void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
                                " bytes after the last tensor that no tensor claims"));
 }
 
+// A safetensors file read through an Env, whose errors name the operation, the file and the
+// reason; they become the file's DataError.
+class FileReader {
+ public:
+  FileReader(std::string path, Env* env) : path_(std::move(path)) {
+    DIST_CHECK_ARG(env != nullptr, "load_safetensors('", path_, "'): the Env is null");
+    try {
+      file_ = env->new_random_access_file(path_);
+    } catch (const DataError& e) {
+      fail(e.what());
+    }
+    size_ = file_->size();
+  }
+
+  [[noreturn]] void fail(const std::string& message) const {
+    throw DataError(detail::concat("safetensors file '", path_, "': ", message));
+  }
+  void read(uint64_t offset, uint64_t size, void* out) const {
+    try {
+      file_->read(offset, size, out);
+    } catch (const DataError& e) {
+      fail(e.what());
+    }
+  }
+  uint64_t size() const { return size_; }
+
+  // The header, a JSON object, and the offset of the data section after it.
+  json header(uint64_t* data_start) const {
+    if (size_ < 8)
+      fail(detail::concat("the file is ", size_, " bytes long, shorter than the 8-byte header ",
+                          "length; it is truncated or not a safetensors file"));
+    unsigned char length[8];
+    read(0, 8, length);
+    uint64_t header_size = 0;
+    for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(length[i]) << (8 * i);
+    if (header_size > kMaxHeaderBytes)
+      fail(detail::concat("header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes,
+                          " bytes; the file is corrupt or not a safetensors file"));
+    if (header_size > size_ - 8)
+      fail(detail::concat("header length ", header_size, " is more than the ", size_ - 8,
+                          " bytes that follow it; the file is truncated"));
+    std::string text(header_size, '\0');
+    read(8, header_size, text.data());
+    json header;
+    try {
+      header = json::parse(text);
+    } catch (const json::exception& e) {
+      fail(detail::concat("the header is not valid JSON: ", e.what()));
+    }
+    if (!header.is_object()) fail("the header must be a JSON object, got " + header.dump());
+    *data_start = 8 + header_size;
+    return header;
+  }
+
+  // Entry `e`'s tensor, allocated only now that every size is checked against the file.
+  torch::Tensor tensor(const HeaderParser& parser, const Entry& e, uint64_t data_start) const {
+    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
+    const uint64_t bytes = e.end - e.begin;
+    try {
+      file_->read(data_start + e.begin, bytes, t.data_ptr());
+    } catch (const DataError& error) {
+      parser.fail(e.name, std::string("cannot read the data: ") + error.what());
+    }
+    if (e.dtype->type == torch::kBool) {
+      const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+      if (std::any_of(p, p + bytes, [](unsigned char b) { return b > 1; }))
+        parser.fail(e.name, "BOOL data holds a byte other than 0 or 1");
+    }
+    return t;
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<RandomAccessFile> file_;
+  uint64_t size_ = 0;
+};
+
 }  // namespace
 
 void save_safetensors(const std::string& path,
@@ -229,52 +306,10 @@ void save_safetensors(const std::string& path,
 }
 
 SafetensorsFile load_safetensors(const std::string& path, Env* env) {
-  auto fail = [&](const std::string& message) {
-    throw DataError(detail::concat("safetensors file '", path, "': ", message));
-  };
-  DIST_CHECK_ARG(env != nullptr, "load_safetensors('", path, "'): the Env is null");
-  std::unique_ptr<RandomAccessFile> file;
-  try {
-    file = env->new_random_access_file(path);
-  } catch (const DataError& e) {
-    fail(e.what());
-  }
-  // The Env's errors name the operation, the file and the reason.
-  auto read = [&](uint64_t offset, uint64_t size, void* out) {
-    try {
-      file->read(offset, size, out);
-    } catch (const DataError& e) {
-      fail(e.what());
-    }
-  };
-  const uint64_t file_size = file->size();
-  if (file_size < 8)
-    fail(detail::concat("the file is ", file_size, " bytes long, shorter than the 8-byte header ",
-                        "length; it is truncated or not a safetensors file"));
-
-  unsigned char length[8];
-  read(0, 8, length);
-  uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(length[i]) << (8 * i);
-  if (header_size > kMaxHeaderBytes)
-    fail(detail::concat("header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes,
-                        " bytes; the file is corrupt or not a safetensors file"));
-  if (header_size > file_size - 8)
-    fail(detail::concat("header length ", header_size, " is more than the ", file_size - 8,
-                        " bytes that follow it; the file is truncated"));
-
-  std::string text(header_size, '\0');
-  read(8, header_size, text.data());
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(detail::concat("the header is not valid JSON: ", e.what()));
-  }
-  if (!header.is_object()) fail("the header must be a JSON object, got " + header.dump());
-
-  uint64_t data_start = 8 + header_size;
-  uint64_t data_size = file_size - data_start;
+  const FileReader file(path, env);
+  uint64_t data_start = 0;
+  const json header = file.header(&data_start);
+  const uint64_t data_size = file.size() - data_start;
   HeaderParser parser(path, data_size);
   SafetensorsFile result;
   std::vector<Entry> entries;
@@ -288,23 +323,8 @@ SafetensorsFile load_safetensors(const std::string& path, Env* env) {
   std::stable_sort(entries.begin(), entries.end(),
                    [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   check_layout(parser, entries, data_size);
-
-  // Only now, with every size checked against the file, allocate.
-  for (const Entry& e : entries) {
-    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
-    uint64_t bytes = e.end - e.begin;
-    try {
-      file->read(data_start + e.begin, bytes, t.data_ptr());
-    } catch (const DataError& error) {
-      parser.fail(e.name, std::string("cannot read the data: ") + error.what());
-    }
-    if (e.dtype->type == torch::kBool) {
-      const auto* p = static_cast<const unsigned char*>(t.data_ptr());
-      if (std::any_of(p, p + bytes, [](unsigned char b) { return b > 1; }))
-        parser.fail(e.name, "BOOL data holds a byte other than 0 or 1");
-    }
-    result.tensors.emplace_back(e.name, std::move(t));
-  }
+  for (const Entry& e : entries)
+    result.tensors.emplace_back(e.name, file.tensor(parser, e, data_start));
   return result;
 }
 
