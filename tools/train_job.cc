@@ -103,6 +103,7 @@ Strategy make_multi_worker_strategy(const TrainOptions& options) {
   multi.communication.rendezvous_timeout =
       whole_milliseconds("--rendezvous-timeout", options.rendezvous_timeout);
   multi.communication.check_collectives = options.check_collectives;
+  if (options.collective_backend) multi.communication.backend = *options.collective_backend;
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();
   multi.cluster = resolved.config;

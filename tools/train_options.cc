@@ -97,6 +97,10 @@ void check_combinations(const TrainOptions& o) {
   DIST_CHECK_ARG(o.resume_from.empty() || o.loop == Loop::kCustom,
                  "--resume-from applies to --loop custom; --loop fit resumes from the latest "
                  "backup in --checkpoint-dir");
+  DIST_CHECK_ARG(!o.collective_backend || o.strategy == StrategyKind::kMultiWorker,
+                 "--collective-backend applies to --strategy multi_worker only, not to "
+                 "--strategy ",
+                 name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
   if (ps) {
     DIST_CHECK_ARG(!o.cross_device_ops,
                    "--cross-device-ops applies to mirrored and central_storage only, not to "
@@ -168,6 +172,8 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
       ->capture_default_str();
   app.add_option("--cross-device-ops", s.cross_device_ops,
                  "parallel | reduction_to_one_device | hierarchical_copy");
+  app.add_option("--collective-backend", o.collective_backend,
+                 "multi_worker: the collective backend between the workers (this build: gloo)");
   app.add_flag("--unchecked-collectives", s.unchecked,
                "multi_worker: skip the agreement before each collective (for measuring its "
                "cost; workers that diverge then abort inside Gloo)");

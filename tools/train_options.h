@@ -47,6 +47,8 @@ struct TrainOptions {
   double collective_timeout = 300;  // multi_worker: seconds before a lost worker is reported
   double rendezvous_timeout = 120;  // multi_worker: seconds for all workers to join
   bool check_collectives = true;    // multi_worker: CommunicationOptions::check_collectives
+  // multi_worker: CommunicationOptions::backend; none: the library's default.
+  std::optional<std::string> collective_backend;
   // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
   double evaluator_timeout = 1800;
   int epochs = 10;

@@ -159,6 +159,12 @@ TEST(DistTrainErrorsTest, BadFlagsAndMissingDataExitCleanly) {
 
   auto replicas = run_command("--strategy one_device --replicas 2 --max-steps 1");
   EXPECT_EQ(replicas.exit_code, 2) << replicas.output;
+
+  auto backend = run_command("--strategy mirrored --collective-backend gloo --max-steps 1");
+  EXPECT_EQ(backend.exit_code, 2) << backend.output;
+  EXPECT_NE(backend.output.find("--collective-backend applies to --strategy multi_worker only"),
+            std::string::npos)
+      << backend.output;
 }
 
 }  // namespace
