@@ -19,7 +19,7 @@
 // "error: <why>", and closes it. Its stdin, stdout and stderr are /dev/null once it has forked.
 //
 // Exit rule: it reads every member's heartbeat counter "alive/<member>" (bumped twice a second
-// by each GlooCommunicator) four times a second. It exits 0 once every member is gone: its
+// by each member's Heartbeat) four times a second. It exits 0 once every member is gone: its
 // counter has not moved for 3 s, or, for a member that never connected, the rendezvous
 // timeout has passed since the start; it first sets the key "closing" and waits 2 s, so that a
 // next job's member probing this store leaves it first. As a backstop, it exits 2 once the chief
@@ -162,7 +162,7 @@ int watch(dist::collective::StoreServer& store, const Options& options) {
     }
     if (all_gone) {
       // A member of a next job on this address may be connected right now, probing whether
-      // this store is its own (GlooCommunicator::connect_store): "closing" tells it to leave at
+      // this store is its own (Rendezvous::connect): "closing" tells it to leave at
       // once rather than wait for a job that has ended.
       store.set("closing", "1");
       std::this_thread::sleep_for(kClosingGrace);

@@ -18,9 +18,10 @@
 // untouched until wait() returns. Implementations may finish the work inside the call (the
 // in-process group: its members' threads do the arithmetic), then wait() returns at once.
 //
-// Implementations, one folder each (see factory.h): local/ (threads of one process, in shared
-// memory), gloo/ (processes over TCP through LibTorch's c10d). HierarchicalCommunicator
-// composes a local member with a cross-process one.
+// Implementations (see factory.h): local/ (threads of one process, in shared memory);
+// ProcessCommunicator (processes, one member each) around a Transport, one folder per backend:
+// gloo/ (TCP through LibTorch's c10d); shm/ around that for processes of one host.
+// HierarchicalCommunicator composes a local member with a cross-process one.
 #pragma once
 
 #include <chrono>
@@ -123,9 +124,11 @@ void reduce_in_order(ReduceOp op, at::Tensor& out, const std::vector<at::Tensor>
 // keeping their dtype.
 void divide_for_mean(at::Tensor& tensor, int64_t members);
 
-// reduce_scatter for backends without one of their own (LibTorch 1.13's Gloo has none): an
-// all_reduce of a copy of `input` through `communicator`, of which `output` gets this member's
-// chunk when the returned work is waited for. Twice the traffic of a real reduce_scatter.
+// reduce_scatter for the in-process communicators (local/, hierarchical): an all_reduce of a
+// copy of `input` through `communicator`, of which `output` gets this member's chunk when the
+// returned work is waited for. Between threads that costs memory bandwidth, not traffic, and the
+// chunk has all_reduce's bits. Between processes, ProcessCommunicator uses a ring of send/recv
+// instead (ring_reduce_scatter.h: half the traffic).
 WorkHandle reduce_scatter_by_all_reduce(Communicator& communicator, const at::Tensor& input,
                                         at::Tensor& output, ReduceOp op);
 

@@ -1,17 +1,17 @@
 #include "collective/factory.h"
 
-#include "collective/gloo/gloo_communicator.h"
+#include "collective/gloo/gloo_transport.h"
+#include "collective/process_communicator.h"
 #include "collective/shm/same_host_communicator.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
 namespace {
 
-using MakeCommunicator = std::unique_ptr<Communicator> (*)(const ProcessGroupSpec&);
-
 struct Backend {
-  const char* name;
-  MakeCommunicator make;
+  const char* name;     // CommunicationOptions::backend
+  const char* display;  // in messages: "connecting the Gloo process group"
+  MakeTransport make;
 };
 
 bool on_one_host(const ProcessGroupSpec& spec) {
@@ -20,13 +20,10 @@ bool on_one_host(const ProcessGroupSpec& spec) {
   return true;
 }
 
-std::unique_ptr<Communicator> make_gloo(const ProcessGroupSpec& spec) {
-  return std::make_unique<GlooCommunicator>(spec);
-}
-
-// One line per backend. (NCCL would go here, in a CUDA build.)
+// One line per backend: its transport. Everything else a member needs is composed around it
+// (process_communicator.h). (NCCL would go here, in a CUDA build.)
 constexpr Backend kBackends[] = {
-    {"gloo", &make_gloo},
+    {"gloo", "Gloo", &make_gloo_transport},
 };
 
 }  // namespace
@@ -35,7 +32,8 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
                                                         const ProcessGroupSpec& spec) {
   for (const auto& b : kBackends) {
     if (backend != b.name) continue;
-    std::unique_ptr<Communicator> made = b.make(spec);
+    std::unique_ptr<Communicator> made =
+        std::make_unique<ProcessCommunicator>(spec, b.display, b.make);
     // Processes of one host share memory whatever the backend between them.
     if (!spec.same_host_shared_memory || spec.members.size() < 2 || !on_one_host(spec)) return made;
     return std::make_unique<SameHostCommunicator>(std::move(made), spec.shared_memory_slot_bytes,

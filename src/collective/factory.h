@@ -1,5 +1,6 @@
 // The collective backends, chosen by name. A new backend is one folder under src/collective
-// implementing Communicator, plus one line in the table in factory.cc.
+// implementing Transport (transport.h: data movement only), plus one line in the table in
+// factory.cc; ProcessCommunicator composes the rest around it.
 #pragma once
 
 #include <memory>

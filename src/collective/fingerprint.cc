@@ -7,11 +7,11 @@
 namespace dist::collective {
 
 std::string describe(const Fingerprint& f) {
-  static const char* kKinds[] = {"?",          "all_reduce", "broadcast", "all_gather (sizes)",
-                                 "all_gather", "barrier"};
+  static const char* kKinds[] = {"?",          "all_reduce", "broadcast",     "all_gather (sizes)",
+                                 "all_gather", "barrier",    "reduce_scatter"};
   const int64_t base = f.kind / 16;
-  std::string name = base >= 1 && base <= 5 ? kKinds[base] : "?";
-  if (base == 1) {
+  std::string name = base >= 1 && base <= 6 ? kKinds[base] : "?";
+  if (base == 1 || base == 6) {
     static const char* kOps[] = {"SUM", "MEAN", "MIN", "MAX"};
     name += std::string(" ") + (f.kind % 16 < 4 ? kOps[f.kind % 16] : "?");
   }
@@ -21,7 +21,8 @@ std::string describe(const Fingerprint& f) {
                         f.dtype >= 0 && f.dtype < static_cast<int64_t>(at::ScalarType::NumOptions)
                             ? c10::toString(static_cast<at::ScalarType>(f.dtype))
                             : "?",
-                        " values in ", f.tensors, " tensor", f.tensors == 1 ? "" : "s");
+                        " values in ", f.tensors, base == 6 ? " row" : " tensor",
+                        f.tensors == 1 ? "" : "s");
 }
 
 }  // namespace dist::collective

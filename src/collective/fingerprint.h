@@ -1,5 +1,5 @@
 // What a collective is, as every member must agree before its data moves: the agreement of
-// ProcessGroupSpec::check_collectives, shared by the transports that make it.
+// ProcessGroupSpec::check_collectives (agreement.h for transports, shm/ for shared memory).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,8 @@ namespace dist::collective {
 struct Fingerprint {
   int64_t kind = 0;  // which collective (and its ReduceOp or root): the k* codes below
   int64_t elements = 0;
-  int64_t dtype = 0;  // at::ScalarType
-  int64_t tensors = 0;
+  int64_t dtype = 0;    // at::ScalarType
+  int64_t tensors = 0;  // reduce_scatter: rows (dim 0), which decide the chunks
 
   bool operator==(const Fingerprint& o) const {
     return kind == o.kind && elements == o.elements && dtype == o.dtype && tensors == o.tensors;
@@ -29,6 +29,7 @@ inline int64_t broadcast_kind(int root) { return 16 * 2 + root; }
 constexpr int64_t kAllGatherSizesKind = 16 * 3;
 constexpr int64_t kAllGatherKind = 16 * 4;
 constexpr int64_t kBarrierKind = 16 * 5;
+inline int64_t reduce_scatter_kind(ReduceOp op) { return 16 * 6 + static_cast<int64_t>(op); }
 
 inline int64_t total_elements(const std::vector<at::Tensor>& tensors) {
   int64_t n = 0;

@@ -43,4 +43,10 @@ struct ProcessGroupSpec {
   std::string job_token;
 };
 
+// Member `rank` of `spec` for messages: "worker:1 (127.0.0.1:2223)".
+inline std::string member_name(const ProcessGroupSpec& spec, int rank) {
+  const Member& member = spec.members.at(static_cast<size_t>(rank));
+  return member.name + " (" + member.address.to_string() + ")";
+}
+
 }  // namespace dist::collective

@@ -145,6 +145,41 @@ TEST(GlooCommunicatorDeathTest, UncheckedMismatchedCollectivesEndInANamedErrorAn
       ::testing::ExitedWithCode(1), "Gloo failed on its own thread");
 }
 
+// The ring's chunks follow the rows: members with the same number of values in different
+// rows would send chunks of different sizes, which Gloo meets with an abort. The agreement
+// includes the rows, so they get a named error instead.
+TEST(GlooCommunicatorTest, ReduceScattersOfTheSameValuesInDifferentRowsAreNamed) {
+  auto members = gloo_group(2);
+  run_threads(2, [&](int p) {
+    const at::Tensor input =
+        at::zeros(p == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4}, at::kLong);
+    // Each member's own chunk: 2 of 4 rows of 3, 1 of 3 rows of 4.
+    at::Tensor chunk = at::empty({p == 0 ? 2 : 1, p == 0 ? 3 : 4}, at::kLong);
+    try {
+      members[static_cast<size_t>(p)]->reduce_scatter(input, chunk, ReduceOp::kSum)->wait();
+      ADD_FAILURE() << "mismatched reduce_scatter completed";
+    } catch (const CollectiveError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("issued reduce_scatter SUM of 12 Long values in 4 rows"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("issued reduce_scatter SUM of 12 Long values in 3 rows"),
+                std::string::npos)
+          << message;
+    }
+  });
+  release(members);
+}
+
+// Tags from kFirstReservedTag on are the ring's: a user's send or recv there could pair with it.
+TEST(GlooCommunicatorTest, PointToPointTagsOfTheLibraryAreRefused) {
+  auto members = gloo_group(2);
+  at::Tensor t = at::zeros({2});
+  EXPECT_THROW(members[0]->send(t, 1, 1 << 30), InvalidArgument);
+  EXPECT_THROW(members[1]->recv(t, 0, -1), InvalidArgument);
+  release(members);
+}
+
 TEST(GlooCommunicatorTest, AMemberThatAbortsIsNamedWithItsReasonAtOnce) {
   auto members = gloo_group(2);
   testing::expect_abort_named_at_once(members);

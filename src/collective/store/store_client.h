@@ -58,4 +58,8 @@ class StoreClient : public c10d::Store {
   int fd_ = -1;
 };
 
+// Store values are bytes; the library's are text.
+inline std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+inline std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
 }  // namespace dist::collective

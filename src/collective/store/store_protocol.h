@@ -32,7 +32,7 @@ constexpr uint32_t kMaxHelloBytes = 2048;  // a stranger cannot make the server 
 constexpr int kHelloTimeoutMs = 10000;     // a connection silent this long is closed
 
 // The server's own key: the latest refused connections, one per line, "<number> <peer>:
-// <reason>", the last kRefusalLogLines of them. The chief prints new lines (GlooCommunicator).
+// <reason>", the last kRefusalLogLines of them. The chief prints new lines (heartbeat.h).
 constexpr char kRefusalLogKey[] = "dist/refused";
 constexpr size_t kRefusalLogLines = 32;
 

@@ -1,4 +1,4 @@
-#include "collective/gloo/store_host.h"
+#include "collective/store/store_host.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,0 +1,77 @@
+#include "collective/heartbeat.h"
+
+#include <chrono>
+#include <iostream>
+#include <sstream>
+
+#include "collective/rendezvous.h"
+#include "collective/store/store_client.h"
+
+namespace dist::collective {
+
+Heartbeat::Heartbeat(const ProcessGroupSpec& spec, const std::atomic<int64_t>& issued)
+    : spec_(spec), issued_(issued), thread_([this] { loop(); }) {}
+
+void Heartbeat::stop() {
+  stopping_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void Heartbeat::loop() {
+  c10::intrusive_ptr<StoreClient> store;
+  try {
+    store = connect_to_store(spec_, spec_.rendezvous_timeout);
+  } catch (...) {
+    return;  // the store is gone; collectives will report it
+  }
+  const std::string& self = spec_.members[static_cast<size_t>(spec_.rank)].name;
+  int64_t refusals_shown = 0;
+  auto show_refusals = [&] {
+    if (spec_.rank == 0 && store->check({store::kRefusalLogKey}))
+      refusals_shown = print_refusals(to_text(store->get(store::kRefusalLogKey)), refusals_shown);
+  };
+  for (int64_t beat = 0; !stopping_; ++beat) {
+    try {
+      store->add("alive/" + self, 1);
+      store->set("issued/" + self, to_bytes(std::to_string(issued_.load())));
+      if (beat % 4 == 0) show_refusals();
+    } catch (...) {
+      return;
+    }
+    for (int i = 0; i < 10 && !stopping_; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  try {
+    show_refusals();
+  } catch (...) {
+  }
+}
+
+int64_t Heartbeat::print_refusals(const std::string& log, int64_t shown) const {
+  const std::string at = spec_.store_address.to_string();
+  std::istringstream lines(log);
+  int64_t last = shown;
+  int64_t skipped = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.find(' ');
+    int64_t number = 0;
+    try {
+      number = std::stoll(line.substr(0, space));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (number <= shown) continue;
+    if (last == shown && number > shown + 1) skipped = number - shown - 1;
+    if (skipped > 0) {
+      std::cerr << "rendezvous store at " << at << ": refused " << skipped << " more connection(s)"
+                << std::endl;
+      skipped = 0;
+    }
+    std::cerr << "rendezvous store at " << at << ": refused " << line.substr(space + 1)
+              << std::endl;
+    last = number;
+  }
+  return last;
+}
+
+}  // namespace dist::collective

@@ -1,0 +1,228 @@
+#include "collective/process_communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <exception>
+
+#include "collective/agreement.h"
+#include "collective/ring_reduce_scatter.h"
+#include "dist/core/error.h"
+
+namespace dist::collective {
+namespace {
+
+// A transport's work, whose failure is diagnosed (named lost or missing member), and what to do
+// once it completed.
+class DiagnosedWork : public Work {
+ public:
+  DiagnosedWork(Liveness* liveness, std::string what, int64_t sequence, WorkHandle work,
+                std::function<void()> finish)
+      : liveness_(liveness),
+        what_(std::move(what)),
+        sequence_(sequence),
+        work_(std::move(work)),
+        finish_(std::move(finish)) {}
+
+  void wait(std::chrono::milliseconds deadline) override {
+    if (done_) return;
+    try {
+      work_->wait(deadline);
+    } catch (const std::exception& e) {
+      liveness_->fail(what_, sequence_, e);
+    }
+    if (finish_) finish_();
+    done_ = true;
+  }
+  bool is_completed() override { return work_->is_completed(); }
+
+ private:
+  Liveness* liveness_;
+  std::string what_;
+  int64_t sequence_;
+  WorkHandle work_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+ProcessGroupSpec checked(ProcessGroupSpec spec, const std::string& transport_name) {
+  DIST_CHECK_ARG(!spec.members.empty(), "a ", transport_name, " group needs at least one member");
+  DIST_CHECK_ARG(spec.rank >= 0 && spec.rank < static_cast<int>(spec.members.size()),
+                 transport_name, " rank ", spec.rank, " is outside 0..", spec.members.size() - 1);
+  return spec;
+}
+
+}  // namespace
+
+ProcessCommunicator::ProcessCommunicator(ProcessGroupSpec spec, const std::string& transport_name,
+                                         MakeTransport make_transport)
+    : spec_(checked(std::move(spec), transport_name)), rendezvous_(spec_), liveness_(rendezvous_) {
+  // Beating from now on (liveness_): the store's host must see a member waiting for the
+  // others as alive.
+  rendezvous_.join();
+  try {
+    transport_ = make_transport(spec_, rendezvous_);
+  } catch (const std::exception& e) {
+    liveness_.fail("connecting the " + transport_name + " process group", 0, e);
+  }
+  liveness_.set_close([this] { transport_->close(); });
+}
+
+ProcessCommunicator::~ProcessCommunicator() {
+  // Destroyed while an exception unwinds: this member is failing. Say so, unless the failure is
+  // a collective's (or a peer's) that the others already see.
+  if (std::uncaught_exceptions() > 0 && !rendezvous_.saw_peer_failure())
+    liveness_.abort("it stopped with an error (its own output says which)");
+  liveness_.stop_heartbeat();
+  transport_.reset();
+}
+
+std::string ProcessCommunicator::member_name(int rank) const {
+  return collective::member_name(spec_, rank);
+}
+
+int64_t ProcessCommunicator::begin(const std::string& what, const Fingerprint* fingerprint) {
+  const int64_t sequence = fingerprint != nullptr ? liveness_.next_sequence() : 0;
+  liveness_.check_usable(what);
+  if (fingerprint == nullptr || !spec_.check_collectives) return sequence;
+  std::string mismatch;
+  try {
+    mismatch = disagreement(*transport_, spec_, sequence, *fingerprint);
+  } catch (const std::exception& e) {
+    liveness_.fail(what, sequence, e);
+  }
+  if (mismatch.empty()) return sequence;
+  liveness_.mark_failed();  // every member throws this; none has more to tell the others
+  throw CollectiveError(mismatch);
+}
+
+WorkHandle ProcessCommunicator::issue(const std::string& what, const Fingerprint* fingerprint,
+                                      const std::function<WorkHandle()>& start,
+                                      std::function<void()> finish) {
+  return run(what, begin(what, fingerprint), start, std::move(finish));
+}
+
+WorkHandle ProcessCommunicator::run(const std::string& what, int64_t sequence,
+                                    const std::function<WorkHandle()>& start,
+                                    std::function<void()> finish) {
+  WorkHandle work;
+  try {
+    work = start();
+  } catch (const std::exception& e) {
+    liveness_.fail(what, sequence, e);
+  }
+  return std::make_shared<DiagnosedWork>(&liveness_, what, sequence, std::move(work),
+                                         std::move(finish));
+}
+
+WorkHandle ProcessCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
+  if (tensors.empty()) return completed_work();
+  std::function<void()> finish;
+  if (op == ReduceOp::kMean) {
+    finish = [tensors, n = size()]() mutable {
+      for (auto& t : tensors) divide_for_mean(t, n);
+    };
+  }
+  const Fingerprint fingerprint = fingerprint_of(all_reduce_kind(op), tensors);
+  const ReduceOp moved = op == ReduceOp::kMean ? ReduceOp::kSum : op;
+  return issue(
+      "all_reduce", &fingerprint, [&] { return transport_->all_reduce(tensors, moved); },
+      std::move(finish));
+}
+
+WorkHandle ProcessCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",
+                 size() - 1);
+  const Fingerprint fingerprint = fingerprint_of(broadcast_kind(root), tensors);
+  return issue("broadcast", &fingerprint, [&] { return transport_->broadcast(tensors, root); });
+}
+
+WorkHandle ProcessCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
+  // Transports gather equal shapes: exchange the sizes along dim 0 first, pad to the largest,
+  // gather, then cut each member's part back to its size.
+  const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+  std::vector<at::Tensor> sizes(static_cast<size_t>(size()));
+  for (auto& s : sizes) s = at::empty({1}, at::kLong);
+  const Fingerprint sizes_fingerprint{kAllGatherSizesKind, 1, static_cast<int64_t>(at::kLong), 1};
+  issue("all_gather (sizes)", &sizes_fingerprint, [&] {
+    return transport_->all_gather(at::tensor({local.size(0)}, at::kLong), &sizes);
+  })->wait();
+  int64_t largest = 0;
+  for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
+  auto padded_shape = local.sizes().vec();
+  padded_shape[0] = largest;
+  at::Tensor padded = at::zeros(padded_shape, local.options());
+  padded.narrow(0, 0, local.size(0)).copy_(local);
+  auto parts = std::make_shared<std::vector<at::Tensor>>();
+  for (int r = 0; r < size(); ++r) parts->push_back(at::empty_like(padded));
+  const Fingerprint fingerprint{kAllGatherKind, padded.numel(),
+                                static_cast<int64_t>(padded.scalar_type()), 1};
+  return issue(
+      "all_gather", &fingerprint, [&] { return transport_->all_gather(padded, parts.get()); },
+      [parts, sizes, output] {
+        std::vector<at::Tensor> cut;
+        for (size_t r = 0; r < sizes.size(); ++r)
+          cut.push_back((*parts)[r].narrow(0, 0, sizes[r].item<int64_t>()));
+        *output = at::cat(cut, 0);
+      });
+}
+
+WorkHandle ProcessCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                               ReduceOp op) {
+  const int64_t rows = input.dim() == 0 ? 1 : input.size(0);
+  const auto [first, end] = chunk_range(rows, size(), rank());
+  const int64_t row_elements = rows == 0 ? 0 : input.numel() / rows;
+  DIST_CHECK_ARG(output.numel() == (end - first) * row_elements, "reduce_scatter on ",
+                 member_name(rank()), ": the output has ", output.numel(),
+                 " elements, but this member's chunk has ", end - first, " of the ", rows,
+                 " rows of ", row_elements, " elements");
+  const Fingerprint fingerprint{reduce_scatter_kind(op), input.numel(),
+                                static_cast<int64_t>(input.scalar_type()), rows};
+  std::function<void()> finish;
+  if (op == ReduceOp::kMean)
+    finish = [output, n = size()]() mutable { divide_for_mean(output, n); };
+  const ReduceOp moved = op == ReduceOp::kMean ? ReduceOp::kSum : op;
+  const int64_t sequence = begin("reduce_scatter", &fingerprint);
+  return run(
+      "reduce_scatter", sequence,
+      [&] {
+        if (WorkHandle native = transport_->reduce_scatter(input, output, moved)) return native;
+        reduce_scatter_by_ring(*transport_, rank(), size(), input, output, moved,
+                               ring_tag(sequence));
+        return completed_work();
+      },
+      std::move(finish));
+}
+
+WorkHandle ProcessCommunicator::barrier() {
+  const Fingerprint fingerprint{kBarrierKind, 0, 0, 0};
+  return issue("barrier", &fingerprint, [&] { return transport_->barrier(); });
+}
+
+WorkHandle ProcessCommunicator::send(const at::Tensor& tensor, int to, int tag) {
+  check_peer("send", member_name(rank()), rank(), to, size());
+  DIST_CHECK_ARG(tag >= 0 && tag < kFirstReservedTag, "send on ", member_name(rank()), ": tag ",
+                 tag, " is outside 0..", kFirstReservedTag - 1, " (the rest are the library's)");
+  return issue("send to " + member_name(to), nullptr,
+               [&] { return transport_->send(tensor.contiguous(), to, tag); });
+}
+
+WorkHandle ProcessCommunicator::recv(at::Tensor& tensor, int from, int tag) {
+  check_peer("recv", member_name(rank()), rank(), from, size());
+  DIST_CHECK_ARG(tag >= 0 && tag < kFirstReservedTag, "recv on ", member_name(rank()), ": tag ",
+                 tag, " is outside 0..", kFirstReservedTag - 1, " (the rest are the library's)");
+  DIST_CHECK_ARG(tensor.is_contiguous(), "recv needs a contiguous tensor");
+  return issue("recv from " + member_name(from), nullptr,
+               [&] { return transport_->recv(tensor, from, tag); });
+}
+
+std::vector<std::string> ProcessCommunicator::exchange(const std::string& key,
+                                                       const std::string& value) {
+  return rendezvous_.exchange(key, value);
+}
+
+void ProcessCommunicator::abort(const std::string& reason) {
+  if (rendezvous_.saw_peer_failure()) return;  // the peers know: they failed first
+  liveness_.abort(reason);
+}
+
+}  // namespace dist::collective

@@ -1,0 +1,181 @@
+#include "collective/rendezvous.h"
+
+#include <iostream>
+#include <thread>
+
+#include "collective/store/store_client.h"
+#include "collective/store/store_host.h"
+#include "collective/store/store_server.h"
+#include "dist/core/error.h"
+
+namespace dist::collective {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string& self_name(const ProcessGroupSpec& spec) {
+  return spec.members[static_cast<size_t>(spec.rank)].name;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<StoreClient> connect_to_store(const ProcessGroupSpec& spec,
+                                                 std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<StoreClient>(spec.store_address, timeout, spec.job_token);
+}
+
+std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
+  std::string reports;
+  for (int r = 0; r < static_cast<int>(spec.members.size()); ++r) {
+    const std::string key = "failed/" + spec.members[static_cast<size_t>(r)].name;
+    if (r == spec.rank || !store.check({key})) continue;
+    reports += detail::concat(reports.empty() ? "" : "; ", member_name(spec, r),
+                              " failed: ", to_text(store.get(key)));
+  }
+  return reports;
+}
+
+Rendezvous::Rendezvous(const ProcessGroupSpec& spec) : spec_(spec) {
+  if (spec_.rank == 0) host_store();
+  connect();
+}
+
+Rendezvous::~Rendezvous() {
+  store_.reset();
+  server_.reset();
+}
+
+c10::intrusive_ptr<StoreClient> Rendezvous::store() const { return store_; }
+
+void Rendezvous::host_store() {
+  const HostPort at = spec_.store_address;
+  if (spec_.job_token.empty())
+    std::cerr << "warning: this job has no job token (DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE; "
+                 "dist-launch makes one), so any process that can reach "
+              << at.to_string() << " can join its rendezvous; see SECURITY.md" << std::endl;
+  StoreHostChoice host;
+  if (!spec_.store_in_process) {
+    host = locate_store_host();
+    if (host.missing) std::cerr << missing_store_host_warning() << std::endl;
+  }
+  if (!host.binary.empty()) {
+    std::vector<std::string> names;
+    for (const auto& member : spec_.members) names.push_back(member.name);
+    start_store_host({host.binary, at, names, spec_.rendezvous_timeout, spec_.collective_timeout,
+                      self_name(spec_), spec_.job_token});
+    return;
+  }
+  try {
+    server_ = std::make_unique<StoreServer>(at, spec_.job_token);
+  } catch (const std::exception& e) {
+    throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
+                                         " (", self_name(spec_), "): ", e.what(),
+                                         "; is the port in use?"));
+  }
+}
+
+void Rendezvous::connect() {
+  const HostPort at = spec_.store_address;
+  const std::string& self = self_name(spec_);
+  // A store that already lists this task as joined, or that is closing, is not this job's: the
+  // host of a previous job on the same address, which exits within seconds once its members
+  // are gone (joining it would keep it alive with our heartbeat), or a second process was
+  // started as this task. Leave it at once and try again until the rendezvous timeout.
+  const auto wait = spec_.rendezvous_timeout +
+                    (spec_.rank == 0 ? std::chrono::milliseconds(0) : kStoreHostStartAllowance);
+  const auto deadline = Clock::now() + wait;
+  while (true) {
+    try {
+      store_ = connect_to_store(spec_, wait);
+    } catch (const std::exception& e) {
+      if (spec_.rank == 0)
+        throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
+                                             at.to_string(), " that ", self,
+                                             " just started: ", e.what()));
+      throw CollectiveError(detail::concat(
+          member_name(spec_, 0), " never joined: its rendezvous store at ", at.to_string(),
+          " did not answer within ", wait.count() / 1000.0, " s (", e.what(), ")"));
+    }
+    const bool joined = store_->check({"joined/" + self});
+    const bool closing = !joined && store_->check({"closing"});
+    if (!joined && !closing) return;
+    store_.reset();
+    if (Clock::now() > deadline)
+      throw CollectiveError(
+          joined
+              ? detail::concat("the rendezvous store at ", at.to_string(), " already lists ", self,
+                               " as joined: another job on these addresses is still running, "
+                               "or two processes were started as ",
+                               self, "; stop it or use other ports")
+              : detail::concat("the rendezvous store at ", at.to_string(),
+                               " is closing: its job ended before ", self,
+                               " connected; start every worker of a job together"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+void Rendezvous::join() {
+  store_->set("joined/" + self_name(spec_), to_bytes("1"));
+  wait_for_all("joined/", "joined");
+}
+
+std::vector<std::string> Rendezvous::exchange(const std::string& key, const std::string& value) {
+  store_->set("exchange/" + key + "/" + self_name(spec_), to_bytes(value));
+  wait_for_all("exchange/" + key + "/", "reached the start-up check");
+  std::vector<std::string> values;
+  for (const auto& member : spec_.members)
+    values.push_back(to_text(store_->get("exchange/" + key + "/" + member.name)));
+  return values;
+}
+
+bool Rendezvous::publish_failure(const std::string& reason) noexcept {
+  try {
+    store_->set("failed/" + self_name(spec_), to_bytes(reason));
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
+  const auto deadline = Clock::now() + spec_.rendezvous_timeout;
+  std::string missing;
+  auto never = [&](const std::string& extra) {
+    return CollectiveError(detail::concat(missing, " never ", what, " within ",
+                                          spec_.rendezvous_timeout.count() / 1000.0,
+                                          " s (rendezvous timeout)", extra,
+                                          "; is every worker started with the same TF_CONFIG "
+                                          "cluster?"));
+  };
+  while (true) {
+    std::string now_missing;
+    std::string failures;
+    try {
+      failures = failure_reports(*store_, spec_);
+      for (int r = 0; r < static_cast<int>(spec_.members.size()); ++r) {
+        if (!store_->check({prefix + spec_.members[static_cast<size_t>(r)].name}))
+          now_missing += (now_missing.empty() ? "" : ", ") + member_name(spec_, r);
+      }
+    } catch (const std::exception& e) {
+      // The store's host gave up first (its own rendezvous timeout): report what was missing.
+      if (!missing.empty()) throw never(" and the rendezvous store closed");
+      throw CollectiveError(
+          detail::concat("lost the rendezvous store at ", spec_.store_address.to_string(), " (",
+                         member_name(spec_, 0), ") while waiting for all workers: ", e.what()));
+    }
+    // Everyone arrived: a member's failure after it published its key is not this wait's to
+    // report (the caller's own check, say of the models, names the real cause).
+    if (now_missing.empty()) return;
+    if (!failures.empty()) {
+      saw_peer_failure_ = true;
+      throw CollectiveError(detail::concat(failures, "; ", member_name(spec_, spec_.rank),
+                                           " stops too (it was waiting until every worker ", what,
+                                           ")"));
+    }
+    missing = now_missing;
+    if (Clock::now() > deadline) throw never("");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace dist::collective

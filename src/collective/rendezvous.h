@@ -1,0 +1,67 @@
+// Rendezvous: this member's connection to the group's rendezvous store (collective/store/), for
+// any backend. Rank 0 starts the store in its own process, dist-store-host (store_host.h), so
+// that it outlives a crashed rank 0; with `store_in_process` (or without that binary) rank 0
+// hosts it itself.
+//
+// The store's keys, per member name: "joined/<name>" (it arrived), "exchange/<key>/<name>"
+// (exchange), "failed/<name>" (it aborted, and why); liveness.h adds the heartbeat's keys.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "collective/process_group_spec.h"
+
+namespace dist::collective {
+
+class StoreClient;
+class StoreServer;
+
+class Rendezvous {
+ public:
+  // Hosts the store (rank 0) and connects to it. Throws CollectiveError naming the store's
+  // address or the member that hosts it when it cannot.
+  explicit Rendezvous(const ProcessGroupSpec& spec);
+  ~Rendezvous();
+
+  // Announces this member and waits until every member did: "worker:2 (...) never joined".
+  void join();
+  // Publishes `value` under `key` and returns every member's, in rank order.
+  std::vector<std::string> exchange(const std::string& key, const std::string& value);
+  // Publishes that this member fails for `reason`; false when the store is gone.
+  bool publish_failure(const std::string& reason) noexcept;
+  // Whether a wait ended because a peer published its failure (this member then stops too,
+  // and has nothing to tell the others).
+  bool saw_peer_failure() const { return saw_peer_failure_; }
+
+  // The connection, for a transport that forms its own mesh through the store (Gloo).
+  c10::intrusive_ptr<StoreClient> store() const;
+  // Whether the store's server runs in this process (it then must stay up until the peers
+  // have read a verdict: liveness.h).
+  bool hosts_store() const { return server_ != nullptr; }
+  const ProcessGroupSpec& spec() const { return spec_; }
+
+ private:
+  void host_store();
+  void connect();
+  void wait_for_all(const std::string& prefix, const char* what);
+
+  const ProcessGroupSpec& spec_;  // the owner's, which outlives this
+  std::unique_ptr<StoreServer> server_;
+  c10::intrusive_ptr<StoreClient> store_;
+  std::atomic<bool> saw_peer_failure_{false};
+};
+
+// "worker:1 (host:port) failed: <reason>; ..." for the members other than spec.rank that
+// published a failure in `store`, or empty.
+std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec);
+
+// A new connection to the store of `spec`, waiting up to `timeout` for it.
+c10::intrusive_ptr<StoreClient> connect_to_store(const ProcessGroupSpec& spec,
+                                                 std::chrono::milliseconds timeout);
+
+}  // namespace dist::collective

@@ -1,0 +1,70 @@
+// The agreement before each collective (agreement.h) over an in-process transport: it needs no
+// backend of its own.
+#include "collective/agreement.h"
+
+#include <gtest/gtest.h>
+
+#include "collective/local/local_communicator.h"
+#include "collective_test_util.h"
+#include "local_transport.h"
+
+namespace dist::collective {
+namespace {
+
+using testing::LocalTransport;
+using testing::run_threads;
+
+ProcessGroupSpec spec_of(int size, int rank) {
+  ProcessGroupSpec spec;
+  spec.rank = rank;
+  for (int r = 0; r < size; ++r)
+    spec.members.push_back({"worker:" + std::to_string(r), {"10.0.0." + std::to_string(r), 2222}});
+  return spec;
+}
+
+// What each of `size` members gets from disagreement() when member r issues fingerprints[r].
+std::vector<std::string> agree(const std::vector<Fingerprint>& fingerprints) {
+  const int size = static_cast<int>(fingerprints.size());
+  LocalGroupOptions options;
+  options.size = size;
+  auto members = make_local_group(options);
+  std::vector<std::string> verdicts(fingerprints.size());
+  run_threads(size, [&](int r) {
+    LocalTransport transport(*members[static_cast<size_t>(r)]);
+    verdicts[static_cast<size_t>(r)] =
+        disagreement(transport, spec_of(size, r), 7, fingerprints[static_cast<size_t>(r)]);
+  });
+  return verdicts;
+}
+
+TEST(AgreementTest, MembersThatIssueTheSameCollectiveAgree) {
+  for (int size : {1, 2, 3, 5}) {
+    const Fingerprint same{all_reduce_kind(ReduceOp::kSum), 1000, 6, 2};
+    for (const auto& verdict : agree(std::vector<Fingerprint>(static_cast<size_t>(size), same)))
+      EXPECT_EQ(verdict, "");
+  }
+}
+
+TEST(AgreementTest, EveryMemberNamesWhatEachIssued) {
+  const auto verdicts = agree({{all_reduce_kind(ReduceOp::kSum), 4, 4, 1},
+                               {all_reduce_kind(ReduceOp::kSum), 4, 4, 1},
+                               {reduce_scatter_kind(ReduceOp::kMax), 4, 4, 2}});
+  const std::string expected =
+      "collective mismatch at collective #7: worker:0 (10.0.0.0:2222) issued all_reduce SUM of 4 "
+      "Long values in 1 tensor, worker:1 (10.0.0.1:2222) issued all_reduce SUM of 4 Long values "
+      "in 1 tensor, worker:2 (10.0.0.2:2222) issued reduce_scatter MAX of 4 Long values in 2 "
+      "rows; the workers are running different steps (different settings, data or code): start "
+      "every worker with the same settings";
+  for (const auto& verdict : verdicts) EXPECT_EQ(verdict, expected);
+}
+
+// Two fields that differ in opposite directions on two members still differ (the MAX of (f, -f)
+// sees both extremes).
+TEST(AgreementTest, DifferencesInOppositeDirectionsAreSeen) {
+  const auto verdicts = agree({{kBarrierKind, 0, 0, 0}, {kAllGatherKind, 5, 6, 1}});
+  for (const auto& verdict : verdicts)
+    EXPECT_NE(verdict.find("issued barrier, worker:1"), std::string::npos) << verdict;
+}
+
+}  // namespace
+}  // namespace dist::collective
