@@ -81,6 +81,44 @@ std::string missing_store_host_warning() {
                         "chief will abort the other workers; set DIST_STORE_HOST to its path");
 }
 
+namespace {
+
+// dist-store-host's command line, reporting on `ready_fd`.
+std::vector<std::string> store_host_arguments(const StoreHostRequest& request, int ready_fd) {
+  return {request.binary,
+          "--host",
+          request.at.host,
+          "--port",
+          std::to_string(request.at.port),
+          "--members",
+          join(request.members, ','),
+          "--rendezvous-timeout-ms",
+          std::to_string(request.rendezvous_timeout.count()),
+          "--collective-timeout-ms",
+          std::to_string(request.collective_timeout.count()),
+          "--ready-fd",
+          std::to_string(ready_fd)};
+}
+
+// This process's environment with DIST_JOB_TOKEN set to the job's token (the command line would
+// show it to every user of the machine in ps).
+std::vector<std::string> store_host_environment(const std::string& job_token) {
+  std::vector<std::string> environment;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "DIST_JOB_TOKEN", 14) != 0) environment.emplace_back(*e);
+  environment.push_back("DIST_JOB_TOKEN=" + job_token);
+  return environment;
+}
+
+std::vector<char*> pointers_to(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (auto& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+}  // namespace
+
 void start_store_host(const StoreHostRequest& request) {
   const std::string where = detail::concat(request.at.to_string(), " (", request.requested_by, ")");
   auto fail = [&](const std::string& why) {
@@ -93,39 +131,16 @@ void start_store_host(const StoreHostRequest& request) {
   // The host's copy of the write end must survive exec: dup2 to another number clears
   // O_CLOEXEC (dup2 onto the same number would not).
   const int child_fd = pipe_fds[1] == 3 ? 4 : 3;
-  const std::vector<std::string> args = {request.binary,
-                                         "--host",
-                                         request.at.host,
-                                         "--port",
-                                         std::to_string(request.at.port),
-                                         "--members",
-                                         join(request.members, ','),
-                                         "--rendezvous-timeout-ms",
-                                         std::to_string(request.rendezvous_timeout.count()),
-                                         "--collective-timeout-ms",
-                                         std::to_string(request.collective_timeout.count()),
-                                         "--ready-fd",
-                                         std::to_string(child_fd)};
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  std::vector<std::string> args = store_host_arguments(request, child_fd);
+  std::vector<std::string> environment = store_host_environment(request.job_token);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], child_fd);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  // The environment, with DIST_JOB_TOKEN set to the job's token (the command line would show it
-  // to every user of the machine in ps).
-  std::vector<std::string> environment;
-  for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, "DIST_JOB_TOKEN", 14) != 0) environment.emplace_back(*e);
-  environment.push_back("DIST_JOB_TOKEN=" + request.job_token);
-  std::vector<char*> envp;
-  for (auto& e : environment) envp.push_back(e.data());
-  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int spawned =
-      posix_spawn(&pid, request.binary.c_str(), &actions, nullptr, argv.data(), envp.data());
+  const int spawned = posix_spawn(&pid, request.binary.c_str(), &actions, nullptr,
+                                  pointers_to(args).data(), pointers_to(environment).data());
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   if (spawned != 0) {

@@ -247,52 +247,66 @@ bool StoreServer::handle_frames(Client& c) {
 bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
   store::Reader in(body, size);
   const auto op = static_cast<Op>(in.u8());
-  if (!c.said_hello) {
-    const std::string magic = in.str(64);
-    const uint32_t version = in.u32();
-    const std::string token = in.str(store::kMaxTokenBytes);
-    if (op != Op::kHello || magic != store::kMagic) {
-      refuse(c.peer, "its first message is not the store's hello");
-      return false;
-    }
-    if (version != store::kVersion || !in.ok() || !in.at_end()) {
-      refuse(c.peer, "a hello of another protocol version (" + std::to_string(version) + ")");
-      c.out = reply_error("this store speaks protocol version " + std::to_string(store::kVersion) +
-                          ": run the same version of distribute on every worker");
-      flush(c);
-      return false;
-    }
-    if (!same_token(token, job_token_)) {
-      refuse(c.peer, token.empty() ? "no job token" : "a wrong job token");
-      c.out = reply_error(token.empty() ? "this job needs a job token"
-                                        : "the job token does not match this job's");
-      flush(c);
-      return false;
-    }
-    c.said_hello = true;
-    c.out = reply(Status::kOk);
-    return true;
-  }
-  auto keys = [&] {
-    const uint32_t n = in.u32();
-    std::vector<std::string> out;
-    if (n > store::kMaxKeysPerRequest) return out;
-    for (uint32_t i = 0; i < n && in.ok(); ++i) out.push_back(in.str(store::kMaxKeyBytes));
-    return out;
-  };
+  if (!c.said_hello) return greet(c, op, in);
   std::lock_guard<std::mutex> lock(mu_);
+  if (answer(c, op, in)) return true;
+  ++refused_requests_;
+  return false;  // malformed: drop the connection, keep serving the others
+}
+
+bool StoreServer::greet(Client& c, Op op, store::Reader& in) {
+  const std::string magic = in.str(64);
+  const uint32_t version = in.u32();
+  const std::string token = in.str(store::kMaxTokenBytes);
+  if (op != Op::kHello || magic != store::kMagic) {
+    refuse(c.peer, "its first message is not the store's hello");
+    return false;
+  }
+  if (version != store::kVersion || !in.ok() || !in.at_end()) {
+    refuse(c.peer, "a hello of another protocol version (" + std::to_string(version) + ")");
+    c.out = reply_error("this store speaks protocol version " + std::to_string(store::kVersion) +
+                        ": run the same version of distribute on every worker");
+    flush(c);
+    return false;
+  }
+  if (!same_token(token, job_token_)) {
+    refuse(c.peer, token.empty() ? "no job token" : "a wrong job token");
+    c.out = reply_error(token.empty() ? "this job needs a job token"
+                                      : "the job token does not match this job's");
+    flush(c);
+    return false;
+  }
+  c.said_hello = true;
+  c.out = reply(Status::kOk);
+  return true;
+}
+
+namespace {
+
+// A request's list of keys; empty (and the reader failed) beyond the limits.
+std::vector<std::string> read_keys(store::Reader& in) {
+  const uint32_t n = in.u32();
+  std::vector<std::string> out;
+  if (n > store::kMaxKeysPerRequest) return out;
+  for (uint32_t i = 0; i < n && in.ok(); ++i) out.push_back(in.str(store::kMaxKeyBytes));
+  return out;
+}
+
+}  // namespace
+
+bool StoreServer::answer(Client& c, Op op, store::Reader& in) {
   switch (op) {
     case Op::kSet: {
       std::string key = in.str(store::kMaxKeyBytes);
       Bytes value = in.bytes(store::kMaxFrameBytes);
-      if (!in.ok() || !in.at_end()) break;
+      if (!in.ok() || !in.at_end()) return false;
       data_[key] = std::move(value);
       c.out = reply(Status::kOk);
       return true;
     }
     case Op::kGet: {
       const std::string key = in.str(store::kMaxKeyBytes);
-      if (!in.ok() || !in.at_end()) break;
+      if (!in.ok() || !in.at_end()) return false;
       auto it = data_.find(key);
       c.out = it == data_.end() ? reply(Status::kNotFound) : reply(Status::kOk, it->second);
       return true;
@@ -300,7 +314,7 @@ bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
     case Op::kAdd: {
       const std::string key = in.str(store::kMaxKeyBytes);
       const int64_t delta = in.i64();
-      if (!in.ok() || !in.at_end()) break;
+      if (!in.ok() || !in.at_end()) return false;
       try {
         c.out = reply_number(add_to(data_[key], delta));
       } catch (const std::exception&) {
@@ -309,8 +323,8 @@ bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
       return true;
     }
     case Op::kCheck: {
-      const auto wanted = keys();
-      if (!in.ok() || !in.at_end()) break;
+      const auto wanted = read_keys(in);
+      if (!in.ok() || !in.at_end()) return false;
       const bool all = std::all_of(wanted.begin(), wanted.end(),
                                    [&](const std::string& k) { return data_.count(k) > 0; });
       c.out = reply(all ? Status::kOk : Status::kNotFound);
@@ -318,44 +332,46 @@ bool StoreServer::handle(Client& c, const uint8_t* body, size_t size) {
     }
     case Op::kWait: {
       const int64_t timeout_ms = in.i64();
-      auto wanted = keys();
-      if (!in.ok() || !in.at_end() || timeout_ms < 0) break;
+      auto wanted = read_keys(in);
+      if (!in.ok() || !in.at_end() || timeout_ms < 0) return false;
       c.waiting_for = std::move(wanted);
       c.wait_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
       return true;  // answered by answer_waits
     }
     case Op::kDelete: {
       const std::string key = in.str(store::kMaxKeyBytes);
-      if (!in.ok() || !in.at_end()) break;
+      if (!in.ok() || !in.at_end()) return false;
       c.out = reply(data_.erase(key) > 0 ? Status::kOk : Status::kNotFound);
       return true;
     }
     case Op::kNumKeys:
-      if (!in.at_end()) break;
+      if (!in.at_end()) return false;
       c.out = reply_number(static_cast<int64_t>(data_.size()));
       return true;
-    case Op::kCompareSet: {
-      const std::string key = in.str(store::kMaxKeyBytes);
-      Bytes expected = in.bytes(store::kMaxFrameBytes);
-      Bytes desired = in.bytes(store::kMaxFrameBytes);
-      if (!in.ok() || !in.at_end()) break;
-      auto it = data_.find(key);
-      if (it == data_.end()) {
-        if (expected.empty()) data_[key] = desired;
-        c.out = reply(Status::kOk, expected.empty() ? desired : expected);
-      } else if (it->second == expected) {
-        it->second = std::move(desired);
-        c.out = reply(Status::kOk, it->second);
-      } else {
-        c.out = reply(Status::kOk, it->second);
-      }
-      return true;
-    }
+    case Op::kCompareSet:
+      return compare_set(c, in);
     case Op::kHello:
-      break;
+      return false;
   }
-  ++refused_requests_;
-  return false;  // malformed: drop the connection, keep serving the others
+  return false;
+}
+
+bool StoreServer::compare_set(Client& c, store::Reader& in) {
+  const std::string key = in.str(store::kMaxKeyBytes);
+  Bytes expected = in.bytes(store::kMaxFrameBytes);
+  Bytes desired = in.bytes(store::kMaxFrameBytes);
+  if (!in.ok() || !in.at_end()) return false;
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    if (expected.empty()) data_[key] = desired;
+    c.out = reply(Status::kOk, expected.empty() ? desired : expected);
+  } else if (it->second == expected) {
+    it->second = std::move(desired);
+    c.out = reply(Status::kOk, it->second);
+  } else {
+    c.out = reply(Status::kOk, it->second);
+  }
+  return true;
 }
 
 bool StoreServer::flush(Client& c) {

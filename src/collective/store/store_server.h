@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective/store/store_protocol.h"
 #include "dist/core/host_port.h"
 
 namespace dist::collective {
@@ -57,7 +58,12 @@ class StoreServer {
   // Reads what arrived; false when the client is to be dropped.
   bool read_from(Client& client);
   bool handle_frames(Client& client);
+  // One request; false drops the connection (a malformed request, a refused hello).
   bool handle(Client& client, const uint8_t* body, size_t size);
+  bool greet(Client& client, store::Op op, store::Reader& in);
+  // With mu_ held: answers a well-formed request into client.out (a wait: later).
+  bool answer(Client& client, store::Op op, store::Reader& in);
+  bool compare_set(Client& client, store::Reader& in);
   bool flush(Client& client);
   void answer_waits();
   // Counts and logs a refused connection (under kRefusalLogKey); the caller drops it.
