@@ -23,13 +23,14 @@ struct Fingerprint {
   }
 };
 
-// Kinds: 16 * collective + its ReduceOp or root.
-inline int64_t all_reduce_kind(ReduceOp op) { return 16 * 1 + static_cast<int64_t>(op); }
-inline int64_t broadcast_kind(int root) { return 16 * 2 + root; }
-constexpr int64_t kAllGatherSizesKind = 16 * 3;
-constexpr int64_t kAllGatherKind = 16 * 4;
-constexpr int64_t kBarrierKind = 16 * 5;
-inline int64_t reduce_scatter_kind(ReduceOp op) { return 16 * 6 + static_cast<int64_t>(op); }
+// Kinds: the collective in the low 4 bits, its ReduceOp or root above them (so any root of any
+// group size stays apart from the other collectives).
+inline int64_t all_reduce_kind(ReduceOp op) { return 1 + 16 * static_cast<int64_t>(op); }
+inline int64_t broadcast_kind(int root) { return 2 + 16 * int64_t{root}; }
+constexpr int64_t kAllGatherSizesKind = 3;
+constexpr int64_t kAllGatherKind = 4;
+constexpr int64_t kBarrierKind = 5;
+inline int64_t reduce_scatter_kind(ReduceOp op) { return 6 + 16 * static_cast<int64_t>(op); }
 
 inline int64_t total_elements(const std::vector<at::Tensor>& tensors) {
   int64_t n = 0;

@@ -66,5 +66,24 @@ TEST(AgreementTest, DifferencesInOppositeDirectionsAreSeen) {
     EXPECT_NE(verdict.find("issued barrier, worker:1"), std::string::npos) << verdict;
 }
 
+// Groups of more than 16 members: a broadcast from any root stays a broadcast from that root,
+// apart from every other collective.
+TEST(AgreementTest, BroadcastKindsOfEveryRootStayApartFromOtherCollectives) {
+  const std::vector<int64_t> others{all_reduce_kind(ReduceOp::kSum),
+                                    all_reduce_kind(ReduceOp::kMax),
+                                    kAllGatherSizesKind,
+                                    kAllGatherKind,
+                                    kBarrierKind,
+                                    reduce_scatter_kind(ReduceOp::kSum),
+                                    reduce_scatter_kind(ReduceOp::kMax)};
+  for (int root = 0; root < 100; ++root) {
+    const Fingerprint broadcast{broadcast_kind(root), 4, 6, 1};
+    EXPECT_EQ(describe(broadcast).rfind("broadcast from rank " + std::to_string(root) + " of", 0),
+              0u)
+        << describe(broadcast);
+    for (int64_t other : others) EXPECT_NE(broadcast_kind(root), other) << "root " << root;
+  }
+}
+
 }  // namespace
 }  // namespace dist::collective
