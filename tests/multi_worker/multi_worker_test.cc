@@ -168,7 +168,8 @@ TEST(MultiWorkerTest, BatchNormStatisticsAreAveragedAcrossWorkers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerEquivalenceTest,
-                         ::testing::Values(Shape{2, 1}, Shape{3, 2}),  // 2x2, 3x1: StrategyConformanceTest
+                         ::testing::Values(Shape{2, 1},
+                                           Shape{3, 2}),  // 2x2, 3x1: StrategyConformanceTest
                          [](const auto& info) {
                            return std::to_string(info.param.workers) + "Workers" +
                                   std::to_string(info.param.replicas) + "Replicas";
