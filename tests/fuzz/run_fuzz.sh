@@ -63,39 +63,56 @@ export OMP_NUM_THREADS=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-failed=()
-for target in "${targets[@]}"; do
-  name=${target%_fuzz}
-  corpus=$out/corpus/$name
-  seeds=$out/seeds/$name
-  artifacts=$out/artifacts/$name
-  log=$out/$name.log
+# Fuzzes one target; its report goes to $out/<name>.report and its status is the exit code.
+fuzz_one() {
+  local target=$1 name=${1%_fuzz}
+  local corpus=$out/corpus/$name seeds=$out/seeds/$name artifacts=$out/artifacts/$name
+  local log=$out/$name.log
   mkdir -p "$corpus" "$artifacts"
   rm -rf "$seeds"
   # -runs=0: should a target not know DIST_FUZZ_WRITE_SEEDS, it must not start fuzzing here.
   if ! DIST_FUZZ_WRITE_SEEDS=$seeds "$out/build/$target" -runs=0 >"$log" 2>&1; then
-    cat "$log" >&2
-    failed+=("$target (writing its seeds)")
-    continue
+    echo "fuzz: $target failed writing its seeds:" && cat "$log"
+    return 1
   fi
   mkdir -p "$seeds"
-  dirs=("$corpus" "$seeds")
+  local dirs=("$corpus" "$seeds")
   [[ -d $source_dir/corpus/$name ]] && dirs+=("$source_dir/corpus/$name")
   # The first directory receives the new inputs; the others are only read.
   "$out/build/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" "${dirs[@]}" >"$log" 2>&1
-  status=$?
-  done_line=$(grep -E '^Done [0-9]+ runs' "$log" | tail -n 1)
-  cov_line=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
+  local status=$?
   if ((status == 0)); then
+    local done_line cov_line
+    done_line=$(grep -E '^Done [0-9]+ runs' "$log" | tail -n 1)
+    cov_line=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
     echo "fuzz: $target: ${done_line:-no stats line} | ${cov_line:-}"
+    return 0
+  fi
+  echo "fuzz: $target FOUND A PROBLEM (exit $status); its report (full log: $log):"
+  grep -n -E 'ERROR|FINDING|SUMMARY|runtime error|uncaught|out-of-memory|timeout' "$log" |
+    head -n 20
+  tail -n 40 "$log"
+  grep -E 'Test unit written to|artifact' "$log" | sed 's/^/fuzz: /'
+  echo "fuzz: reproduce with: $out/build/$target <crash file>"
+  return 1
+}
+
+# Each target is one single-threaded process: DIST_FUZZ_JOBS of them (default 2, the cores of
+# the machine the suite is sized for) run at a time, each for the full SECONDS.
+at_once=${DIST_FUZZ_JOBS:-2}
+declare -A pid_of
+for target in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= at_once)); do wait -n || true; done
+  fuzz_one "$target" >"$out/${target%_fuzz}.report" 2>&1 &
+  pid_of[$target]=$!
+done
+failed=()
+for target in "${targets[@]}"; do
+  if wait "${pid_of[$target]}"; then
+    cat "$out/${target%_fuzz}.report"
   else
-    echo "fuzz: $target FOUND A PROBLEM (exit $status); its report (full log: $log):" >&2
-    grep -n -E 'ERROR|FINDING|SUMMARY|runtime error|uncaught|out-of-memory|timeout' "$log" |
-      head -n 20 >&2
-    tail -n 40 "$log" >&2
-    grep -E 'Test unit written to|artifact' "$log" | sed 's/^/fuzz: /' >&2
-    echo "fuzz: reproduce with: $out/build/$target <crash file>" >&2
+    cat "$out/${target%_fuzz}.report" >&2
     failed+=("$target")
   fi
 done
