@@ -21,7 +21,7 @@ namespace dist::collective::store {
 constexpr char kMagic[] = "dist-store";
 constexpr uint32_t kVersion = 2;  // 2: the hello carries the job token
 
-// Limits, documented in README ("Multi-worker training"): rendezvous values are addresses and
+// Limits, documented in docs/clusters.md ("The network"): rendezvous values are addresses and
 // short start-up records, so these are generous.
 constexpr uint32_t kMaxFrameBytes = 64u << 20;  // 64 MiB per message
 constexpr uint32_t kMaxKeyBytes = 4096;
