@@ -31,5 +31,5 @@ else
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDIST_BUILD_TESTS=OFF \
       -DDIST_BUILD_BENCH=OFF -DDIST_BUILD_EXAMPLES=OFF
   fi
-  cmake --build "$build" -j "$(nproc)" --target dist-train dist-launch dist-store-host
+  cmake --build "$build" -j "$(nproc)" --target dist-tools
 fi

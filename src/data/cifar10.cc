@@ -10,7 +10,7 @@
 namespace dist::data {
 namespace {
 
-constexpr int64_t kNumClasses = 10;
+constexpr int64_t kCifarClasses = 10;
 constexpr int64_t kSide = 32;
 constexpr const char* kArchiveHint =
     "the binary version is cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html";
@@ -31,11 +31,11 @@ at::Tensor read_records(const std::string& path) {
   in.expect_end();
 
   at::Tensor labels = records.select(1, 0);
-  if (labels.max().item<int64_t>() >= kNumClasses) {
-    int64_t index = labels.ge(kNumClasses).nonzero()[0][0].item<int64_t>();
+  if (labels.max().item<int64_t>() >= kCifarClasses) {
+    int64_t index = labels.ge(kCifarClasses).nonzero()[0][0].item<int64_t>();
     throw DataError(::dist::detail::concat(path, " holds label ", labels[index].item<int64_t>(),
                                            " in record ", index, "; labels must be 0 to ",
-                                           kNumClasses - 1, ": the file is corrupt or not a ",
+                                           kCifarClasses - 1, ": the file is corrupt or not a ",
                                            "CIFAR-10 binary batch"));
   }
   return records;

@@ -10,7 +10,7 @@
 namespace dist::data {
 namespace {
 
-constexpr int64_t kNumClasses = 10;
+constexpr int64_t kMnistClasses = 10;
 
 // What to do about a missing file: for the packaged data set, how to install it.
 std::string missing_hint(const std::string& dir) {
@@ -64,11 +64,11 @@ ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
              " labels; the counts must be equal (are the files from the same split?)");
   if (labels.numel() > 0) {
     int64_t max_label = labels.max().item<int64_t>();
-    if (max_label >= kNumClasses) {
-      int64_t index = labels.ge(kNumClasses).nonzero()[0][0].item<int64_t>();
+    if (max_label >= kMnistClasses) {
+      int64_t index = labels.ge(kMnistClasses).nonzero()[0][0].item<int64_t>();
       throw DataError(::dist::detail::concat(labels_path, " holds label ",
                                              labels[index].item<int64_t>(), " at index ", index,
-                                             "; labels must be 0 to ", kNumClasses - 1));
+                                             "; labels must be 0 to ", kMnistClasses - 1));
     }
   }
   return {images.to(at::kFloat).div_(255.0).unsqueeze(1), labels.to(at::kLong)};

@@ -13,7 +13,7 @@ detail::RemoteState& state_of(const std::shared_ptr<detail::RemoteState>& state)
   return *state;
 }
 
-ParameterServerExtended& parameter_server_extended(const Strategy& strategy) {
+ParameterServerExtended& checked_parameter_server_extended(const Strategy& strategy) {
   auto* extended = dynamic_cast<ParameterServerExtended*>(&strategy.extended());
   DIST_CHECK_ARG(extended != nullptr, "ClusterCoordinator: the strategy is '", strategy.name(),
                  "'; a coordinator schedules steps of a ParameterServerStrategy only");
@@ -53,7 +53,7 @@ data::Element ScheduledCall::next() {
 }
 
 ClusterCoordinator::ClusterCoordinator(Strategy strategy) {
-  auto& extended = parameter_server_extended(strategy);
+  auto& extended = checked_parameter_server_extended(strategy);
   impl_ = std::make_unique<detail::CoordinatorImpl>(std::move(strategy), extended);
 }
 

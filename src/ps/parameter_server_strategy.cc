@@ -318,21 +318,21 @@ ParameterServerStrategy::ParameterServerStrategy(ParameterServerOptions options)
       }()) {}
 
 namespace {
-ParameterServerExtended& parameter_server_extended(const Strategy& strategy) {
+ParameterServerExtended& extended_of(const Strategy& strategy) {
   return static_cast<ParameterServerExtended&>(strategy.extended());  // the constructor made it
 }
 }  // namespace
 
 const std::string& ParameterServerStrategy::task_type() const {
-  return parameter_server_extended(*this).task_type();
+  return extended_of(*this).task_type();
 }
 
 int64_t ParameterServerStrategy::bytes_sent() const {
-  return parameter_server_extended(*this).parameter_servers().bytes_sent();
+  return extended_of(*this).parameter_servers().bytes_sent();
 }
 
 int64_t ParameterServerStrategy::bytes_received() const {
-  return parameter_server_extended(*this).parameter_servers().bytes_received();
+  return extended_of(*this).parameter_servers().bytes_received();
 }
 
 }  // namespace dist
