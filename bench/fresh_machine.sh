@@ -11,9 +11,13 @@
 # fresh machine). The chroot shares the host's kernel, /proc, /sys, /dev and /dev/shm.
 set -euo pipefail
 command=${1:-}
-[[ $command == train || $command == test ]] || { echo "usage: $0 train|test [WORK_DIR]" >&2; exit 2; }
-[[ $(id -u) -eq 0 ]] || { echo "$0: run as root (debootstrap and chroot)" >&2; exit 2; }
-command -v debootstrap >/dev/null || { echo "$0: needs debootstrap (apt-get install debootstrap)" >&2; exit 2; }
+fail() {
+  echo "$0: $*" >&2
+  exit 2
+}
+[[ $command == train || $command == test ]] || fail "usage: $0 train|test [WORK_DIR]"
+[[ $(id -u) -eq 0 ]] || fail "run as root (debootstrap and chroot)"
+command -v debootstrap >/dev/null || fail "needs debootstrap (apt-get install debootstrap)"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${2:-/tmp/fresh-debian}
 mounts=(proc sys dev dev/pts dev/shm)
@@ -31,8 +35,11 @@ if [[ -e $root ]]; then
   exit 2
 fi
 echo "fresh_machine: debootstrap bookworm into $root"
-debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$root.debootstrap.log" 2>&1 ||
-  { tail -20 "$root.debootstrap.log" >&2; exit 1; }
+if ! debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian \
+  >"$root.debootstrap.log" 2>&1; then
+  tail -20 "$root.debootstrap.log" >&2
+  exit 1
+fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 cat >"$root/etc/apt/sources.list" <<'SOURCES'
 deb http://deb.debian.org/debian bookworm main

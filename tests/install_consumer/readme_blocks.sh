@@ -22,7 +22,11 @@ awk -v out="$out" '
     if (previous != "") printf "%s: %d C++ blocks\n", previous, k > "/dev/stderr"
     previous = FILENAME; k = 0
   }
-  /^```cpp/ { n++; k++; inblock = 1; functions = functions sprintf("\n// %s, C++ block %d\nvoid doc_block_%d() {\n", FILENAME, k, n); next }
+  /^```cpp/ {
+    n++; k++; inblock = 1
+    functions = functions sprintf("\n// %s, C++ block %d\nvoid doc_block_%d() {\n", FILENAME, k, n)
+    next
+  }
   /^```/ && inblock { functions = functions "}\n"; inblock = 0; next }
   inblock && /^#include/ { if (!($0 in seen)) { seen[$0] = 1; includes = includes $0 "\n" }; next }
   inblock { functions = functions $0 "\n" }
