@@ -150,7 +150,10 @@ OptimizerKind adam_like(const char* name) {
             s->max_exp_avg_sq(slot(in, "max_exp_avg_sq"));
             return s;
           },
-          empty<Optimizer, Options>};
+          empty<Optimizer, Options>,
+          /*read_options=*/{},
+          /*write_options=*/{},
+          /*make_over=*/{}};
 }
 
 OptimizerKind sgd_kind() {
@@ -169,7 +172,10 @@ OptimizerKind sgd_kind() {
                       s->momentum_buffer(slot(in, "momentum_buffer"));
                       return s;
                     },
-                    empty<torch::optim::SGD, torch::optim::SGDOptions>},
+                    empty<torch::optim::SGD, torch::optim::SGDOptions>,
+                    /*read_options=*/{},
+                    /*write_options=*/{},
+                    /*make_over=*/{}},
       sgd_fields());
 }
 
@@ -197,7 +203,10 @@ OptimizerKind rmsprop_kind() {
                       s->grad_avg(slot(in, "grad_avg"));
                       return s;
                     },
-                    empty<torch::optim::RMSprop, torch::optim::RMSpropOptions>},
+                    empty<torch::optim::RMSprop, torch::optim::RMSpropOptions>,
+                    /*read_options=*/{},
+                    /*write_options=*/{},
+                    /*make_over=*/{}},
       rmsprop_fields());
 }
 
@@ -218,7 +227,10 @@ OptimizerKind adagrad_kind() {
                       s->sum(slot(in, "sum"));
                       return s;
                     },
-                    empty<torch::optim::Adagrad, torch::optim::AdagradOptions>},
+                    empty<torch::optim::Adagrad, torch::optim::AdagradOptions>,
+                    /*read_options=*/{},
+                    /*write_options=*/{},
+                    /*make_over=*/{}},
       adagrad_fields());
 }
 
