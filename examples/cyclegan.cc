@@ -59,7 +59,13 @@ struct Options {
 
 dist::Strategy make_strategy(const std::string& name) {
   if (name == "multi_worker_mirrored") return dist::MultiWorkerMirroredStrategy();
-  return examples::make_strategy(name);
+  try {
+    return examples::make_strategy(name);
+  } catch (const examples::UsageError&) {  // its list lacks the strategy this example adds
+    throw examples::UsageError("unknown strategy '" + name +
+                               "'; use one_device, mirrored, central_storage or "
+                               "multi_worker_mirrored");
+  }
 }
 
 // One domain's images, [N, 1, 32, 32] in [0, 1] (the background stays 0).

@@ -83,7 +83,11 @@ int parse_count(const char* text) {
 int main(int argc, char** argv) {
   const char* usage =
       "usage: make_cifar10_sample <out-dir> [records-per-train-batch] [test-records]";
-  if (argc < 2 || argc > 4) {
+  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << usage << "\n";
+    return 0;
+  }
+  if (argc < 2 || argc > 4 || argv[1][0] == '-') {  // an option is not a directory name
     std::cerr << usage << "\n";
     return 2;
   }

@@ -44,6 +44,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "collective/store/member_list.h"
 #include "collective/store/store_server.h"
 
 namespace {
@@ -65,14 +66,6 @@ struct Options {
   int ready_fd = -1;
   std::string job_token;  // from DIST_JOB_TOKEN (the chief sets it; not on the command line)
 };
-
-std::vector<std::string> split(const std::string& text, char by) {
-  std::vector<std::string> parts;
-  std::istringstream in(text);
-  for (std::string part; std::getline(in, part, by);)
-    if (!part.empty()) parts.push_back(part);
-  return parts;
-}
 
 // Detaches from the chief: its parent (the process the chief spawned) exits at once.
 void daemonize() {
@@ -184,7 +177,9 @@ int main(int argc, char** argv) {
   app.add_option("--port", options.port, "TCP port to listen on")
       ->required()
       ->check(CLI::Range(1, 65535));
-  app.add_option("--members", members, "task names, comma-separated, collective rank order")
+  app.add_option("--members", members,
+                 "task names, comma-separated, collective rank order; a run of one type's indices "
+                 "may be written as a range (worker:0-19999)")
       ->required();
   app.add_option("--rendezvous-timeout-ms", options.rendezvous_timeout_ms)
       ->check(CLI::PositiveNumber);
@@ -199,7 +194,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (const char* token = std::getenv("DIST_JOB_TOKEN")) options.job_token = token;
-  options.members = split(members, ',');
+  try {
+    options.members = dist::collective::expand_member_list(members);
+  } catch (const std::exception& e) {
+    std::cerr << "dist-store-host: --members: " << e.what() << std::endl;
+    return 2;
+  }
   if (options.members.empty()) {
     std::cerr << "dist-store-host: --members lists no task" << std::endl;
     return 2;

@@ -1,6 +1,7 @@
 // dist-train --loop fit: the main job through keras::Model::fit.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include "dist/keras/callbacks.h"
 #include "dist/models/keras_models.h"
 #include "dist/train/mixed_precision.h"
+#include "dist/train/preemption.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -163,6 +165,10 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
 
   auto timer = std::make_shared<TrainTimer>(job.global_batch, job.num_train);
   std::shared_ptr<keras::callbacks::BackupAndRestore> backup;
+  // A ps or worker task only serves the chief inside fit, where no callback runs: a watcher of
+  // its own makes a SIGTERM end the serving at once with exit 4, as in the custom loop.
+  std::optional<PreemptionWatcher> serving_preemption;
+  if (job.steps_per_epoch > 0 && !chief) serving_preemption.emplace();
   const keras::History history =
       model.fit(job.train, fit_options(options, job, out, timer, backup));
 
@@ -171,7 +177,10 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.strategy = strategy.name();
   // A ps or worker task: fit served the chief until it ended the job; the results are the
   // chief's (and the ps tasks are gone, so nothing more can be read here).
-  if (job.steps_per_epoch > 0 && !chief) return result;
+  if (job.steps_per_epoch > 0 && !chief) {
+    result.interrupted = serving_preemption->requested();
+    return result;
+  }
   result.num_replicas_in_sync = job.replicas;
   result.global_batch = job.global_batch;
   result.mixed_precision = mixed_precision::policy_name(options.mixed_precision);

@@ -154,17 +154,37 @@ void check_writable_directory(const char* flag, const std::string& dir) {
   std::filesystem::remove(probe, error);
 }
 
+// An output that exists must be a regular file: the atomic write renames over whatever is there,
+// so a device node, FIFO, socket or directory in its place would be replaced (or, for a FIFO
+// opened for appending, block the run).
+void check_replaceable(const char* flag, const std::filesystem::path& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::exists(status)) return;  // missing: it will be created
+  DIST_CHECK_ARG(std::filesystem::is_regular_file(status), flag, ": ", path.string(),
+                 " exists and is not a regular file (a directory, device, FIFO or socket); "
+                 "dist-train writes only regular files: choose another path");
+}
+
 void check_output_paths(const TrainOptions& options) {
   if (!options.save_weights.empty()) {
     const std::filesystem::path path(options.save_weights);
     DIST_CHECK_ARG(!std::filesystem::is_directory(path), "--save-weights ", options.save_weights,
                    " is a directory; give a file name such as weights.safetensors");
+    check_replaceable("--save-weights", path);
     check_writable_directory("--save-weights",
                              path.has_parent_path() ? path.parent_path().string() : ".");
   }
-  if (!options.log_dir.empty()) check_writable_directory("--log-dir", options.log_dir);
-  if (!options.checkpoint_dir.empty())
+  if (!options.log_dir.empty()) {
+    check_writable_directory("--log-dir", options.log_dir);
+    for (const char* name : {"metrics.jsonl", "metrics.csv"})
+      check_replaceable("--log-dir", std::filesystem::path(options.log_dir) / name);
+  }
+  if (!options.checkpoint_dir.empty()) {
     check_writable_directory("--checkpoint-dir", options.checkpoint_dir);
+    check_replaceable("--checkpoint-dir",
+                      std::filesystem::path(options.checkpoint_dir) / "checkpoint");
+  }
 }
 
 std::string exact(double value) {
@@ -218,6 +238,11 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   data::Dataset examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
   if (options.train_examples > 0) examples = examples.take(options.train_examples);
   const int64_t num_train = examples.cardinality();
+  DIST_CHECK_ARG(global_batch <= num_train, "the global batch (", global_batch,
+                 ") is larger than the ", num_train,
+                 " training examples, so every epoch would be one partial batch; choose "
+                 "--global-batch (or --batch-per-replica x replicas) of at most ",
+                 num_train);
   data::Dataset train = examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
   data::Dataset test =
       data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
@@ -229,8 +254,12 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")
                 << std::endl;
   }
-  return JobSetup{strategy,  chief,           replicas,         global_batch,
-                  num_train, steps_per_epoch, std::move(train), std::move(test)};
+  JobSetup job{strategy,         chief,           replicas,
+               global_batch,     num_train,       steps_per_epoch,
+               std::move(train), std::move(test), nullptr};
+  if (chief && !options.checkpoint_dir.empty())
+    job.checkpoint_lock = std::make_shared<DirectoryLock>(options.checkpoint_dir, "checkpoints");
+  return job;
 }
 
 }  // namespace
@@ -572,6 +601,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   if (!runner_->runs_loop()) {
     runner_->serve();  // a ps or worker task: the chief's steps, until it ends the job
     result_.chief = false;
+    result_.interrupted = preemption_.requested();  // SIGTERM while serving: exit 4
     return result_;
   }
   open_logs();

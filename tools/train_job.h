@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/input_context.h"
 #include "dist/distribute/strategy.h"
+#include "dist/train/directory_lock.h"
 #include "train_options.h"
 
 namespace dist::keras {
@@ -70,6 +72,9 @@ struct JobSetup {
   int64_t steps_per_epoch = 0;
   data::Dataset train;  // shuffled global batches of the training examples
   data::Dataset test;   // global batches of the test set
+  // The chief's hold on --checkpoint-dir for the whole job: a second job on the same directory
+  // is refused, naming this one's host and pid.
+  std::shared_ptr<DirectoryLock> checkpoint_lock;
 };
 // Checks the options, makes the strategy, prints the job's header on the chief, checks that
 // every output path can be written (chief), opens the data.

@@ -1,15 +1,17 @@
 #include "dist/distribute/cluster_resolver.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <optional>
 
 #include "dist/core/error.h"
+#include "distribute/host_name.h"
 
 extern char** environ;
 
@@ -124,6 +126,12 @@ int port_base(const EnvironmentVariables& env, int tasks_on_busiest_node) {
       parse_integer("DIST_PORT_BASE", *value, 1, 65536 - std::max(1, tasks_on_busiest_node)));
 }
 
+// The variable a Slurm or MPI job's node names came from, for messages.
+std::string node_list_source(const EnvironmentVariables& env) {
+  if (lookup(env, "SLURM_PROCID")) return "Slurm's SLURM_STEP_NODELIST or SLURM_JOB_NODELIST";
+  return "the MPI launcher's host list";
+}
+
 // Workers in blocks over `nodes`, `tasks_per_node[i]` on node i.
 ClusterConfig block_placement(const std::vector<std::string>& nodes,
                               const std::vector<int>& tasks_per_node, int rank,
@@ -131,6 +139,12 @@ ClusterConfig block_placement(const std::vector<std::string>& nodes,
   const int busiest = *std::max_element(tasks_per_node.begin(), tasks_per_node.end());
   const int base = port_base(env, busiest);
   std::vector<std::string> workers;
+  for (size_t node = 0; node < nodes.size(); ++node) {
+    // Named by where it came from: these names are not TF_CONFIG's.
+    if (const std::string problem = detail::host_name_problem(nodes[node]); !problem.empty())
+      throw InvalidArgument("node " + std::to_string(node) + " of this job's node list (" +
+                            node_list_source(env) + "): " + problem);
+  }
   for (size_t node = 0; node < nodes.size(); ++node)
     for (int local = 0; local < tasks_per_node[node]; ++local)
       workers.push_back(nodes[node] + ":" + std::to_string(base + local));
@@ -260,7 +274,8 @@ SlurmClusterResolver::SlurmClusterResolver(const EnvironmentVariables& env) {
   const auto here = lookup(env, "SLURMD_NODENAME");
   if (index != local || (here && *here != nodes[node]))
     throw InvalidArgument("Slurm placed task " + std::to_string(rank) + " on node " +
-                          (here ? *here : "?") + " as local task " + std::to_string(local) +
+                          (here ? *here : std::string("(unnamed: SLURMD_NODENAME is not set)")) +
+                          " as local task " + std::to_string(local) +
                           ", but block placement puts it on " + nodes[node] + " as local task " +
                           std::to_string(index) +
                           ": start the workers with srun --distribution=block");
@@ -320,6 +335,47 @@ void check_job_token(const std::string& token, const std::string& source) {
                    " holds a space or a non-printable character; use printable ASCII only");
 }
 
+namespace {
+
+// The first line of the token file, read without blocking and without reading more than a token
+// can be: a FIFO with no writer, a device such as /dev/zero or a huge file must not hang or fill
+// memory (1 KiB of token, a CR and a newline at most).
+std::string first_line_of_token_file(const std::string& path) {
+  const std::string name = "DIST_JOB_TOKEN_FILE='" + path + "'";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  DIST_CHECK_ARG(fd >= 0, name, ": cannot open it (", std::strerror(errno),
+                 "); point it at a readable file that holds the job token");
+  struct stat info {};
+  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  if (!regular) {
+    ::close(fd);
+    throw InvalidArgument(name + " is not a regular file (a directory, FIFO, socket or device); " +
+                          "write the token into a regular file");
+  }
+  constexpr size_t kMaxLine = 1024 + 2;
+  std::string bytes(kMaxLine, '\0');
+  size_t length = 0;
+  while (length < kMaxLine) {
+    const ssize_t got = ::read(fd, &bytes[length], kMaxLine - length);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    length += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  bytes.resize(length);
+  DIST_CHECK_ARG(!bytes.empty(), name,
+                 " is empty; write the job token (16 to 1024 printable characters) into it");
+  const size_t newline = bytes.find('\n');
+  DIST_CHECK_ARG(newline != std::string::npos || length < kMaxLine, name,
+                 ": its first line is longer than 1024 characters; a job token needs 16 to "
+                 "1024 printable characters");
+  std::string line = bytes.substr(0, newline);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
+}  // namespace
+
 std::string job_token_from_environment(const EnvironmentVariables& env) {
   const auto token = lookup(env, "DIST_JOB_TOKEN");
   const auto file = lookup(env, "DIST_JOB_TOKEN_FILE");
@@ -330,11 +386,7 @@ std::string job_token_from_environment(const EnvironmentVariables& env) {
     return *token;
   }
   if (!file) return "";
-  std::ifstream in(*file);
-  std::string line;
-  DIST_CHECK_ARG(in && std::getline(in, line), "DIST_JOB_TOKEN_FILE='", *file,
-                 "': cannot read it (", std::strerror(errno), ")");
-  if (!line.empty() && line.back() == '\r') line.pop_back();
+  const std::string line = first_line_of_token_file(*file);
   check_job_token(line, "the token in DIST_JOB_TOKEN_FILE='" + *file + "'");
   return line;
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
+#include "distribute/host_name.h"
 
 namespace dist {
 namespace {
@@ -21,6 +22,8 @@ HostPort parse_address(const std::string& path, const std::string& text) {
   if (colon == std::string::npos || colon == 0) fail(path, "'" + text + "' is not host:port");
   HostPort address;
   address.host = text.substr(0, colon);
+  if (const std::string problem = detail::host_name_problem(address.host); !problem.empty())
+    fail(path, problem);
   const std::string port = text.substr(colon + 1);
   if (port.empty() || port.size() > 6 || port.find_first_not_of("0123456789") != std::string::npos)
     fail(path, "'" + text + "' has no numeric port");
@@ -55,6 +58,23 @@ void validate(const std::map<std::string, std::vector<std::string>>& jobs) {
 }
 
 }  // namespace
+
+std::string detail::host_name_problem(const std::string& host) {
+  const auto shown = [&] { return host.size() <= 40 ? host : host.substr(0, 40) + "..."; };
+  if (host.empty() || host.size() > 253)
+    return "the host name '" + shown() + "' has " + std::to_string(host.size()) +
+           " characters; a host name has 1 to 253";
+  for (const char c : host) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' || c == ':' ||
+                         c == '[' || c == ']';
+    if (!allowed)
+      return "the host name '" + shown() +
+             "' holds a character that no host name or IP address has; use letters, digits, "
+             "'.' and '-' (or an IP address)";
+  }
+  return "";
+}
 
 ClusterSpec::ClusterSpec(std::map<std::string, std::vector<std::string>> jobs)
     : jobs_(std::move(jobs)) {

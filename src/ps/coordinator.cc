@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <iostream>
+#include <optional>
 
 #include "dist/core/error.h"
 #include "ps/ps_service.h"
@@ -11,6 +12,7 @@
 #include "ps/task_server.h"
 #include "ps/tensor_codec.h"
 #include "ps/worker_service.h"
+#include "train/stop_signal.h"
 
 namespace dist::detail {
 namespace {
@@ -110,9 +112,15 @@ int CoordinatorImpl::serve() {
   }
   ps::TaskServer server(config.task.name(), address, {service.get()});
   std::cerr << task << ": serving" << std::endl;
-  if (liveness.wait() == ps::TaskLiveness::Ending::kShutdown) {
+  const auto ending = liveness.wait([] { return detail::pending_stop_signal() != 0; });
+  if (ending == ps::TaskLiveness::Ending::kShutdown) {
     std::cerr << task << ": the coordinator ended the job" << std::endl;
     return 0;
+  }
+  if (ending == ps::TaskLiveness::Ending::kStopRequested) {
+    std::cerr << task << ": stopped by signal " << detail::pending_stop_signal()
+              << " while serving; this task exits" << std::endl;
+    return 4;
   }
   std::cerr << task << ": no word from the coordinator (chief "
             << config.cluster.address(TaskSpec{"chief", 0}).to_string() << ") for "
@@ -268,64 +276,107 @@ void CoordinatorImpl::run_elsewhere(size_t index, const std::shared_ptr<Call>& c
   }
 }
 
+namespace {
+
+// The heartbeat's ping of one task: at most one in flight, and polling never waits for it, since
+// a task that does not answer (stopped, or its host gone) takes up to rpc_timeout per ping and
+// the other tasks must keep hearing from the coordinator meanwhile, or they give up on it.
+class PendingPing {
+ public:
+  // The status of the ping that has ended since the last poll, if one has; then a new ping is
+  // started unless one is still in flight. `failures` counts the unanswered ones in a row (an
+  // error the task sent back is an answer: it is alive).
+  template <class Stub>
+  std::optional<grpc::Status> poll(Stub* stub, std::chrono::milliseconds timeout) {
+    std::optional<grpc::Status> ended;
+    if (reply_.valid() && reply_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      ended = reply_.get();
+      failures = ps::is_unreachable(*ended) ? failures + 1 : 0;
+    }
+    if (!reply_.valid())
+      reply_ = std::async(std::launch::async, [stub, timeout] {
+        rpc::PingRequest request;
+        request.set_from(ps::kCoordinatorTask);
+        rpc::PingResponse response;
+        return stub->Ping(ps::context_with_deadline(timeout).get(), request, &response);
+      });
+    return ended;
+  }
+
+  int failures = 0;
+
+ private:
+  std::future<grpc::Status> reply_;
+};
+
+}  // namespace
+
 void CoordinatorImpl::heartbeat() {
   const auto& options = extended_.options();
   const auto period = std::clamp<std::chrono::milliseconds>(
       options.coordinator_timeout / 4, std::chrono::milliseconds(50), std::chrono::seconds(5));
-  const ClusterSpec& cluster = extended_.config().cluster;
-  std::vector<int> ps_failures(ps_stubs_.size(), 0);
+  std::vector<PendingPing> worker_pings(workers_.size()), ps_pings(ps_stubs_.size());
   while (sleep_for(period)) {
-    rpc::PingRequest request;
-    request.set_from(ps::kCoordinatorTask);
-    std::vector<std::future<grpc::Status>> ps_pings, worker_pings;
-    for (auto& stub : ps_stubs_)
-      ps_pings.push_back(std::async(std::launch::async, [&, s = stub.get()] {
-        rpc::PingResponse response;
-        return s->Ping(ps::context_with_deadline(options.rpc_timeout).get(), request, &response);
-      }));
-    for (auto& worker : workers_)
-      worker_pings.push_back(std::async(std::launch::async, [&, w = &worker] {
-        rpc::PingResponse response;
-        return w->stub->Ping(ps::context_with_deadline(options.rpc_timeout).get(), request,
-                             &response);
-      }));
-    for (size_t i = 0; i < worker_pings.size(); ++i) {
-      if (!worker_pings[i].get().ok()) continue;
-      std::lock_guard<std::mutex> lock(mutex_);
-      worker_heard_from_[i] = true;
-    }
-    for (size_t j = 0; j < ps_pings.size(); ++j) {
-      const grpc::Status status = ps_pings[j].get();
-      if (status.ok() || !ps::is_unreachable(status)) {
-        ps_failures[j] = 0;
-        continue;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const auto status = worker_pings[i].poll(workers_[i].stub.get(), options.rpc_timeout);
+      if (!status) continue;
+      if (status->ok()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        worker_heard_from_[i] = true;
+      } else if (worker_pings[i].failures == 2) {  // once per silence
+        lose_stalled_worker(i, *status);
       }
+    }
+    for (size_t j = 0; j < ps_stubs_.size(); ++j) {
+      const auto status = ps_pings[j].poll(ps_stubs_[j].get(), options.rpc_timeout);
       // Twice in a row: a ps task that just restarted its connection gets one more chance.
-      if (++ps_failures[j] < 2) continue;
-      const TaskSpec task{"ps", static_cast<int>(j)};
-      fail_job(std::make_exception_ptr(CollectiveError(
-          concat("parameter server ", task.name(), " (", cluster.address(task).to_string(),
-                 ") is lost: it failed two pings in a row (each may take ",
-                 options.rpc_timeout.count(), " ms; ", status.error_message(),
-                 "); the variables it held are gone: restart the job, which resumes from its last "
-                 "checkpoint"))));
+      if (status && ps_pings[j].failures >= 2) lose_parameter_server(j, *status);
     }
-    std::string silent_workers;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      const bool any_up = std::find(worker_up_.begin(), worker_up_.end(), true) != worker_up_.end();
-      if (any_up || queue_.empty()) {
-        some_worker_up_at_ = Clock::now();
-      } else if (Clock::now() - some_worker_up_at_ > options.startup_timeout && !job_error_) {
-        for (const auto& worker : workers_)
-          silent_workers += (silent_workers.empty() ? "" : ", ") + worker.describe();
-      }
-    }
-    if (!silent_workers.empty())
-      fail_job(std::make_exception_ptr(CollectiveError(concat(
-          "no worker has answered for ", options.startup_timeout.count(), " ms (", silent_workers,
-          "); steps are waiting: start the workers, or check their addresses in TF_CONFIG"))));
+    fail_if_no_worker_answers();
   }
+}
+
+void CoordinatorImpl::lose_parameter_server(size_t index, const grpc::Status& status) {
+  const TaskSpec task{"ps", static_cast<int>(index)};
+  fail_job(std::make_exception_ptr(CollectiveError(concat(
+      "parameter server ", task.name(), " (", extended_.config().cluster.address(task).to_string(),
+      ") is lost: it failed two pings in a row (each may take ",
+      extended_.options().rpc_timeout.count(), " ms; ", status.error_message(),
+      "); the variables it held are gone: restart the job, which resumes from its last "
+      "checkpoint"))));
+}
+
+void CoordinatorImpl::fail_if_no_worker_answers() {
+  const auto& options = extended_.options();
+  std::string silent_workers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const bool any_up = std::find(worker_up_.begin(), worker_up_.end(), true) != worker_up_.end();
+    if (any_up || queue_.empty()) {
+      some_worker_up_at_ = Clock::now();
+    } else if (Clock::now() - some_worker_up_at_ > options.startup_timeout && !job_error_) {
+      for (const auto& worker : workers_)
+        silent_workers += (silent_workers.empty() ? "" : ", ") + worker.describe();
+    }
+  }
+  if (!silent_workers.empty())
+    fail_job(std::make_exception_ptr(CollectiveError(concat(
+        "no worker has answered for ", options.startup_timeout.count(), " ms (", silent_workers,
+        "); steps are waiting: start the workers, or check their addresses in TF_CONFIG"))));
+}
+
+// A worker that is up but failed two heartbeat pings in a row (stopped with SIGSTOP, frozen,
+// its network gone) is lost like a killed one: its running step is cancelled, so it runs again on
+// another worker now rather than after step_timeout, and it gets steps again once it answers.
+void CoordinatorImpl::lose_stalled_worker(size_t index, const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || job_error_ || !worker_up_[index]) return;
+    worker_up_[index] = false;
+    if (running_[index]) running_[index]->TryCancel();
+  }
+  log(concat(workers_[index].describe(), " failed two pings in a row (", status.error_message(),
+             "): taken as lost until it answers again"));
 }
 
 void CoordinatorImpl::fail_job(std::exception_ptr error) {
@@ -336,6 +387,10 @@ void CoordinatorImpl::fail_job(std::exception_ptr error) {
     job_error_ = error;
     queued.swap(queue_);
     unfinished_ -= static_cast<int64_t>(queued.size());
+    // Steps running on workers end too (as failed by the job's error), so that no one waits for
+    // a result that a stalled worker would hold until step_timeout.
+    for (auto& context : running_)
+      if (context) context->TryCancel();
     changed_.notify_all();
   }
   try {

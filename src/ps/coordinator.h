@@ -76,6 +76,9 @@ class CoordinatorImpl {
   bool ping_worker(WorkerTask& worker, std::chrono::milliseconds deadline);
   // A lost ps task (or no worker for too long): every call still queued fails with `error`,
   // and join() and schedule() throw it from now on.
+  void lose_stalled_worker(size_t index, const grpc::Status& status);
+  void lose_parameter_server(size_t index, const grpc::Status& status);
+  void fail_if_no_worker_answers();
   void fail_job(std::exception_ptr error);
   void rethrow_errors();  // with mutex_ held
   void finish_call(const Call& call, StepRegistry::Results values, std::exception_ptr error);

@@ -118,7 +118,9 @@ void ScheduledStepRunner::serve() {
   DIST_CHECK_ARG(!chief_,
                  "StepRunner::serve: the chief runs the training loop; serve() is for "
                  "the ps and worker tasks");
-  if (coordinator_->serve() != 0)
+  const int status = coordinator_->serve();
+  if (status == 4) return;  // stopped by SIGTERM or SIGINT: the caller's PreemptionWatcher says so
+  if (status != 0)
     throw CollectiveError(
         "heard nothing from the chief (the coordinator) within the strategy's "
         "coordinator_timeout (dist-train: --collective-timeout); the chief is lost, so this "

@@ -3,8 +3,10 @@
 // stop this process). Every call from the coordinator counts as hearing from it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -16,7 +18,7 @@ inline constexpr const char* kCoordinatorTask = "chief";
 
 class TaskLiveness {
  public:
-  enum class Ending { kShutdown, kCoordinatorLost };
+  enum class Ending { kShutdown, kCoordinatorLost, kStopRequested };
 
   explicit TaskLiveness(std::chrono::milliseconds coordinator_timeout)
       : timeout_(coordinator_timeout), last_heard_(std::chrono::steady_clock::now()) {}
@@ -30,14 +32,18 @@ class TaskLiveness {
     shutdown_ = true;
     changed_.notify_all();
   }
-  // Blocks until a Shutdown, or until the coordinator has been silent for the timeout.
-  Ending wait() {
+  // Blocks until a Shutdown, until the coordinator has been silent for the timeout, or until
+  // `stop_requested` (asked every 100 ms; may be empty) says to stop: a SIGTERM to a task that
+  // waits for its chief must not wait out the whole timeout.
+  Ending wait(const std::function<bool()>& stop_requested = nullptr) {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       if (shutdown_) return Ending::kShutdown;
+      if (stop_requested && stop_requested()) return Ending::kStopRequested;
+      const auto now = std::chrono::steady_clock::now();
       const auto deadline = last_heard_ + timeout_;
-      if (std::chrono::steady_clock::now() >= deadline) return Ending::kCoordinatorLost;
-      changed_.wait_until(lock, deadline);
+      if (now >= deadline) return Ending::kCoordinatorLost;
+      changed_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
     }
   }
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -13,6 +13,17 @@ std::string temporary_path(const std::string& path) { return concat(path, ".tmp.
 void write_file_atomically(Env* env, const std::string& path, const char* what,
                            const std::function<void(WritableFile& file)>& write) {
   DIST_CHECK_ARG(env != nullptr, "cannot write ", what, " '", path, "': the Env is null");
+  // The rename below replaces whatever is at `path`: never a device node, FIFO, socket or
+  // directory that someone named as an output by mistake (as root, /dev/full would become a
+  // regular file). Asked of the file system directly, since Env has no notion of file kinds; a
+  // path that is not on the real file system reads as missing and is written as before.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  DIST_CHECK_ARG(
+      error || !std::filesystem::exists(status) || std::filesystem::is_regular_file(status),
+      "cannot write ", what, " '", path,
+      "': it exists and is not a regular file (a directory, device, FIFO or socket); "
+      "choose another path");
   const std::string temp = temporary_path(path);
   bool renamed = false;
   try {

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "dist/core/error.h"
+#include "train/stop_signal.h"
 
 namespace dist {
 namespace {
@@ -44,5 +45,7 @@ PreemptionWatcher::~PreemptionWatcher() {
 
 bool PreemptionWatcher::requested() const { return received.load() != 0; }
 int PreemptionWatcher::signal_number() const { return received.load(); }
+
+int detail::pending_stop_signal() { return installed.load() ? received.load() : 0; }
 
 }  // namespace dist

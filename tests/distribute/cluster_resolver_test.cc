@@ -3,8 +3,13 @@
 #include "dist/distribute/cluster_resolver.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <iostream>
 
 #include "dist/core/error.h"
 #include "test_util.h"
@@ -140,6 +145,38 @@ TEST(SlurmClusterResolverTest, MalformedOrInconsistentValuesAreNamedErrors) {
   expect_error([&] { resolve_cluster(uneven); }, {"3 tasks do not divide evenly over the 2 nodes"});
 }
 
+// A node or host name no host can have (a ';', hundreds of characters) is refused before any
+// socket is opened, named by where it came from: Slurm's node list is not TF_CONFIG.
+TEST(SlurmClusterResolverTest, HostNamesAreCheckedBeforeAnySocketNamingWhereTheyCameFrom) {
+  for (const auto& [name, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"no;de1", "holds a character that no host name or IP address has"},
+           {std::string(300, 'n'), "has 300 characters; a host name has 1 to 253"}}) {
+    auto env = slurm_task(0);
+    env["SLURM_STEP_NODELIST"] = name + ",node2";
+    env["SLURMD_NODENAME"] = name;
+    try {
+      resolve_cluster(env);
+      ADD_FAILURE() << "accepted the node name " << name;
+    } catch (const InvalidArgument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("node 0 of this job's node list (Slurm's"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find(problem), std::string::npos) << message;
+      EXPECT_EQ(message.find("TF_CONFIG"), std::string::npos) << message;
+    }
+  }
+  using Jobs = std::map<std::string, std::vector<std::string>>;
+  expect_error(
+      [] {
+        ClusterSpec(Jobs{{"worker", {"a;b:1000"}}});
+      },
+      {"TF_CONFIG: cluster.worker[0]", "the host name 'a;b' holds a character"});
+  // A task placed against block order, on a node that does not say its name.
+  auto unnamed = changed(slurm_task(1), "SLURM_LOCALID", "0");
+  unnamed.erase("SLURMD_NODENAME");
+  expect_error([&] { resolve_cluster(unnamed); }, {"(unnamed: SLURMD_NODENAME is not set)"});
+}
+
 TEST(MpiClusterResolverTest, OpenMpiOnOneNodeUsesLoopbackAndOnSeveralTheNodeList) {
   EnvironmentVariables env = {{"OMPI_COMM_WORLD_RANK", "1"},
                               {"OMPI_COMM_WORLD_SIZE", "2"},
@@ -247,7 +284,33 @@ TEST(JobTokenTest, FromTheVariableOrAFileWithNamedErrors) {
       [&] {
         job_token_from_environment({{"DIST_JOB_TOKEN_FILE", dir.file("none")}});
       },
-      {"DIST_JOB_TOKEN_FILE='" + dir.file("none") + "'", "cannot read"});
+      {"DIST_JOB_TOKEN_FILE='" + dir.file("none") + "'", "cannot open it"});
+}
+
+// A token file that is not a regular file, or holds no token, is refused at once: a FIFO with no
+// writer must not block, a device like /dev/zero must not be read without end.
+TEST(JobTokenTest, ANonRegularEmptyOrEndlessTokenFileIsRefusedWithoutBlocking) {
+  testing::TempDir dir;
+  const auto refused = [](const std::string& path, const std::vector<std::string>& words) {
+    expect_error([&] { job_token_from_environment({{"DIST_JOB_TOKEN_FILE", path}}); }, words);
+  };
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0) << std::strerror(errno);
+  refused(dir.file("fifo"), {"not a regular file", "write the token into a regular file"});
+  refused(dir.path(), {"not a regular file"});
+  std::ofstream(dir.file("empty")).flush();
+  refused(dir.file("empty"), {"is empty"});
+  std::ofstream(dir.file("endless")) << std::string(5000, 'a');
+  refused(dir.file("endless"), {"longer than 1024 characters"});
+  std::ofstream(dir.file("crlf")) << "0123456789abcdef0123\r\nmore\n";
+  EXPECT_EQ(job_token_from_environment({{"DIST_JOB_TOKEN_FILE", dir.file("crlf")}}),
+            "0123456789abcdef0123");
+  // A device of our own, the same as /dev/zero (character device 1:5), where it may be made.
+  if (::mknod(dir.file("zero").c_str(), S_IFCHR | 0600, ::makedev(1, 5)) == 0) {
+    refused(dir.file("zero"), {"not a regular file"});
+  } else {
+    std::cout << "[   NOTE   ] mknod not permitted here (" << std::strerror(errno)
+              << "); the device case was not run\n";
+  }
 }
 
 }  // namespace

@@ -304,6 +304,36 @@ TEST(ParameterServerJobTest, ShardedEmbeddingStepMovesOnlyTheRowsItLooksUp) {
 // Asynchronous steps on 2 workers: worker:1 is killed in the middle of a step, its step runs
 // again on worker:0; then worker:1 is started again, rejoins and gets steps; training finishes
 // and every task exits by itself.
+// A worker stopped with SIGSTOP accepts connections but answers nothing. It must not hold up the
+// job: the coordinator keeps pinging the other tasks (which would otherwise give up on it), takes
+// the stopped worker as lost after two failed pings, and its step runs again elsewhere; the job
+// finishes within the timeout plus 30 s, and no process is left.
+TEST(ParameterServerJobTest, StoppedWorkerIsTakenAsLostAndTheJobFinishesWithoutIt) {
+  testing::TempDir dir;
+  const std::vector<std::string> args = {"train", "sgd", "40", dir.file("w.safetensors")};
+  const std::vector<std::string> env = {"DIST_TEST_STEP_SLEEP_MS=200", "DIST_TEST_TIMEOUT_MS=3000"};
+  Job job(2, 1, args, env);
+  ASSERT_TRUE(job.processes.wait_for_output(job.worker_process(1), "step done", 60s));
+  std::this_thread::sleep_for(100ms);  // inside its next step's 200 ms
+  const auto stopped = std::chrono::steady_clock::now();
+  job.processes.kill(job.worker_process(1), SIGSTOP);
+  const bool finished = job.processes.wait_for_output(job.chief_process(), "trained 40 steps", 33s);
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  job.processes.kill(job.worker_process(1), SIGKILL);  // a stopped process must still be ended
+  auto results = job.processes.wait_all(60s);
+  const std::string all = job.describe(results);
+  ASSERT_TRUE(finished) << "the job did not finish within 33 s of the SIGSTOP\n" << all;
+  EXPECT_LT(took, 33s) << all;
+  EXPECT_EQ(results[job.chief_process()].exit_code, 0) << all;
+  EXPECT_EQ(results[job.ps_process(0)].exit_code, 0) << all;
+  EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;
+  const std::string& chief = results[job.chief_process()].output;
+  EXPECT_NE(chief.find("worker:1 (127.0.0.1:"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("failed two pings in a row"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("runs again on another worker"), std::string::npos) << chief;
+  job.expect_no_process_left();
+}
+
 TEST(ParameterServerJobTest, LostWorkerStepRunsElsewhereAndRestartedWorkerRejoins) {
   testing::TempDir dir;
   const std::vector<std::string> args = {"train", "sgd", "40", dir.file("w.safetensors")};

@@ -3,11 +3,17 @@
 // and flag values that mean nothing. Every case ends in a named error and a documented exit
 // code before any work is lost. Real processes on 127.0.0.1, bounded in time.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -143,6 +149,120 @@ TEST(HostileUserTest, AnUnwritableSaveWeightsPathIsRefusedBeforeTraining) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("new/deeper/weights.safetensors")));
 }
 
+// An output path that exists but is not a regular file (here FIFOs, and a device node of our own
+// where mknod is permitted) is refused with exit 2 before training, and left as it was: the
+// atomic rename would have replaced it, and appending to a FIFO would have blocked the run.
+TEST(HostileUserTest, AnOutputThatIsNotARegularFileIsRefusedAndLeftAsItWas) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.file("ckpt"));
+  std::filesystem::create_directories(dir.file("logs"));
+  std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--save-weights", dir.file("fifo")}, dir.file("fifo")},
+      {{"--checkpoint-dir", dir.file("ckpt")}, dir.file("ckpt/checkpoint")},
+      {{"--log-dir", dir.file("logs")}, dir.file("logs/metrics.jsonl")}};
+  for (const auto& [flags, target] : cases)
+    ASSERT_EQ(::mkfifo(target.c_str(), 0600), 0) << target << ": " << std::strerror(errno);
+  if (::mknod(dir.file("full").c_str(), S_IFCHR | 0600, ::makedev(1, 7)) == 0) {
+    cases.push_back({{"--save-weights", dir.file("full")}, dir.file("full")});  // as /dev/full
+  } else {
+    std::cout << "[   NOTE   ] mknod not permitted here (" << std::strerror(errno)
+              << "); the device case was not run\n";
+  }
+  for (const auto& [flags, target] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    auto flags_and_strategy = flags;
+    flags_and_strategy.insert(flags_and_strategy.begin(), {"--strategy", "default"});
+    auto r = one_process(flags_and_strategy);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << target;
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, "is not a regular file")) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, flags[0])) << r.output;
+    EXPECT_FALSE(testing::contains(r.output, "Epoch 1/1")) << r.output;
+    struct stat info {};
+    ASSERT_EQ(::stat(target.c_str(), &info), 0) << target;
+    EXPECT_FALSE(S_ISREG(info.st_mode)) << target << " was replaced by a regular file";
+  }
+}
+
+// The job token file is read without blocking and only as far as a token can go: a FIFO with no
+// writer and an endless file end in exit 2 at once, and are left as they were.
+TEST(HostileUserTest, ATokenFileThatIsAFifoOrEndlessIsRefusedAtOnce) {
+  testing::TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0) << std::strerror(errno);
+  testing::write_file(dir.file("endless"), std::string(1 << 20, 'a'));
+  const auto ports = free_loopback_ports(1);
+  for (const auto& [file, words] : std::vector<std::pair<std::string, std::string>>{
+           {dir.file("fifo"), "not a regular file"},
+           {dir.file("endless"), "longer than 1024 characters"}}) {
+    const auto start = std::chrono::steady_clock::now();
+    WorkerProcesses process;
+    auto args = job();
+    args.insert(args.begin(), {"--strategy", "multi_worker"});
+    process.start(DIST_TRAIN_BINARY, args,
+                  {"TF_CONFIG=" + local_tf_config(ports, 0), "DIST_JOB_TOKEN_FILE=" + file});
+    auto r = process.wait_all(30s).at(0);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << file;
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, "DIST_JOB_TOKEN_FILE")) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, words)) << r.output;
+  }
+  struct stat info {};
+  ASSERT_EQ(::stat(dir.file("fifo").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+}
+
+// A checkpoint directory belongs to one job at a time: a second job on it is refused with exit 2
+// before training, naming the first one's pid; a job killed with SIGKILL leaves no stale lock,
+// so the next run on the directory trains (and resumes from what the killed one saved).
+TEST(HostileUserTest, ASecondJobOnACheckpointDirectoryIsRefusedNamingTheFirst) {
+  testing::TempDir dir;
+  // The whole training set (469 steps an epoch), so the first job is still training when the
+  // second starts; a checkpoint every 2 steps.
+  const std::vector<std::string> args{"--strategy",
+                                      "default",
+                                      "--epochs",
+                                      "1",
+                                      "--global-batch",
+                                      "128",
+                                      "--no-progress",
+                                      "--seed",
+                                      "3",
+                                      "--checkpoint-dir",
+                                      dir.file("ckpt"),
+                                      "--checkpoint-every",
+                                      "2"};
+  WorkerProcesses first;
+  first.start(DIST_TRAIN_BINARY, args, {});
+  const auto until = std::chrono::steady_clock::now() + 120s;
+  while (!std::filesystem::exists(dir.file("ckpt/checkpoint")) &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(std::filesystem::exists(dir.file("ckpt/checkpoint"))) << "no checkpoint in 120 s";
+
+  WorkerProcesses second;
+  const auto start = std::chrono::steady_clock::now();
+  second.start(DIST_TRAIN_BINARY, args, {});
+  auto refused = second.wait_all(30s).at(0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(testing::contains(refused.output, "is in use by another job")) << refused.output;
+  EXPECT_TRUE(testing::contains(refused.output, "pid " + std::to_string(first.pid(0))))
+      << refused.output;
+  EXPECT_FALSE(testing::contains(refused.output, "Epoch 1/1")) << refused.output;
+
+  first.kill(0, SIGKILL);
+  first.wait_all(30s);
+  // --max-steps 1: the run resumes past it, so it only evaluates; what matters is that the lock
+  // of the killed job did not stay behind.
+  auto resume = args;
+  resume.insert(resume.end(), {"--max-steps", "1"});
+  WorkerProcesses third;
+  third.start(DIST_TRAIN_BINARY, resume, {});
+  auto after = third.wait_all(120s).at(0);
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_TRUE(testing::contains(after.output, "Resumed from")) << after.output;
+}
+
 TEST(HostileUserTest, MeaninglessFlagValuesAreRefusedNamingTheFlag) {
   for (const auto& [flag, value] :
        std::vector<std::pair<std::string, std::string>>{{"--replicas", "0"},
@@ -151,7 +271,9 @@ TEST(HostileUserTest, MeaninglessFlagValuesAreRefusedNamingTheFlag) {
                                                         {"--train-examples", "0"},
                                                         {"--lr", "inf"},
                                                         {"--lr", "nan"},
-                                                        {"--max-steps", "0"}}) {
+                                                        {"--max-steps", "0"},
+                                                        // more than job()'s 1024 examples
+                                                        {"--global-batch", "1000000000"}}) {
     auto r = one_process({"--strategy", "default", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.output;
     EXPECT_TRUE(testing::contains(r.output, flag)) << r.output;

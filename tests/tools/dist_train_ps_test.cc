@@ -8,6 +8,7 @@
 
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -18,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "distribute/local_cluster.h"
+#include "multi_worker/process_group.h"
 #include "test_util.h"
 #include "tfrecord_reader.h"
 
@@ -219,6 +222,35 @@ TEST(DistTrainParameterServerTest, EvaluatorTaskRefusesNoCheckpointDirAndGivesUp
       testing::contains(silent.output, "no new checkpoint in " + dir.file("ckpt") + " for 1 s"))
       << silent.output;
   EXPECT_TRUE(testing::contains(silent.output, "none evaluated yet")) << silent.output;
+}
+
+// A ps or worker task whose chief never comes serves for --collective-timeout (300 s here)
+// before giving up; a SIGTERM meanwhile (a job scheduler, dist-launch stopping the job) must end
+// it at once, with exit 4 (stopped by a signal), not be ignored until the timeout.
+TEST(DistTrainParameterServerTest, TasksWaitingForAChiefThatNeverComesStopOnSigterm) {
+  const auto ports = free_loopback_ports(3);
+  for (const std::string loop : {"custom", "fit"}) {
+    for (const std::string type : {"ps", "worker"}) {
+      const std::string tf_config =
+          R"({"cluster": {"chief": ["127.0.0.1:)" + std::to_string(ports[0]) +
+          R"("], "worker": ["127.0.0.1:)" + std::to_string(ports[1]) + R"("], "ps": ["127.0.0.1:)" +
+          std::to_string(ports[2]) + R"("]}, "task": {"type": ")" + type + R"(", "index": 0}})";
+      const std::string what = "--loop " + loop + ", " + type + " task";
+      testing::WorkerProcesses task;
+      task.start(DIST_TRAIN_BINARY,
+                 {"--strategy", "parameter_server", "--loop", loop, "--collective-timeout", "300",
+                  "--no-progress"},
+                 {"TF_CONFIG=" + tf_config});
+      ASSERT_TRUE(task.wait_for_output(0, ": serving", std::chrono::seconds(60))) << what;
+      const auto signalled = std::chrono::steady_clock::now();
+      task.kill(0, SIGTERM);
+      const auto result = task.wait_all(std::chrono::seconds(30)).at(0);
+      EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(5)) << what;
+      EXPECT_EQ(result.exit_code, 4) << what << ": " << result.output;
+      EXPECT_TRUE(testing::contains(result.output, "stopped by signal 15 while serving"))
+          << what << ": " << result.output;
+    }
+  }
 }
 
 // fit's BackupAndRestore cannot save within an epoch under this strategy; dist-train says so

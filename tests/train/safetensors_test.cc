@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "dist/core/env.h"
 #include "dist/core/error.h"
 #include "test_util.h"
 
@@ -374,19 +375,45 @@ TEST(SafetensorsTest, MissingDirectoryNamesPathAndReason) {
   }
 }
 
+// The file system refuses the final rename (here by an Env that fails it, as a full or
+// read-only file system would): the error names the path, and the temporary file is removed.
+class FailingRenameEnv : public EnvWrapper {
+ public:
+  FailingRenameEnv() : EnvWrapper(Env::Default()) {}
+  void rename_file(const std::string& from, const std::string& to) override {
+    throw DataError("renaming '" + from + "' to '" + to + "' failed: Read-only file system");
+  }
+};
+
 TEST(SafetensorsTest, FailedRenameRemovesTheTempFile) {
   TempDir dir;
-  std::string path = dir.file("taken");
-  std::filesystem::create_directory(path);
-  write_file(path + "/inside", "x");  // a non-empty directory cannot be replaced by a file
+  const std::string path = dir.file("weights.safetensors");
+  FailingRenameEnv env;
   try {
-    save_safetensors(path, {{"w", torch::ones({4})}});
+    save_safetensors(path, {{"w", torch::ones({4})}}, {}, &env);
     ADD_FAILURE() << "expected Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("renaming"), std::string::npos) << e.what();
   }
+  EXPECT_TRUE(files_in(dir.path()).empty());
+}
+
+// A target that exists and is not a regular file (a directory here; a device node or FIFO named
+// by mistake alike) is refused before anything is written: the rename would replace it.
+TEST(SafetensorsTest, ATargetThatIsNotARegularFileIsRefusedAndLeftAsItWas) {
+  TempDir dir;
+  const std::string path = dir.file("taken");
+  std::filesystem::create_directory(path);
+  try {
+    save_safetensors(path, {{"w", torch::ones({4})}});
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"taken"});
+  EXPECT_TRUE(std::filesystem::is_directory(path));
 }
 
 }  // namespace

@@ -105,8 +105,10 @@ class ClusterCoordinator {
   PerWorkerDataset create_per_worker_dataset(
       std::function<data::Dataset(const InputContext&)> dataset_fn);
 
-  // On ps and worker tasks: serve until the coordinator shuts the job down (returns 0) or has
-  // been silent for the strategy's coordinator_timeout (returns 3). On the chief: InvalidArgument.
+  // On ps and worker tasks: serve until the coordinator shuts the job down (returns 0), has
+  // been silent for the strategy's coordinator_timeout (returns 3), or a PreemptionWatcher
+  // (dist/train/preemption.h) catches SIGTERM or SIGINT (returns 4, within 100 ms). On the
+  // chief: InvalidArgument.
   int serve();
 
   // On the chief: runs `function` on an idle worker, with `iterator` (if any) and `arguments`.

@@ -126,7 +126,8 @@ class StepRunner {
   // tasks, which serve() instead.
   virtual bool runs_loop() const = 0;
   // On a process that does not run the loop: serves the steps until the loop's process ends
-  // the job. CollectiveError when that process falls silent for the strategy's timeout.
+  // the job, or until a PreemptionWatcher catches SIGTERM or SIGINT (it returns; the watcher
+  // says why). CollectiveError when that process falls silent for the strategy's timeout.
   virtual void serve() = 0;
   // The steps of `epoch`: `steps_per_epoch` of them (a negative value: until the data ends;
   // required where the schedule says epoch_is_step_count), or what remains of them from

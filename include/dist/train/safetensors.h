@@ -30,7 +30,8 @@ namespace dist {
 // access goes through `env` (not owned; see env.h).
 // Concurrent saves to one path from one process are not supported (they share the temp name).
 // Throws InvalidArgument for an undefined or sparse tensor, an unsupported dtype, an empty
-// name, a duplicate name or the reserved name "__metadata__" (nothing is written); throws
+// name, a duplicate name, the reserved name "__metadata__", or a `path` that exists and is not
+// a regular file (a directory, device, FIFO or socket: nothing is written); throws
 // DataError naming the path and the system's reason when the file system fails (the temp file
 // is removed).
 void save_safetensors(const std::string& path,

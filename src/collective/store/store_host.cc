@@ -9,7 +9,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
 
+#include "collective/store/member_list.h"
 #include "dist/core/error.h"
 
 extern char** environ;
@@ -21,12 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 bool executable(const std::string& path) {
   return !path.empty() && access(path.c_str(), X_OK) == 0;
-}
-
-std::string join(const std::vector<std::string>& parts, char by) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : std::string(1, by)) + p;
-  return out;
 }
 
 // Reads up to the first newline, until EOF or the deadline. *timed_out tells which.
@@ -53,6 +50,14 @@ std::string read_line(int fd, Clock::time_point deadline, bool* timed_out) {
   return line.substr(0, line.find('\n'));
 }
 
+// dist-store-host in the directory of the running executable ("" if that cannot be read).
+std::string beside_this_program() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  return (self.parent_path() / "dist-store-host").string();
+}
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
@@ -69,14 +74,17 @@ StoreHostChoice locate_store_host() {
                    "next to dist-train), or to 'chief' to host the store in the chief process");
     return {chosen, false};
   }
+  // Next to the running program first: an installed tree that was moved elsewhere keeps its
+  // tools together, and the paths compiled in would then name nothing (or an older copy).
+  if (const std::string beside = beside_this_program(); executable(beside)) return {beside, false};
   for (const char* candidate : {DIST_STORE_HOST_INSTALLED, DIST_STORE_HOST_BUILT})
     if (executable(candidate)) return {candidate, false};
   return {"", true};
 }
 
 std::string missing_store_host_warning() {
-  return detail::concat("warning: dist-store-host not found (looked at ", DIST_STORE_HOST_INSTALLED,
-                        " and ", DIST_STORE_HOST_BUILT,
+  return detail::concat("warning: dist-store-host not found (looked beside this program, at ",
+                        DIST_STORE_HOST_INSTALLED, " and ", DIST_STORE_HOST_BUILT,
                         "), so the chief hosts the rendezvous store itself and a crash of the "
                         "chief will abort the other workers; set DIST_STORE_HOST to its path");
 }
@@ -91,7 +99,7 @@ std::vector<std::string> store_host_arguments(const StoreHostRequest& request, i
           "--port",
           std::to_string(request.at.port),
           "--members",
-          join(request.members, ','),
+          compact_member_list(request.members),
           "--rendezvous-timeout-ms",
           std::to_string(request.rendezvous_timeout.count()),
           "--collective-timeout-ms",
