@@ -293,19 +293,31 @@ class PendingPing {
       ended = reply_.get();
       failures = ps::is_unreachable(*ended) ? failures + 1 : 0;
     }
-    if (!reply_.valid())
-      reply_ = std::async(std::launch::async, [stub, timeout] {
+    if (!reply_.valid()) {
+      context_ = ps::context_with_deadline(timeout);
+      reply_ = std::async(std::launch::async, [stub, context = context_] {
         rpc::PingRequest request;
         request.set_from(ps::kCoordinatorTask);
         rpc::PingResponse response;
-        return stub->Ping(ps::context_with_deadline(timeout).get(), request, &response);
+        return stub->Ping(context.get(), request, &response);
       });
+    }
     return ended;
   }
+
+  // Ends a ping still in flight at once: the heartbeat is stopping, and the shutdown that
+  // follows must reach the other tasks before their coordinator_timeout, not wait up to
+  // rpc_timeout for a stopped one (a std::async future waits for its call when destroyed).
+  ~PendingPing() {
+    if (reply_.valid() && context_) context_->TryCancel();
+  }
+  PendingPing() = default;
+  PendingPing(PendingPing&&) = default;
 
   int failures = 0;
 
  private:
+  std::shared_ptr<grpc::ClientContext> context_;
   std::future<grpc::Status> reply_;
 };
 
