@@ -31,6 +31,7 @@
 #include "dist/train/progress_bar.h"
 #include "dist/train/safetensors.h"
 #include "dist/train/summary_writer.h"
+#include "train/atomic_file.h"
 
 namespace dist::tools {
 namespace {
@@ -156,12 +157,9 @@ void check_writable_directory(const char* flag, const std::string& dir) {
 
 // An output that exists must be a regular file: the atomic write renames over whatever is there,
 // so a device node, FIFO, socket or directory in its place would be replaced (or, for a FIFO
-// opened for appending, block the run).
+// opened for appending, block the run). Checked before training, so nothing is lost to it.
 void check_replaceable(const char* flag, const std::filesystem::path& path) {
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  if (error || !std::filesystem::exists(status)) return;  // missing: it will be created
-  DIST_CHECK_ARG(std::filesystem::is_regular_file(status), flag, ": ", path.string(),
+  DIST_CHECK_ARG(!detail::exists_as_non_regular_file(path.string()), flag, ": ", path.string(),
                  " exists and is not a regular file (a directory, device, FIFO or socket); "
                  "dist-train writes only regular files: choose another path");
 }

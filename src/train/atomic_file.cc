@@ -8,6 +8,12 @@
 
 namespace dist::detail {
 
+bool exists_as_non_regular_file(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  return !error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+}
+
 std::string temporary_path(const std::string& path) { return concat(path, ".tmp.", ::getpid()); }
 
 void write_file_atomically(Env* env, const std::string& path, const char* what,
@@ -15,15 +21,10 @@ void write_file_atomically(Env* env, const std::string& path, const char* what,
   DIST_CHECK_ARG(env != nullptr, "cannot write ", what, " '", path, "': the Env is null");
   // The rename below replaces whatever is at `path`: never a device node, FIFO, socket or
   // directory that someone named as an output by mistake (as root, /dev/full would become a
-  // regular file). Asked of the file system directly, since Env has no notion of file kinds; a
-  // path that is not on the real file system reads as missing and is written as before.
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  DIST_CHECK_ARG(
-      error || !std::filesystem::exists(status) || std::filesystem::is_regular_file(status),
-      "cannot write ", what, " '", path,
-      "': it exists and is not a regular file (a directory, device, FIFO or socket); "
-      "choose another path");
+  // regular file).
+  DIST_CHECK_ARG(!exists_as_non_regular_file(path), "cannot write ", what, " '", path,
+                 "': it exists and is not a regular file (a directory, device, FIFO or "
+                 "socket); choose another path");
   const std::string temp = temporary_path(path);
   bool renamed = false;
   try {

@@ -17,6 +17,11 @@ namespace dist::detail {
 void write_file_atomically(Env* env, const std::string& path, const char* what,
                            const std::function<void(WritableFile& file)>& write);
 
+// True when `path` exists and is not a regular file (a directory, device node, FIFO or socket):
+// a rename would replace it, and appending to a FIFO would block. Asked of the real file system
+// (Env has no notion of file kinds); a path not on it reads as missing.
+bool exists_as_non_regular_file(const std::string& path);
+
 // The temporary name write_file_atomically uses for `path` in this process.
 std::string temporary_path(const std::string& path);
 
