@@ -39,4 +39,7 @@ std::string read_file(const std::string& path);
 bool contains(const std::string& text, const std::string& what);
 int occurrences(const std::string& text, const std::string& what);
 
+// The program's path on PATH (or in /usr/sbin, /usr/bin), empty if absent.
+std::string find_program(const std::string& name);
+
 }  // namespace dist::testing

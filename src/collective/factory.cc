@@ -1,6 +1,10 @@
 #include "collective/factory.h"
 
+#include "collective/backends_built.h"
 #include "collective/gloo/gloo_transport.h"
+#if DIST_HAVE_MPI
+#include "collective/mpi/mpi_transport.h"
+#endif
 #include "collective/process_communicator.h"
 #include "collective/shm/same_host_communicator.h"
 #include "dist/core/error.h"
@@ -11,7 +15,8 @@ namespace {
 struct Backend {
   const char* name;     // CommunicationOptions::backend
   const char* display;  // in messages: "connecting the Gloo process group"
-  MakeTransport make;
+  MakeTransport make;   // null: not in this build
+  const char* how_to_build;
 };
 
 bool on_one_host(const ProcessGroupSpec& spec) {
@@ -20,10 +25,19 @@ bool on_one_host(const ProcessGroupSpec& spec) {
   return true;
 }
 
+#if DIST_HAVE_MPI
+constexpr MakeTransport kMpiTransport = &make_mpi_transport;
+#else
+constexpr MakeTransport kMpiTransport = nullptr;
+#endif
+
 // One line per backend: its transport. Everything else a member needs is composed around it
 // (process_communicator.h). (NCCL would go here, in a CUDA build.)
 constexpr Backend kBackends[] = {
-    {"gloo", "Gloo", &make_gloo_transport},
+    {"gloo", "Gloo", &make_gloo_transport, ""},
+    {"mpi", "MPI", kMpiTransport,
+     "it is built when CMake finds an MPI library (apt-get install libopenmpi-dev, then build "
+     "again)"},
 };
 
 }  // namespace
@@ -32,6 +46,8 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
                                                         const ProcessGroupSpec& spec) {
   for (const auto& b : kBackends) {
     if (backend != b.name) continue;
+    DIST_CHECK_ARG(b.make != nullptr, "the collective backend '", backend,
+                   "' is not in this build: ", b.how_to_build);
     std::unique_ptr<Communicator> made =
         std::make_unique<ProcessCommunicator>(spec, b.display, b.make);
     // Processes of one host share memory whatever the backend between them.
@@ -40,7 +56,8 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
                                                   spec.collective_timeout);
   }
   std::string known;
-  for (const auto& b : kBackends) known += (known.empty() ? "" : ", ") + std::string(b.name);
+  for (const auto& b : kBackends)
+    if (b.make != nullptr) known += (known.empty() ? "" : ", ") + std::string(b.name);
   throw InvalidArgument("unknown collective backend '" + backend + "': this build has " + known);
 }
 

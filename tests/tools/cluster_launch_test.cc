@@ -30,6 +30,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::expect_same_weights;
+using testing::find_program;
 using testing::ProcessResult;
 using testing::weights_in;
 using testing::WorkerProcesses;
@@ -67,16 +68,6 @@ std::string one_device_weights(const testing::TempDir& dir) {
   const auto result = process.wait_all(240s).at(0);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return dir.file("one.safetensors");
-}
-
-// The program's path on PATH (or /usr/sbin), empty if absent.
-std::string find_program(const std::string& name) {
-  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
-  path += ":/usr/sbin:/usr/bin";
-  std::istringstream dirs(path);
-  for (std::string dir; std::getline(dirs, dir, ':');)
-    if (!dir.empty() && access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
-  return "";
 }
 
 // The launcher's run of job_args under 2 workers found its cluster through `source` and ended
