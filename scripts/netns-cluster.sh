@@ -8,10 +8,12 @@
 #   netns-cluster.sh addresses NAME        the hosts' addresses, one a line, host 0 first
 #   netns-cluster.sh exec HOST CMD...      run CMD on HOST (an address or NAME-hI); the pid
 #                                          stays CMD's (exec all the way), so signals reach it
+#   netns-cluster.sh pids NAME             the processes running on its hosts, one a line
 #   netns-cluster.sh rate NAME RATE        change every host's limit in a running cluster
 #   netns-cluster.sh link-down HOST        pull HOST's cable (its bridge-side end goes down)
 #   netns-cluster.sh link-up HOST          plug it in again
 #   netns-cluster.sh down NAME             kill what runs inside, delete everything; idempotent
+#                                          (not while an 'up' of the same NAME still runs)
 #
 # Addresses: cluster NAME gets the first free /24 of 198.18.0.0/15 (RFC 2544's range for
 # benchmarks, never routed on the internet), host i gets .i+1 in it. The bridge has no address
@@ -48,6 +50,17 @@ cannot() {
   exit 77
 }
 
+# STEP failed with REASON: exit 77 when the machine lacks a permission or a kernel feature,
+# else 1 (a leftover of another run, say: "File exists" must fail a test, not skip it).
+failed() {
+  case $2 in
+    *"not permitted"* | *"Permission denied"* | *"not supported"* | *"Unknown device type"* | \
+      *"unknown"* | *"No such file or directory"*)
+      cannot "$1: $2" ;;
+    *) die "$1: $2" ;;
+  esac
+}
+
 check_name() {
   [[ $1 =~ ^[A-Za-z0-9_]{1,32}$ ]] || die "cluster name '$1': use 1 to 32 of A-Z a-z 0-9 _"
 }
@@ -80,19 +93,21 @@ shape() {
   # reach the rate; 256 KiB is enough up to about 0.5 Gbit/s, which measured 0.95 at 1gbit.
   local burst=$(($(rate_bits "$rate") / 8 / 250))
   ((burst < 262144)) && burst=262144
-  tc "${in_ns[@]}" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms ||
-    cannot "tc tbf on $dev failed (is sch_tbf in this kernel?)"
+  local reason
+  reason=$(tc "${in_ns[@]}" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" \
+    latency 50ms 2>&1) || failed "tc qdisc replace dev $dev root tbf" "$reason"
 }
 
-# The first /24 of 198.18.0.0/15 that no cluster holds (by its state file or its bridge, which
-# a crashed 'up' may have left), as its index 0..511.
+# The first /24 of 198.18.0.0/15 that no cluster holds (by its state file, or by a bridge or
+# veth of its names that a crashed 'up' may have left), as its index 0..511.
 free_subnet() {
   local used=" " k f
   for f in "$kStateDir"/*.hosts; do
     [[ -e $f ]] && used+="$(head -n1 "$f" | awk '{print $4}') "
   done
-  used+="$(ip -o link show type bridge | awk '{sub(":", "", $2); sub("@.*", "", $2); print $2}' |
-    tr '\n' ' ')"
+  # nc<K>br and nc<K>h<I>, as nc<K>br.
+  used+="$(ip -o link show | awk '{sub(":", "", $2); sub("@.*", "", $2); print $2}' |
+    sed -n 's/^nc\([0-9]*\)\(br\|h[0-9]*\)$/nc\1br/p' | tr '\n' ' ')"
   for ((k = 0; k < 512; k++)); do
     [[ $used == *" nc${k}br "* ]] || {
       echo "$k"
@@ -113,11 +128,11 @@ make_host() {
   local ns="$name-h$i" veth="nc${k}h$i" address
   address=$(subnet_address "$k" "$i")
   local reason
-  reason=$(ip netns add "$ns" 2>&1) || cannot "ip netns add $ns: $reason"
+  reason=$(ip netns add "$ns" 2>&1) || failed "ip netns add $ns" "$reason"
   # Recorded at once, so that a failure from here on is undone by 'down'.
   echo "$ns $address $veth" >>"$kStateDir/$name.hosts"
   reason=$(ip link add "$veth" type veth peer name eth0 netns "$ns" 2>&1) ||
-    cannot "ip link add $veth type veth: $reason"
+    failed "ip link add $veth type veth" "$reason"
   ip link set "$veth" master "$br" up
   ip -n "$ns" link set lo up # loopback inside the host: its own processes talk over it
   ip -n "$ns" addr add "$address/24" dev eth0
@@ -154,7 +169,7 @@ cmd_up() {
   # From here on, any failure undoes what was made (set -e ends the function, the trap runs).
   trap 'undo_up "$name"' EXIT
   local reason
-  reason=$(ip link add "$br" type bridge 2>&1) || cannot "ip link add $br type bridge: $reason"
+  reason=$(ip link add "$br" type bridge 2>&1) || failed "ip link add $br type bridge" "$reason"
   ip link set "$br" alias "netns-cluster $name"
   # A machine with br_netfilter loaded (Docker's) would run bridged frames through iptables,
   # whose FORWARD policy may drop them; this bridge's traffic is none of iptables' business.
@@ -200,6 +215,15 @@ cmd_exec() {
   # exec: the caller's pid becomes ip's, then CMD's (ip netns exec execs too), so a signal to
   # that pid reaches CMD itself and its exit code is CMD's.
   exec ip netns exec "$ns" "$@"
+}
+
+cmd_pids() {
+  (($# == 1)) || usage
+  check_name "$1"
+  local ns _
+  while read -r ns _; do
+    ip netns pids "$ns" 2>/dev/null || true
+  done < <(hosts_of "$1")
 }
 
 cmd_rate() {
@@ -252,6 +276,13 @@ cmd_down() {
     awk -v a="alias netns-cluster $name\$" '$0 ~ a { sub(":", "", $2); print $2 }'); do
     ip link del "$br" 2>/dev/null || true
   done
+  # Root-side veths whose namespace outlived its name (a process was still inside).
+  if [[ -e $kStateDir/$name.hosts ]]; then
+    local veth
+    for veth in $(tail -n +2 "$kStateDir/$name.hosts" | awk '{print $3}'); do
+      ip link del "$veth" 2>/dev/null || true
+    done
+  fi
   rm -f "$kStateDir/$name.hosts"
 }
 
@@ -263,6 +294,7 @@ main() {
     up) cmd_up "$@" ;;
     addresses) cmd_addresses "$@" ;;
     exec) cmd_exec "$@" ;;
+    pids) cmd_pids "$@" ;;
     rate) cmd_rate "$@" ;;
     link-down) cmd_link down "$@" ;;
     link-up) cmd_link up "$@" ;;
