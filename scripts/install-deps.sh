@@ -24,6 +24,7 @@ test_packages=(
   openmpi-bin           # the tests start workers with a real mpirun
   slurm-wlm munge       # the tests start a real single-node Slurm and run workers with srun
   procps                # pgrep and pkill in the Slurm helper of the tests
+  iproute2              # ip and tc: the test cluster of network namespaces (scripts/netns-cluster.sh)
 )
 with_tests=0
 case ${1:-} in

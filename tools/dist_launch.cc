@@ -1,11 +1,26 @@
-// dist-launch: starts a multi-worker job on this machine, for trying it out and for tests.
+// dist-launch: starts a multi-worker job on this machine, for trying it out and for tests, or
+// on given hosts through ssh (or any command prefix).
 //
 //   dist-launch --workers 2 [--replicas-per-worker 2] -- dist-train --strategy multi_worker
+//   dist-launch --hosts 10.0.0.1,10.0.0.2 [--host-command 'ssh {host}'] -- dist-train ...
 //   dist-launch --workers 2 --ps 1 [--evaluator] [--restart-workers] -- my_ps_program ...
 //
 // Picks free loopback ports, starts one process per worker with TF_CONFIG naming its task
 // (and DIST_REPLICAS_PER_WORKER), prefixes every line they print with the task name, stops
 // all of them as soon as one fails (SIGTERM, then SIGKILL after a grace period).
+//
+// Across hosts (--hosts A,B,... [--host-command 'ssh {host}'] [--port-base P]): worker i runs on
+// host i modulo the host count (list a host twice for two workers on it), started by
+// --host-command with {host} replaced, whose last argument is a shell command line: it reads
+// DIST_JOB_TOKEN from stdin (written by the launcher, so the token is on no command line),
+// then `exec env TF_CONFIG=... DIST_REPLICAS_PER_WORKER=... COMMAND`. TF_CONFIG names each
+// worker by its host's address and port P (DIST_PORT_BASE, else 8888) plus its number on that
+// host: a port free on another host cannot be probed from here. Workers whose addresses name
+// different hosts use the network, not shared memory (the same host is decided by address).
+// The pid the launcher signals is the prefix's: with `ip netns exec` (scripts/netns-cluster.sh
+// exec {host} sh -c) everything execs, so it is the worker's; with ssh it is ssh's, and a
+// stopped ssh does not stop the remote worker (it fails when its peers go, within its
+// --collective-timeout): docs/clusters.md.
 //
 // Signals: SIGINT and SIGTERM to the launcher are passed on to the workers; SIGHUP (its
 // terminal closed) is passed on as SIGTERM, which dist-train handles by saving a checkpoint.
@@ -17,9 +32,9 @@
 // every worker exited with 0 or 4, else the first other code.
 //
 // Restarts (--max-restarts K, as torchrun's elastic agent): when a worker fails, all are
-// stopped and the job starts again on fresh ports, at most K times; dist-train resumes from the
-// latest checkpoint in its --checkpoint-dir. Exit codes 2 and 3 (bad flags, bad data) are not
-// restarted. The workers see DIST_RESTART_COUNT (0 on the first run).
+// stopped and the job starts again on fresh ports (with --hosts the same ones), at most K times;
+// dist-train resumes from the latest checkpoint in its --checkpoint-dir. Exit codes 2 and 3 (bad
+// flags, bad data) are not restarted. The workers see DIST_RESTART_COUNT (0 on the first run).
 //
 // Parameter-server jobs (--ps M, M > 0): one chief, --workers N workers, M ps tasks and, with
 // --evaluator, one evaluator, all running the same command with TF_CONFIG naming their task
@@ -90,43 +105,76 @@ constexpr int kStoppedResumable = 4;
 // must not loop forever.
 constexpr int kMaxWorkerRestarts = 10;
 
-Task start(const std::vector<std::string>& command, const std::string& name,
-           const std::string& type, const std::string& config,
-           const std::vector<std::string>& env) {
+// How one task is started: its argv, the environment it gets beyond the launcher's (TF_CONFIG
+// among it), and with `feed_input` the text its stdin receives (else it reads the launcher's).
+struct Launch {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  bool feed_input = false;
+  std::string input;
+};
+
+// Two pipe ends, or an error.
+void make_pipe(int fds[2]) {
+  if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe failed: ") + strerror(errno));
+}
+
+// The forked task: its own group, dies with the launcher, output into `out`, stdin from `in`
+// (-1: the launcher's), then exec. Never returns.
+[[noreturn]] void exec_task(const Launch& launch, pid_t launcher, int out, const int in[2]) {
+  setpgid(0, 0);  // its own process group, so stopping it stops its children too
+  // Dies with the launcher, even a SIGKILLed one; SIGTERM lets dist-train save first. The
+  // launcher may have died before prctl took effect: then stop here.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) _exit(128 + SIGTERM);
+  dup2(out, STDOUT_FILENO);
+  dup2(out, STDERR_FILENO);
+  if (in[0] >= 0) {
+    dup2(in[0], STDIN_FILENO);
+    close(in[0]);
+    close(in[1]);
+  }
+  for (const auto& entry : launch.env) putenv(const_cast<char*>(entry.c_str()));
+  std::vector<char*> argv;
+  for (const auto& a : launch.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::cerr << "dist-launch: cannot run " << launch.argv[0] << ": " << strerror(errno) << std::endl;
+  _exit(127);
+}
+
+Task start(const Launch& launch, const std::string& name, const std::string& type,
+           const std::string& config) {
   const pid_t launcher = getpid();
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  int out[2];
+  int in[2] = {-1, -1};
+  make_pipe(out);
+  if (launch.feed_input) make_pipe(in);
   Task task;
   task.name = name;
   task.type = type;
   task.config = config;
   task.pid = fork();
-  if (task.pid < 0) {
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    throw std::runtime_error("fork failed");
-  }
   if (task.pid == 0) {
-    setpgid(0, 0);  // its own process group, so stopping it stops its children too
-    // Dies with the launcher, even a SIGKILLed one; SIGTERM lets dist-train save first. The
-    // launcher may have died before prctl took effect: then stop here.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != launcher) _exit(128 + SIGTERM);
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    setenv("TF_CONFIG", config.c_str(), 1);
-    for (const auto& entry : env) putenv(const_cast<char*>(entry.c_str()));
-    std::vector<char*> argv;
-    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::cerr << "dist-launch: cannot run " << command[0] << ": " << strerror(errno) << std::endl;
-    _exit(127);
+    close(out[0]);
+    exec_task(launch, launcher, out[1], in);
   }
-  close(pipe_fds[1]);
-  task.output = pipe_fds[0];
+  close(out[1]);
+  if (in[0] >= 0) {
+    close(in[0]);
+    // A pipe holds far more than the few bytes of input: this never blocks. A task that died
+    // at once makes it fail (SIGPIPE is ignored), which its exit code reports.
+    if (task.pid > 0) {
+      [[maybe_unused]] const ssize_t written =
+          write(in[1], launch.input.data(), launch.input.size());
+    }
+    close(in[1]);
+  }
+  if (task.pid < 0) {
+    close(out[0]);
+    throw std::runtime_error(std::string("fork failed: ") + strerror(errno));
+  }
+  task.output = out[0];
   return task;
 }
 
@@ -240,17 +288,92 @@ struct JobSetup {
   bool evaluator = false;
   int evaluator_seconds = 600;  // after a successful chief, before the evaluator gets SIGTERM
   bool restart_workers = false;
+  // --hosts: worker i runs on hosts[i % hosts.size()], started through host_command ({host}
+  // replaced by the host); empty: every worker on this machine, on free loopback ports.
+  std::vector<std::string> hosts;
+  std::string host_command = "ssh {host}";
+  int port_base = 0;  // --port-base; 0: DIST_PORT_BASE, else kDefaultPortBase
 };
+
+// The first worker's port on each host under --hosts without --port-base or DIST_PORT_BASE:
+// the default of the Slurm and MPI resolvers (docs/clusters.md).
+constexpr int kDefaultPortBase = 8888;
 
 struct JobResult {
   int exit_code = 0;
   bool signalled = false;  // the launcher was asked to stop: not to be restarted
 };
 
+// The environment of every task but TF_CONFIG; the token last (host_launch leaves it out).
 std::vector<std::string> job_env(const JobSetup& setup) {
   return {"DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
-          "DIST_JOB_TOKEN=" + setup.job_token,
-          "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
+          "DIST_RESTART_COUNT=" + std::to_string(setup.restart),
+          "DIST_JOB_TOKEN=" + setup.job_token};
+}
+
+// A task on this machine: the command itself, TF_CONFIG and job_env in its environment.
+Launch local_launch(const JobSetup& setup, const std::string& config) {
+  Launch launch;
+  launch.argv = setup.command;
+  launch.env = job_env(setup);
+  launch.env.push_back("TF_CONFIG=" + config);
+  return launch;
+}
+
+// `word` for a POSIX shell: in single quotes, each ' as '\''.
+std::string shell_quote(const std::string& word) {
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// A worker on `host` (--hosts), started as ssh would start it: the words of --host-command with
+// {host} replaced, then one argument, a shell command line, which reads the job token from
+// stdin (so it is on no command line and in no process list), then execs `env` with the rest
+// of the environment and the command (so the remote pid is the worker's). Nothing of the
+// launcher's environment is counted on: ssh passes none of it.
+Launch host_launch(const JobSetup& setup, const std::string& host, const std::string& config) {
+  Launch launch;
+  std::istringstream words(setup.host_command);
+  for (std::string word; words >> word;) {
+    for (size_t at; (at = word.find("{host}")) != std::string::npos;) word.replace(at, 6, host);
+    launch.argv.push_back(word);
+  }
+  std::string line = "read -r DIST_JOB_TOKEN && export DIST_JOB_TOKEN && exec env";
+  std::vector<std::string> env = job_env(setup);
+  env.pop_back();  // the token
+  env.push_back("TF_CONFIG=" + config);
+  for (const auto& entry : env) line += " " + shell_quote(entry);
+  for (const auto& word : setup.command) line += " " + shell_quote(word);
+  launch.argv.push_back(line);
+  launch.feed_input = true;
+  launch.input = setup.job_token + "\n";
+  return launch;
+}
+
+// Each worker's Launch: on free loopback ports, or with --hosts at its host's address, on
+// port_base plus its number among the earlier workers of that host (a port free on a remote
+// host cannot be probed from here: --port-base names one).
+std::vector<Launch> worker_launches(const JobSetup& setup) {
+  std::vector<std::string> addresses, hosts;
+  if (setup.hosts.empty()) {
+    for (int port : dist::free_loopback_ports(setup.workers))
+      addresses.push_back("127.0.0.1:" + std::to_string(port));
+  } else {
+    std::map<std::string, int> on_host;
+    for (int i = 0; i < setup.workers; ++i) {
+      hosts.push_back(setup.hosts[static_cast<size_t>(i) % setup.hosts.size()]);
+      addresses.push_back(hosts.back() + ":" +
+                          std::to_string(setup.port_base + on_host[hosts.back()]++));
+    }
+  }
+  std::vector<Launch> launches;
+  for (int i = 0; i < setup.workers; ++i) {
+    const std::string config = dist::workers_tf_config(addresses, i);
+    launches.push_back(hosts.empty() ? local_launch(setup, config)
+                                     : host_launch(setup, hosts[static_cast<size_t>(i)], config));
+  }
+  return launches;
 }
 
 // Runs a multi-worker job's workers until all have exited: the exit code rules of the top
@@ -258,11 +381,10 @@ std::vector<std::string> job_env(const JobSetup& setup) {
 JobResult run_workers_job(const JobSetup& setup) {
   std::vector<Task> workers;
   try {
-    auto ports = dist::free_loopback_ports(setup.workers);
-    const std::vector<std::string> env = job_env(setup);
+    const std::vector<Launch> launches = worker_launches(setup);
     for (int i = 0; i < setup.workers; ++i)
-      workers.push_back(start(setup.command, "worker:" + std::to_string(i), "worker",
-                              dist::local_tf_config(ports, i), env));
+      workers.push_back(
+          start(launches[static_cast<size_t>(i)], "worker:" + std::to_string(i), "worker", ""));
   } catch (const std::exception& e) {
     std::cerr << "dist-launch: " << e.what() << std::endl;
     signal_all(workers, SIGKILL);
@@ -319,7 +441,7 @@ std::string task_name(const std::string& type, int index) {
 
 Task start_ps_task(const JobSetup& setup, const std::string& name, const std::string& type,
                    const std::string& config) {
-  Task task = start(setup.command, name, type, config, job_env(setup));
+  Task task = start(local_launch(setup, config), name, type, config);
   std::cout << "[dist-launch] started " << name << " (pid " << task.pid << ")" << std::endl;
   return task;
 }
@@ -491,6 +613,8 @@ std::string check_setup(const JobSetup& setup, int max_restarts) {
            std::to_string(setup.workers);
   if (setup.workers < 1 || setup.replicas < 1)
     return "--workers and --replicas-per-worker must be at least 1";
+  if (!setup.hosts.empty() && setup.ps > 0)
+    return "--hosts runs multi-worker jobs only (every task the same command), not --ps jobs";
   if (max_restarts < 0)
     return "--max-restarts must be 0 or more, got " + std::to_string(max_restarts);
   return "";
@@ -524,7 +648,45 @@ void add_flags(CLI::App& app, JobSetup& setup, int& max_restarts) {
   app.add_flag("--restart-workers", setup.restart_workers,
                "with --ps: start a worker that fails again while the chief runs (at most " +
                    std::to_string(kMaxWorkerRestarts) + " times per worker)");
+  app.add_option("--hosts", setup.hosts,
+                 "run the workers on these hosts (comma-separated addresses or names), worker i "
+                 "on host i modulo their count, through --host-command; --workers defaults to "
+                 "their count")
+      ->delimiter(',');
+  app.add_option("--host-command", setup.host_command,
+                 "with --hosts: the command that runs a shell command line on a host, its words "
+                 "split at spaces, {host} replaced by the host; the line (which reads the job "
+                 "token from stdin) comes last")
+      ->capture_default_str();
+  app.add_option("--port-base", setup.port_base,
+                 "with --hosts: the first worker on each host listens on this port, the next on "
+                 "the one above (default: DIST_PORT_BASE, else " +
+                     std::to_string(kDefaultPortBase) + ")")
+      ->check(CLI::Range(1, 65535));
   app.add_option("command", setup.command, "the worker command, after --")->required();
+}
+
+// --hosts: the port base from --port-base, DIST_PORT_BASE or the default, and --workers from
+// the hosts when not given. The error, or "".
+std::string apply_hosts(JobSetup& setup, bool workers_given) {
+  if (setup.hosts.empty()) return "";
+  if (!workers_given) setup.workers = static_cast<int>(setup.hosts.size());
+  if (setup.port_base == 0) {
+    const char* base = std::getenv("DIST_PORT_BASE");
+    try {
+      setup.port_base = base && *base ? std::stoi(base) : kDefaultPortBase;
+    } catch (const std::exception&) {
+      return std::string("DIST_PORT_BASE='") + base + "' is not a port number";
+    }
+  }
+  if (setup.port_base < 1 || setup.port_base + setup.workers > 65536)
+    return "the workers' ports " + std::to_string(setup.port_base) + ".. do not fit in 1..65535";
+  for (const auto& host : setup.hosts)
+    if (host.empty() || host.find_first_of(" \t\n'\"") != std::string::npos)
+      return "--hosts: '" + host + "' is not a host address or name";
+  if (setup.host_command.find_first_not_of(" \t") == std::string::npos)
+    return "--host-command is empty";
+  return "";
 }
 
 // Runs the job, started again after a failure up to `max_restarts` times; the exit code.
@@ -548,14 +710,16 @@ int run_with_restarts(JobSetup& setup, int max_restarts) {
 int main(int argc, char** argv) {
   JobSetup setup;
   int max_restarts = 0;
-  CLI::App app{"dist-launch: run a multi-worker job as local processes"};
+  CLI::App app{"dist-launch: run a multi-worker job as local processes, or on given hosts"};
   add_flags(app, setup, max_restarts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (const std::string error = check_setup(setup, max_restarts); !error.empty()) {
+  std::string error = apply_hosts(setup, app.count("--workers") > 0);
+  if (error.empty()) error = check_setup(setup, max_restarts);
+  if (!error.empty()) {
     std::cerr << "dist-launch: " << error << std::endl;
     return 2;
   }

@@ -31,6 +31,7 @@
 #include "dist/train/progress_bar.h"
 #include "dist/train/safetensors.h"
 #include "dist/train/summary_writer.h"
+#include "distribute/mirrored_extended.h"
 #include "train/atomic_file.h"
 
 namespace dist::tools {
@@ -216,6 +217,17 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
 
 namespace {
 
+// How the workers of a multi-worker job exchange gradients, as the library chose it (the same
+// host by address: docs/clusters.md), so that a run across hosts shows it took the network.
+void print_worker_path(const Strategy& strategy, std::ostream& out) {
+  const auto* mirrored = dynamic_cast<const MirroredExtended*>(&strategy.extended());
+  if (mirrored == nullptr || strategy.num_workers() < 2) return;
+  if (mirrored->workers_share_memory())
+    out << "Between workers: shared memory (every worker on this host)" << std::endl;
+  else
+    out << "Between workers: TCP through the collective backend (not shared memory)" << std::endl;
+}
+
 // start_job once the strategy exists.
 JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                      std::ostream& chief_out) {
@@ -228,6 +240,7 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   if (chief) {
     chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
               << "\nGlobal batch size: " << global_batch << std::endl;
+    print_worker_path(strategy, chief_out);
     if (global_batch < replicas)
       chief_out << "Warning: the global batch (" << global_batch << ") is smaller than the "
                 << "number of replicas (" << replicas

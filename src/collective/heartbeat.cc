@@ -17,10 +17,19 @@ void Heartbeat::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+// How long one beat may take. The store's host counts a member whose beat has not moved for
+// 3 s as gone (tools/dist_store_host.cc), so a slower beat is lost anyway; and stop() joins the
+// thread, so a beat to a store that has become unreachable (its host's link down: no reset,
+// the packets vanish) must not hold the member's exit for the rendezvous timeout.
+namespace {
+constexpr std::chrono::seconds kBeatTimeout{5};
+}  // namespace
+
 void Heartbeat::loop() {
   c10::intrusive_ptr<StoreClient> store;
   try {
     store = connect_to_store(spec_, spec_.rendezvous_timeout);
+    store->setTimeout(kBeatTimeout);
   } catch (...) {
     return;  // the store is gone; collectives will report it
   }

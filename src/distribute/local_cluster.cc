@@ -35,13 +35,19 @@ std::vector<int> free_loopback_ports(int n) {
   return ports;
 }
 
-std::string local_tf_config(const std::vector<int>& ports, int index) {
+std::string workers_tf_config(const std::vector<std::string>& addresses, int index) {
   std::ostringstream json;
   json << R"({"cluster": {"worker": [)";
-  for (size_t i = 0; i < ports.size(); ++i)
-    json << (i ? ", " : "") << "\"127.0.0.1:" << ports[i] << "\"";
+  for (size_t i = 0; i < addresses.size(); ++i)
+    json << (i ? ", " : "") << '"' << addresses[i] << '"';
   json << R"(]}, "task": {"type": "worker", "index": )" << index << "}}";
   return json.str();
+}
+
+std::string local_tf_config(const std::vector<int>& ports, int index) {
+  std::vector<std::string> addresses;
+  for (int port : ports) addresses.push_back("127.0.0.1:" + std::to_string(port));
+  return workers_tf_config(addresses, index);
 }
 
 LocalJob::LocalJob(const std::map<std::string, int>& counts) {

@@ -1,4 +1,5 @@
-// A cluster of worker processes on this machine (127.0.0.1), for dist-launch and tests.
+// A cluster of worker processes on this machine (127.0.0.1), for dist-launch and tests; and the
+// TF_CONFIG of workers at given addresses (dist-launch --hosts).
 #pragma once
 
 #include <map>
@@ -9,6 +10,9 @@ namespace dist {
 
 // n distinct TCP ports on 127.0.0.1 that were free a moment ago (bound, then released).
 std::vector<int> free_loopback_ports(int n);
+
+// TF_CONFIG text for workers at addresses[i] ("host:port"), as task worker:index.
+std::string workers_tf_config(const std::vector<std::string>& addresses, int index);
 
 // TF_CONFIG text for workers at 127.0.0.1:ports[i], as task worker:index.
 std::string local_tf_config(const std::vector<int>& ports, int index);

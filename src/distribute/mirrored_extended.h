@@ -82,6 +82,10 @@ class MirroredExtended : public StrategyExtended,
   bool is_chief() const override { return group_->process_rank() == 0; }
   std::string worker_name(int index) const override;
   void report_failure(const std::string& reason) override;
+  // Whether the collectives between the worker processes go through shared memory (every
+  // worker's address names one host, CommunicationOptions kAuto, and the segment could be
+  // mapped) rather than the backend's transport over the network. For start-up logs.
+  bool workers_share_memory() const { return group_->cross_process().completes_in_call(); }
 
   void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) override;
   void all_reduce_across_workers(std::vector<at::Tensor>& tensors, ReduceOp op) const override;

@@ -23,6 +23,7 @@
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/train_runs.h"
 #include "tools/weight_files.h"
 
 namespace dist {
@@ -31,56 +32,19 @@ namespace {
 using namespace std::chrono_literals;
 using testing::expect_same_weights;
 using testing::find_program;
+using testing::job_args;
+using testing::one_device_weights;
 using testing::ProcessResult;
 using testing::weights_in;
 using testing::WorkerProcesses;
 
 const std::string kToken = "c0ffee00c0ffee00c0ffee00c0ffee00";
 
-// 20 SGD steps of global batch 64, the same for one device and for 2 workers x 1 replica.
-std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
-                                  int max_steps = 20) {
-  return {"--strategy",
-          strategy,
-          "--optimizer",
-          "sgd",
-          "--train-examples",
-          "1280",
-          "--global-batch",
-          "64",
-          "--epochs",
-          "100",
-          "--max-steps",
-          std::to_string(max_steps),
-          "--seed",
-          "5",
-          "--no-progress",
-          "--collective-timeout",
-          "60",
-          "--save-weights",
-          weights};
-}
-
-// Trains on one device with job_args and returns where the weights are.
-std::string one_device_weights(const testing::TempDir& dir) {
-  WorkerProcesses process;
-  process.start(DIST_TRAIN_BINARY, job_args("one_device", dir.file("one.safetensors")), {});
-  const auto result = process.wait_all(240s).at(0);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return dir.file("one.safetensors");
-}
-
-// The launcher's run of job_args under 2 workers found its cluster through `source` and ended
-// with one device's weights (`expected`) within 1e-5.
+// The launcher's run of job_args under 2 workers x 1 replica found its cluster through `source`
+// and ended with one device's weights (`expected`) within 1e-5.
 void expect_two_workers_reached(const ProcessResult& result, const std::string& source,
                                 const std::string& weights, const std::string& expected) {
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("Cluster: 2 workers from " + source), std::string::npos)
-      << result.output;
-  EXPECT_NE(result.output.find("Number of devices: 2"), std::string::npos) << result.output;
-  const double diff = testing::max_relative_difference(weights_in(weights), weights_in(expected));
-  std::printf("%s, 2 workers: max relative difference %.3g\n", source.c_str(), diff);
-  EXPECT_LT(diff, 1e-5);
+  testing::expect_workers_reached(result, source, 2, 2, weights, expected);
 }
 
 TEST(ClusterLaunchTest, MpirunStartsTwoWorkersThatReproduceOneDeviceWeights) {

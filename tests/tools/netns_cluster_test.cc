@@ -1,0 +1,237 @@
+// Multi-worker dist-train across hosts: each host a network namespace with its own address on
+// one bridge (scripts/netns-cluster.sh), the workers started by dist-launch --hosts through the
+// script's `exec`, as a user's would be through ssh. Real processes, real namespaces; every
+// case makes its own cluster, removes it whatever happens, and skips (printing why) only where
+// this machine cannot make namespaces (the script's exit code 77: not root, no iproute2).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "distribute/local_cluster.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+#include "tools/train_runs.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::job_args;
+using testing::ProcessResult;
+using testing::WorkerProcesses;
+
+const std::string kScript = std::string(DIST_SOURCE_DIR) + "/scripts/netns-cluster.sh";
+
+// Runs `command` in a shell, killed after `seconds`; its exit code (128 + signal when killed)
+// and output.
+std::pair<int, std::string> run(const std::string& command, int seconds) {
+  testing::TempDir dir;
+  const std::string log = dir.file("out");
+  const int status = std::system(
+      ("timeout -s KILL " + std::to_string(seconds) + " " + command + " >" + log + " 2>&1")
+          .c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return {code, testing::read_file(log)};
+}
+
+// A cluster of `hosts` namespaces, named after this process and a counter (two tests at once do
+// not meet), torn down when it goes out of scope, failed test or not.
+class NetnsCluster {
+ public:
+  explicit NetnsCluster(int hosts, const std::string& rate = "unlimited") {
+    static std::atomic<int> made{0};
+    name_ = "dt" + std::to_string(getpid()) + "_" + std::to_string(made++);
+    std::tie(status_, output_) =
+        run(kScript + " up " + name_ + " " + std::to_string(hosts) + " " + rate, 60);
+    std::istringstream lines(output_);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("198.", 0) == 0) addresses_.push_back(line);
+  }
+  ~NetnsCluster() { run(kScript + " down " + name_, 60); }
+  NetnsCluster(const NetnsCluster&) = delete;
+  NetnsCluster& operator=(const NetnsCluster&) = delete;
+
+  // The script's exit code 77: namespaces cannot be made here (output() says why).
+  bool unavailable() const { return status_ == 77; }
+  int status() const { return status_; }
+  const std::string& output() const { return output_; }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  std::string hosts() const {
+    std::string list;
+    for (const auto& a : addresses_) list += (list.empty() ? "" : ",") + a;
+    return list;
+  }
+  // The processes on the cluster's hosts after waiting up to 15 s for them to exit ("" when
+  // none is left). The chief's dist-store-host outlives the job by design: it exits about 5 s
+  // after the last member's heartbeat stopped (tools/dist_store_host.cc).
+  std::string pids() const {
+    std::string left;
+    for (const auto until = Clock::now() + 15s; Clock::now() < until;) {
+      left = run(kScript + " pids " + name_, 30).second;
+      if (left.empty()) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    return left;
+  }
+  // The script's link-down/link-up of `address`; its exit code.
+  int link(const std::string& up_or_down, const std::string& address) const {
+    return run(kScript + " link-" + up_or_down + " " + address, 30).first;
+  }
+
+ private:
+  std::string name_;
+  int status_ = -1;
+  std::string output_;
+  std::vector<std::string> addresses_;
+};
+
+// Makes `cluster` or leaves the test: skipped where namespaces cannot be made, failed where
+// the script failed otherwise.
+#define MAKE_CLUSTER(cluster, ...)                             \
+  NetnsCluster cluster(__VA_ARGS__);                           \
+  if (cluster.unavailable()) GTEST_SKIP() << cluster.output(); \
+  ASSERT_EQ(cluster.status(), 0) << cluster.output();          \
+  ASSERT_FALSE(cluster.addresses().empty()) << cluster.output()
+
+// dist-launch's flags that start the workers on the cluster's hosts.
+std::vector<std::string> launch_args(const NetnsCluster& cluster, int replicas,
+                                     int grace_seconds = 20) {
+  return {"--hosts",
+          cluster.hosts(),
+          "--host-command",
+          kScript + " exec {host} sh -c",
+          "--port-base",
+          "7100",
+          "--replicas-per-worker",
+          std::to_string(replicas),
+          "--grace-seconds",
+          std::to_string(grace_seconds)};
+}
+
+// The job's output shows that the workers took the network, not shared memory.
+void expect_tcp_between_workers(const std::string& output) {
+  EXPECT_NE(output.find("Between workers: TCP"), std::string::npos) << output;
+  EXPECT_EQ(output.find("Between workers: shared memory"), std::string::npos) << output;
+}
+
+// dist-launch --hosts with `hosts` hosts x `replicas` replicas reproduces one device's weights.
+void expect_hosts_reproduce_one_device(int hosts, int replicas) {
+  MAKE_CLUSTER(cluster, hosts);
+  testing::TempDir dir;
+  const std::string expected = testing::one_device_weights(dir);
+  std::vector<std::string> args = launch_args(cluster, replicas);
+  args.insert(args.end(), {"--", DIST_TRAIN_BINARY});
+  for (const auto& a : job_args("multi_worker", dir.file("hosts.safetensors"))) args.push_back(a);
+  WorkerProcesses launcher;
+  launcher.start(DIST_LAUNCH_BINARY, args, {});
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  testing::expect_workers_reached(result, "TF_CONFIG", hosts, hosts * replicas,
+                                  dir.file("hosts.safetensors"), expected);
+  expect_tcp_between_workers(result.output);
+  EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
+}
+
+TEST(NetnsClusterTest, TwoHostsTimesTwoReplicasReproduceOneDeviceWeights) {
+  expect_hosts_reproduce_one_device(2, 2);
+}
+
+TEST(NetnsClusterTest, FourHostsTimesOneReplicaReproduceOneDeviceWeights) {
+  expect_hosts_reproduce_one_device(4, 1);
+}
+
+// Whether some process's command line holds `text` (/proc/*/cmdline, readable by every user).
+bool on_a_command_line(const std::string& text) {
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    const std::string cmdline = testing::read_file((entry.path() / "cmdline").string());
+    if (cmdline.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// --hosts without namespaces: both workers on 127.0.0.1 through `timeout 300 sh -c`, a prefix
+// that stays alive with the command line in its argv, as ssh does. The same host by address,
+// so shared memory; the job token reaches the workers but no command line while they run.
+TEST(NetnsClusterTest, HostsOfOneAddressShareMemoryAndTheTokenIsOnNoCommandLine) {
+  testing::TempDir dir;
+  const std::string token = "feedbeef" + std::to_string(getpid()) + "feedbeeffeedbeef";
+  std::vector<std::string> args{"--hosts",
+                                "127.0.0.1,127.0.0.1",
+                                "--host-command",
+                                "timeout 300 sh -c",
+                                "--port-base",
+                                std::to_string(free_loopback_ports(1).at(0)),
+                                "--",
+                                DIST_TRAIN_BINARY};
+  for (const auto& a : job_args("multi_worker", dir.file("w.safetensors"), 200)) args.push_back(a);
+  WorkerProcesses launcher;
+  launcher.start(DIST_LAUNCH_BINARY, args, {"DIST_JOB_TOKEN=" + token});
+  EXPECT_TRUE(launcher.wait_for_output(0, "Number of devices: 2", 120s));
+  // The launcher, both workers and the chief's store host: the token reached them.
+  EXPECT_GE(testing::processes_of_job(token).size(), 3u);
+  EXPECT_FALSE(on_a_command_line(token));
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("Between workers: shared memory"), std::string::npos)
+      << result.output;
+}
+
+// The lines of `output` that dist-launch prefixed with [`task`].
+std::string lines_of(const std::string& output, const std::string& task) {
+  std::istringstream lines(output);
+  std::string mine;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("[" + task + "] ", 0) == 0) mine += line + "\n";
+  return mine;
+}
+
+// Three hosts; after the first checkpoint, host 2's cable is pulled. Workers 0 and 1 fail within
+// the collective timeout (10 s) and the diagnosis after it, naming worker:2 and its address;
+// worker:2 fails too (it cannot reach the store on worker:0's host) and exits by itself; the
+// launcher ends; no process is left on any host.
+TEST(NetnsClusterTest, HostWhoseLinkGoesDownIsNamedByEveryOtherWorkerAndNothingIsLeft) {
+  MAKE_CLUSTER(cluster, 3);
+  testing::TempDir dir;
+  const std::string token = "0123456789abcdef0123456789abcdef" + std::to_string(getpid());
+  // A grace period longer than the bound below: the lost host's worker, which a SIGTERM cannot
+  // stop while it is blocked, has to end by itself, not by the launcher's SIGKILL.
+  std::vector<std::string> args = launch_args(cluster, 1, 60);
+  args.insert(args.end(), {"--", DIST_TRAIN_BINARY});
+  auto job = job_args("multi_worker", dir.file("w.safetensors"), 100000);
+  const auto timeout = std::find(job.begin(), job.end(), "--collective-timeout");
+  ASSERT_NE(timeout, job.end());
+  *(timeout + 1) = "10";
+  args.insert(args.end(), job.begin(), job.end());
+  args.insert(args.end(), {"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "5"});
+  WorkerProcesses launcher;
+  launcher.start(DIST_LAUNCH_BINARY, args, {"DIST_JOB_TOKEN=" + token});
+  const auto deadline = Clock::now() + 120s;
+  while (testing::read_file(dir.file("ckpt/checkpoint")).empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(cluster.link("down", cluster.addresses()[2]), 0);
+  const auto cut = Clock::now();
+  const ProcessResult result = launcher.wait_all(60s).at(0);
+  const double seconds = std::chrono::duration<double>(Clock::now() - cut).count();
+  std::printf("the launcher exited %.1f s after the link went down\n", seconds);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(seconds, 10 + 15) << "collective timeout 10 s, diagnosis and stop at most 15 s";
+  const std::string lost = "worker:2 (" + cluster.addresses()[2] + ":7100)";
+  for (const std::string task : {"worker:0", "worker:1"}) {
+    const std::string lines = lines_of(result.output, task);
+    EXPECT_NE(lines.find("lost worker: " + lost), std::string::npos) << task << ":\n" << lines;
+  }
+  EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
+  EXPECT_TRUE(testing::processes_of_job(token).empty()) << "processes of the job still run";
+}
+
+}  // namespace
+}  // namespace dist

@@ -1,0 +1,58 @@
+#include "tools/train_runs.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "equivalence_data.h"
+#include "tools/weight_files.h"
+
+namespace dist::testing {
+
+std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
+                                  int max_steps) {
+  return {"--strategy",
+          strategy,
+          "--optimizer",
+          "sgd",
+          "--train-examples",
+          "1280",
+          "--global-batch",
+          "64",
+          "--epochs",
+          "100",
+          "--max-steps",
+          std::to_string(max_steps),
+          "--seed",
+          "5",
+          "--no-progress",
+          "--collective-timeout",
+          "60",
+          "--save-weights",
+          weights};
+}
+
+std::string one_device_weights(const TempDir& dir) {
+  using namespace std::chrono_literals;
+  WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, job_args("one_device", dir.file("one.safetensors")), {});
+  const auto result = process.wait_all(240s).at(0);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  return dir.file("one.safetensors");
+}
+
+void expect_workers_reached(const ProcessResult& result, const std::string& source, int workers,
+                            int devices, const std::string& weights, const std::string& expected) {
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::string cluster = "Cluster: " + std::to_string(workers) + " workers from " + source;
+  EXPECT_NE(result.output.find(cluster), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("Number of devices: " + std::to_string(devices)), std::string::npos)
+      << result.output;
+  const double diff = max_relative_difference(weights_in(weights), weights_in(expected));
+  std::printf("%s, %d workers, %d devices: max relative difference %.3g\n", source.c_str(), workers,
+              devices, diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
+}  // namespace dist::testing

@@ -1,0 +1,27 @@
+// dist-train runs that several tool tests compare: one SGD job, its one-device weights, and the
+// check that a multi-worker run of it reproduced them (cluster_launch_test, netns_cluster_test).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+
+namespace dist::testing {
+
+// dist-train's flags for `max_steps` SGD steps of global batch 64 on 1280 examples, seed 5,
+// saving the weights to `weights`: the same for one device and for any workers x replicas.
+std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
+                                  int max_steps = 20);
+
+// Trains job_args on one device and returns where the weights are (in `dir`).
+std::string one_device_weights(const TempDir& dir);
+
+// A launcher's run of job_args with `workers` workers and `devices` replicas in all found its
+// cluster through `source` ("TF_CONFIG", "Slurm") and ended with the weights of `expected`
+// within 1e-5 (gtest expectations; the difference is printed).
+void expect_workers_reached(const ProcessResult& result, const std::string& source, int workers,
+                            int devices, const std::string& weights, const std::string& expected);
+
+}  // namespace dist::testing
