@@ -8,6 +8,8 @@
 #   netns-cluster.sh addresses NAME        the hosts' addresses, one a line, host 0 first
 #   netns-cluster.sh exec HOST CMD...      run CMD on HOST (an address or NAME-hI); the pid
 #                                          stays CMD's (exec all the way), so signals reach it
+#   netns-cluster.sh shell HOST WORDS...   run WORDS joined into one line by HOST's /bin/sh, as
+#                                          ssh HOST WORDS... does (mpirun's plm_rsh_agent)
 #   netns-cluster.sh pids NAME             the processes running on its hosts, one a line
 #   netns-cluster.sh rate NAME RATE        change every host's limit in a running cluster
 #   netns-cluster.sh link-down HOST        pull HOST's cable (its bridge-side end goes down)
@@ -217,6 +219,15 @@ cmd_exec() {
   exec ip netns exec "$ns" "$@"
 }
 
+# As ssh: the words are joined with spaces and the host's shell parses the line (mpirun's rsh
+# launcher passes "PATH=...; export PATH; ... orted ..." as words and relies on that).
+cmd_shell() {
+  (($# >= 2)) || usage
+  local host=$1
+  shift
+  cmd_exec "$host" /bin/sh -c "$*"
+}
+
 cmd_pids() {
   (($# == 1)) || usage
   check_name "$1"
@@ -294,6 +305,7 @@ main() {
     up) cmd_up "$@" ;;
     addresses) cmd_addresses "$@" ;;
     exec) cmd_exec "$@" ;;
+    shell) cmd_shell "$@" ;;
     pids) cmd_pids "$@" ;;
     rate) cmd_rate "$@" ;;
     link-down) cmd_link down "$@" ;;

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "collective/factory.h"
 #include "dist/core/error.h"
 
 namespace dist::tools {
@@ -173,7 +174,9 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--cross-device-ops", s.cross_device_ops,
                  "parallel | reduction_to_one_device | hierarchical_copy");
   app.add_option("--collective-backend", o.collective_backend,
-                 "multi_worker: the collective backend between the workers (this build: gloo)");
+                 "multi_worker: the collective backend between the workers: gloo | mpi (under "
+                 "mpirun; this build: " +
+                     collective::built_backends() + ")");
   app.add_flag("--unchecked-collectives", s.unchecked,
                "multi_worker: skip the agreement before each collective (for measuring its "
                "cost; workers that diverge then abort inside Gloo)");

@@ -55,10 +55,15 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
     return std::make_unique<SameHostCommunicator>(std::move(made), spec.shared_memory_slot_bytes,
                                                   spec.collective_timeout);
   }
+  throw InvalidArgument("unknown collective backend '" + backend + "': this build has " +
+                        built_backends());
+}
+
+std::string built_backends() {
   std::string known;
   for (const auto& b : kBackends)
     if (b.make != nullptr) known += (known.empty() ? "" : ", ") + std::string(b.name);
-  throw InvalidArgument("unknown collective backend '" + backend + "': this build has " + known);
+  return known;
 }
 
 }  // namespace dist::collective

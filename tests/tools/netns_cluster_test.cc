@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "collective/backends_built.h"
 #include "distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
@@ -123,30 +124,91 @@ void expect_tcp_between_workers(const std::string& output) {
   EXPECT_EQ(output.find("Between workers: shared memory"), std::string::npos) << output;
 }
 
-// dist-launch --hosts with `hosts` hosts x `replicas` replicas reproduces one device's weights.
-void expect_hosts_reproduce_one_device(int hosts, int replicas) {
+// How a job's workers start on a cluster's hosts: the program, its arguments before
+// dist-train's flags, and the cluster source dist-train then reports.
+struct Launch {
+  std::string program;
+  std::vector<std::string> args;
+  std::string source;
+};
+using MakeLaunch = Launch (*)(const NetnsCluster&, int replicas);
+
+// dist-launch --hosts: Gloo workers through the script's `exec`.
+Launch by_dist_launch(const NetnsCluster& cluster, int replicas) {
+  Launch launch{DIST_LAUNCH_BINARY, launch_args(cluster, replicas), "TF_CONFIG"};
+  launch.args.insert(launch.args.end(), {"--", DIST_TRAIN_BINARY});
+  return launch;
+}
+
+// mpirun, started on host 0, one worker per host over the MPI backend: the other hosts' Open
+// MPI daemons start through the script's `shell`, as they would through ssh; pml ob1 with btl
+// tcp, as between hosts without a faster network.
+Launch by_mpirun(const NetnsCluster& cluster, int replicas) {
+  const std::string hosts = cluster.hosts();
+  Launch launch{kScript, {"exec", cluster.addresses()[0], "mpirun"}, "Open MPI"};
+  if (geteuid() == 0) launch.args.push_back("--allow-run-as-root");
+  launch.args.insert(launch.args.end(),
+                     {"--mca",
+                      "plm_rsh_agent",
+                      kScript + " shell",
+                      "--mca",
+                      "pml",
+                      "ob1",
+                      "--mca",
+                      "btl",
+                      "tcp,self",
+                      "-H",
+                      hosts,
+                      "-np",
+                      std::to_string(cluster.addresses().size()),
+                      "-x",
+                      "DIST_NODE_LIST=" + hosts,
+                      "-x",
+                      "DIST_PORT_BASE=7100",
+                      "-x",
+                      "DIST_JOB_TOKEN=5eed" + std::to_string(getpid()) + "5eed5eed5eed5eed",
+                      "-x",
+                      "DIST_REPLICAS_PER_WORKER=" + std::to_string(replicas),
+                      DIST_TRAIN_BINARY,
+                      "--collective-backend",
+                      "mpi"});
+  return launch;
+}
+
+// `hosts` hosts x `replicas` replicas, started by `make_launch`, reproduce one device's weights.
+void expect_hosts_reproduce_one_device(int hosts, int replicas, MakeLaunch make_launch) {
   MAKE_CLUSTER(cluster, hosts);
   testing::TempDir dir;
   const std::string expected = testing::one_device_weights(dir);
-  std::vector<std::string> args = launch_args(cluster, replicas);
-  args.insert(args.end(), {"--", DIST_TRAIN_BINARY});
-  for (const auto& a : job_args("multi_worker", dir.file("hosts.safetensors"))) args.push_back(a);
+  Launch launch = make_launch(cluster, replicas);
+  for (const auto& a : job_args("multi_worker", dir.file("hosts.safetensors")))
+    launch.args.push_back(a);
   WorkerProcesses launcher;
-  launcher.start(DIST_LAUNCH_BINARY, args, {});
+  launcher.start(launch.program, launch.args, {});
   const ProcessResult result = launcher.wait_all(240s).at(0);
-  testing::expect_workers_reached(result, "TF_CONFIG", hosts, hosts * replicas,
+  testing::expect_workers_reached(result, launch.source, hosts, hosts * replicas,
                                   dir.file("hosts.safetensors"), expected);
   expect_tcp_between_workers(result.output);
   EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
 }
 
 TEST(NetnsClusterTest, TwoHostsTimesTwoReplicasReproduceOneDeviceWeights) {
-  expect_hosts_reproduce_one_device(2, 2);
+  expect_hosts_reproduce_one_device(2, 2, by_dist_launch);
 }
 
 TEST(NetnsClusterTest, FourHostsTimesOneReplicaReproduceOneDeviceWeights) {
-  expect_hosts_reproduce_one_device(4, 1);
+  expect_hosts_reproduce_one_device(4, 1, by_dist_launch);
 }
+
+#if DIST_HAVE_MPI
+TEST(NetnsClusterTest, TwoHostsTimesTwoReplicasOverMpiReproduceOneDeviceWeights) {
+  expect_hosts_reproduce_one_device(2, 2, by_mpirun);
+}
+
+TEST(NetnsClusterTest, FourHostsTimesOneReplicaOverMpiReproduceOneDeviceWeights) {
+  expect_hosts_reproduce_one_device(4, 1, by_mpirun);
+}
+#endif
 
 // Whether some process's command line holds `text` (/proc/*/cmdline, readable by every user).
 bool on_a_command_line(const std::string& text) {
