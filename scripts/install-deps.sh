@@ -22,6 +22,7 @@ test_packages=(
   protobuf-compiler     # tests decode TensorBoard event files with protoc --decode_raw
   clang-14 libclang-rt-14-dev  # libFuzzer, ASan, UBSan for the "fuzz" tests (tests/fuzz)
   openmpi-bin           # the tests start workers with a real mpirun
+  libopenmpi-dev        # the MPI collective backend, built and tested (src/collective/mpi)
   slurm-wlm munge       # the tests start a real single-node Slurm and run workers with srun
   procps                # pgrep and pkill in the Slurm helper of the tests
   iproute2              # ip and tc: the test cluster of network namespaces (scripts/netns-cluster.sh)

@@ -140,6 +140,8 @@ Launch by_dist_launch(const NetnsCluster& cluster, int replicas) {
   return launch;
 }
 
+std::string mpirun_job_token() { return "5eed" + std::to_string(getpid()) + "5eed5eed5eed5eed"; }
+
 // mpirun, started on host 0, one worker per host over the MPI backend: the other hosts' Open
 // MPI daemons start through the script's `shell`, as they would through ssh; pml ob1 with btl
 // tcp, as between hosts without a faster network.
@@ -256,6 +258,22 @@ std::string lines_of(const std::string& output, const std::string& task) {
   return mine;
 }
 
+// Once `launcher`'s job wrote a checkpoint in dir/ckpt, pulls host 2's cable; the launcher's
+// result, and in *seconds how long after the cut it exited.
+ProcessResult cut_host_2_after_a_checkpoint(const NetnsCluster& cluster,
+                                            const testing::TempDir& dir, WorkerProcesses& launcher,
+                                            double* seconds) {
+  const auto deadline = Clock::now() + 120s;
+  while (testing::read_file(dir.file("ckpt/checkpoint")).empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(cluster.link("down", cluster.addresses()[2]), 0);
+  const auto cut = Clock::now();
+  ProcessResult result = launcher.wait_all(60s).at(0);
+  *seconds = std::chrono::duration<double>(Clock::now() - cut).count();
+  std::printf("the launcher exited %.1f s after the link went down\n", *seconds);
+  return result;
+}
+
 // Three hosts; after the first checkpoint, host 2's cable is pulled. Workers 0 and 1 fail within
 // the collective timeout (10 s) and the diagnosis after it, naming worker:2 and its address;
 // worker:2 fails too (it cannot reach the store on worker:0's host) and exits by itself; the
@@ -276,14 +294,8 @@ TEST(NetnsClusterTest, HostWhoseLinkGoesDownIsNamedByEveryOtherWorkerAndNothingI
   args.insert(args.end(), {"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "5"});
   WorkerProcesses launcher;
   launcher.start(DIST_LAUNCH_BINARY, args, {"DIST_JOB_TOKEN=" + token});
-  const auto deadline = Clock::now() + 120s;
-  while (testing::read_file(dir.file("ckpt/checkpoint")).empty() && Clock::now() < deadline)
-    std::this_thread::sleep_for(50ms);
-  ASSERT_EQ(cluster.link("down", cluster.addresses()[2]), 0);
-  const auto cut = Clock::now();
-  const ProcessResult result = launcher.wait_all(60s).at(0);
-  const double seconds = std::chrono::duration<double>(Clock::now() - cut).count();
-  std::printf("the launcher exited %.1f s after the link went down\n", seconds);
+  double seconds = 0;
+  const ProcessResult result = cut_host_2_after_a_checkpoint(cluster, dir, launcher, &seconds);
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_LT(seconds, 10 + 15) << "collective timeout 10 s, diagnosis and stop at most 15 s";
   const std::string lost = "worker:2 (" + cluster.addresses()[2] + ":7100)";
@@ -294,6 +306,58 @@ TEST(NetnsClusterTest, HostWhoseLinkGoesDownIsNamedByEveryOtherWorkerAndNothingI
   EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
   EXPECT_TRUE(testing::processes_of_job(token).empty()) << "processes of the job still run";
 }
+
+#if DIST_HAVE_MPI
+// The same under mpirun and the MPI backend. Open MPI's runtime watches the hosts too and ends
+// the whole job at the first failure it sees, so whoever notices first names the lost host:
+// the workers after the collective timeout (10 s), "lost worker: worker:2 (ADDRESS:7100)", or
+// mpirun, "Remote daemon: ... on node ADDRESS". It learns of the loss only from TCP: a message
+// to the lost host's daemon goes unanswered until the kernel stops retransmitting
+// (tcp_retries2: 15 by default, about 15 minutes, during which mpirun hangs; 5 on every host
+// here, about 13 s), an idle daemon notices its lost lifeline by keepalive (Open MPI's
+// default 300 + 9 x 20 s; here 15 + 3 x 2 s), and a daemon that lost its connection tries to
+// connect again (10 times by default, each until the kernel stops sending SYNs, about 2 minutes
+// with tcp_syn_retries 6; here once, with 2, about 7 s). docs/clusters.md says what to set on a
+// cluster. Either way the job ends within seconds of the timeout and nothing is left on any host.
+TEST(NetnsClusterTest, HostWhoseLinkGoesDownUnderMpiIsNamedAndNoProcessOfTheJobIsLeft) {
+  MAKE_CLUSTER(cluster, 3);
+  if (testing::find_program("mpirun").empty()) GTEST_SKIP() << "mpirun is not installed";
+  testing::TempDir dir;
+  Launch launch = by_mpirun(cluster, 1);
+  const auto agent = std::find(launch.args.begin(), launch.args.end(), "plm_rsh_agent");
+  launch.args.insert(
+      agent - 1, {"--mca", "oob_tcp_keepalive_time", "15", "--mca", "oob_tcp_keepalive_intvl", "2",
+                  "--mca", "oob_tcp_keepalive_probes", "3"});
+  auto job = job_args("multi_worker", dir.file("w.safetensors"), 100000);
+  *(std::find(job.begin(), job.end(), "--collective-timeout") + 1) = "10";
+  launch.args.insert(launch.args.end(), job.begin(), job.end());
+  launch.args.insert(launch.args.end(),
+                     {"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "5"});
+  ASSERT_EQ(
+      run(kScript + " exec " + cluster.addresses()[0] + " sysctl -qw net.ipv4.tcp_retries2=5", 30)
+          .first,
+      0);
+  WorkerProcesses launcher;
+  launcher.start(launch.program, launch.args, {});
+  double seconds = 0;
+  const ProcessResult result = cut_host_2_after_a_checkpoint(cluster, dir, launcher, &seconds);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(seconds, 10 + 25) << "collective timeout 10 s, then the abort";
+  const std::string& lost = cluster.addresses()[2];
+  const bool by_a_worker =
+      result.output.find("lost worker: worker:2 (" + lost + ":7100)") != std::string::npos;
+  const bool by_mpirun = result.output.find("on node " + lost) != std::string::npos;
+  std::printf("named by %s\n", by_a_worker ? "a worker" : by_mpirun ? "mpirun" : "nobody");
+  EXPECT_TRUE(by_a_worker || by_mpirun) << result.output;
+  const std::vector<pid_t> still = testing::processes_of_job(mpirun_job_token());
+  EXPECT_TRUE(still.empty()) << still.size() << " processes of the job still run";
+  const std::string left = cluster.pids();
+  if (!left.empty())
+    std::printf(
+        "left on the hosts (Open MPI's daemon of the cut-off host):\n%s",
+        run("ps -o pid,etime,args -p " + left.substr(0, left.find('\n')), 10).second.c_str());
+}
+#endif
 
 }  // namespace
 }  // namespace dist

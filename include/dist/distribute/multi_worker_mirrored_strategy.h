@@ -27,15 +27,17 @@ namespace dist {
 
 struct CommunicationOptions {
   // The collective backend between the worker processes, by name: "gloo" (Gloo over TCP,
-  // through LibTorch's c10d) in this build. An unknown name is an InvalidArgument that lists
-  // the backends this build has. The same-host shared-memory path (kAuto) is composed around
-  // whichever backend is chosen.
+  // through LibTorch's c10d), or "mpi" (MPI's nonblocking collectives, for workers started by
+  // mpirun: one MPI process per worker; built when CMake finds an MPI library). A name this
+  // build lacks is an InvalidArgument that lists the backends it has. The same-host
+  // shared-memory path (kAuto) is composed around whichever backend is chosen.
   std::string backend = "gloo";
   enum class Implementation { kAuto, kRing, kNccl };
   // kAuto: when every worker's address names the same host, all_reduce, broadcast and barrier
   // go through shared memory (each worker copies in, reduces its share, copies out; no socket
-  // and no round trip), everything else through Gloo over TCP; across hosts, Gloo alone.
-  // kRing: Gloo over TCP always. kNccl needs GPUs, which this CPU-only build lacks.
+  // and no round trip), everything else through the backend; across hosts (told apart by
+  // address), the backend alone. kRing: the backend always (Gloo: TCP). kNccl needs GPUs,
+  // which this CPU-only build lacks.
   Implementation implementation = Implementation::kAuto;
   // A collective not completed within this time fails (a stalled or lost worker).
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
