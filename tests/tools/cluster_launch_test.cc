@@ -127,6 +127,47 @@ std::string latest_checkpoint(const std::string& dir) {
   return text;
 }
 
+// The MPI collective backend under a real mpirun: a worker killed with SIGKILL mid-run makes
+// Open MPI's runtime end the job at once, and what the user sees names the rank (the worker's
+// index): "mpirun noticed that process rank 1 ... exited on signal 9". Nothing is left.
+TEST(ClusterLaunchTest, MpiBackendWorkerKilledEndsTheJobNamingItsRank) {
+  const std::string mpirun = find_program("mpirun");
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
+  testing::TempDir dir;
+  std::vector<std::string> args;
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"--oversubscribe", "-np", "2", "-x", "DIST_PORT_BASE", "-x",
+                           "DIST_JOB_TOKEN", DIST_TRAIN_BINARY, "--collective-backend", "mpi"});
+  for (const auto& a : job_args("multi_worker", dir.file("w.safetensors"), 100000))
+    args.push_back(a);
+  args.insert(args.end(), {"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "5"});
+  WorkerProcesses launcher;
+  const std::string token = kToken + std::to_string(getpid());
+  launcher.start(mpirun, args,
+                 {"DIST_PORT_BASE=" + std::to_string(free_loopback_ports(1).at(0)),
+                  "DIST_JOB_TOKEN=" + token});
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (latest_checkpoint(dir.file("ckpt")).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  pid_t rank_1 = -1;
+  for (pid_t pid : testing::processes_of_job(token))
+    for (const auto& variable : testing::environment_of(pid))
+      if (variable == "OMPI_COMM_WORLD_RANK=1") rank_1 = pid;
+  ASSERT_GT(rank_1, 0) << "the process of MPI rank 1 was not found";
+  ::kill(rank_1, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  const ProcessResult result = launcher.wait_all(60s).at(0);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 20s);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("process rank 1"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("signal 9"), std::string::npos) << result.output;
+  // The chief's dist-store-host exits seconds after the last heartbeat, by design.
+  const auto gone_by = std::chrono::steady_clock::now() + 15s;
+  while (!testing::processes_of_job(token).empty() && std::chrono::steady_clock::now() < gone_by)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(testing::processes_of_job(token).empty()) << "processes of the job still run";
+}
+
 // dist-launch --max-restarts 1: worker:1 is killed with SIGKILL after the first checkpoint;
 // the launcher stops the job, starts it again, the workers resume from the latest checkpoint,
 // and the final weights equal an uninterrupted run's bit for bit.
