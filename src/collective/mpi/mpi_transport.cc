@@ -71,9 +71,12 @@ class Channel {
       if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
   }
 
-  // A transport that did not close: nothing is in flight, so its resources can go.
+  // A transport that did not close: nothing is in flight, so its resources can go (unless MPI
+  // was finalized already: a communicator destroyed at exit).
   void release() {
-    if (closed_) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (closed_ || finalized) return;
     if (notice_request_ != MPI_REQUEST_NULL) {
       MPI_Cancel(&notice_request_);
       MPI_Wait(&notice_request_, MPI_STATUS_IGNORE);
@@ -123,6 +126,17 @@ class MpiWork : public Work {
     }
   }
   bool is_completed() override { return test(); }
+
+  // Dropped before it completed (it failed): MPI may still write into its tensors or read its
+  // counts until the process ends, so they are kept until then.
+  ~MpiWork() override {
+    if (done_) return;
+    static std::mutex mutex;
+    static auto* abandoned =
+        new std::vector<std::pair<std::vector<at::Tensor>, std::function<void()>>>;
+    std::lock_guard<std::mutex> lock(mutex);
+    abandoned->emplace_back(std::move(held_), std::move(finish_));
+  }
 
  private:
   bool test() {
