@@ -219,13 +219,15 @@ namespace {
 
 // How the workers of a multi-worker job exchange gradients, as the library chose it (the same
 // host by address: docs/clusters.md), so that a run across hosts shows it took the network.
-void print_worker_path(const Strategy& strategy, std::ostream& out) {
+void print_worker_path(const Strategy& strategy, const TrainOptions& options, std::ostream& out) {
   const auto* mirrored = dynamic_cast<const MirroredExtended*>(&strategy.extended());
   if (mirrored == nullptr || strategy.num_workers() < 2) return;
   if (mirrored->workers_share_memory())
     out << "Between workers: shared memory (every worker on this host)" << std::endl;
   else
-    out << "Between workers: TCP through the collective backend (not shared memory)" << std::endl;
+    out << "Between workers: the network, through the "
+        << options.collective_backend.value_or(CommunicationOptions().backend)
+        << " backend (not shared memory)" << std::endl;
 }
 
 // start_job once the strategy exists.
@@ -240,7 +242,7 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   if (chief) {
     chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
               << "\nGlobal batch size: " << global_batch << std::endl;
-    print_worker_path(strategy, chief_out);
+    print_worker_path(strategy, options, chief_out);
     if (global_batch < replicas)
       chief_out << "Warning: the global batch (" << global_batch << ") is smaller than the "
                 << "number of replicas (" << replicas

@@ -119,8 +119,8 @@ std::vector<std::string> launch_args(const NetnsCluster& cluster, int replicas,
 }
 
 // The job's output shows that the workers took the network, not shared memory.
-void expect_tcp_between_workers(const std::string& output) {
-  EXPECT_NE(output.find("Between workers: TCP"), std::string::npos) << output;
+void expect_network_between_workers(const std::string& output) {
+  EXPECT_NE(output.find("Between workers: the network"), std::string::npos) << output;
   EXPECT_EQ(output.find("Between workers: shared memory"), std::string::npos) << output;
 }
 
@@ -190,7 +190,7 @@ void expect_hosts_reproduce_one_device(int hosts, int replicas, MakeLaunch make_
   const ProcessResult result = launcher.wait_all(240s).at(0);
   testing::expect_workers_reached(result, launch.source, hosts, hosts * replicas,
                                   dir.file("hosts.safetensors"), expected);
-  expect_tcp_between_workers(result.output);
+  expect_network_between_workers(result.output);
   EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
 }
 

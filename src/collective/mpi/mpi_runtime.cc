@@ -37,6 +37,11 @@ void initialize() {
                    "the MPI collective backend needs its worker processes started by an MPI "
                    "launcher (mpirun -np N dist-train ...): this process was not (no "
                    "OMPI_COMM_WORLD_SIZE or PMIX_RANK in its environment)");
+    // Open MPI's nonblocking all-reduce (libnbc) picks a binomial tree, reduce to rank 0 then
+    // broadcast, for fewer than 4 processes or in-place buffers: twice the time of a ring on
+    // a 2-host link (docs/hosts-scaling.md). Ring, unless the user chose (mpirun --mca sets
+    // this variable, which then wins).
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     std::atexit(finalize_at_exit);
   }

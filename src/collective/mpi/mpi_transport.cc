@@ -119,10 +119,11 @@ class MpiWork : public Work {
                                deadline.count() >= 0 ? deadline : channel_->timeout())
                                .count()) +
             " ms");
-      if (polls < 2000)
+      // Spinning longer takes the core from the replicas' compute on a busy host.
+      if (polls < 100)
         std::this_thread::yield();
       else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
   bool is_completed() override { return test(); }

@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# The scaling study across hosts (issue 33, docs/hosts-scaling.md): the tutorial CNN and the
+# 20M-parameter MLP on 1, 2 and 4 hosts x 1 replica, hosts being network namespaces of
+# scripts/netns-cluster.sh with links unlimited, 10gbit and 1gbit; dist-train multi_worker over
+# Gloo (dist-launch --hosts) and over Open MPI (mpirun), against PyTorch DDP (gloo backend,
+# tcmalloc preloaded, bench/pytorch_ddp_hosts.py) in the same namespaces. 1 intra-op thread per
+# worker, 64 examples per worker per step (global batch 64 x hosts), Adam 1e-3.
+#
+#   bench/hosts_scaling.sh [build-dir=build] [repeats=3]      (root: it makes namespaces)
+#
+# Prints images/s, bytes sent per step per worker and scaling efficiency as Horovod reports it
+# (images/s with N hosts / (N x images/s with 1 host), same framework), and the headline: 2 hosts
+# at 1gbit, both models, Gloo vs MPI vs DDP alternating (A B C A B C ...), medians of REPEATS.
+# Every other cell is one run.
+#
+# Throughput, steady state: dist-train trains epochs of K steps (--train-examples = K x global
+# batch; cnn K=60, 4 epochs; mlp K=8, 3 epochs); an epoch line's images/s counts its training
+# steps only (not the test pass after it); the figure is the median of the epochs after the
+# first (which carries the first steps' warm-up). DDP: 3 warm-up steps, then the same number of
+# steps timed between two barriers. Start-up is excluded from both.
+# Bytes: eth0 tx_bytes of each host's namespace (everything the worker sends, TCP/IP and
+# Ethernet headers, ACKs included). dist-train: a second, short run (--max-steps 2) gives what
+# start-up sends; (bytes of the long run - bytes of the short run) / (steps difference).
+# DDP: tx_bytes read by the worker itself around the timed steps.
+#
+# Environment: HS_MODELS ("cnn mlp"), HS_BACKENDS ("gloo ddp mpi"; also mpiring: MPI with
+# libnbc's ring all-reduce), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
+# against DDP, like for like), HS_MPI_ARGS (more mpirun arguments),
+# HS_DDP_CNN (cnn-channels-last, or cnn for DDP's CNN in the default layout), HS_OUT (a
+# directory for raw outputs and results.tsv; default a new one in /tmp; results are appended,
+# so phases can be run apart and summarized together), HS_SUMMARY_ONLY=1 (only print the tables
+# of HS_OUT/results.tsv).
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+repeats=${2:-3}
+here=$(cd "$(dirname "$0")/.." && pwd)
+models=${HS_MODELS:-cnn mlp}
+backends=${HS_BACKENDS:-gloo ddp mpi}
+phases=${HS_PHASES:-headline sweep}
+out=${HS_OUT:-$(mktemp -d /tmp/hosts_scaling.XXXXXX)}
+mkdir -p "$out/raw"
+results=$out/results.tsv
+cluster=hscale
+netns=$here/scripts/netns-cluster.sh
+tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+run_timeout=400
+
+# Steps per epoch and epochs of the long dist-train run, per model.
+steps_per_epoch() { if [[ $1 == mlp ]]; then echo 8; else echo 60; fi; }
+epochs_of() { if [[ $1 == mlp ]]; then echo 3; else echo 4; fi; }
+
+summary() {
+  /usr/bin/python3 - "$results" <<'PY'
+import collections, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) < 7 or f[0] == "#":
+        continue
+    model, backend, hosts, rate, ips, bps = f[0], f[1], int(f[2]), f[3], f[4], f[5]
+    rows[(model, backend, hosts, rate)].append((float(ips) if ips != "failed" else None,
+                                                float(bps) if bps not in ("na", "failed") else None))
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+params = {"cnn": 121930, "mlp": 20037642}
+def cell(model, backend, hosts, rate):
+    r = rows.get((model, backend, hosts, rate))
+    if not r:
+        return None, None, 0
+    return med([a for a, _ in r]), med([b for _, b in r]), len(r)
+print("CPU: see docs/hosts-scaling.md; results from", sys.argv[1])
+for model in ("cnn", "mlp"):
+    grad = params[model] * 4
+    print(f"\n{model}: {params[model]} parameters, {grad} gradient bytes (float32)")
+    print(f"{'backend':7} {'hosts':>5} {'link':>9} {'images/s':>9} {'eff':>6} {'MB/step/worker':>15} {'x theory':>9} {'runs':>4}")
+    for backend in ("gloo", "mpi", "mpiring", "ddp", "mwb", "ddp-s"):
+        one, _, _ = cell(model, {"mpiring": "mpi", "ddp-s": "ddp"}.get(backend, backend), 1, "none")
+        for hosts, rate in [(1, "none")] + [(h, r) for h in (2, 4) for r in ("unlimited", "10gbit", "1gbit")]:
+            if hosts == 1 and backend in ("mpiring", "ddp-s"):
+                continue
+            ips, bps, n = cell(model, backend, hosts, rate)
+            if n == 0:
+                continue
+            eff = f"{ips / (hosts * one):.3f}" if ips and one else "-"
+            theory = 2 * (hosts - 1) / hosts * grad
+            mb = f"{bps / 1e6:.3f}" if bps is not None else "-"
+            x = f"{bps / theory:.3f}" if bps is not None and hosts > 1 else "-"
+            print(f"{backend:7} {hosts:>5} {rate:>9} {ips if ips is None else round(ips, 1)!s:>9} {eff:>6} {mb:>15} {x:>9} {n:>4}")
+print("\nHeadline, 2 hosts at 1gbit (medians):")
+for model in ("cnn", "mlp"):
+    g, _, _ = cell(model, "gloo", 2, "1gbit")
+    m, _, _ = cell(model, "mpi", 2, "1gbit")
+    d, _, _ = cell(model, "ddp", 2, "1gbit")
+    mr, _, _ = cell(model, "mpiring", 2, "1gbit")
+    def ratio(a, b):
+        return f"{a / b:.3f}" if a and b else "n/a"
+    print(f"  {model}: gloo {g}, mpi {m}, mpi ring {mr}, ddp {d} images/s; dist (gloo) / ddp "
+          f"{ratio(g, d)}; mpi / gloo {ratio(m, g)}; mpi ring / gloo {ratio(mr, g)}; "
+          f"dist (mpi) / ddp {ratio(m, d)}")
+    for rate in ("1gbit", "unlimited"):
+        w, _, _ = cell(model, "mwb", 2, rate)
+        ds, _, _ = cell(model, "ddp-s", 2, rate)
+        if w and ds:
+            print(f"  {model}, 2 hosts at {rate}, like for like (multi_worker_bench / ddp): "
+                  f"{w} / {ds} = {ratio(w, ds)}")
+PY
+}
+
+if [[ ${HS_SUMMARY_ONLY:-0} == 1 ]]; then
+  summary
+  exit 0
+fi
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Fashion-MNIST with the test set cut to its first 1000 examples: the test pass after each
+# epoch is not timed, but on the MLP the full 10000 would take longer than the training.
+data=$out/fashion-mnist
+if [[ ! -f $data/t10k-labels-idx1-ubyte.gz ]]; then
+  mkdir -p "$data"
+  ln -sf /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$data/"
+  ln -sf /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz "$data/"
+  /usr/bin/python3 - /usr/share/datasets/fashion-mnist "$data" <<'PY'
+import gzip, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+for name, header, item in (("t10k-images-idx3-ubyte.gz", 16, 784), ("t10k-labels-idx1-ubyte.gz", 8, 1)):
+    raw = gzip.open(f"{src}/{name}").read()
+    head = bytearray(raw[:header])
+    head[4:8] = struct.pack(">I", 1000)
+    with gzip.open(f"{dst}/{name}", "wb") as f:
+        f.write(bytes(head) + raw[header:header + 1000 * item])
+PY
+fi
+
+cleanup() { "$netns" down "$cluster" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+"$netns" down "$cluster" >/dev/null 2>&1 || true
+"$netns" up "$cluster" 4 unlimited >/dev/null
+mapfile -t addr < <("$netns" addresses "$cluster")
+current_rate=unlimited
+set_rate() {
+  local rate=$1
+  [[ $rate == none ]] && rate=unlimited
+  if [[ $rate != "$current_rate" ]]; then
+    "$netns" rate "$cluster" "$rate" >/dev/null
+    current_rate=$rate
+  fi
+}
+
+# Sum of eth0 tx_bytes over the first N hosts.
+tx_sum() {
+  local n=$1 i total=0
+  for ((i = 0; i < n; i++)); do
+    total=$((total + $("$netns" exec "${addr[i]}" cat /sys/class/net/eth0/statistics/tx_bytes)))
+  done
+  echo "$total"
+}
+
+# Kills what a failed run left on the hosts (processes this script started, by pid).
+reap() {
+  local pids
+  pids=$("$netns" pids "$cluster" || true)
+  if [[ -n $pids ]]; then
+    echo "  leftover processes after a run: $(echo "$pids" | tr '\n' ' '), killing them" >&2
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null || true
+    sleep 1
+  fi
+}
+
+# A new port base for each run (runs measure in subshells: measure moves it, in the parent).
+port=7400
+next_port() { port=$((port + 10 > 7900 ? 7400 : port + 10)); }
+hosts_csv() { local n=$1; local IFS=,; echo "${addr[*]:0:n}"; }
+
+# dist-train on N hosts with BACKEND (gloo|mpi), MODEL, extra flags; output to FILE.
+dist_run() {
+  local backend=$1 model=$2 n=$3 file=$4
+  shift 4
+  local mpi_args=()
+  read -r -a mpi_args <<<"${HS_MPI_ARGS:-}"
+  if [[ $backend == mpiring ]]; then
+    # Open MPI 4.1's libnbc picks a binomial tree (reduce to rank 0, then broadcast) for every
+    # in-place MPI_Iallreduce; this asks it for its ring instead.
+    backend=mpi mpi_args+=(--mca coll_libnbc_iallreduce_algorithm 1)
+  fi
+  local train=("$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1
+    --batch-per-replica 64 --no-progress --data-dir "$data" --collective-timeout 120
+    --collective-backend "$backend" "$@")
+  local hosts rc=0
+  hosts=$(hosts_csv "$n")
+  if [[ $backend == gloo ]]; then
+    timeout -k 10 "$run_timeout" "$build/tools/dist-launch" --hosts "$hosts" --port-base "$port" \
+      --host-command "$netns exec {host} sh -c" -- "${train[@]}" >"$file" 2>&1 || rc=$?
+  else
+    local token
+    token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+    timeout -k 10 "$run_timeout" "$netns" exec "${addr[0]}" mpirun --allow-run-as-root \
+      --mca plm_rsh_agent "$netns shell" --mca pml ob1 --mca btl tcp,self "${mpi_args[@]}" \
+      -H "$hosts" -np "$n" \
+      -x DIST_NODE_LIST="$hosts" -x DIST_PORT_BASE="$port" -x DIST_JOB_TOKEN="$token" \
+      "${train[@]}" >"$file" 2>&1 || rc=$?
+  fi
+  ((rc == 0)) || reap
+  return "$rc"
+}
+
+# One dist-train measurement: prints "IMAGES_PER_SEC BYTES_PER_STEP_PER_WORKER" (bytes "na" on
+# one host or without the short run). WITH_SHORT=1 also runs the short run for the bytes.
+run_dist() {
+  local backend=$1 model=$2 n=$3 rate=$4 tag=$5 with_short=$6
+  local k e global steps
+  k=$(steps_per_epoch "$model") e=$(epochs_of "$model")
+  global=$((64 * n)) steps=$((k * e))
+  local long=$out/raw/$tag.long short=$out/raw/$tag.short
+  local t0 t1 s0 s1
+  t0=$(tx_sum "$n")
+  if ! dist_run "$backend" "$model" "$n" "$long" --train-examples $((k * global)) --epochs "$e"; then
+    echo "  $tag failed (exit code; last lines of $long):" >&2
+    tail -5 "$long" | sed 's/^/    /' >&2
+    echo "failed failed"
+    return
+  fi
+  t1=$(tx_sum "$n")
+  local ips epochs
+  mapfile -t epochs < <(sed -nE 's/.* ([0-9.]+) images\/s.*/\1/p' "$long" | tail -n +2)
+  ips=$(median "${epochs[@]}")
+  grep -m1 'Between workers' "$long" | sed "s/^/  $tag: /" >&2 || true
+  local bps=na
+  if [[ $with_short == 1 && $n -gt 1 ]]; then
+    port=$((port + 5)) # this subshell's own copy: the short run on ports of its own
+    s0=$(tx_sum "$n")
+    if dist_run "$backend" "$model" "$n" "$short" --train-examples $((k * global)) --epochs "$e" \
+      --max-steps 2; then
+      s1=$(tx_sum "$n")
+      bps=$(echo "(($t1 - $t0) - ($s1 - $s0)) / ($steps - 2) / $n" | bc -l | cut -d. -f1)
+    fi
+  fi
+  echo "$ips $bps"
+}
+
+# One DDP measurement on N hosts: prints "IMAGES_PER_SEC BYTES_PER_STEP_PER_WORKER".
+run_ddp() {
+  local model=$1 n=$2 tag=$3
+  local k e steps i rc=0
+  k=$(steps_per_epoch "$model") e=$(epochs_of "$model")
+  steps=$((k * (e - 1)))
+  # dist's reference CNN runs channels-last; DDP gets the same layout (PyTorch's CPU advice).
+  local ddp_model=$model
+  [[ $model == cnn ]] && ddp_model=${HS_DDP_CNN:-cnn-channels-last}
+  local pids=()
+  for ((i = 0; i < n; i++)); do
+    timeout -k 10 "$run_timeout" "$netns" exec "${addr[i]}" env LD_PRELOAD="$tcmalloc" \
+      GLOO_SOCKET_IFNAME=eth0 MASTER_ADDR="${addr[0]}" MASTER_PORT="$port" RANK="$i" \
+      WORLD_SIZE="$n" THREADS=1 OMP_NUM_THREADS=1 \
+      /usr/bin/python3 "$here/bench/pytorch_ddp_hosts.py" "$ddp_model" 3 "$steps" \
+      >"$out/raw/$tag.rank$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  if ((rc != 0)); then
+    reap
+    echo "  $tag failed: $(tail -3 "$out/raw/$tag.rank0" | tr '\n' ' ')" >&2
+    echo "failed failed"
+    return
+  fi
+  local ips bps
+  ips=$(sed -nE 's/.*: ([0-9.]+) images\/s steady.*/\1/p' "$out/raw/$tag.rank0")
+  bps=$(cat "$out/raw/$tag".rank* | sed -nE 's/.*tx_bytes_per_step ([0-9]+)/\1/p' |
+    awk '{s += $1} END {printf "%.0f", s / NR}')
+  ((n > 1)) || bps=na
+  echo "$ips $bps"
+}
+
+# multi_worker_bench (bench/multi_worker_bench.cc: MultiWorkerMirroredStrategy over Gloo, one
+# fixed synthetic batch, Adam, 5 warm-up steps then the timed ones, no data pipeline and no
+# metrics: what DDP's script does) on N hosts: prints "IMAGES_PER_SEC na".
+run_mwb() {
+  local model=$1 n=$2 tag=$3
+  local k e rc=0 hosts
+  k=$(steps_per_epoch "$model") e=$(epochs_of "$model")
+  hosts=$(hosts_csv "$n")
+  timeout -k 10 "$run_timeout" "$build/tools/dist-launch" --hosts "$hosts" --port-base "$port" \
+    --host-command "$netns exec {host} sh -c" -- "$build/bench/multi_worker_bench" multi_worker \
+    "$model" $((k * (e - 1))) >"$out/raw/$tag" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    reap
+    echo "  $tag failed: $(tail -3 "$out/raw/$tag" | tr '\n' ' ')" >&2
+    echo "failed na"
+    return
+  fi
+  echo "$(sed -nE 's/.* ([0-9.]+) images\/s.*/\1/p' "$out/raw/$tag" | tail -1) na"
+}
+
+# One cell: MODEL BACKEND N RATE ROUND; appends to results.tsv and prints it.
+measure() {
+  local model=$1 backend=$2 n=$3 rate=$4 round=$5 with_short=${6:-1}
+  set_rate "$rate"
+  next_port
+  local tag=$model.$backend.${n}h.$rate.r$round result start
+  start=$(date +%s)
+  if [[ $backend == ddp || $backend == ddp-s ]]; then
+    result=$(run_ddp "$model" "$n" "$tag")
+  elif [[ $backend == mwb ]]; then
+    result=$(run_mwb "$model" "$n" "$tag")
+  else
+    result=$(run_dist "$backend" "$model" "$n" "$rate" "$tag" "$with_short")
+  fi
+  local ips bps
+  read -r ips bps <<<"$result"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$backend" "$n" "$rate" "$ips" "$bps" "$round" >>"$results"
+  echo "$(date +%T) $model $backend ${n} host(s) link $rate round $round: images/s, bytes/step/worker = $result ($(($(date +%s) - start)) s)"
+}
+
+echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'); flags: $(lscpu | sed -nE 's/^Flags: +//p' | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')"
+echo "cores: $(nproc); hosts: ${addr[*]}; raw outputs and results.tsv in $out"
+[[ -f $results ]] || printf '# model\tbackend\thosts\tlink\timages_per_sec\tbytes_per_step_per_worker\tround\n' >"$results"
+
+for phase in $phases; do
+  case $phase in
+    headline)
+      # 2 hosts at 1gbit, both models, alternating A B C A B C; bytes from the first round.
+      for model in $models; do
+        for ((r = 1; r <= repeats; r++)); do
+          for backend in $backends; do
+            measure "$model" "$backend" 2 1gbit "$r" "$((r == 1 ? 1 : 0))"
+          done
+        done
+      done ;;
+    sweep)
+      # Everything else once; the backends in the order given (MPI last by default).
+      for backend in $backends; do
+        for model in $models; do
+          measure "$model" "$backend" 1 none 1
+          for n in 2 4; do
+            for rate in unlimited 10gbit 1gbit; do
+              [[ $n == 2 && $rate == 1gbit && $phases == *headline* ]] && continue
+              measure "$model" "$backend" "$n" "$rate" 1
+            done
+          done
+        done
+      done ;;
+    synthetic)
+      # Like for like with DDP's script: multi_worker_bench (synthetic batch, no pipeline, no
+      # metrics) against DDP, 2 hosts, alternating; rows "mwb" and "ddp-s".
+      for model in $models; do
+        for rate in 1gbit unlimited; do
+          for ((r = 1; r <= repeats; r++)); do
+            measure "$model" mwb 2 "$rate" "$r"
+            measure "$model" ddp-s 2 "$rate" "$r"
+          done
+        done
+      done ;;
+    *) echo "unknown phase '$phase'" >&2; exit 2 ;;
+  esac
+done
+summary
