@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 
+#include "collective/backends_built.h"
+#include "collective/factory.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
@@ -280,12 +282,28 @@ TEST(MultiWorkerTest, InPlaceChangesToSharedVariablesOutsideAStepAreRefused) {
 TEST(MultiWorkerTest, AnUnknownCollectiveBackendIsNamedWithTheBackendsOfThisBuild) {
   MultiWorkerOptions options;
   options.cluster = parse_tf_config(local_tf_config(free_loopback_ports(1), 0));
-  options.communication.backend = "mpi";
+  options.communication.backend = "carrier_pigeon";
   const std::string message =
       testing::message_of<InvalidArgument>([&] { MultiWorkerMirroredStrategy strategy(options); });
-  EXPECT_NE(message.find("unknown collective backend 'mpi': this build has gloo"),
+  EXPECT_NE(message.find("unknown collective backend 'carrier_pigeon': this build has " +
+                         collective::built_backends()),
             std::string::npos)
       << message;
+  EXPECT_NE(collective::built_backends().find("gloo"), std::string::npos);
+  EXPECT_EQ(collective::built_backends().find("mpi") != std::string::npos, DIST_HAVE_MPI != 0);
+}
+
+// The MPI backend in a process that no MPI launcher started: refused, saying to use mpirun (in a
+// build without it: refused, saying how to build it).
+TEST(MultiWorkerTest, TheMpiBackendOutsideMpirunSaysToStartTheWorkersWithMpirun) {
+  MultiWorkerOptions options;
+  options.cluster = parse_tf_config(local_tf_config(free_loopback_ports(1), 0));
+  options.communication.backend = "mpi";
+  const std::string message =
+      testing::message_of<std::exception>([&] { MultiWorkerMirroredStrategy strategy(options); });
+  const std::string expected =
+      DIST_HAVE_MPI ? "started by an MPI launcher (mpirun -np N" : "apt-get install libopenmpi-dev";
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
 }
 
 TEST(MultiWorkerTest, DifferentModelFailsEveryWorkerBeforeStep1NamingTheParameter) {
