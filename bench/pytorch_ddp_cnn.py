@@ -34,16 +34,14 @@ def make_mlp():
                          nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
 
 
-def worker(rank, world, port, rounds, steps, out, model_name, threads):
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
+def make_step(model_name, world, distributed):
+    """One training step of MODEL_NAME on a fixed random batch of 64, Adam 1e-3, cross-entropy
+    averaged over the global batch of 64 x WORLD; under DDP (its process group initialized) when
+    DISTRIBUTED. Shared with bench/pytorch_ddp_hosts.py."""
     model = make_mlp() if model_name == "mlp" else make_cnn()
     if model_name == "cnn-channels-last":
         model = model.to(memory_format=torch.channels_last)
-    if world > 1:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.rand(64, 1, 28, 28)
@@ -58,6 +56,17 @@ def worker(rank, world, port, rounds, steps, out, model_name, threads):
         loss.backward()
         opt.step()
 
+    return step
+
+
+def worker(rank, world, port, rounds, steps, out, model_name, threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    if world > 1:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    step = make_step(model_name, world, distributed=world > 1)
     for _ in range(3):
         step()
     times = []

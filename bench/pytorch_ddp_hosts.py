@@ -26,19 +26,8 @@ T0 = time.perf_counter()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.nn as nn  # noqa: E402
 
-
-def make_cnn():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 5 * 5, 64), nn.ReLU(), nn.Linear(64, 10))
-
-
-def make_mlp():
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(),
-                         nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+from pytorch_ddp_cnn import make_step  # noqa: E402  (this directory: the same model and step)
 
 
 def tx_bytes():
@@ -54,23 +43,8 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(int(os.environ.get("THREADS", "1")))
     torch.manual_seed(0)
-    model = make_mlp() if model_name == "mlp" else make_cnn()
-    if model_name == "cnn-channels-last":
-        model = model.to(memory_format=torch.channels_last)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    model = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.rand(64, 1, 28, 28)
-    if model_name == "cnn-channels-last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (64,))
-    loss_fn = nn.CrossEntropyLoss(reduction="none")
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model(x), y).sum() / (64 * world)
-        loss.backward()
-        opt.step()
+    step = make_step(model_name, world, distributed=True)
 
     for _ in range(warmup):
         step()
