@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include "collective/factory.h"
 #include "collective/shm/same_host_communicator.h"
@@ -27,10 +28,13 @@ void release(std::vector<std::unique_ptr<Communicator>>& members) {
   for (size_t p = members.size(); p-- > 0;) members[p].reset();
 }
 
+// Only this process's segments count (their names start with dist-<pid of the creator>-): other
+// tests run beside this one and may hold a segment of their own for a moment.
 int dist_segments_in_dev_shm() {
+  const std::string ours = "dist-" + std::to_string(getpid()) + "-";
   int n = 0;
   if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* entry = readdir(dir)) n += std::string(entry->d_name).rfind("dist-", 0) == 0;
+    while (dirent* entry = readdir(dir)) n += std::string(entry->d_name).rfind(ours, 0) == 0;
     closedir(dir);
   }
   return n;

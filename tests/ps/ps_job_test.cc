@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <torch/torch.h>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "dist/distribute/mirrored_strategy.h"
@@ -369,6 +370,16 @@ TEST(ParameterServerJobTest, LostWorkerStepRunsElsewhereAndRestartedWorkerRejoin
   job.expect_no_process_left();
 }
 
+// How many of the chief's lines name `worker` (as "worker:1") and say `what`.
+int lines_about(const std::string& chief_output, const std::string& worker,
+                const std::string& what) {
+  std::istringstream lines(chief_output);
+  int n = 0;
+  for (std::string line; std::getline(lines, line);)
+    n += line.find(worker + " (") != std::string::npos && line.find(what) != std::string::npos;
+  return n;
+}
+
 // Two of three workers killed at once: the third finishes the training.
 TEST(ParameterServerJobTest, TwoWorkersLostAtOnce) {
   testing::TempDir dir;
@@ -383,10 +394,17 @@ TEST(ParameterServerJobTest, TwoWorkersLostAtOnce) {
   EXPECT_EQ(results[job.chief_process()].exit_code, 0) << all;
   EXPECT_EQ(results[job.worker_process(0)].exit_code, 0) << all;
   EXPECT_EQ(results[job.ps_process(0)].exit_code, 0) << all;
-  EXPECT_EQ(
-      testing::occurrences(results[job.chief_process()].output, "runs again on another worker"), 2)
+  // Each killed worker's step runs again once. Under load the survivor may also miss two pings
+  // in a row and be taken as stalled for a while; its step then runs again too, and the chief
+  // says why first.
+  const std::string& chief = results[job.chief_process()].output;
+  const std::string again = "runs again on another worker";
+  EXPECT_EQ(lines_about(chief, "worker:1", again), 1) << all;
+  EXPECT_EQ(lines_about(chief, "worker:2", again), 1) << all;
+  EXPECT_LE(lines_about(chief, "worker:0", again),
+            lines_about(chief, "worker:0", "failed two pings in a row"))
       << all;
-  EXPECT_NE(results[job.chief_process()].output.find("trained 24 steps"), std::string::npos);
+  EXPECT_NE(chief.find("trained 24 steps"), std::string::npos) << all;
   job.expect_no_process_left();
 }
 
