@@ -25,7 +25,9 @@
 #
 # Environment: HS_MODELS ("cnn mlp"), HS_BACKENDS ("gloo ddp mpi"; also mpiring: MPI with
 # libnbc's ring all-reduce), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
-# against DDP, like for like), HS_MPI_ARGS (more mpirun arguments),
+# against DDP, like for like; HS_MWB_VARIANTS adds multi_worker_bench layouts to it, as
+# "unchecked after_backward", and HS_SYNTHETIC_RATES its links, default "1gbit unlimited"),
+# HS_MPI_ARGS (more mpirun arguments),
 # HS_DDP_CNN (cnn-channels-last, or cnn for DDP's CNN in the default layout), HS_OUT (a
 # directory for raw outputs and results.tsv; default a new one in /tmp; results are appended,
 # so phases can be run apart and summarized together), HS_SUMMARY_ONLY=1 (only print the tables
@@ -74,10 +76,12 @@ for model in ("cnn", "mlp"):
     grad = params[model] * 4
     print(f"\n{model}: {params[model]} parameters, {grad} gradient bytes (float32)")
     print(f"{'backend':7} {'hosts':>5} {'link':>9} {'images/s':>9} {'eff':>6} {'MB/step/worker':>15} {'x theory':>9} {'runs':>4}")
-    for backend in ("gloo", "mpi", "mpiring", "ddp", "mwb", "ddp-s"):
+    known = ["gloo", "mpi", "mpiring", "ddp", "mwb", "ddp-s"]
+    extra = sorted({b for (_, b, _, _) in rows if b not in known})  # mwb-LAYOUT rows
+    for backend in known + extra:
         one, _, _ = cell(model, {"mpiring": "mpi", "ddp-s": "ddp"}.get(backend, backend), 1, "none")
         for hosts, rate in [(1, "none")] + [(h, r) for h in (2, 4) for r in ("unlimited", "10gbit", "1gbit")]:
-            if hosts == 1 and backend in ("mpiring", "ddp-s"):
+            if hosts == 1 and (backend in ("mpiring", "ddp-s") or backend in extra):
                 continue
             ips, bps, n = cell(model, backend, hosts, rate)
             if n == 0:
@@ -99,11 +103,12 @@ for model in ("cnn", "mlp"):
           f"{ratio(g, d)}; mpi / gloo {ratio(m, g)}; mpi ring / gloo {ratio(mr, g)}; "
           f"dist (mpi) / ddp {ratio(m, d)}")
     for rate in ("1gbit", "unlimited"):
-        w, _, _ = cell(model, "mwb", 2, rate)
         ds, _, _ = cell(model, "ddp-s", 2, rate)
-        if w and ds:
-            print(f"  {model}, 2 hosts at {rate}, like for like (multi_worker_bench / ddp): "
-                  f"{w} / {ds} = {ratio(w, ds)}")
+        for variant in ["mwb"] + sorted({b for (_, b, _, _) in rows if b.startswith("mwb-")}):
+            w, _, _ = cell(model, variant, 2, rate)
+            if w and ds:
+                print(f"  {model}, 2 hosts at {rate}, like for like ({variant} / ddp): "
+                      f"{w} / {ds} = {ratio(w, ds)}")
 PY
 }
 
@@ -197,8 +202,11 @@ dist_run() {
   else
     local token
     token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+    # --bind-to none: each host's Open MPI daemon takes the machine's cores for its own and
+    # binds its rank to core 0, so every rank would share one core (a 32-byte all-reduce then
+    # takes 4 ms, a scheduler time slice, instead of 8 us).
     timeout -k 10 "$run_timeout" "$netns" exec "${addr[0]}" mpirun --allow-run-as-root \
-      --mca plm_rsh_agent "$netns shell" --mca pml ob1 --mca btl tcp,self "${mpi_args[@]}" \
+      --bind-to none --mca plm_rsh_agent "$netns shell" --mca pml ob1 --mca btl tcp,self "${mpi_args[@]}" \
       -H "$hosts" -np "$n" \
       -x DIST_NODE_LIST="$hosts" -x DIST_PORT_BASE="$port" -x DIST_JOB_TOKEN="$token" \
       "${train[@]}" >"$file" 2>&1 || rc=$?
@@ -276,14 +284,16 @@ run_ddp() {
 
 # multi_worker_bench (bench/multi_worker_bench.cc: MultiWorkerMirroredStrategy over Gloo, one
 # fixed synthetic batch, Adam, 5 warm-up steps then the timed ones, no data pipeline and no
-# metrics: what DDP's script does) on N hosts: prints "IMAGES_PER_SEC na".
+# metrics: what DDP's script does) on N hosts: prints "IMAGES_PER_SEC na". Backend mwb runs its
+# layout multi_worker; mwb-X runs multi_worker_X (as mwb-unchecked, mwb-after_backward).
 run_mwb() {
-  local model=$1 n=$2 tag=$3
-  local k e rc=0 hosts
+  local model=$1 n=$2 tag=$3 backend=$4
+  local k e rc=0 hosts layout=multi_worker
+  [[ $backend == mwb-* ]] && layout=multi_worker_${backend#mwb-}
   k=$(steps_per_epoch "$model") e=$(epochs_of "$model")
   hosts=$(hosts_csv "$n")
   timeout -k 10 "$run_timeout" "$build/tools/dist-launch" --hosts "$hosts" --port-base "$port" \
-    --host-command "$netns exec {host} sh -c" -- "$build/bench/multi_worker_bench" multi_worker \
+    --host-command "$netns exec {host} sh -c" -- "$build/bench/multi_worker_bench" "$layout" \
     "$model" $((k * (e - 1))) >"$out/raw/$tag" 2>&1 || rc=$?
   if ((rc != 0)); then
     reap
@@ -303,8 +313,8 @@ measure() {
   start=$(date +%s)
   if [[ $backend == ddp || $backend == ddp-s ]]; then
     result=$(run_ddp "$model" "$n" "$tag")
-  elif [[ $backend == mwb ]]; then
-    result=$(run_mwb "$model" "$n" "$tag")
+  elif [[ $backend == mwb* ]]; then
+    result=$(run_mwb "$model" "$n" "$tag" "$backend")
   else
     result=$(run_dist "$backend" "$model" "$n" "$rate" "$tag" "$with_short")
   fi
@@ -344,11 +354,13 @@ for phase in $phases; do
       done ;;
     synthetic)
       # Like for like with DDP's script: multi_worker_bench (synthetic batch, no pipeline, no
-      # metrics) against DDP, 2 hosts, alternating; rows "mwb" and "ddp-s".
+      # metrics) against DDP, 2 hosts, alternating; rows "mwb" (and "mwb-X" for each layout
+      # multi_worker_X named in HS_MWB_VARIANTS, as "unchecked after_backward") and "ddp-s".
       for model in $models; do
-        for rate in 1gbit unlimited; do
+        for rate in ${HS_SYNTHETIC_RATES:-1gbit unlimited}; do
           for ((r = 1; r <= repeats; r++)); do
             measure "$model" mwb 2 "$rate" "$r"
+            for variant in ${HS_MWB_VARIANTS:-}; do measure "$model" "mwb-$variant" 2 "$rate" "$r"; done
             measure "$model" ddp-s 2 "$rate" "$r"
           done
         done

@@ -7,8 +7,13 @@ namespace dist {
 
 DistributedIterator::DistributedIterator(data::Iterator input,
                                          std::shared_ptr<const StrategyExtended> strategy,
-                                         InputKind kind, DistributeOptions options)
-    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind), options_(options) {}
+                                         InputKind kind, DistributeOptions options,
+                                         int64_t input_cardinality)
+    : input_(std::move(input)),
+      strategy_(std::move(strategy)),
+      kind_(kind),
+      options_(options),
+      input_cardinality_(input_cardinality) {}
 
 data::Element DistributedIterator::empty_like_last() const {
   DIST_CHECK_ARG(last_batch_.has_value(),
@@ -49,11 +54,46 @@ std::optional<PerReplica<data::Element>> DistributedIterator::next() {
   int64_t local_examples = 0;
   bool has_data = false;
   auto shares = local_shares(&local_examples, &has_data);
+  if (agreement_ == StepAgreement::kOncePerEpoch)
+    return next_as_agreed(std::move(shares), has_data);
   auto [anyone_has_data, global_examples] = strategy_->agree_step(has_data, local_examples);
+  if (agreement_ == StepAgreement::kUndecided)
+    agreement_ = agreed_for_the_epoch() ? StepAgreement::kOncePerEpoch : StepAgreement::kEveryStep;
+  ++steps_;
   if (!anyone_has_data) return std::nullopt;
   while (static_cast<int>(shares.size()) < strategy_->num_local_replicas())
     shares.push_back(empty_like_last());
   return PerReplica<data::Element>(std::move(shares), global_examples);
+}
+
+bool DistributedIterator::agreed_for_the_epoch() {
+  // One process has nothing to agree with; its agreement is free as it is.
+  if (strategy_->num_workers() == 1) return false;
+  const bool same_pipeline_everywhere =
+      kind_ == InputKind::kGlobalBatches && (options_.auto_shard_policy == AutoShardPolicy::kData ||
+                                             options_.auto_shard_policy == AutoShardPolicy::kAuto);
+  const bool known = input_cardinality_ >= 0 || input_cardinality_ == data::kInfiniteCardinality;
+  const int64_t mine = same_pipeline_everywhere && known ? input_cardinality_ : -3;
+  // Every worker's value is the same when its maximum is minus the maximum of its negation.
+  std::vector<at::Tensor> extremes{at::tensor({mine, -mine}, at::kLong)};
+  strategy_->all_reduce_across_workers(extremes, ReduceOp::kMax);
+  return mine != -3 && extremes[0][0].item<int64_t>() == -extremes[0][1].item<int64_t>();
+}
+
+std::optional<PerReplica<data::Element>> DistributedIterator::next_as_agreed(
+    std::vector<data::Element> shares, bool has_data) {
+  const bool endless = input_cardinality_ == data::kInfiniteCardinality;
+  const bool expected = endless || steps_ < input_cardinality_;
+  DIST_CHECK(has_data == expected, DataError, "worker ", strategy_->worker_index(), "'s input ",
+             has_data ? "yielded more than" : "ended before", " the ", input_cardinality_,
+             " batches its cardinality promised (every worker agreed on that number at the "
+             "epoch's first step and stopped agreeing before each step): a dataset node reports "
+             "a wrong cardinality; its other workers fail in their next collective");
+  ++steps_;
+  if (!has_data) return std::nullopt;
+  // Every worker read this same global batch and keeps its replicas' rows of it.
+  const at::Tensor& first = last_batch_->at(0);
+  return PerReplica<data::Element>(std::move(shares), first.dim() == 0 ? 0 : first.size(0));
 }
 
 DistributedIterator::Cursor::Cursor(DistributedIterator* owner) : owner_(owner) {
@@ -72,7 +112,8 @@ DistributedDataset::DistributedDataset(data::Dataset input,
     : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind), options_(options) {}
 
 DistributedIterator DistributedDataset::iterator(int64_t epoch) const {
-  return DistributedIterator(input_.iterator(epoch), strategy_, kind_, options_);
+  return DistributedIterator(input_.iterator(epoch), strategy_, kind_, options_,
+                             input_.cardinality());
 }
 
 DistributedIterator DistributedDataset::iterator_at(const data::IteratorPosition& position) const {

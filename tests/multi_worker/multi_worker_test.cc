@@ -221,6 +221,33 @@ TEST(MultiWorkerTest, CollectivesOverTcpOnOneHostAreExactToo) {
   }
 }
 
+// Global batches that every worker reads alike (same number of batches): the workers agree on
+// that once, at the epoch's first step, and no later step takes a collective. Worker 0 finishes
+// its epoch before a collective that worker 1 issues after its first step; were there an
+// agreement before each step, worker 0's second step would meet that collective and fail.
+TEST(MultiWorkerTest, StepsOfInputsOfEqualLengthTakeNoCollectiveAfterTheFirst) {
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"input_steps", "10", "10"}, 20000, "ring");
+  auto results = processes.wait_all(60s);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << all_output(results);
+    EXPECT_NE(r.output.find("global batches 4,4,2\n"), std::string::npos) << r.output;
+  }
+}
+
+// Inputs of different lengths (10 and 14 rows in global batches of 4) agree before every step:
+// each step's global batch is the rows the workers hold together, and the epoch ends for both
+// when neither has data.
+TEST(MultiWorkerTest, InputsOfDifferentLengthsAgreeBeforeEveryStep) {
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"input_steps", "10", "14"}, 20000, "ring");
+  auto results = processes.wait_all(60s);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << all_output(results);
+    EXPECT_NE(r.output.find("global batches 4,4,3,1\n"), std::string::npos) << r.output;
+  }
+}
+
 // Shared memory and TCP are two transports of the same sums: with 2 workers (where a + b is
 // b + a) the trained weights are equal bit for bit.
 TEST(MultiWorkerTest, SharedMemoryAndTcpTrainTheSameWeightsBitForBit) {

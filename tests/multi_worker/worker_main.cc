@@ -22,6 +22,11 @@
 //                                                    every worker saves its weights and
 //                                                    buffers as OUT_PREFIX.<rank>
 //   dist_test_worker train_forever                   trains until killed, prints "step N"
+//   dist_test_worker input_steps ROWS0 ROWS          one epoch of a distributed dataset of
+//                                                    ROWS0 rows (worker 0) or ROWS (the others)
+//                                                    in global batches of 4, around a
+//                                                    collective of cross-replica code; prints
+//                                                    the steps' global batch sizes
 //   dist_test_worker shared_variables on|off|write_in_place REPLICAS OUT
 //                                                    Adam on an MLP: 3 steps, a checkpoint, 2
 //                                                    steps, every worker restores it, 3 steps;
@@ -183,6 +188,32 @@ int model(int hidden) {
   return 0;
 }
 
+// After the epoch's first step, the steps of a dataset whose every worker has the same number of
+// batches take no collective: worker 0 can finish the epoch before the any_worker collective
+// that the others issue after their first step. Inputs of different lengths need an agreement
+// before every step, so there every worker takes its steps before that collective.
+int input_steps(int64_t rows_of_worker_0, int64_t rows_of_the_others) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
+  const bool first = strategy.worker_index() == 0;
+  const int64_t rows = first ? rows_of_worker_0 : rows_of_the_others;
+  auto data = strategy.experimental_distribute_dataset(
+      dist::data::Dataset::from_tensor_slices({torch::arange(rows)}).batch(4));
+  auto it = data.iterator();
+  std::string sizes;
+  auto take = [&](int64_t steps) {
+    for (int64_t i = 0; i < steps; ++i) {
+      auto batch = it.next();
+      if (!batch) return;
+      sizes += (sizes.empty() ? "" : ",") + std::to_string(batch->global_batch_size());
+    }
+  };
+  take(first || rows_of_worker_0 != rows_of_the_others ? 1000 : 1);
+  strategy.any_worker(false);
+  take(1000);
+  std::cout << "global batches " << sizes << std::endl;
+  return 0;
+}
+
 int train_forever() {
   dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
   torch::manual_seed(1);
@@ -294,6 +325,8 @@ int main(int argc, char** argv) {
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));
     if (scenario == "train_forever") return train_forever();
+    if (scenario == "input_steps" && argc == 4)
+      return input_steps(std::atoll(argv[2]), std::atoll(argv[3]));
     if (scenario == "shared_variables" && argc == 5)
       return shared_variables(argv[2], std::atoi(argv[3]), argv[4]);
   } catch (const std::exception& e) {

@@ -10,6 +10,12 @@
 // When the data runs out unevenly (across replicas or workers), those without data get empty
 // batches (zero rows) and still take part, until no one has data; the epoch then ends
 // everywhere at the same step, so nobody waits in a collective for a peer that stopped.
+//
+// That takes an agreement of the workers before each step (one small all-reduce), except where
+// it is known in advance: global batches sharded by data (kData, kAuto), whose every worker
+// iterates the same pipeline, agree once, at an epoch's first step, that their inputs have the
+// same known number of batches (or are endless); each step's global batch is then the batch
+// every worker read, and an input that ends before or after that number is an error.
 #pragma once
 
 #include <memory>
@@ -32,8 +38,11 @@ struct DistributeOptions {
 
 class DistributedIterator {
  public:
+  // `input_cardinality`: the input's batches from here (data::Dataset::cardinality), or
+  // kUnknownCardinality, which makes the workers agree before every step.
   DistributedIterator(data::Iterator input, std::shared_ptr<const StrategyExtended> strategy,
-                      InputKind kind, DistributeOptions options);
+                      InputKind kind, DistributeOptions options,
+                      int64_t input_cardinality = data::kUnknownCardinality);
 
   // The next step's per-replica batches, or nullopt at the end of the epoch (everywhere).
   std::optional<PerReplica<data::Element>> next();
@@ -58,12 +67,22 @@ class DistributedIterator {
   // This process's shares for the step, empty when its input is exhausted.
   std::vector<data::Element> local_shares(int64_t* local_examples, bool* has_data);
   data::Element empty_like_last() const;
+  // At the first step: whether every worker's input is known to yield the same batches.
+  bool agreed_for_the_epoch();
+  // A step once the workers agreed for the epoch: no collective.
+  std::optional<PerReplica<data::Element>> next_as_agreed(std::vector<data::Element> shares,
+                                                          bool has_data);
+
+  enum class StepAgreement { kUndecided, kEveryStep, kOncePerEpoch };
 
   data::Iterator input_;
   std::shared_ptr<const StrategyExtended> strategy_;
   InputKind kind_;
   DistributeOptions options_;
   std::optional<data::Element> last_batch_;  // shapes for the empty batches of a finished input
+  int64_t input_cardinality_;
+  StepAgreement agreement_ = StepAgreement::kUndecided;
+  int64_t steps_ = 0;  // steps handed out
 };
 
 class DistributedDataset {
