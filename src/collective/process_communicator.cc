@@ -44,6 +44,15 @@ class DiagnosedWork : public Work {
   bool done_ = false;
 };
 
+// A sum of a few int64 values, which its agreement can carry.
+bool fits_in_agreement(const std::vector<at::Tensor>& tensors, ReduceOp op) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kMean) return false;
+  for (const auto& t : tensors)
+    if (t.scalar_type() != at::kLong) return false;
+  const int64_t elements = total_elements(tensors);
+  return elements > 0 && elements <= kAgreementPayload;
+}
+
 ProcessGroupSpec checked(ProcessGroupSpec spec, const std::string& transport_name) {
   DIST_CHECK_ARG(!spec.members.empty(), "a ", transport_name, " group needs at least one member");
   DIST_CHECK_ARG(spec.rank >= 0 && spec.rank < static_cast<int>(spec.members.size()),
@@ -114,8 +123,41 @@ WorkHandle ProcessCommunicator::run(const std::string& what, int64_t sequence,
                                          std::move(finish));
 }
 
+WorkHandle ProcessCommunicator::all_reduce_within_agreement(std::vector<at::Tensor>& tensors,
+                                                            ReduceOp op,
+                                                            const Fingerprint& fingerprint) {
+  const int64_t sequence = liveness_.next_sequence();
+  liveness_.check_usable("all_reduce");
+  std::vector<at::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.reshape(-1));
+  auto agreement = std::make_shared<Agreement>(sequence, fingerprint, at::cat(flat));
+  auto finish = [this, agreement, tensors, op, sequence, n = size()]() mutable {
+    std::string mismatch;
+    try {
+      mismatch = agreement->disagreement(*transport_, spec_);
+    } catch (const std::exception& e) {
+      liveness_.fail("all_reduce", sequence, e);
+    }
+    if (!mismatch.empty()) {
+      liveness_.mark_failed();
+      throw CollectiveError(mismatch);
+    }
+    const at::Tensor sums = agreement->payload_sum();
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      t.copy_(sums.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+      if (op == ReduceOp::kMean) divide_for_mean(t, n);
+    }
+  };
+  return run(
+      "all_reduce", sequence, [&] { return agreement->start(*transport_); }, std::move(finish));
+}
+
 WorkHandle ProcessCommunicator::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return completed_work();
+  if (spec_.check_collectives && fits_in_agreement(tensors, op))
+    return all_reduce_within_agreement(tensors, op, fingerprint_of(all_reduce_kind(op), tensors));
   std::function<void()> finish;
   if (op == ReduceOp::kMean) {
     finish = [tensors, n = size()]() mutable {

@@ -70,6 +70,9 @@ class ProcessCommunicator : public Communicator {
   WorkHandle issue(const std::string& what, const Fingerprint* fingerprint,
                    const std::function<WorkHandle()>& start,
                    std::function<void()> finish = nullptr);
+  // A small sum of int64 values (agreement.h): carried by its own agreement, one round trip.
+  WorkHandle all_reduce_within_agreement(std::vector<at::Tensor>& tensors, ReduceOp op,
+                                         const Fingerprint& fingerprint);
   // `start` on the transport as collective `sequence`: its failure is diagnosed (Liveness), as
   // is the returned Work's. `finish` runs once the work completed (MEAN's division, ...).
   WorkHandle run(const std::string& what, int64_t sequence,

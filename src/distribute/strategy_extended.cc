@@ -123,8 +123,9 @@ void StrategyExtended::check_workers_agree(
 }
 
 bool StrategyExtended::any_worker(bool local) const {
+  // A sum (how many workers say yes), as small integer sums travel inside their agreement.
   std::vector<at::Tensor> flag{at::tensor({local ? int64_t{1} : 0}, at::kLong)};
-  all_reduce_across_workers(flag, ReduceOp::kMax);
+  all_reduce_across_workers(flag, ReduceOp::kSum);
   return flag[0].item<int64_t>() > 0;
 }
 

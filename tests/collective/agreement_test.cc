@@ -58,12 +58,44 @@ TEST(AgreementTest, EveryMemberNamesWhatEachIssued) {
   for (const auto& verdict : verdicts) EXPECT_EQ(verdict, expected);
 }
 
-// Two fields that differ in opposite directions on two members still differ (the MAX of (f, -f)
-// sees both extremes).
+// Two fields that differ in opposite directions on two members still differ.
 TEST(AgreementTest, DifferencesInOppositeDirectionsAreSeen) {
   const auto verdicts = agree({{kBarrierKind, 0, 0, 0}, {kAllGatherKind, 5, 6, 1}});
   for (const auto& verdict : verdicts)
     EXPECT_NE(verdict.find("issued barrier, worker:1"), std::string::npos) << verdict;
+}
+
+// The agreement is a sum: fields whose sums over the members match, but not their values (9 and
+// 11 against 10 and 10; a field that differs in one bit of its top 16), still differ, and every
+// member says so.
+TEST(AgreementTest, FieldsWithEqualSumsButDifferentValuesDiffer) {
+  const int64_t top_bit = int64_t{1} << 62;
+  const std::vector<std::vector<Fingerprint>> cases = {
+      {{kAllGatherKind, 9, 6, 1},
+       {kAllGatherKind, 11, 6, 1},
+       {kAllGatherKind, 10, 6, 1},
+       {kAllGatherKind, 10, 6, 1}},
+      {{kAllGatherKind, top_bit, 6, 1}, {kAllGatherKind, 0, 6, 1}}};
+  for (const auto& fingerprints : cases)
+    for (const auto& verdict : agree(fingerprints))
+      EXPECT_NE(verdict.find("collective mismatch at collective #7"), std::string::npos) << verdict;
+}
+
+// A sum of a few int64 values travels inside the agreement: one all-reduce gives the verdict and
+// the sums.
+TEST(AgreementTest, SmallIntegerSumsTravelInsideTheAgreement) {
+  const int size = 3;
+  LocalGroupOptions options;
+  options.size = size;
+  auto members = make_local_group(options);
+  run_threads(size, [&](int r) {
+    LocalTransport transport(*members[static_cast<size_t>(r)]);
+    const at::Tensor mine = at::tensor({int64_t{r + 1}, int64_t{10 * (r + 1)}}, at::kLong);
+    Agreement agreement(3, {all_reduce_kind(ReduceOp::kSum), 2, 4, 1}, mine);
+    agreement.start(transport)->wait();
+    EXPECT_EQ(agreement.disagreement(transport, spec_of(size, r)), "");
+    EXPECT_TRUE(at::equal(agreement.payload_sum(), at::tensor({int64_t{6}, int64_t{60}})));
+  });
 }
 
 // Groups of more than 16 members: a broadcast from any root stays a broadcast from that root,
