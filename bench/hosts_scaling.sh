@@ -204,9 +204,10 @@ dist_run() {
     token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
     # --bind-to none: each host's Open MPI daemon takes the machine's cores for its own and
     # binds its rank to core 0, so every rank would share one core (a 32-byte all-reduce then
-    # takes 4 ms, a scheduler time slice, instead of 8 us).
+    # takes 4 ms, a scheduler time slice, instead of 8 us). rtc_hwloc_vmhole none: a daemon
+    # mapping its topology into a hole of its address space crashed there once.
     timeout -k 10 "$run_timeout" "$netns" exec "${addr[0]}" mpirun --allow-run-as-root \
-      --bind-to none --mca plm_rsh_agent "$netns shell" --mca pml ob1 --mca btl tcp,self "${mpi_args[@]}" \
+      --bind-to none --mca rtc_hwloc_vmhole none --mca plm_rsh_agent "$netns shell" --mca pml ob1 --mca btl tcp,self "${mpi_args[@]}" \
       -H "$hosts" -np "$n" \
       -x DIST_NODE_LIST="$hosts" -x DIST_PORT_BASE="$port" -x DIST_JOB_TOKEN="$token" \
       "${train[@]}" >"$file" 2>&1 || rc=$?

@@ -19,6 +19,7 @@ echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'), $(nproc) cores; link $rate"
 for binding in core none; do
   echo "== mpirun --bind-to $binding"
   timeout 300 "$net" exec "${addr[0]}" mpirun --allow-run-as-root --bind-to "$binding" \
+    --mca rtc_hwloc_vmhole none \
     --mca plm_rsh_agent "$net shell" --mca pml ob1 --mca btl tcp,self \
     -H "${addr[0]},${addr[1]}" -np 2 "$work/latency"
 done

@@ -73,11 +73,14 @@ bool DistributedIterator::agreed_for_the_epoch() {
       kind_ == InputKind::kGlobalBatches && (options_.auto_shard_policy == AutoShardPolicy::kData ||
                                              options_.auto_shard_policy == AutoShardPolicy::kAuto);
   const bool known = input_cardinality_ >= 0 || input_cardinality_ == data::kInfiniteCardinality;
-  const int64_t mine = same_pipeline_everywhere && known ? input_cardinality_ : -3;
+  // An input that cannot agree in advance says "unknown", which agrees with nothing.
+  const int64_t mine =
+      same_pipeline_everywhere && known ? input_cardinality_ : data::kUnknownCardinality;
   // Every worker's value is the same when its maximum is minus the maximum of its negation.
   std::vector<at::Tensor> extremes{at::tensor({mine, -mine}, at::kLong)};
   strategy_->all_reduce_across_workers(extremes, ReduceOp::kMax);
-  return mine != -3 && extremes[0][0].item<int64_t>() == -extremes[0][1].item<int64_t>();
+  return mine != data::kUnknownCardinality &&
+         extremes[0][0].item<int64_t>() == -extremes[0][1].item<int64_t>();
 }
 
 std::optional<PerReplica<data::Element>> DistributedIterator::next_as_agreed(

@@ -8,7 +8,8 @@
 
 namespace dist {
 
-// n distinct TCP ports on 127.0.0.1 that were free a moment ago (bound, then released).
+// n distinct TCP ports on 127.0.0.1 that were free a moment ago (bound, then released), chosen
+// outside the range the kernel hands out by itself (local_cluster.cc says why).
 std::vector<int> free_loopback_ports(int n);
 
 // TF_CONFIG text for workers at addresses[i] ("host:port"), as task worker:index.

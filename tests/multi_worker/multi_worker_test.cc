@@ -221,31 +221,32 @@ TEST(MultiWorkerTest, CollectivesOverTcpOnOneHostAreExactToo) {
   }
 }
 
+// Two workers run the input_steps scenario (worker_main.cc) on inputs of `rows_of_worker_0`
+// and `rows_of_worker_1` rows in global batches of 4: both must succeed and print `sizes`.
+void expect_global_batches(const std::string& rows_of_worker_0, const std::string& rows_of_worker_1,
+                           const std::string& sizes) {
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"input_steps", rows_of_worker_0, rows_of_worker_1}, 20000, "ring");
+  auto results = processes.wait_all(60s);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << all_output(results);
+    EXPECT_NE(r.output.find("global batches " + sizes + "\n"), std::string::npos) << r.output;
+  }
+}
+
 // Global batches that every worker reads alike (same number of batches): the workers agree on
 // that once, at the epoch's first step, and no later step takes a collective. Worker 0 finishes
 // its epoch before a collective that worker 1 issues after its first step; were there an
 // agreement before each step, worker 0's second step would meet that collective and fail.
 TEST(MultiWorkerTest, StepsOfInputsOfEqualLengthTakeNoCollectiveAfterTheFirst) {
-  WorkerProcesses processes;
-  start_workers(processes, 2, {"input_steps", "10", "10"}, 20000, "ring");
-  auto results = processes.wait_all(60s);
-  for (const auto& r : results) {
-    ASSERT_EQ(r.exit_code, 0) << all_output(results);
-    EXPECT_NE(r.output.find("global batches 4,4,2\n"), std::string::npos) << r.output;
-  }
+  expect_global_batches("10", "10", "4,4,2");
 }
 
 // Inputs of different lengths (10 and 14 rows in global batches of 4) agree before every step:
 // each step's global batch is the rows the workers hold together, and the epoch ends for both
 // when neither has data.
 TEST(MultiWorkerTest, InputsOfDifferentLengthsAgreeBeforeEveryStep) {
-  WorkerProcesses processes;
-  start_workers(processes, 2, {"input_steps", "10", "14"}, 20000, "ring");
-  auto results = processes.wait_all(60s);
-  for (const auto& r : results) {
-    ASSERT_EQ(r.exit_code, 0) << all_output(results);
-    EXPECT_NE(r.output.find("global batches 4,4,3,1\n"), std::string::npos) << r.output;
-  }
+  expect_global_batches("10", "14", "4,4,3,1");
 }
 
 // Shared memory and TCP are two transports of the same sums: with 2 workers (where a + b is
