@@ -30,7 +30,7 @@ std::vector<int64_t> pieces_of(const Fingerprint& f) {
 }  // namespace
 
 Agreement::Agreement(int64_t sequence, const Fingerprint& mine, const at::Tensor& payload)
-    : sequence_(sequence), mine_(mine) {
+    : sequence_(sequence), mine_(mine), pieces_(pieces_of(mine)) {
   if (payload.defined()) {
     DIST_INTERNAL_ASSERT(payload.scalar_type() == at::kLong && payload.dim() == 1 &&
                              payload.numel() <= kAgreementPayload,
@@ -39,9 +39,8 @@ Agreement::Agreement(int64_t sequence, const Fingerprint& mine, const at::Tensor
   }
   message_ = at::zeros({kMessage}, at::kLong);
   auto m = message_.accessor<int64_t, 1>();
-  const auto pieces = pieces_of(mine);
   for (int64_t i = 0; i < kPieces; ++i) {
-    m[i] = pieces[static_cast<size_t>(i)];
+    m[i] = pieces_[static_cast<size_t>(i)];
     m[kPieces + i] = m[i] * m[i];
   }
   if (payload_size_ > 0) message_.narrow(0, 2 * kPieces, payload_size_).copy_(payload);
@@ -54,11 +53,10 @@ WorkHandle Agreement::start(Transport& transport) {
 
 std::string Agreement::disagreement(Transport& transport, const ProcessGroupSpec& spec) const {
   const int size = static_cast<int>(spec.members.size());
-  const auto pieces = pieces_of(mine_);
   auto m = message_.accessor<int64_t, 1>();
   bool same = true;
   for (int64_t i = 0; i < kPieces && same; ++i) {
-    const int64_t piece = pieces[static_cast<size_t>(i)];
+    const int64_t piece = pieces_[static_cast<size_t>(i)];
     same = m[i] == size * piece && m[kPieces + i] == size * piece * piece;
   }
   if (same) return "";

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -44,6 +45,7 @@ class Agreement {
  private:
   int64_t sequence_;
   Fingerprint mine_;
+  std::vector<int64_t> pieces_;  // mine_ in 16-bit pieces, as sent
   int64_t payload_size_ = 0;
   at::Tensor message_;  // pieces, their squares, payload (summed in place)
 };
