@@ -24,7 +24,9 @@
 # DDP: tx_bytes read by the worker itself around the timed steps.
 #
 # Environment: HS_MODELS ("cnn mlp"), HS_BACKENDS ("gloo ddp mpi"; also mpiring: MPI with
-# libnbc's ring all-reduce), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
+# libnbc's ring all-reduce, and gloo@DIR: the dist-train of another build directory DIR over
+# Gloo, say of the commit before a change, so a change is measured against its base in one
+# alternating run; the headline then prints each against gloo), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
 # against DDP, like for like; HS_MWB_VARIANTS adds multi_worker_bench layouts to it, as
 # "unchecked after_backward", and HS_SYNTHETIC_RATES its links, default "1gbit unlimited"),
 # HS_MPI_ARGS (more mpirun arguments),
@@ -102,6 +104,11 @@ for model in ("cnn", "mlp"):
     print(f"  {model}: gloo {g}, mpi {m}, mpi ring {mr}, ddp {d} images/s; dist (gloo) / ddp "
           f"{ratio(g, d)}; mpi / gloo {ratio(m, g)}; mpi ring / gloo {ratio(mr, g)}; "
           f"dist (mpi) / ddp {ratio(m, d)}")
+    for other in sorted({b for (_, b, _, _) in rows if b.startswith("gloo@")}):
+        b, _, _ = cell(model, other, 2, "1gbit")
+        if b:
+            print(f"  {model}: {other} {b} images/s; gloo / {other} {ratio(g, b)}; "
+                  f"{other} / ddp {ratio(b, d)}")
     for rate in ("1gbit", "unlimited"):
         ds, _, _ = cell(model, "ddp-s", 2, rate)
         for variant in ["mwb"] + sorted({b for (_, b, _, _) in rows if b.startswith("mwb-")}):
@@ -191,7 +198,12 @@ dist_run() {
     # in-place MPI_Iallreduce; this asks it for its ring instead.
     backend=mpi mpi_args+=(--mca coll_libnbc_iallreduce_algorithm 1)
   fi
-  local train=("$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1
+  local binary=$build/tools/dist-train
+  if [[ $backend == gloo@* ]]; then
+    binary=${backend#gloo@}/tools/dist-train
+    backend=gloo
+  fi
+  local train=("$binary" --strategy multi_worker --model "$model" --threads 1
     --batch-per-replica 64 --no-progress --data-dir "$data" --collective-timeout 120
     --collective-backend "$backend" "$@")
   local hosts rc=0
@@ -310,7 +322,7 @@ measure() {
   local model=$1 backend=$2 n=$3 rate=$4 round=$5 with_short=${6:-1}
   set_rate "$rate"
   next_port
-  local tag=$model.$backend.${n}h.$rate.r$round result start
+  local tag=$model.${backend//[\/@]/_}.${n}h.$rate.r$round result start
   start=$(date +%s)
   if [[ $backend == ddp || $backend == ddp-s ]]; then
     result=$(run_ddp "$model" "$n" "$tag")

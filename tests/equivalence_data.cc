@@ -17,13 +17,14 @@ data::Dataset equivalence_data() {
   return data::Dataset::from_tensor_slices({x, y}).batch(10);
 }
 
-namespace {
+torch::nn::Sequential make_equivalence_mlp() {
+  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 200), torch::nn::ReLU(),
+                               torch::nn::Linear(200, 10));
+}
 
-// One pass of equivalence_data() (20 steps) under `strategy`; the primary copy's parameters.
 std::vector<std::pair<std::string, torch::Tensor>> train_one_pass(
     const Strategy& strategy, const Mirrored<torch::nn::Sequential>& model,
-    MirroredOptimizer& optimizer,
-    const std::function<void(const torch::Tensor&)>& after_backward = nullptr) {
+    MirroredOptimizer& optimizer, const std::function<void(const torch::Tensor&)>& after_backward) {
   SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
   for (const auto& batch :
        strategy.experimental_distribute_dataset(equivalence_data()).iterator()) {
@@ -41,8 +42,6 @@ std::vector<std::pair<std::string, torch::Tensor>> train_one_pass(
     weights.emplace_back(p.key(), p.value().detach().clone());
   return weights;
 }
-
-}  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> train_equivalence_steps(
     const Strategy& strategy, bool adam,

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
 #include "dist/data/dataset.h"
@@ -18,6 +19,18 @@ namespace dist::testing {
 // 4 replicas); 10 is not divisible by 3, 4 or 6. So 20 steps cover uneven splits, a partial
 // batch and empty replicas.
 data::Dataset equivalence_data();
+
+// An MLP for equivalence_data()'s images: Flatten, 784-200 (ReLU), 200-10; 159,010 parameters,
+// enough to split a step between two workers (OptimizerShards' minimum).
+torch::nn::Sequential make_equivalence_mlp();
+
+// One pass of equivalence_data() (20 steps) of `model` under `strategy`; returns the primary
+// copy's named parameters. `after_backward` (optional) runs in each replica between backward
+// and apply_gradients, with the replica's loss.
+std::vector<std::pair<std::string, torch::Tensor>> train_one_pass(
+    const Strategy& strategy, const Mirrored<torch::nn::Sequential>& model,
+    MirroredOptimizer& optimizer,
+    const std::function<void(const torch::Tensor&)>& after_backward = nullptr);
 
 // 20 steps of the tutorial CNN (seed 7) with SGD(0.1) or Adam(1e-3) over equivalence_data()
 // under `strategy`; returns the primary copy's named parameters. `after_backward` (optional)

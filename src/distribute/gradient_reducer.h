@@ -3,10 +3,15 @@
 //
 //   add(replica, parameter)   as each replica's gradient of a parameter becomes final
 //                             (autograd hooks call it; the inline reducer ignores it);
-//   finalize(replica)         in apply_gradients, from every local replica's thread: returns
+//   finalize(replica, landed) in apply_gradients, from every local replica's thread: returns
 //                             once replica 0's .grad tensors hold the sums over all replicas.
+//                             A reducer whose packs land one by one (landing_packs() is not
+//                             empty) calls `landed(k)` on one thread as pack k's sums reach
+//                             replica 0's gradients, in pack order, while later packs may still
+//                             be on their way; the others never call it.
 //
-// The strategy then takes the optimizer step itself; the reducer never does.
+// The strategy takes the optimizer step itself, the reducer never does: once finalize returns,
+// or pack by pack from `landed` (the step by packs, optimizer_step_plan.h).
 //
 // Gradients travel in packs (make_packs): runs of parameters of one dtype, about `bytes`
 // each, from the last parameter to the first, the order backward produces them in.
@@ -23,11 +28,18 @@
 
 namespace dist {
 
+// Called with the index of a pack whose sums have just reached replica 0's gradients.
+using PackLanded = std::function<void(size_t pack)>;
+
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
   virtual void add(int replica, size_t parameter) = 0;
-  virtual void finalize(int replica) = 0;
+  // `landed` may be empty.
+  virtual void finalize(int replica, const PackLanded& landed) = 0;
+  // Replica 0's parameters of each pack that finalize reports landing, in pack order; empty for
+  // a reducer that reports none.
+  virtual std::vector<std::vector<at::Tensor>> landing_packs() const { return {}; }
   // A run() ended: forget a step whose backward ran without reaching finalize.
   virtual void settle() {}
   // Before another collective reaches the processes during a step (every local replica is

@@ -41,7 +41,9 @@ class InlineReducer : public GradientReducer {
 
   void add(int, size_t) override {}
 
-  void finalize(int replica) override {
+  // Every pack is reduced here, in order, by every replica: no pack lands early, so `landed`
+  // is never called (landing_packs() is empty).
+  void finalize(int replica, const PackLanded& /*landed*/) override {
     auto& params = params_[static_cast<size_t>(replica)];
     std::vector<at::Tensor> grads;
     grads.reserve(params.size());

@@ -283,7 +283,9 @@ void MirroredExtended::apply_gradients(DistributedVariables& variables,
                  "apply_gradients was called inside run() of a different strategy than the "
                  "one that made this optimizer");
   const int replica = context->local_replica_id();
-  model.reducer_->finalize(replica);
+  // A plan that steps by packs steps each pack as it lands, then has nothing left in step().
+  model.reducer_->finalize(replica,
+                           model.step_plan_->step_by_packs(replica, optimizer, *model.reducer_));
   model.step_plan_->step(replica, optimizer);
   sync_buffers(model, replica);
   detail::clear_gradients(model.replicas_[static_cast<size_t>(replica)]->parameters());

@@ -88,66 +88,85 @@ at::Tensor piece_of(const at::Tensor& whole, int64_t offset, int64_t length) {
   return whole.view(-1).narrow(0, offset, length);
 }
 
-// The parameters of the next step with their slots, an empty optimizer of the same kind, and
-// the element count; false when the step must run whole.
-bool prepare(const Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard,
-             std::vector<Parameter>& params, int64_t& total, std::unique_ptr<Optimizer>& probe) {
-  if (num_shards < 2) return false;
-  // Below the minimum (a small model, every step) this is all the work done.
-  if (!collect(optimizer, params, total) || params.empty() ||
-      total < min_elements_per_shard * num_shards)
-    return false;
+// A share: ranges of parameters, (parameter, first element, elements).
+struct Piece {
+  size_t param;
+  int64_t offset;
+  int64_t length;
+};
+using Share = std::vector<Piece>;
+
+std::vector<Share> shares_between(const std::vector<Parameter>& params,
+                                  const std::vector<int64_t>& cuts) {
+  std::vector<Share> shares(cuts.size() - 1);
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int64_t begin = std::max(cuts[k], params[i].start);
+      const int64_t end = std::min(cuts[k + 1], params[i].start + params[i].param.numel());
+      if (begin < end) shares[k].push_back({i, begin - params[i].start, end - begin});
+    }
+  }
+  return shares;
+}
+
+// One share per set of whole parameters; false when a parameter the step updates is in no set.
+bool shares_of_sets(const std::vector<Parameter>& params,
+                    const std::vector<std::vector<at::Tensor>>& sets, std::vector<Share>& shares) {
+  std::map<std::string, size_t> set_of;
+  for (size_t k = 0; k < sets.size(); ++k)
+    for (const auto& t : sets[k]) set_of[detail::state_key_of(t)] = k;
+  shares.assign(sets.size(), {});
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = set_of.find(params[i].key);
+    if (it == set_of.end()) return false;
+    shares[it->second].push_back({i, 0, params[i].param.numel()});
+  }
+  return true;
+}
+
+// An empty optimizer of the same kind and the parameters' slots; false when the step must run
+// whole.
+bool prepare(const Optimizer& optimizer, std::vector<Parameter>& params,
+             std::unique_ptr<Optimizer>& probe) {
   probe = detail::empty_optimizer_like(optimizer);
   if (!probe) return false;  // not a kind whose state we know how to cut
   return attach_slots(optimizer, params);
 }
 
-}  // namespace
-
-bool OptimizerShards::splittable(const Optimizer& optimizer, int num_shards,
-                                 int64_t min_elements_per_shard) {
-  std::vector<Parameter> params;
+bool enough_to_split(const Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard,
+                     std::vector<Parameter>& params) {
+  if (num_shards < 2) return false;
   int64_t total = 0;
-  std::unique_ptr<Optimizer> probe;
-  return prepare(optimizer, num_shards, min_elements_per_shard, params, total, probe);
+  // Below the minimum (a small model, every step) this is all the work done.
+  return collect(optimizer, params, total) && !params.empty() &&
+         total >= min_elements_per_shard * num_shards;
 }
 
-bool OptimizerShards::plan(Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard) {
-  shards_.clear();
-  elements_.clear();
-  std::vector<Parameter> params;
-  int64_t total = 0;
-  std::unique_ptr<Optimizer> probe;
-  if (!prepare(optimizer, num_shards, min_elements_per_shard, params, total, probe)) return false;
-
-  const std::vector<int64_t> cuts = cut_points(params, total, num_shards);
-  for (int k = 0; k < num_shards; ++k) {
+// The optimizers of `shares`, over views of their pieces: shards[k] and elements[k] for share k.
+void build(Optimizer& optimizer, std::vector<Parameter>& params, std::unique_ptr<Optimizer> probe,
+           const std::vector<Share>& shares, std::vector<std::unique_ptr<Optimizer>>& shards,
+           std::vector<int64_t>& elements) {
+  for (size_t k = 0; k < shares.size(); ++k) {
     std::unique_ptr<Optimizer> shard =
         k == 0 ? std::move(probe) : detail::empty_optimizer_like(optimizer);
     for (const auto& group : optimizer.param_groups())
       shard->param_groups().emplace_back(std::vector<at::Tensor>{}, group.options().clone());
-    const int64_t lo = cuts[static_cast<size_t>(k)];
-    const int64_t hi = cuts[static_cast<size_t>(k) + 1];
-    int64_t elements = 0;
-    for (const Parameter& p : params) {
-      const int64_t begin = std::max(lo, p.start);
-      const int64_t end = std::min(hi, p.start + p.param.numel());
-      if (begin >= end) continue;
-      const int64_t offset = begin - p.start;
-      const int64_t length = end - begin;
-      at::Tensor piece = piece_of(p.param, offset, length);
-      piece.mutable_grad() = piece_of(p.grad, offset, length);
-      shard->param_groups()[p.group].params().push_back(piece);
+    int64_t count = 0;
+    for (const Piece& piece : shares[k]) {
+      const Parameter& p = params[piece.param];
+      at::Tensor view = piece_of(p.param, piece.offset, piece.length);
+      view.mutable_grad() = piece_of(p.grad, piece.offset, piece.length);
+      shard->param_groups()[p.group].params().push_back(view);
       if (!p.slots.empty()) {
         std::map<std::string, at::Tensor> slots;
         for (const auto& [name, t] : p.slots)
-          slots[name] = name == kStep ? t : piece_of(t, offset, length);
-        shard->state()[detail::state_key_of(piece)] = detail::state_of_slots(optimizer, slots);
+          slots[name] = name == kStep ? t : piece_of(t, piece.offset, piece.length);
+        shard->state()[detail::state_key_of(view)] = detail::state_of_slots(optimizer, slots);
       }
-      elements += length;
+      count += piece.length;
     }
-    shards_.push_back(std::move(shard));
-    elements_.push_back(elements);
+    shards.push_back(std::move(shard));
+    elements.push_back(count);
   }
 
   // Every piece's state starts from the counter the whole parameter has now and advances it by
@@ -160,7 +179,48 @@ bool OptimizerShards::plan(Optimizer& optimizer, int num_shards, int64_t min_ele
     step->second = at::scalar_tensor(step->second.item<int64_t>() + 1, at::kLong);
     state[p.key] = detail::state_of_slots(optimizer, p.slots);
   }
+}
+
+}  // namespace
+
+bool OptimizerShards::splittable(const Optimizer& optimizer, int num_shards,
+                                 int64_t min_elements_per_shard) {
+  std::vector<Parameter> params;
+  std::unique_ptr<Optimizer> probe;
+  return enough_to_split(optimizer, num_shards, min_elements_per_shard, params) &&
+         prepare(optimizer, params, probe);
+}
+
+bool OptimizerShards::plan(Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard) {
+  clear();
+  std::vector<Parameter> params;
+  std::unique_ptr<Optimizer> probe;
+  if (!enough_to_split(optimizer, num_shards, min_elements_per_shard, params) ||
+      !prepare(optimizer, params, probe))
+    return false;
+  const int64_t total = params.back().start + params.back().param.numel();
+  build(optimizer, params, std::move(probe),
+        shares_between(params, cut_points(params, total, num_shards)), shards_, elements_);
   return true;
+}
+
+bool OptimizerShards::plan_sets(Optimizer& optimizer,
+                                const std::vector<std::vector<at::Tensor>>& sets) {
+  clear();
+  std::vector<Parameter> params;
+  int64_t total = 0;
+  std::unique_ptr<Optimizer> probe;
+  std::vector<Share> shares;
+  if (sets.size() < 2 || !collect(optimizer, params, total) || params.empty() ||
+      !shares_of_sets(params, sets, shares) || !prepare(optimizer, params, probe))
+    return false;
+  build(optimizer, params, std::move(probe), shares, shards_, elements_);
+  return true;
+}
+
+void OptimizerShards::clear() {
+  shards_.clear();
+  elements_.clear();
 }
 
 void OptimizerShards::step(int shard) {

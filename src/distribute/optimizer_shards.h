@@ -19,6 +19,10 @@
 // nothing but its own pieces. If plan() returns false, the caller takes optimizer.step() whole:
 // an optimizer of another kind, slots that its first step has not made yet, tensors that are
 // not contiguous, or too few elements to be worth splitting.
+//
+// plan_sets() cuts by given sets of whole parameters instead: a pack of gradients each, so that
+// each share can be stepped, one after another, as soon as its pack's sums have landed while
+// later packs are still on their way (the step by packs, optimizer_step_plan.h).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +45,12 @@ class OptimizerShards {
   bool plan(torch::optim::Optimizer& optimizer, int num_shards,
             int64_t min_elements_per_shard = kMinElementsPerShard);
 
+  // Plans one share per set of `sets` (tensors the optimizer holds; share k steps the
+  // parameters of sets[k] that have a gradient). False, as plan(), when the step must run
+  // whole; also when fewer than two sets, or a parameter the step updates is in no set.
+  bool plan_sets(torch::optim::Optimizer& optimizer,
+                 const std::vector<std::vector<at::Tensor>>& sets);
+
   // Whether plan() with these arguments would return true (it changes nothing).
   static bool splittable(const torch::optim::Optimizer& optimizer, int num_shards,
                          int64_t min_elements_per_shard = kMinElementsPerShard);
@@ -52,8 +62,11 @@ class OptimizerShards {
   bool planned() const;
   // Elements of share `shard` in the last plan (for tests).
   int64_t elements(int shard) const;
+  int shares() const { return static_cast<int>(shards_.size()); }
 
  private:
+  void clear();
+
   std::vector<std::unique_ptr<torch::optim::Optimizer>> shards_;
   std::vector<int64_t> elements_;
 };

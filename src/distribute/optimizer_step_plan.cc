@@ -25,12 +25,29 @@ class WholeStep : public OptimizerStepPlan {
 // The local replicas split the step: planned by one thread after every replica's reduction has
 // finished (so replica 0's gradients are final), while the others wait; then each steps its
 // share. Each replica steps with its own share of the cores: changing the thread count per
-// step costs more than it saves (at::set_num_threads rebuilds thread pools).
+// step costs more than it saves (at::set_num_threads rebuilds thread pools). With one replica,
+// the step by packs.
 class ReplicaSplit : public OptimizerStepPlan {
  public:
   explicit ReplicaSplit(const StepPlanInputs& inputs) : inputs_(inputs) {}
 
+  PackLanded step_by_packs(int /*replica*/, torch::optim::Optimizer& optimizer,
+                           const GradientReducer& reducer) override {
+    stepped_by_packs_ = false;
+    if (replicas() != 1 || !may_step_by_packs(optimizer)) return {};
+    auto packs = reducer.landing_packs();
+    if (packs.size() < 2) return {};
+    // finalize calls it on this thread, packs in order, before it returns.
+    return [this, &optimizer, packs = std::move(packs)](size_t pack) {
+      if (pack == 0) by_packs_.plan_sets(optimizer, packs);
+      if (!by_packs_.planned()) return;
+      by_packs_.step(static_cast<int>(pack));
+      stepped_by_packs_ = pack + 1 == packs.size();
+    };
+  }
+
   void step(int replica, torch::optim::Optimizer& optimizer) override {
+    if (stepped_by_packs_) return;  // one replica: nobody waits at the barrier below
     auto& local = inputs_.group->local();
     local.barrier(replica, "apply_gradients (optimizer step)", [&] { plan(optimizer); });
     if (shards_.planned())
@@ -40,6 +57,7 @@ class ReplicaSplit : public OptimizerStepPlan {
     after_shares(replica);
   }
   const OptimizerShards* last_split() const override {
+    if (stepped_by_packs_) return &by_packs_;
     return shards_.planned() ? &shards_ : nullptr;
   }
 
@@ -52,9 +70,13 @@ class ReplicaSplit : public OptimizerStepPlan {
   // Every replica, after its share: the local barrier that follows (sync_buffers) makes the
   // shares visible in process.
   virtual void after_shares(int replica) {}
+  // Whether a step of one replica may go by packs (the host split first asks the workers).
+  virtual bool may_step_by_packs(const torch::optim::Optimizer& /*optimizer*/) { return true; }
 
   StepPlanInputs inputs_;
   OptimizerShards shards_;
+  OptimizerShards by_packs_;
+  bool stepped_by_packs_ = false;  // this step's packs were all stepped as they landed
 };
 
 // What one step updates, as HostSharedVariables values: every parameter (held by each
@@ -107,6 +129,14 @@ class HostSplit : public ReplicaSplit {
   }
   int first_share() override {
     return shared_with_workers_ ? inputs_.group->process_rank() * replicas() : 0;
+  }
+  // When step() would take no collective: once the workers have found they cannot share (a
+  // decision they all took together), or while a step is too small to split between them and
+  // they share nothing yet (plan_with_workers then returns before its vote).
+  bool may_step_by_packs(const torch::optim::Optimizer& optimizer) override {
+    return refused_ ||
+           (!host_.active() &&
+            !OptimizerShards::splittable(optimizer, inputs_.group->num_processes() * replicas()));
   }
   void after_shares(int replica) override {
     if (!shared_with_workers_) return;
@@ -180,7 +210,7 @@ MakeStepPlan choose_step_plan(bool shard_optimizer_step, bool share_variables_on
                               int workers) {
   if (!shard_optimizer_step) return maker<WholeStep>();
   if (share_variables_on_host && workers > 1) return maker<HostSplit>();
-  if (replicas == 1) return maker<WholeStep>();
+  if (replicas == 1 && workers == 1) return maker<WholeStep>();
   return maker<ReplicaSplit>();
 }
 

@@ -7,7 +7,15 @@
 //   replica split  the local replicas each step their share of the elements (OptimizerShards);
 //   host split     the worker processes of one host keep the parameters and slots as one copy
 //                  in shared memory (HostSharedVariables) and every replica of every worker
-//                  steps its share; when the workers cannot share, the replica split.
+//                  steps its share; when the workers cannot share, the replica split;
+//   step by packs  one replica per worker, several workers, gradients reduced pack by pack
+//                  (OverlappedReducer): each pack's parameters are stepped as soon as its sums
+//                  land, while later packs are still on the wire, so the step's arithmetic
+//                  (Adam over the 67 MB layer of the 20M-parameter MLP) overlaps the last
+//                  pack's transfer instead of following it. Same arithmetic on the same
+//                  elements as the whole step (OptimizerShards::plan_sets), bit for bit.
+//                  The replica split takes it where it has one replica; the host split once
+//                  its workers have found that they cannot share.
 // A strategy picks the plan once, when it is made (choose_step_plan); the plan keeps whatever
 // state its protocol needs (a host split remembers that the workers could not share).
 #pragma once
@@ -18,6 +26,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "distribute/gradient_reducer.h"
 #include "distribute/host_shared_variables.h"
 #include "distribute/optimizer_shards.h"
 
@@ -33,6 +42,16 @@ class OptimizerStepPlan {
   // when this replica's part of the step is done and (for the splits) every other part is
   // visible to it. A collective of the local replicas (and, for a host split, of the workers).
   virtual void step(int replica, torch::optim::Optimizer& optimizer) = 0;
+  // Before the reduction's finalize, from every local replica's thread: what finalize calls as
+  // each pack of `reducer` lands (gradient_reducer.h), when this step goes by packs; else an
+  // empty function. When every pack was stepped as it landed, step() has nothing left to do.
+  // An optimizer that is no elementwise kind it knows (LossScaleOptimizer's, which must see
+  // every gradient before it steps any) or whose slots its first step has not made yet takes
+  // the step whole after every pack has landed.
+  virtual PackLanded step_by_packs(int /*replica*/, torch::optim::Optimizer& /*optimizer*/,
+                                   const GradientReducer& /*reducer*/) {
+    return {};
+  }
   // The variables are about to be written outside a step (a restore, set_weights): each worker
   // must then write its own copy, not one that other processes read.
   virtual void prepare_to_write() {}
@@ -50,8 +69,8 @@ struct StepPlanInputs {
 using MakeStepPlan = std::function<std::unique_ptr<OptimizerStepPlan>(const StepPlanInputs&)>;
 
 // The plan for a strategy of `replicas` per worker and `workers` processes:
-// `shard_optimizer_step` (MirroredOptions) allows the splits, `share_variables_on_host`
-// (CommunicationOptions) the host split.
+// `shard_optimizer_step` (MirroredOptions) allows the splits and the step by packs,
+// `share_variables_on_host` (CommunicationOptions) the host split.
 MakeStepPlan choose_step_plan(bool shard_optimizer_step, bool share_variables_on_host, int replicas,
                               int workers);
 

@@ -160,13 +160,22 @@ void OverlappedReducer::complete_step() {
   for (size_t pack : completed) reduce_in_process_and_issue(pack);
 }
 
-void OverlappedReducer::finalize(int replica) {
+void OverlappedReducer::finalize(int replica, const PackLanded& landed) {
   finish_backward(replica);
   // Once every local replica is here, every pack has been issued; one thread collects them.
-  group_->local().barrier(replica, "apply_gradients", [this] { write_results(); });
+  group_->local().barrier(replica, "apply_gradients", [&] { write_results(landed); });
 }
 
-void OverlappedReducer::write_results() {
+std::vector<std::vector<at::Tensor>> OverlappedReducer::landing_packs() const {
+  std::vector<std::vector<at::Tensor>> packs;
+  for (const auto& pack : packs_) {
+    packs.emplace_back();
+    for (size_t i : pack) packs.back().push_back(params_[0][i]);
+  }
+  return packs;
+}
+
+void OverlappedReducer::write_results(const PackLanded& landed) {
   std::vector<collective::WorkHandle> issued;
   std::string twice;
   {
@@ -178,21 +187,42 @@ void OverlappedReducer::write_results() {
     last_ready_in_backward_ = ready_in_backward_;
     reset_step_locked();
   }
-  for (auto& work : issued) work->wait();
-  DIST_CHECK_ARG(twice.empty(), "the gradient of parameter '", twice,
-                 "' was accumulated twice in one step (backward called twice before "
-                 "apply_gradients); with gradient reduction overlapped with backward, call "
-                 "backward once per step; where one model's loss reaches another model (a "
-                 "GAN), take each model's gradients with dist::backward(loss, model) "
-                 "(dist/distribute/model_gradients.h); or set "
-                 "CommunicationOptions::overlap_with_backward = false to accumulate gradients "
-                 "over several backward passes");
-  torch::NoGradGuard no_grad;
-  for (size_t k = 0; k < packs_.size(); ++k) {
-    for (size_t pos = 0; pos < packs_[k].size(); ++pos) {
-      at::Tensor grad = params_[0][packs_[k][pos]].mutable_grad();
-      grad.copy_(flat_[k].narrow(0, offset_[k][pos], grad.numel()).view(grad.sizes()));
+  size_t waited = 0;
+  try {
+    // Checked before any pack is stepped: such a step must change nothing.
+    if (!twice.empty()) {
+      for (; waited < issued.size(); ++waited) issued[waited]->wait();
+      throw InvalidArgument(detail::concat(
+          "the gradient of parameter '", twice,
+          "' was accumulated twice in one step (backward called twice before apply_gradients); "
+          "with gradient reduction overlapped with backward, call backward once per step; "
+          "where one model's loss reaches another model (a GAN), take each model's gradients "
+          "with dist::backward(loss, model) (dist/distribute/model_gradients.h); or set "
+          "CommunicationOptions::overlap_with_backward = false to accumulate gradients over "
+          "several backward passes"));
     }
+    for (; waited < issued.size(); ++waited) {
+      issued[waited]->wait();
+      land(waited);
+      if (landed) landed(waited);
+    }
+  } catch (...) {
+    // Packs still on their way write into flat_: let them land before it is used again.
+    for (size_t k = waited + 1; k < issued.size(); ++k) {
+      try {
+        issued[k]->wait();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+}
+
+void OverlappedReducer::land(size_t pack) {
+  torch::NoGradGuard no_grad;
+  for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
+    at::Tensor grad = params_[0][packs_[pack][pos]].mutable_grad();
+    grad.copy_(flat_[pack].narrow(0, offset_[pack][pos], grad.numel()).view(grad.sizes()));
   }
 }
 

@@ -9,7 +9,9 @@
 // the order of the in-process reduction) into the pack's flat buffer and, strictly in pack
 // order, issues the pack's all-reduce across processes (asynchronous; the processes pair
 // calls by issue order, so every process issues the same calls in the same order whatever the
-// timing). finalize waits for the packs and copies the results into replica 0's gradients.
+// timing). finalize waits for the packs in order and copies each one's results into replica 0's
+// gradients, reporting each pack as it lands (so the strategy may step its parameters while
+// later packs are still on their way).
 // Sums, order and buffer layout equal the inline reducer's, so the weights are bit-identical.
 //
 // The replicas' own gradients are never written by the reducer, so a step whose backward ran
@@ -58,7 +60,8 @@ class OverlappedReducer : public GradientReducer {
   // Parameters whose gradient never came (unused, or an empty replica that skipped backward)
   // count as zero; then, once every local replica is here, replica 0's gradients get the sums.
   // Rethrows a communication failure.
-  void finalize(int replica) override;
+  void finalize(int replica, const PackLanded& landed) override;
+  std::vector<std::vector<at::Tensor>> landing_packs() const override;
   void settle() override;
   void complete_step() override;
 
@@ -75,7 +78,10 @@ class OverlappedReducer : public GradientReducer {
   // With mu_ held: marks (replica, param); returns the pack it completed, or -1.
   int64_t mark_locked(int replica, size_t param);
   void reduce_in_process_and_issue(size_t pack);
-  void write_results();
+  // Waits for every pack in order, landing each; `landed` hears of each.
+  void write_results(const PackLanded& landed);
+  // Copies pack `pack`'s sums into replica 0's gradients.
+  void land(size_t pack);
   void reset_step_locked();
 
   collective::HierarchicalGroup* group_;

@@ -143,6 +143,62 @@ TEST(OptimizerShardsTest, SplitStepsEqualWholeStepsBitForBit) {
   }
 }
 
+// The step by packs: one share per set of whole parameters, stepped one after another on one
+// thread (as packs land), last parameters first.
+TEST(OptimizerShardsTest, SetsOfWholeParametersStepLikeTheWholeStepBitForBit) {
+  for (const Case& c : cases()) {
+    auto whole_params = make_parameters();
+    auto split_params = clone_all(whole_params);
+    auto whole = c.make(whole_params);
+    auto split = c.make(split_params);
+    const std::vector<std::vector<torch::Tensor>> sets{
+        {split_params[4], split_params[3]}, {split_params[2]}, {split_params[1], split_params[0]}};
+    OptimizerShards shards;
+    for (int step = 0; step < 4; ++step) {
+      const std::string what = std::string(c.name) + ", step " + std::to_string(step);
+      set_gradients(whole_params, step);
+      set_gradients(split_params, step);
+      whole->step();
+      const bool planned = shards.plan_sets(*split, sets);
+      EXPECT_EQ(planned, step > 0 || !c.first_step_whole) << what;
+      if (planned) {
+        ASSERT_EQ(shards.shares(), 3) << what;
+        EXPECT_EQ(shards.elements(0), 1001 + 15) << what;
+        EXPECT_EQ(shards.elements(1), 129 * 65) << what;
+        EXPECT_EQ(shards.elements(2), 333 * 301 + 7) << what;
+        for (int k = 0; k < 3; ++k) shards.step(k);
+      } else {
+        split->step();
+      }
+      expect_same_bits(*whole, *split, whole_params, split_params, what);
+    }
+  }
+}
+
+TEST(OptimizerShardsTest, SetsRefuseWhatTheyCannotStepByPacks) {
+  auto params = make_parameters();
+  set_gradients(params, 0);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
+  OptimizerShards shards;
+  EXPECT_TRUE(shards.plan_sets(sgd, {{params[0], params[1]}, {params[2], params[3], params[4]}}));
+  EXPECT_FALSE(shards.plan_sets(sgd, {{params[0], params[1], params[2], params[3], params[4]}}))
+      << "one set: nothing lands before the rest";
+  EXPECT_FALSE(shards.planned());
+  EXPECT_FALSE(shards.plan_sets(sgd, {{params[0], params[1]}, {params[2], params[3]}}))
+      << "a parameter with a gradient in no set";
+  torch::optim::LBFGS lbfgs(params, torch::optim::LBFGSOptions(0.1));
+  EXPECT_FALSE(shards.plan_sets(lbfgs, {{params[0], params[1]}, {params[2], params[3], params[4]}}))
+      << "an optimizer whose state it does not know";
+  // A parameter in a set that the optimizer does not hold is not stepped.
+  torch::optim::SGD some({params[0], params[1]}, torch::optim::SGDOptions(0.1));
+  auto before = params[4].detach().clone();
+  ASSERT_TRUE(shards.plan_sets(some, {{params[0]}, {params[1], params[4]}}));
+  EXPECT_EQ(shards.elements(1), 7);
+  shards.step(0);
+  shards.step(1);
+  EXPECT_TRUE(torch::equal(params[4], before));
+}
+
 TEST(OptimizerShardsTest, SharesAreBalancedToWithinOneAlignmentUnit) {
   auto params = make_parameters();
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));

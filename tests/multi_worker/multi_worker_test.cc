@@ -12,7 +12,9 @@
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
+#include "dist/models/reference_models.h"
 #include "dist/train/safetensors.h"
+#include "distribute/gradient_reducer.h"
 #include "distribute/local_cluster.h"
 #include "equivalence_data.h"
 #include "keras/keras_test_models.h"
@@ -195,6 +197,38 @@ TEST(MultiWorkerTest, OverlapWithBackwardIsBitIdenticalToReducingAfterBackward) 
     weights[reduce] = load_safetensors(dir.file(reduce + ".safetensors")).tensors;
   }
   expect_bit_identical(weights["overlap"], weights["after_backward"]);
+}
+
+// One replica per worker, gradients in several packs: each pack's parameters are stepped as
+// its sums land (Adam, once its first step has made the slots), bit-identical to the whole step
+// after every pack is reduced; so too when the workers first tried to share one copy of the
+// variables (the model is large enough to split between them) and found over TCP that they
+// cannot.
+TEST(MultiWorkerTest, SteppingEachPackAsItLandsIsBitIdenticalToTheWholeStep) {
+  testing::TempDir dir;
+  const size_t packs = make_packs(testing::make_equivalence_mlp()->parameters(), 4096).size();
+  ASSERT_GE(packs, 2u);
+  const std::string by_packs = "last step: by " + std::to_string(packs) + " packs";
+  struct Run {
+    std::string reduce, variables, last_step;
+  };
+  std::map<std::string, NamedTensors> weights;
+  for (const Run& run : {Run{"after_backward", "own", "last step: whole"},
+                         Run{"overlap", "own", by_packs}, Run{"overlap", "shared", by_packs}}) {
+    const std::string name = run.reduce + "." + run.variables;
+    WorkerProcesses processes;
+    start_workers(processes, 2,
+                  {"step_by_packs", dir.file(name + ".safetensors"), run.reduce, run.variables},
+                  20000, "ring");
+    auto results = processes.wait_all(120s);
+    for (const auto& r : results) {
+      ASSERT_EQ(r.exit_code, 0) << all_output(results);
+      EXPECT_NE(r.output.find(run.last_step), std::string::npos) << name << ": " << r.output;
+    }
+    weights[name] = load_safetensors(dir.file(name + ".safetensors")).tensors;
+  }
+  expect_bit_identical(weights["overlap.own"], weights["after_backward.own"]);
+  expect_bit_identical(weights["overlap.shared"], weights["after_backward.own"]);
 }
 
 TEST(MultiWorkerTest, CollectivesOnIntegerDataAreExactForWorldSizes1To4) {

@@ -27,6 +27,11 @@
 //                                                    in global batches of 4, around a
 //                                                    collective of cross-replica code; prints
 //                                                    the steps' global batch sizes
+//   dist_test_worker step_by_packs OUT overlap|after_backward own|shared
+//                                                    20 Adam steps of an MLP, one replica,
+//                                                    4 KB packs;
+//                                                    chief saves the weights; prints how the
+//                                                    last optimizer step went
 //   dist_test_worker shared_variables on|off|write_in_place REPLICAS OUT
 //                                                    Adam on an MLP: 3 steps, a checkpoint, 2
 //                                                    steps, every worker restores it, 3 steps;
@@ -51,6 +56,8 @@
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 #include "dist/train/safetensors.h"
+#include "distribute/mirrored_extended.h"
+#include "distribute/optimizer_shards.h"
 #include "equivalence_data.h"
 #include "keras/keras_test_models.h"
 
@@ -99,6 +106,32 @@ int equivalence(int replicas, const std::string& out, int64_t bytes_per_pack = 0
                      : dist::testing::train_equivalence_steps(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, weights);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
+}
+
+// 20 Adam steps of the equivalence MLP, one replica per worker, gradients in packs of 4 KB (a
+// pack per parameter). `reduce`: overlap (packs land one by one, so the step may go by packs) or
+// after_backward (the whole step once every pack is reduced); `variables`: own (each worker
+// steps its own copy) or shared (the default: workers of one host would share one copy and
+// split the step, but over TCP they cannot, and find out at the second step). Every worker says how
+// its last step went.
+int step_by_packs(const std::string& out, const std::string& reduce, const std::string& variables) {
+  auto options = options_from_env(1);
+  options.communication.bytes_per_pack = 4096;
+  options.communication.overlap_with_backward = reduce == "overlap";
+  options.communication.share_variables_on_host = variables == "shared";
+  dist::MultiWorkerMirroredStrategy strategy(options);
+  torch::manual_seed(7);
+  auto model = strategy.mirror(dist::testing::make_equivalence_mlp());
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-3));
+  auto weights = dist::testing::train_one_pass(strategy, model, *optimizer);
+  if (strategy.is_chief()) dist::save_safetensors(out, weights);
+  const auto& placed = dynamic_cast<const dist::MirroredVariables&>(*model.shared_variables());
+  const dist::OptimizerShards* split = placed.step_plan().last_split();
+  std::cout << "last step: "
+            << (split ? "by " + std::to_string(split->shares()) + " packs" : std::string("whole"))
+            << std::endl;
   return 0;
 }
 
@@ -318,6 +351,7 @@ int main(int argc, char** argv) {
     if (scenario == "equivalence" && argc == 4) return equivalence(std::atoi(argv[2]), argv[3]);
     if (scenario == "equivalence" && argc == 6)
       return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
+    if (scenario == "step_by_packs" && argc == 5) return step_by_packs(argv[2], argv[3], argv[4]);
     if (scenario == "conformance" && argc == 9) return conformance(std::atoi(argv[2]), argv + 3);
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
     if (scenario == "centering" && argc == 3) return centering(argv[2]);

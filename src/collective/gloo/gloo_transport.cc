@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -38,6 +39,18 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // CNN: 15% more images/s). Past this, the operation is long anyway and the wait blocks.
 constexpr auto kPollBeforeBlocking = std::chrono::milliseconds(20);
 
+// All-reduces of at least this many bytes (gradient packs of large models) go through a group
+// of their own with one thread, so they cross the wire one at a time in the order they were
+// issued: the first pack lands at the link's full rate instead of sharing it with the next, and
+// the strategy steps that pack's parameters while the next one crosses (the step by packs,
+// optimizer_step_plan.h). Everything else keeps a group of two threads, so that a small
+// collective issued after a pack (the loss, the next agreement) does not wait for it: with one
+// group of one thread for everything, the tutorial CNN lost 15-20% (docs/hosts-scaling.md). The
+// choice is by size alone, so it is the same on every process (the agreement before each
+// collective checks that the sizes match; with CommunicationOptions::check_collectives off,
+// workers whose sizes differ wait in different groups until the collective timeout).
+constexpr int64_t kBulkBytes = int64_t{1} << 20;
+
 // One operation's c10d works (a broadcast of several tensors is one per tensor).
 class GlooWork : public Work {
  public:
@@ -72,21 +85,18 @@ WorkHandle wrap(std::vector<C10dWork> works) {
 
 class GlooTransport : public Transport {
  public:
-  GlooTransport(const ProcessGroupSpec& spec, const c10::intrusive_ptr<c10d::Store>& store) {
-    const Member& self = spec.members[static_cast<size_t>(spec.rank)];
-    auto options = c10d::ProcessGroupGloo::Options::create(spec.collective_timeout);
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(self.address.host));
-    options->threads = 2;
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("gloo", store), spec.rank,
-        static_cast<int>(spec.members.size()), options);
-  }
+  GlooTransport(const ProcessGroupSpec& spec, const c10::intrusive_ptr<c10d::Store>& store)
+      : group_(make_group(spec, store, "gloo", 2)),
+        bulk_(make_group(spec, store, "gloo-bulk", 1)) {}
 
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override {
     c10d::AllreduceCoalescedOptions options;
     options.reduceOp = to_c10d(op);
-    return wrap({tensors.size() == 1 ? group_->allreduce(tensors, options)
-                                     : group_->allreduce_coalesced(tensors, options)});
+    int64_t bytes = 0;
+    for (const auto& t : tensors) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    auto& group = bytes >= kBulkBytes ? bulk_ : group_;
+    return wrap({tensors.size() == 1 ? group->allreduce(tensors, options)
+                                     : group->allreduce_coalesced(tensors, options)});
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override {
@@ -106,7 +116,8 @@ class GlooTransport : public Transport {
     return wrap({group_->allgather(into, inputs)});
   }
 
-  WorkHandle barrier() override { return wrap({group_->barrier()}); }
+  // After every operation issued before it, of both groups.
+  WorkHandle barrier() override { return wrap({bulk_->barrier(), group_->barrier()}); }
 
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
     std::vector<at::Tensor> one{tensor};
@@ -118,10 +129,28 @@ class GlooTransport : public Transport {
     return wrap({group_->recv(one, from, tag)});
   }
 
-  void close() override { group_.reset(); }
+  void close() override {
+    group_.reset();
+    bulk_.reset();
+  }
 
  private:
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  using Group = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
+
+  static Group make_group(const ProcessGroupSpec& spec,
+                          const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                          int threads) {
+    const Member& self = spec.members[static_cast<size_t>(spec.rank)];
+    auto options = c10d::ProcessGroupGloo::Options::create(spec.collective_timeout);
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(self.address.host));
+    options->threads = threads;
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(prefix, store), spec.rank,
+        static_cast<int>(spec.members.size()), options);
+  }
+
+  Group group_;  // two threads: everything but large all-reduces
+  Group bulk_;   // one thread: all-reduces of kBulkBytes and more, one at a time
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "collective/mpi/mpi_runtime.h"
+#include "collective/mpi/progress_thread.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -98,7 +99,7 @@ class Channel {
 
 // One operation's MPI requests, the tensors MPI reads or writes until they complete, and what to
 // do once they did (copy a staged or gathered result into place).
-class MpiWork : public Work {
+class MpiWork : public Work, public Progressing {
  public:
   MpiWork(std::shared_ptr<Channel> channel, std::vector<MPI_Request> requests,
           std::vector<at::Tensor> held, std::function<void()> finish)
@@ -128,6 +129,19 @@ class MpiWork : public Work {
   }
   bool is_completed() override { return test(); }
 
+  // From the progress thread: MPI moves the requests; finish_ is left to test().
+  bool advance() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_ || requests_done_) return true;
+    int completed = 0;
+    // A failure is the waiter's to report: its own test meets it again.
+    if (MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &completed,
+                    MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      return true;
+    requests_done_ = completed != 0;
+    return requests_done_;
+  }
+
   // Dropped before it completed (it failed): MPI may still write into its tensors or read its
   // counts until the process ends, so they are kept until then.
   ~MpiWork() override {
@@ -143,11 +157,13 @@ class MpiWork : public Work {
   bool test() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return true;
-    int completed = 0;
-    mpi::check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &completed,
-                           MPI_STATUSES_IGNORE),
-               "MPI_Testall");
-    if (!completed) return false;
+    if (!requests_done_) {
+      int completed = 0;
+      mpi::check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &completed,
+                             MPI_STATUSES_IGNORE),
+                 "MPI_Testall");
+      if (!completed) return false;
+    }
     if (finish_) finish_();
     held_.clear();
     done_ = true;
@@ -159,6 +175,7 @@ class MpiWork : public Work {
   std::vector<MPI_Request> requests_;
   std::vector<at::Tensor> held_;
   std::function<void()> finish_;
+  bool requests_done_ = false;  // MPI completed them (the progress thread may see it first)
   bool done_ = false;
 };
 
@@ -175,7 +192,10 @@ int byte_count(const at::Tensor& t, const char* what) {
 class MpiTransport : public Transport {
  public:
   explicit MpiTransport(const ProcessGroupSpec& spec);
-  ~MpiTransport() override { channel_->release(); }
+  ~MpiTransport() override {
+    progress_.stop();
+    channel_->release();
+  }
 
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override;
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override;
@@ -184,18 +204,24 @@ class MpiTransport : public Transport {
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override;
   WorkHandle recv(at::Tensor& tensor, int from, int tag) override;
   WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
-  void close() override { channel_->close(rank_, size_); }
+  void close() override {
+    progress_.stop();
+    channel_->close(rank_, size_);
+  }
 
  private:
   WorkHandle work(std::vector<MPI_Request> requests, std::vector<at::Tensor> held,
                   std::function<void()> finish = nullptr) {
-    return std::make_shared<MpiWork>(channel_, std::move(requests), std::move(held),
-                                     std::move(finish));
+    auto work = std::make_shared<MpiWork>(channel_, std::move(requests), std::move(held),
+                                          std::move(finish));
+    progress_.watch(work);
+    return work;
   }
   int tag_ub_ = 0;
   int rank_ = 0;
   int size_ = 0;
   std::shared_ptr<Channel> channel_;
+  ProgressThread progress_;  // moves this transport's operations while nobody waits
 };
 
 MpiTransport::MpiTransport(const ProcessGroupSpec& spec)
