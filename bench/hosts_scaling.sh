@@ -29,7 +29,8 @@
 # alternating run; the headline then prints each against gloo), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
 # against DDP, like for like; HS_MWB_VARIANTS adds multi_worker_bench layouts to it, as
 # "unchecked after_backward", and HS_SYNTHETIC_RATES its links, default "1gbit unlimited"),
-# HS_MPI_ARGS (more mpirun arguments),
+# HS_MPI_ARGS (more mpirun arguments), HS_SWEEP_HOSTS ("2 4") and HS_SWEEP_RATES ("unlimited
+# 10gbit 1gbit"): the sweep's cells beyond one host,
 # HS_DDP_CNN (cnn-channels-last, or cnn for DDP's CNN in the default layout), HS_OUT (a
 # directory for raw outputs and results.tsv; default a new one in /tmp; results are appended,
 # so phases can be run apart and summarized together), HS_SUMMARY_ONLY=1 (only print the tables
@@ -357,8 +358,8 @@ for phase in $phases; do
       for backend in $backends; do
         for model in $models; do
           measure "$model" "$backend" 1 none 1
-          for n in 2 4; do
-            for rate in unlimited 10gbit 1gbit; do
+          for n in ${HS_SWEEP_HOSTS:-2 4}; do
+            for rate in ${HS_SWEEP_RATES:-unlimited 10gbit 1gbit}; do
               [[ $n == 2 && $rate == 1gbit && $phases == *headline* ]] && continue
               measure "$model" "$backend" "$n" "$rate" 1
             done
