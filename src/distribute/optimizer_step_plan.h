@@ -14,8 +14,9 @@
 //                  (Adam over the 67 MB layer of the 20M-parameter MLP) overlaps the last
 //                  pack's transfer instead of following it. Same arithmetic on the same
 //                  elements as the whole step (OptimizerShards::plan_sets), bit for bit.
-//                  The replica split takes it where it has one replica; the host split once
-//                  its workers have found that they cannot share.
+//                  The replica split takes it where it has one replica; the host split
+//                  where its step takes no collective (its workers found that they cannot
+//                  share, or the model is too small to split between them).
 // A strategy picks the plan once, when it is made (choose_step_plan); the plan keeps whatever
 // state its protocol needs (a host split remembers that the workers could not share).
 #pragma once
