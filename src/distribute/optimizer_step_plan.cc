@@ -34,9 +34,10 @@ class ReplicaSplit : public OptimizerStepPlan {
   PackLanded step_by_packs(int /*replica*/, torch::optim::Optimizer& optimizer,
                            const GradientReducer& reducer) override {
     stepped_by_packs_ = false;
-    if (replicas() != 1 || !may_step_by_packs(optimizer)) return {};
+    if (replicas() != 1) return {};
     auto packs = reducer.landing_packs();
-    if (packs.size() < 2) return {};
+    // The cheap checks first: a model of one pack (the CNN) asks nothing more, every step.
+    if (packs.size() < 2 || !may_step_by_packs(optimizer)) return {};
     // finalize calls it on this thread, packs in order, before it returns.
     return [this, &optimizer, packs = std::move(packs)](size_t pack) {
       if (pack == 0) by_packs_.plan_sets(optimizer, packs);

@@ -1,6 +1,7 @@
 #include "collective/gloo/gloo_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -94,7 +95,9 @@ class GlooTransport : public Transport {
     options.reduceOp = to_c10d(op);
     int64_t bytes = 0;
     for (const auto& t : tensors) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-    auto& group = bytes >= kBulkBytes ? bulk_ : group_;
+    const bool bulk = bytes >= kBulkBytes;
+    if (bulk) bulk_used_ = true;
+    auto& group = bulk ? bulk_ : group_;
     return wrap({tensors.size() == 1 ? group->allreduce(tensors, options)
                                      : group->allreduce_coalesced(tensors, options)});
   }
@@ -116,8 +119,12 @@ class GlooTransport : public Transport {
     return wrap({group_->allgather(into, inputs)});
   }
 
-  // After every operation issued before it, of both groups.
-  WorkHandle barrier() override { return wrap({bulk_->barrier(), group_->barrier()}); }
+  // After every operation issued before it, of both groups (the bulk group's once it was used:
+  // every process issues the same operations, so all of them agree on that).
+  WorkHandle barrier() override {
+    if (!bulk_used_) return wrap({group_->barrier()});
+    return wrap({bulk_->barrier(), group_->barrier()});
+  }
 
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
     std::vector<at::Tensor> one{tensor};
@@ -151,6 +158,7 @@ class GlooTransport : public Transport {
 
   Group group_;  // two threads: everything but large all-reduces
   Group bulk_;   // one thread: all-reduces of kBulkBytes and more, one at a time
+  std::atomic<bool> bulk_used_{false};
 };
 
 }  // namespace
