@@ -26,7 +26,8 @@
 # Environment: HS_MODELS ("cnn mlp"), HS_BACKENDS ("gloo ddp mpi"; also mpiring: MPI with
 # libnbc's ring all-reduce, and gloo@DIR: the dist-train of another build directory DIR over
 # Gloo, say of the commit before a change, so a change is measured against its base in one
-# alternating run; the headline then prints each against gloo), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
+# alternating run; the headline then prints each against gloo; and the gradient compression
+# variants below), HS_PHASES ("headline sweep"; also synthetic: multi_worker_bench
 # against DDP, like for like; HS_MWB_VARIANTS adds multi_worker_bench layouts to it, as
 # "unchecked after_backward", and HS_SYNTHETIC_RATES its links, default "1gbit unlimited"),
 # HS_MPI_ARGS (more mpirun arguments), HS_SWEEP_HOSTS ("2 4") and HS_SWEEP_RATES ("unlimited
@@ -35,6 +36,31 @@
 # directory for raw outputs and results.tsv; default a new one in /tmp; results are appended,
 # so phases can be run apart and summarized together), HS_SUMMARY_ONLY=1 (only print the tables
 # of HS_OUT/results.tsv).
+#
+# Gradient compression variants, in HS_BACKENDS beside the others (same rotation, same cells):
+#   gloo+COMP   dist-train over Gloo exactly as gloo, plus --gradient-compression COMP (bf16,
+#               fp16, powersgd:RANK[:START], none), as gloo+bf16, gloo+fp16, gloo+powersgd:4:2.
+#   ddp+fp16, ddp+bf16, ddp+powersgd:RANK[:START]   DDP as ddp with one of PyTorch's
+#               communication hooks (bench/pytorch_ddp_hosts.py): fp16_compress_hook,
+#               bf16_compress_hook, powerSGD_hook with PowerSGDState(matrix_approximation_rank=
+#               RANK, start_powerSGD_iter=START, use_error_feedback=True, warm_start=True), START
+#               10 when not given (dist-train's default), at least 2 (PyTorch refuses less); its
+#               warm-up is START + 1 steps when that is more than 3, so every timed step is
+#               compressed. PyTorch 1.13 (Debian's) refuses the bf16 hook without NCCL ("BF16 all
+#               reduce communication hook required CUDA 11+ and NCCL 2.10+."), and its gloo has no
+#               bfloat16 all-reduce: ddp+bf16 is a failed cell here. ddp+powersgd on the MLP
+#               aborts inside Gloo ("op.preamble.length <= op.nbytes"): a failed cell too.
+# PowerSGD's START: keep it at most one epoch (cnn 60 steps, mlp 8) so that the epochs timed are
+# all compressed, and 2 for bytes comparable with DDP's: eth0's figure is the long run's minus the
+# short run's 2 steps, so it averages START - 2 plain steps in, while dist-train's own counter
+# (below) is its average over all the run's steps, the START plain ones included.
+# A run that fails is a failed cell and the bench goes on; results.tsv keeps the first error
+# line of its output (one that only names a lost peer when there is no other). dist-train's line
+# "Bytes sent per step per worker: N (library counter, S steps)" of the long run (the mean of
+# the workers that print one) is kept too. For each variant at 2 hosts on 1gbit the headline
+# prints images/s, its ratio to gloo (the speed-up) and to ddp and each ddp+ variant run, and
+# bytes per step per worker (eth0, library counter), or the failure with its error line.
+# results.tsv columns 8 and 9: the library counter (or na), the first error line (or -).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 repeats=${2:-3}
@@ -58,6 +84,8 @@ summary() {
   /usr/bin/python3 - "$results" <<'PY'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
+library = collections.defaultdict(list)  # dist-train's own bytes/step/worker (column 8)
+errors = collections.defaultdict(list)   # first error line of each failed run (column 9)
 for line in open(sys.argv[1]):
     f = line.split()
     if len(f) < 7 or f[0] == "#":
@@ -65,6 +93,11 @@ for line in open(sys.argv[1]):
     model, backend, hosts, rate, ips, bps = f[0], f[1], int(f[2]), f[3], f[4], f[5]
     rows[(model, backend, hosts, rate)].append((float(ips) if ips != "failed" else None,
                                                 float(bps) if bps not in ("na", "failed") else None))
+    cols = line.rstrip("\n").split("\t")
+    lib = cols[7] if len(cols) > 7 else "na"
+    library[(model, backend, hosts, rate)].append(float(lib) if lib not in ("na", "failed", "") else None)
+    if ips == "failed":
+        errors[(model, backend, hosts, rate)].append(cols[8] if len(cols) > 8 and cols[8] != "-" else "?")
 def med(vals):
     vals = [v for v in vals if v is not None]
     return statistics.median(vals) if vals else None
@@ -110,6 +143,40 @@ for model in ("cnn", "mlp"):
         if b:
             print(f"  {model}: {other} {b} images/s; gloo / {other} {ratio(g, b)}; "
                   f"{other} / ddp {ratio(b, d)}")
+    compressed = sorted({b for (m, b, h, r) in rows if m == model and h == 2 and r == "1gbit"
+                         and b.startswith(("gloo+", "ddp+"))}, key=lambda b: (b.startswith("ddp+"), b))
+    if compressed:
+        ddps = ["ddp"] + [b for b in compressed if b.startswith("ddp+")]
+        print(f"  {model}, gradient compression: images/s, / gloo (speed-up), / each DDP run; "
+              f"bytes/step/worker eth0 and library counter:")
+        for b in ["gloo"] + compressed:
+            ips, bps, n = cell(model, b, 2, "1gbit")
+            if n == 0:
+                continue
+            lib = med(library[(model, b, 2, "1gbit")])
+            failed = errors.get((model, b, 2, "1gbit"), [])
+            text = f"    {b:18} "
+            if ips is None:
+                text += f"failed ({len(failed)} of {n} runs): {failed[0]}"
+                print(text)
+                continue
+            text += f"{ips:8.1f} images/s"
+            if b != "gloo":
+                text += f"; / gloo {ratio(ips, g)}"
+            others = [f"/ {d} {ratio(ips, cell(model, d, 2, '1gbit')[0])}" for d in ddps
+                      if d != b and cell(model, d, 2, "1gbit")[0]]
+            if others:
+                text += "; " + ", ".join(others)
+            text += f"; eth0 {bps:,.0f}" if bps is not None else "; eth0 -"
+            if not b.startswith("ddp"):
+                text += f", library {lib:,.0f}" if lib is not None else ", library -"
+            _, gb, _ = cell(model, "gloo", 2, "1gbit")
+            if b != "gloo" and bps is not None and gb:
+                text += f" ({bps / gb:.3f} of gloo's eth0)"
+            text += f"; runs {n}"
+            if failed:
+                text += f", {len(failed)} failed: {failed[0]}"
+            print(text)
     for rate in ("1gbit", "unlimited"):
         ds, _, _ = cell(model, "ddp-s", 2, rate)
         for variant in ["mwb"] + sorted({b for (_, b, _, _) in rows if b.startswith("mwb-")}):
@@ -124,6 +191,14 @@ if [[ ${HS_SUMMARY_ONLY:-0} == 1 ]]; then
   summary
   exit 0
 fi
+
+for backend in $backends; do
+  if [[ $backend == ddp+* && ! $backend =~ ^ddp\+(fp16|bf16|powersgd:[1-9][0-9]*(:[0-9]+)?)$ ]] ||
+    [[ $backend == gloo+ ]]; then
+    echo "backend '$backend': use ddp+fp16, ddp+bf16, ddp+powersgd:RANK[:START] or gloo+COMP" >&2
+    exit 2
+  fi
+done
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
@@ -183,6 +258,31 @@ reap() {
   fi
 }
 
+# The first line of FILES that reads as an error: a Python exception's last line, a C++
+# exception's what(), a dist-train or dist-launch message, a Gloo enforce. One that only names a
+# lost peer (what the survivors of a failed worker say) or the launcher's exit summary only when
+# no other; with none, the exit code RC. Tabs become spaces (results.tsv is tab-separated).
+first_error() {
+  local rc=$1 none
+  shift
+  none="no error line in the output, exit code $rc"
+  ((rc == 124 || rc == 137)) && none+=" (timed out after $run_timeout s)"
+  cat "$@" 2>/dev/null | awk -v none="$none" '
+    /^(\[[^]]*\] ?)?[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Exit|NotMet): |what\(\): |^(\[[^]]*\] ?)?dist-(train|launch): |not expected|enforce fail|Segmentation fault|Aborted|Killed/ {
+      if ($0 ~ /Connection (closed|reset) by peer|Broken pipe|lost worker|failed with exit code|stopped, resumable/) {
+        if (second == "") second = $0
+      } else { print; found = 1; exit }
+    }
+    END { if (!found) print (second != "" ? second : none) }' |
+    tr '\t' ' ' | sed -E 's/^ +//' | cut -c1-300
+}
+
+# dist-train's own bytes per step per worker (the mean of its workers' lines), or na.
+library_bytes() {
+  sed -nE 's/.*Bytes sent per step per worker: ([0-9]+) \(library counter.*/\1/p' "$1" |
+    awk '{s += $1} END {if (NR) printf "%.0f", s / NR; else print "na"}'
+}
+
 # A new port base for each run (runs measure in subshells: measure moves it, in the parent).
 port=7400
 next_port() { port=$((port + 10 > 7900 ? 7400 : port + 10)); }
@@ -199,14 +299,17 @@ dist_run() {
     # in-place MPI_Iallreduce; this asks it for its ring instead.
     backend=mpi mpi_args+=(--mca coll_libnbc_iallreduce_algorithm 1)
   fi
-  local binary=$build/tools/dist-train
+  local binary=$build/tools/dist-train compression=()
   if [[ $backend == gloo@* ]]; then
     binary=${backend#gloo@}/tools/dist-train
+    backend=gloo
+  elif [[ $backend == gloo+* ]]; then
+    compression=(--gradient-compression "${backend#gloo+}")
     backend=gloo
   fi
   local train=("$binary" --strategy multi_worker --model "$model" --threads 1
     --batch-per-replica 64 --no-progress --data-dir "$data" --collective-timeout 120
-    --collective-backend "$backend" "$@")
+    --collective-backend "$backend" "${compression[@]}" "$@")
   local hosts rc=0
   hosts=$(hosts_csv "$n")
   if [[ $backend == gloo ]]; then
@@ -229,8 +332,10 @@ dist_run() {
   return "$rc"
 }
 
-# One dist-train measurement: prints "IMAGES_PER_SEC BYTES_PER_STEP_PER_WORKER" (bytes "na" on
-# one host or without the short run). WITH_SHORT=1 also runs the short run for the bytes.
+# One dist-train measurement: prints "IMAGES_PER_SEC BYTES_PER_STEP_PER_WORKER LIBRARY_BYTES"
+# (bytes "na" on one host or without the short run; LIBRARY_BYTES dist-train's own count, na
+# when it prints none); a failed run "failed failed na FIRST_ERROR_LINE". WITH_SHORT=1 also runs
+# the short run for the bytes.
 run_dist() {
   local backend=$1 model=$2 n=$3 rate=$4 tag=$5 with_short=$6
   local k e global steps
@@ -238,11 +343,13 @@ run_dist() {
   global=$((64 * n)) steps=$((k * e))
   local long=$out/raw/$tag.long short=$out/raw/$tag.short
   local t0 t1 s0 s1
+  local rc=0
   t0=$(tx_sum "$n")
-  if ! dist_run "$backend" "$model" "$n" "$long" --train-examples $((k * global)) --epochs "$e"; then
+  dist_run "$backend" "$model" "$n" "$long" --train-examples $((k * global)) --epochs "$e" || rc=$?
+  if ((rc != 0)); then
     echo "  $tag failed (exit code; last lines of $long):" >&2
     tail -5 "$long" | sed 's/^/    /' >&2
-    echo "failed failed"
+    echo "failed failed na $(first_error "$rc" "$long")"
     return
   fi
   t1=$(tx_sum "$n")
@@ -260,12 +367,15 @@ run_dist() {
       bps=$(echo "(($t1 - $t0) - ($s1 - $s0)) / ($steps - 2) / $n" | bc -l | cut -d. -f1)
     fi
   fi
-  echo "$ips $bps"
+  echo "$ips $bps $(library_bytes "$long")"
 }
 
-# One DDP measurement on N hosts: prints "IMAGES_PER_SEC BYTES_PER_STEP_PER_WORKER".
+# One DDP measurement on N hosts: prints "IMAGES_PER_SEC BYTES_PER_STEP_PER_WORKER"; with HOOK
+# (fp16, bf16, powersgd:R[:START]) DDP's communication hook; a failed run prints
+# "failed failed na FIRST_ERROR_LINE".
 run_ddp() {
-  local model=$1 n=$2 tag=$3
+  local model=$1 n=$2 tag=$3 hook=()
+  [[ -n ${4:-} ]] && hook=("$4")
   local k e steps i rc=0
   k=$(steps_per_epoch "$model") e=$(epochs_of "$model")
   steps=$((k * (e - 1)))
@@ -277,7 +387,7 @@ run_ddp() {
     timeout -k 10 "$run_timeout" "$netns" exec "${addr[i]}" env LD_PRELOAD="$tcmalloc" \
       GLOO_SOCKET_IFNAME=eth0 MASTER_ADDR="${addr[0]}" MASTER_PORT="$port" RANK="$i" \
       WORLD_SIZE="$n" THREADS=1 OMP_NUM_THREADS=1 \
-      /usr/bin/python3 "$here/bench/pytorch_ddp_hosts.py" "$ddp_model" 3 "$steps" \
+      /usr/bin/python3 "$here/bench/pytorch_ddp_hosts.py" "$ddp_model" 3 "$steps" "${hook[@]}" \
       >"$out/raw/$tag.rank$i" 2>&1 &
     pids+=($!)
   done
@@ -285,7 +395,7 @@ run_ddp() {
   if ((rc != 0)); then
     reap
     echo "  $tag failed: $(tail -3 "$out/raw/$tag.rank0" | tr '\n' ' ')" >&2
-    echo "failed failed"
+    echo "failed failed na $(first_error "$rc" "$out/raw/$tag".rank*)"
     return
   fi
   local ips bps
@@ -323,24 +433,33 @@ measure() {
   local model=$1 backend=$2 n=$3 rate=$4 round=$5 with_short=${6:-1}
   set_rate "$rate"
   next_port
-  local tag=$model.${backend//[\/@]/_}.${n}h.$rate.r$round result start
+  local tag=$model.${backend//[\/@:]/_}.${n}h.$rate.r$round result start
   start=$(date +%s)
   if [[ $backend == ddp || $backend == ddp-s ]]; then
     result=$(run_ddp "$model" "$n" "$tag")
+  elif [[ $backend == ddp+* ]]; then
+    result=$(run_ddp "$model" "$n" "$tag" "${backend#ddp+}")
   elif [[ $backend == mwb* ]]; then
     result=$(run_mwb "$model" "$n" "$tag" "$backend")
   else
     result=$(run_dist "$backend" "$model" "$n" "$rate" "$tag" "$with_short")
   fi
-  local ips bps
-  read -r ips bps <<<"$result"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$backend" "$n" "$rate" "$ips" "$bps" "$round" >>"$results"
-  echo "$(date +%T) $model $backend ${n} host(s) link $rate round $round: images/s, bytes/step/worker = $result ($(($(date +%s) - start)) s)"
+  local ips bps lib err shown
+  read -r ips bps lib err <<<"$result"
+  lib=${lib:-na} err=${err:--}
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$backend" "$n" "$rate" "$ips" "$bps" \
+    "$round" "$lib" "$err" >>"$results"
+  shown="$ips $bps"
+  if [[ $backend == gloo+* || $backend == ddp+* ]]; then
+    [[ $lib == na ]] || shown+=", library counter $lib"
+    [[ $err == - ]] || shown+=": $err"
+  fi
+  echo "$(date +%T) $model $backend ${n} host(s) link $rate round $round: images/s, bytes/step/worker = $shown ($(($(date +%s) - start)) s)"
 }
 
 echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'); flags: $(lscpu | sed -nE 's/^Flags: +//p' | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')"
 echo "cores: $(nproc); hosts: ${addr[*]}; raw outputs and results.tsv in $out"
-[[ -f $results ]] || printf '# model\tbackend\thosts\tlink\timages_per_sec\tbytes_per_step_per_worker\tround\n' >"$results"
+[[ -f $results ]] || printf '# model\tbackend\thosts\tlink\timages_per_sec\tbytes_per_step_per_worker\tround\tlibrary_bytes_per_step_per_worker\terror\n' >"$results"
 
 for phase in $phases; do
   case $phase in

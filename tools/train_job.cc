@@ -92,6 +92,7 @@ Strategy make_mirrored_strategy(const TrainOptions& options) {
   const bool central = options.strategy == StrategyKind::kCentralStorage;
   if (central) mirrored.cross_device_ops = CrossDeviceOps::kReductionToOneDevice;
   if (options.cross_device_ops) mirrored.cross_device_ops = *options.cross_device_ops;
+  mirrored.communication_hook = options.communication_hook;
   if (central) return CentralStorageStrategy(mirrored);
   return MirroredStrategy(mirrored);
 }
@@ -106,6 +107,7 @@ Strategy make_multi_worker_strategy(const TrainOptions& options) {
       whole_milliseconds("--rendezvous-timeout", options.rendezvous_timeout);
   multi.communication.check_collectives = options.check_collectives;
   if (options.collective_backend) multi.communication.backend = *options.collective_backend;
+  multi.communication.communication_hook = options.communication_hook;
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();
   multi.cluster = resolved.config;
@@ -206,6 +208,7 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
           {"--max-steps", std::to_string(options.max_steps)},
           {"--steps-per-epoch", std::to_string(job.steps_per_epoch)},
           {"--mixed-precision", mixed_precision::policy_name(options.mixed_precision)},
+          {"--gradient-compression", options.gradient_compression},
           {"the global batch", std::to_string(job.global_batch)},
           {"the training examples", std::to_string(job.num_train)},
           {"the test examples", std::to_string(job.test.cardinality())},
@@ -357,6 +360,7 @@ class CustomLoop {
   // Resumes from --resume-from or the directory's latest checkpoint; the first epoch to run.
   int resume();
   void save(int64_t epoch, const data::IteratorPosition& position);
+  void report_bytes_sent(const CommunicationCounters& before, int64_t steps_before);
   void evaluate();
   // Starts an epoch's metrics (a resumed epoch's sums on the chief).
   void begin_epoch(bool resuming);
@@ -414,6 +418,9 @@ CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
   result_.num_replicas_in_sync = job.replicas;
   result_.global_batch = job.global_batch;
   result_.mixed_precision = mixed_precision::policy_name(precision_);
+  // PowerSGD's error feedback: without it a resumed run would differ from an uninterrupted one.
+  if (options.communication_hook)
+    checkpoint_.add("communication_hook", options.communication_hook, strategy_);
 }
 
 // One replica's share of a training step.
@@ -489,6 +496,7 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
   checkpoint_.state.values["run.global_batch"] = std::to_string(job_.global_batch);
   checkpoint_.state.values["run.seed"] = std::to_string(options_.seed);
   checkpoint_.state.values["run.train_examples"] = std::to_string(job_.num_train);
+  checkpoint_.gather_worker_states();  // every worker: the hook's state is each one's own
   if (job_.chief) result_.last_checkpoint = manager_->save(checkpoint_);
 }
 
@@ -594,6 +602,17 @@ void CustomLoop::save_weights() {
                    options_.env);
 }
 
+// What this worker sent to the others per step of this run, by the library's own count
+// (communication_counters.h; the evaluation's few metric sums included).
+void CustomLoop::report_bytes_sent(const CommunicationCounters& before, int64_t steps_before) {
+  const int64_t steps = result_.steps - steps_before;
+  if (strategy_.num_workers() < 2 || steps <= 0) return;
+  const CommunicationCounters now = strategy_.extended().communication_counters();
+  result_.bytes_sent_per_step = (now.bytes_sent - before.bytes_sent) / steps;
+  out_ << "Bytes sent per step per worker: " << result_.bytes_sent_per_step
+       << " (library counter, " << steps << " steps)" << std::endl;
+}
+
 // A finished job run again: say so, and report what the trained weights score.
 void CustomLoop::report_if_finished(int first_epoch) {
   const bool at_max_already = options_.max_steps > 0 && result_.steps >= options_.max_steps;
@@ -622,6 +641,8 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   // Every worker must take the same steps: compare what decides them before the first one.
   strategy_.check_workers_agree(step_settings(options_, job_, result_.resumed_at_step));
   if (resume_at_) report_if_finished(first_epoch);
+  const CommunicationCounters counted_before = strategy_.extended().communication_counters();
+  const int64_t steps_before = result_.steps;
   int64_t images = 0;
   for (int epoch = first_epoch; epoch < options_.epochs; ++epoch) {
     if (options_.max_steps > 0 && result_.steps >= options_.max_steps) break;
@@ -655,6 +676,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
     if (manager_ && epoch_complete) save(epoch + 1, data::IteratorPosition{epoch + 1, 0});
   }
   save_weights();
+  report_bytes_sent(counted_before, steps_before);
   result_.images_per_sec = images / std::max(result_.train_seconds, 1e-9);
   result_.seconds = seconds_since(job_start);
   return result_;
@@ -689,6 +711,7 @@ std::string to_json_line(const TrainResult& r) {
                         {"resumed_at_step", r.resumed_at_step},
                         {"interrupted", r.interrupted},
                         {"mixed_precision", r.mixed_precision},
+                        {"bytes_sent_per_step", r.bytes_sent_per_step},
                         // What the figures ran on: malloc decides speed (issue 13).
                         {"malloc", malloc_name()}}
       .dump();

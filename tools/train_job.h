@@ -43,6 +43,9 @@ struct TrainResult {
   bool interrupted = false;                 // stopped by SIGTERM/SIGINT after the current step
   std::string last_checkpoint;              // path of the last checkpoint written (chief), if any
   std::string mixed_precision = "float32";  // the policy's Keras name
+  // Multi-worker: bytes this worker sent to the others per step of this run, by the library's
+  // count (communication_counters.h); 0 otherwise.
+  int64_t bytes_sent_per_step = 0;
 };
 
 // Runs body(); if it throws anything but a CollectiveError (which the other workers see

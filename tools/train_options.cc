@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "collective/factory.h"
+#include "dist/distribute/gradient_compression.h"
 #include "dist/core/error.h"
 
 namespace dist::tools {
@@ -102,6 +103,15 @@ void check_combinations(const TrainOptions& o) {
                  "--collective-backend applies to --strategy multi_worker only, not to "
                  "--strategy ",
                  name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
+  const bool one_replica =
+      o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
+  DIST_CHECK_ARG(o.gradient_compression == "none" || (!ps && !one_replica),
+                 "--gradient-compression ", o.gradient_compression,
+                 " applies to mirrored, central_storage and multi_worker, not to --strategy ",
+                 name_of(o.strategy),
+                 ps ? " (its gradients go to the ps tasks one variable at a time, not through a "
+                      "collective a hook could compress)"
+                    : " (one replica: no gradient crosses anything)");
   if (ps) {
     DIST_CHECK_ARG(!o.cross_device_ops,
                    "--cross-device-ops applies to mirrored and central_storage only, not to "
@@ -115,8 +125,6 @@ void check_combinations(const TrainOptions& o) {
                  "--cross-device-ops applies to mirrored and central_storage only, not to "
                  "--strategy ",
                  name_of(o.strategy));
-  const bool one_replica =
-      o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
   DIST_CHECK_ARG(!one_replica || o.replicas <= 1, "--strategy ", name_of(o.strategy),
                  " runs exactly one replica, but --replicas ", o.replicas,
                  " was given; drop --replicas or use --strategy mirrored");
@@ -177,6 +185,11 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "multi_worker: the collective backend between the workers: gloo | mpi (under "
                  "mpirun; this build: " +
                      collective::built_backends() + ")");
+  app.add_option("--gradient-compression", o.gradient_compression,
+                 "mirrored, central_storage, multi_worker: how gradients cross the workers: "
+                 "none | bf16 | fp16 (16 bits each, half the bytes) | powersgd:RANK[:START] "
+                 "(rank-RANK approximations after START plain steps, default 10)")
+      ->capture_default_str();
   app.add_flag("--unchecked-collectives", s.unchecked,
                "multi_worker: skip the agreement before each collective (for measuring its "
                "cost; workers that diverge then abort inside Gloo)");
@@ -251,6 +264,7 @@ void finish(TrainOptions& o, const Spelled& s) {
   if (!s.cross_device_ops.empty()) o.cross_device_ops = parse_cross_device_ops(s.cross_device_ops);
   o.progress = !s.no_progress;
   o.check_collectives = !s.unchecked;
+  o.communication_hook = gradient_compression(o.gradient_compression);
   apply_launcher_environment(o);
   check_options(o);
 }

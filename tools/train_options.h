@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dist/collective/cross_device_ops.h"
+#include "dist/distribute/communication_hook.h"
 #include "dist/core/env.h"
 #include "dist/train/mixed_precision.h"
 
@@ -49,6 +50,12 @@ struct TrainOptions {
   bool check_collectives = true;    // multi_worker: CommunicationOptions::check_collectives
   // multi_worker: CommunicationOptions::backend; none: the library's default.
   std::optional<std::string> collective_backend;
+  // mirrored, central_storage, multi_worker: how gradients cross the processes, as
+  // dist::gradient_compression takes it ("none", "bf16", "fp16", "powersgd:RANK[:START]").
+  std::string gradient_compression = "none";
+  // The hook it names, made once the flags are read (null for "none"): the strategy uses it
+  // and checkpoints hold its state.
+  std::shared_ptr<CommunicationHook> communication_hook;
   // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
   double evaluator_timeout = 1800;
   int epochs = 10;

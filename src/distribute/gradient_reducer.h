@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "collective/communicator.h"
+#include "dist/distribute/communication_hook.h"
 
 namespace dist {
 
@@ -48,13 +49,14 @@ class GradientReducer {
 };
 
 // How one pack of gradients, already summed over this process's replicas into one flat
-// buffer, crosses the processes: an all-reduce SUM of the buffer in place by default
-// (all_reduce_pack). The point where gradient compression goes: a replacement must leave every
-// process's buffer with the same sums (or the same approximation of them) when its work is
-// waited for, and issue its collectives in pack order like the default.
+// buffer (pack.buffer), crosses the processes: an all-reduce SUM of the buffer in place by
+// default (all_reduce_pack), or a CommunicationHook (communicate_through). A replacement must
+// leave every process's buffer with the same sums (or the same approximation of them) when its
+// work is waited for, and issue its collectives in pack order like the default.
 using PackCommunication = std::function<collective::WorkHandle(
-    collective::Communicator& cross_process, at::Tensor& pack)>;
-collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, at::Tensor& pack);
+    collective::Communicator& cross_process, GradientPack& pack)>;
+collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, GradientPack& pack);
+PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook);
 
 // Parameter indices per pack.
 std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes);

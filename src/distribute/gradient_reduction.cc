@@ -74,7 +74,8 @@ class OverlappedReduction : public GradientReduction {
                                         std::vector<std::string> names) override {
     auto packs = make_packs(params[0], bytes_per_pack_);
     return std::make_shared<OverlappedReducer>(std::move(params), std::move(names),
-                                               std::move(packs), group_, owner_, communicate_);
+                                               std::move(packs), group_, owner_, communicate_,
+                                               models_made_++);
   }
 
  private:
@@ -82,6 +83,7 @@ class OverlappedReduction : public GradientReduction {
   const StrategyExtended* owner_;
   int64_t bytes_per_pack_;
   PackCommunication communicate_;
+  int models_made_ = 0;  // GradientPack::model of the next reducer
 };
 
 }  // namespace

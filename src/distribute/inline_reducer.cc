@@ -7,8 +7,9 @@
 
 namespace dist {
 
-collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, at::Tensor& pack) {
-  std::vector<at::Tensor> one{pack};
+collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process,
+                                       GradientPack& pack) {
+  std::vector<at::Tensor> one{pack.buffer};
   return cross_process.all_reduce(one, ReduceOp::kSum);
 }
 

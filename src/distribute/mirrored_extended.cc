@@ -116,11 +116,16 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   if (!cross_process) cross_process = collective::make_single_process_communicator();
   // Collectives that finish inside the call (shared memory) gain nothing from being started
   // during backward: reduce after it (the same sums, bit for bit; 1.1x faster on the MLP).
-  const bool overlap = overlap_with_backward && !cross_process->completes_in_call();
+  // A communication hook reduces packs as they come, whatever the communicator (the
+  // multi-worker strategy refuses one without overlap_with_backward).
+  const bool overlap = options_.communication_hook ||
+                       (overlap_with_backward && !cross_process->completes_in_call());
+  cross_process = collective::count_bytes(std::move(cross_process), counters_);
   group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
   if (overlap) {
-    reduction_ = make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack);
+    reduction_ = make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack,
+                                           communicate_through(options_.communication_hook));
   } else {
     std::vector<collective::Communicator*> members;
     for (const auto& member : members_) members.push_back(member.get());

@@ -12,6 +12,7 @@
 #include <torch/nn/module.h>
 
 #include "collective/communicator.h"
+#include "collective/counting_communicator.h"
 #include "collective/hierarchical_communicator.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "distribute/gradient_reducer.h"
@@ -90,6 +91,10 @@ class MirroredExtended : public StrategyExtended,
   void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) override;
   void all_reduce_across_workers(std::vector<at::Tensor>& tensors, ReduceOp op) const override;
   at::Tensor all_gather_across_workers(const at::Tensor& local) const override;
+  CommunicationCounters communication_counters() const override { return counters_->snapshot(); }
+  std::shared_ptr<CommunicationHook> communication_hook() const override {
+    return options_.communication_hook;
+  }
 
   std::shared_ptr<DistributedVariables> create_variables(
       std::shared_ptr<torch::nn::Module> primary) override;
@@ -113,6 +118,8 @@ class MirroredExtended : public StrategyExtended,
   std::string name_;
   MirroredOptions options_;
   std::vector<DeviceName> devices_;
+  // What the cross-process communicator was handed (made before it).
+  std::shared_ptr<collective::ByteCounters> counters_ = std::make_shared<collective::ByteCounters>();
   std::shared_ptr<collective::HierarchicalGroup> group_;
   std::vector<std::unique_ptr<collective::Communicator>> members_;  // one per local replica
   // The parts, chosen once from the options: how gradients are reduced, and the optimizer

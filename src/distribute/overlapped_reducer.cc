@@ -34,7 +34,8 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
                                      std::vector<std::string> names,
                                      std::vector<std::vector<size_t>> packs,
                                      collective::HierarchicalGroup* group,
-                                     const StrategyExtended* owner, PackCommunication communicate)
+                                     const StrategyExtended* owner, PackCommunication communicate,
+                                     int model)
     : group_(group),
       owner_(owner),
       communicate_(std::move(communicate)),
@@ -52,6 +53,17 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
       elements += params_[0][i].numel();
     }
     flat_.push_back(at::empty({elements}, params_[0][packs_[k].front()].options()));
+    GradientPack described;
+    described.model = model;
+    described.index = k;
+    described.buffer = flat_.back();
+    for (size_t pos = 0; pos < packs_[k].size(); ++pos) {
+      const at::Tensor& param = params_[0][packs_[k][pos]];
+      described.gradients.push_back(
+          flat_.back().narrow(0, offset_[k][pos], param.numel()).view(param.sizes()));
+      described.names.push_back(names_[packs_[k][pos]]);
+    }
+    described_.push_back(std::move(described));
   }
   final_.assign(params_.size(), std::vector<bool>(count, false));
   reset_step_locked();
@@ -126,8 +138,11 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   std::lock_guard<std::mutex> lock(mu_);
   reduced_[pack] = true;
   // Strictly in pack order: a pack completed early waits for the ones before it.
-  while (issued_.size() < packs_.size() && reduced_[issued_.size()])
-    issued_.push_back(communicate_(group_->cross_process(), flat_[issued_.size()]));
+  while (issued_.size() < packs_.size() && reduced_[issued_.size()]) {
+    GradientPack& next = described_[issued_.size()];
+    next.step = steps_reduced_;
+    issued_.push_back(communicate_(group_->cross_process(), next));
+  }
 }
 
 void OverlappedReducer::mark_rest_locked(int replica, std::vector<size_t>& completed) {
@@ -185,6 +200,7 @@ void OverlappedReducer::write_results(const PackLanded& landed) {
     issued.swap(issued_);
     twice = accumulated_twice_;
     last_ready_in_backward_ = ready_in_backward_;
+    ++steps_reduced_;
     reset_step_locked();
   }
   size_t waited = 0;
@@ -237,6 +253,7 @@ void OverlappedReducer::settle() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!step_active_) return;
     issued.swap(issued_);
+    ++steps_reduced_;
     reset_step_locked();
   }
   for (auto& work : issued) work->wait();  // every process sent the same packs

@@ -47,11 +47,13 @@ class StrategyExtended;
 
 class OverlappedReducer : public GradientReducer {
  public:
-  // `params`: [replica][parameter], `names`: parameter names (for errors). Hooks only act
-  // inside run() of `owner` (not in cross-replica code).
+  // `params`: [replica][parameter], `names`: parameter names (for errors and communication
+  // hooks). Hooks only act inside run() of `owner` (not in cross-replica code). `model`: which
+  // of the strategy's models this is (GradientPack::model).
   OverlappedReducer(std::vector<std::vector<at::Tensor>> params, std::vector<std::string> names,
                     std::vector<std::vector<size_t>> packs, collective::HierarchicalGroup* group,
-                    const StrategyExtended* owner, PackCommunication communicate = all_reduce_pack);
+                    const StrategyExtended* owner, PackCommunication communicate = all_reduce_pack,
+                    int model = 0);
   ~OverlappedReducer() override;
   OverlappedReducer(const OverlappedReducer&) = delete;
   OverlappedReducer& operator=(const OverlappedReducer&) = delete;
@@ -92,6 +94,7 @@ class OverlappedReducer : public GradientReducer {
   std::vector<std::vector<size_t>> packs_;
   std::vector<size_t> pack_of_;               // parameter -> pack
   std::vector<at::Tensor> flat_;              // one buffer per pack, in pack order
+  std::vector<GradientPack> described_;       // per pack: flat_ as communicate_ sees it
   std::vector<std::vector<int64_t>> offset_;  // [pack][position] element offset in flat_
   // Kept alive so the hooks stay registered (a variable holds its accumulator weakly).
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
@@ -104,6 +107,7 @@ class OverlappedReducer : public GradientReducer {
   std::vector<bool> reduced_;                 // per pack: summed in process
   std::vector<collective::WorkHandle> issued_;  // packs [0, issued_.size()) are on their way
   bool step_active_ = false;
+  int64_t steps_reduced_ = 0;          // steps whose packs all went out and were waited for
   size_t ready_in_backward_ = 0;       // this step
   size_t last_ready_in_backward_ = 0;  // the last step that reached finalize
   std::string accumulated_twice_;      // a parameter whose gradient came twice in one step

@@ -584,7 +584,11 @@ void Model::load_weights(const std::string& path) {
 
 Checkpoint Model::checkpoint() const {
   check_compiled(*state_, "checkpoint");
-  return Checkpoint(*state_->mirrored, state_->optimizer.get());
+  Checkpoint checkpoint(*state_->mirrored, state_->optimizer.get());
+  // A hook with state (PowerSGD's error feedback) must resume where it stopped too.
+  if (auto hook = state_->strategy.extended().communication_hook())
+    checkpoint.add("communication_hook", std::move(hook), state_->strategy);
+  return checkpoint;
 }
 
 TrainingState Model::training_state() const {

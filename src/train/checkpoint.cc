@@ -19,6 +19,8 @@
 #include "distribute/optimizer_slots.h"
 #include "train/atomic_file.h"
 #include "train/checkpoint_checksums.h"
+#include "train/hook_state.h"
+#include "dist/distribute/strategy.h"
 
 namespace dist {
 namespace {
@@ -36,6 +38,7 @@ constexpr char kLegacyLearningRate[] = "optimizer.lr/";
 constexpr char kModelKind[] = "model";
 constexpr char kOptimizerKind[] = "optimizer";
 constexpr char kTensorKind[] = "tensor";
+constexpr char kHookKind[] = "communication_hook";
 
 std::string double_text(double v) {
   char text[40];
@@ -95,6 +98,8 @@ struct FileObject {
   std::string optimizer_class;  // an optimizer's
   std::string model;            // the model an optimizer's slots are named by
   std::string learning_rate;    // the metadata prefix of an optimizer's learning rates
+  std::string hook;             // a communication hook's name
+  int64_t workers = 0;          // how many workers' hook states
 };
 
 // The objects of a file: from its "object/" entries, or those of a file written before named
@@ -112,23 +117,27 @@ std::map<std::string, FileObject> objects_in_file(
        it != meta.end() && starts_with(it->first, kObjectPrefix); ++it) {
     const std::string name = it->first.substr(sizeof(kObjectPrefix) - 1);
     if (name.find('/') != std::string::npos) continue;  // an optimizer's entries
-    FileObject object{it->second, "", "", ""};
+    FileObject object{it->second, "", "", "", "", 0};
     if (object.kind == kOptimizerKind) {
       const std::string prefix = kObjectPrefix + name + "/";
       object.optimizer_class = get(prefix + "class");
       object.model = get(prefix + "model");
       object.learning_rate = prefix + "lr/";
+    } else if (object.kind == kHookKind) {
+      object.hook = get(kObjectPrefix + name + "/hook");
+      object.workers = parse_int(path, meta, kObjectPrefix + name + "/workers");
     } else if (object.kind != kModelKind && object.kind != kTensorKind) {
       fail(path, "object '" + name + "' is of an unknown kind '" + object.kind +
-                     "' (expected model, optimizer or tensor)");
+                     "' (expected model, optimizer, tensor or communication_hook)");
     }
     objects[name] = object;
   }
   if (!objects.empty()) return objects;
   for (const auto& [name, t] : tensors)
-    if (owner_of(name) == kLegacyModel) objects[kLegacyModel] = {kModelKind, "", "", ""};
+    if (owner_of(name) == kLegacyModel) objects[kLegacyModel] = {kModelKind, "", "", "", "", 0};
   if (auto it = meta.find(kLegacyOptimizer); it != meta.end())
-    objects[kLegacyOptimizer] = {kOptimizerKind, it->second, kLegacyModel, kLegacyLearningRate};
+    objects[kLegacyOptimizer] = {kOptimizerKind, it->second, kLegacyModel, kLegacyLearningRate,
+                                 "", 0};
   return objects;
 }
 
@@ -144,6 +153,12 @@ struct Checkpoint::Object {
   std::shared_ptr<MirroredOptimizer> owner;  // keeps a shared optimizer alive
   std::string model;                         // the model of an optimizer
   at::Tensor value;                          // a tensor
+  std::shared_ptr<CommunicationHook> hook;   // a communication hook, of `strategy`'s workers
+  const Strategy* strategy = nullptr;
+  // Every worker's hook state, from the last gather_worker_states() (the objects are shared
+  // and otherwise immutable; this is what the next write() takes).
+  std::shared_ptr<std::vector<std::map<std::string, at::Tensor>>> gathered =
+      std::make_shared<std::vector<std::map<std::string, at::Tensor>>>();
 
   // The module saved and restored (a placed model's primary copy).
   std::shared_ptr<torch::nn::Module> saved_module() const {
@@ -282,6 +297,24 @@ Checkpoint& Checkpoint::add(const std::string& name, at::Tensor value) {
   return append(std::move(object));
 }
 
+Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
+                            const Strategy& strategy) {
+  check_new_name(name);
+  DIST_CHECK_ARG(hook != nullptr, "Checkpoint: communication hook '", name, "' is null");
+  auto object = std::make_shared<Object>();
+  object->name = name;
+  object->kind = kHookKind;
+  object->hook = std::move(hook);
+  object->strategy = &strategy;
+  return append(std::move(object));
+}
+
+void Checkpoint::gather_worker_states() {
+  for (const auto& object : objects_)
+    if (object->kind == kHookKind)
+      *object->gathered = detail::gather_hook_state(*object->hook, *object->strategy);
+}
+
 Checkpoint& Checkpoint::skip(const std::string& name) {
   skipped_.insert(name);
   return *this;
@@ -292,6 +325,29 @@ std::vector<std::string> Checkpoint::names() const {
   for (const auto& object : objects_) names.push_back(object->name);
   return names;
 }
+
+namespace {
+
+// `gathered`: every worker's state (taken: the next write needs a fresh gather), or empty.
+void write_hook_state(const std::string& name, const CommunicationHook& hook, int workers,
+                      std::vector<std::map<std::string, at::Tensor>>& gathered,
+                      std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      std::map<std::string, std::string>& metadata) {
+  std::vector<std::map<std::string, at::Tensor>> states;
+  states.swap(gathered);
+  if (states.empty() && workers == 1) states.push_back(hook.state());
+  DIST_CHECK_ARG(static_cast<int>(states.size()) == workers, "Checkpoint: communication hook '",
+                 name, "' runs on ", workers,
+                 " workers: call gather_worker_states() on every worker before each write");
+  const std::string entry = std::string(kObjectPrefix) + name + "/";
+  metadata[entry + "hook"] = hook.name();
+  metadata[entry + "workers"] = std::to_string(workers);
+  for (int w = 0; w < workers; ++w)
+    for (const auto& [key, t] : states[static_cast<size_t>(w)])
+      tensors.emplace_back(name + "/worker:" + std::to_string(w) + "/" + key, t);
+}
+
+}  // namespace
 
 void Checkpoint::write(const std::string& path, Env* env) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -343,6 +399,9 @@ void Checkpoint::write(const std::string& path, Env* env) const {
         for (const auto& [slot, t] : slots)
           tensors.emplace_back(prefix + parameter + "/" + slot, t);
       }
+    } else if (object->kind == kHookKind) {
+      write_hook_state(name, *object->hook, object->strategy->num_workers(), *object->gathered,
+                       tensors, metadata);
     } else {
       tensors.emplace_back(name, object->value.detach());
     }
@@ -448,6 +507,7 @@ struct Checkpoint::Reading {
   void take_models_and_values(TensorTaker& taker);
   void take_optimizers(const std::map<std::string, FileObject>& in_file, TensorTaker& taker);
   void take_random(TensorTaker& taker);
+  void take_hooks(const std::map<std::string, FileObject>& in_file, TensorTaker& taker);
   void check_nothing_left(const TensorTaker& taker) const;
   void read_state();
 
@@ -457,6 +517,7 @@ struct Checkpoint::Reading {
   std::vector<ModelRestore> models_;
   std::vector<std::pair<at::Tensor, at::Tensor>> values_;  // (destination, value)
   std::vector<OptimizerRestore> optimizers_;
+  std::vector<std::pair<CommunicationHook*, std::map<std::string, at::Tensor>>> hooks_;
   at::Tensor random_;  // undefined: the file holds no generator state
 };
 
@@ -470,6 +531,7 @@ Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, Saf
   take_models_and_values(taker);
   take_optimizers(in_file, taker);
   take_random(taker);
+  take_hooks(in_file, taker);
   check_nothing_left(taker);
   read_state();
 }
@@ -594,6 +656,31 @@ void Checkpoint::Reading::take_random(TensorTaker& taker) {
   random_ = *taken;
 }
 
+// This worker's state of each hook; the other workers' are theirs to take.
+void Checkpoint::Reading::take_hooks(const std::map<std::string, FileObject>& in_file,
+                                     TensorTaker& taker) {
+  for (const auto& object : checkpoint_.objects_) {
+    if (object->kind != kHookKind) continue;
+    const std::string& name = object->name;
+    const FileObject& saved = in_file.at(name);
+    if (saved.hook != object->hook->name())
+      fail(path_, detail::concat("object '", name, "': it holds the state of communication hook '",
+                                 saved.hook, "' but the hook here is '", object->hook->name(),
+                                 "'; resume with the same gradient compression"));
+    const int workers = object->strategy->num_workers();
+    if (saved.workers != workers)
+      fail(path_, detail::concat("object '", name, "': it holds the state of ", saved.workers,
+                                 " workers' communication hooks but this job has ", workers,
+                                 " (each worker's error feedback is its own); resume with ",
+                                 saved.workers, " workers"));
+    const int me = object->strategy->extended().worker_index();
+    for (int w = 0; w < workers; ++w) {
+      auto state = taker.take_all(name + "/worker:" + std::to_string(w) + "/");
+      if (w == me) hooks_.emplace_back(object->hook.get(), std::move(state));
+    }
+  }
+}
+
 void Checkpoint::Reading::check_nothing_left(const TensorTaker& taker) const {
   for (const auto& [name, t] : taker.left()) {
     const std::string owner = owner_of(name);
@@ -638,6 +725,7 @@ void Checkpoint::Reading::apply(bool restore_random) const {
       restore.optimizer->param_groups()[g].options().set_lr(restore.learning_rates[g]);
     if (restore.variables != nullptr) restore.variables->sync_slots_from(*restore.optimizer);
   }
+  for (const auto& [hook, state] : hooks_) hook->load_state(state);
   if (random_.defined() && restore_random) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/collective/cross_device_ops.h"
+#include "dist/distribute/communication_hook.h"
 #include "dist/distribute/strategy.h"
 
 namespace dist {
@@ -34,6 +36,10 @@ struct MirroredOptions {
   // of every variable's elements (bit-identical to one step; LibTorch's SGD, Adam, AdamW,
   // RMSprop and Adagrad). false: replica 0 takes the step alone while the others wait.
   bool shard_optimizer_step = true;
+  // How each gradient pack crosses the processes (communication_hook.h); null: one
+  // all-reduce. In one process it still runs, over collectives of one member: a compressing
+  // hook gives the numerics it gives across workers.
+  std::shared_ptr<CommunicationHook> communication_hook;
 };
 
 class MirroredStrategy : public Strategy {

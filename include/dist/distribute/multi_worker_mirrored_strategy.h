@@ -17,10 +17,12 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "dist/distribute/cluster_spec.h"
+#include "dist/distribute/communication_hook.h"
 #include "dist/distribute/mirrored_strategy.h"
 
 namespace dist {
@@ -56,6 +58,11 @@ struct CommunicationOptions {
   // each issued instead of Gloo aborting the process. One round trip per collective over TCP;
   // turn off only to measure it. (In shared memory the check is always made: it costs nothing.)
   bool check_collectives = true;
+  // How each gradient pack crosses the workers (communication_hook.h; built-in compression in
+  // gradient_compression.h); null: one all-reduce SUM in float32, bit-identical to one device.
+  // Needs overlap_with_backward; between workers that share memory it also reduces packs
+  // during backward.
+  std::shared_ptr<CommunicationHook> communication_hook;
   // Workers that share memory (kAuto on one host) keep one copy of the model's parameters and
   // optimizer slots in it and split each optimizer step between them, each updating its share
   // of the elements in place (bit-identical to each worker stepping its own copy; LibTorch's

@@ -22,6 +22,8 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "dist/distribute/communication_counters.h"
+#include "dist/distribute/communication_hook.h"
 #include "dist/core/device_name.h"
 #include "dist/core/per_replica.h"
 #include "dist/core/reduce_op.h"
@@ -86,6 +88,11 @@ class StrategyExtended {
   virtual void all_reduce_across_workers(std::vector<at::Tensor>& tensors, ReduceOp op) const = 0;
   // Every worker's `local` concatenated along dim 0 in worker order (sizes may differ).
   virtual at::Tensor all_gather_across_workers(const at::Tensor& local) const = 0;
+  // What this worker has sent to the others through collectives so far
+  // (communication_counters.h); zeros for a strategy that counts nothing.
+  virtual CommunicationCounters communication_counters() const { return {}; }
+  // The hook gradient packs cross the workers through (communication_hook.h); null: none.
+  virtual std::shared_ptr<CommunicationHook> communication_hook() const { return nullptr; }
 
   // True on every worker if `local` is true on any.
   bool any_worker(bool local) const;

@@ -13,7 +13,8 @@
 //       .add("cycle_weight", cycle_weight_tensor);
 //
 // A checkpoint holds named objects: models (their parameters and buffers; a Mirrored model's
-// once, the copies being identical), optimizers (slots and learning rates) and tensors; with
+// once, the copies being identical), optimizers (slots and learning rates), tensors and
+// communication hooks (each worker's state); with
 // them the step, the epoch, the data iterator's position, the CPU random generator and the
 // caller's own values. It is written with any number of replicas or workers and read with any
 // other, or with no strategy. Checkpoint(model, optimizer) is the objects "model" and
@@ -29,6 +30,8 @@
 //   object/<optimizer>/class    "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad";
 //   object/<optimizer>/model    the model whose parameter names key its slots;
 //   object/<optimizer>/lr/<g>   the learning rate of parameter group g;
+//   object/<hook>/hook          a communication hook's name ("powersgd:4");
+//   object/<hook>/workers       how many workers' states it holds;
 // and CRC-32C checksums: one per tensor ("crc32c/<tensor>") and "header_crc32c" over every
 // other header entry, so a flipped bit anywhere is reported, naming the file and the tensor,
 // before anything is changed.
@@ -54,11 +57,14 @@
 
 #include "dist/core/env.h"
 #include "dist/data/dataset.h"
+#include "dist/distribute/communication_hook.h"
 #include "dist/distribute/distributed_variables.h"
 #include "dist/distribute/mirrored.h"
 #include "dist/distribute/mirrored_optimizer.h"
 
 namespace dist {
+
+class Strategy;
 
 struct TrainingState {
   int64_t step = 0;   // global steps taken
@@ -113,6 +119,19 @@ class Checkpoint {
   // A tensor (a loss weight, a counter): saved as it is, restored in place into the same
   // tensor, whose shape and dtype must match the file's.
   Checkpoint& add(const std::string& name, at::Tensor value);
+
+  // A communication hook's state (communication_hook.h; PowerSGD's error feedback differs from
+  // worker to worker): every worker's, as the tensors "<name>/worker:<w>/<state name>", with
+  // the hook's name and the worker count in the metadata. Read back only into a hook of the
+  // same name by a job of as many workers (DataError otherwise), each worker taking its own.
+  // `strategy` must outlive the checkpoint's use. With several workers, call
+  // gather_worker_states() on every worker before the chief writes.
+  Checkpoint& add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
+                  const Strategy& strategy);
+  // Collects the state of every hook added from every worker of its strategy, for the next
+  // write(): a collective (every worker calls it at the same point, as each would save). A
+  // write() of a hook of several workers refuses a state not gathered since the last write.
+  void gather_worker_states();
 
   // Lets read() leave the object `name` of a file unread if it was not added (an added object
   // is always read): without it, an object in the file that was not added is a DataError, as

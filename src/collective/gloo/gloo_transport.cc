@@ -52,15 +52,18 @@ constexpr auto kPollBeforeBlocking = std::chrono::milliseconds(20);
 // workers whose sizes differ wait in different groups until the collective timeout).
 constexpr int64_t kBulkBytes = int64_t{1} << 20;
 
-// One operation's c10d works (a broadcast of several tensors is one per tensor).
+// One operation's c10d works (a broadcast of several tensors is one per tensor). `pollable`:
+// whether c10d reports the works' completion before wait() (not its sends and receives, whose
+// isCompleted() stays false until waited for: polling them only cost 20 ms a wait).
 class GlooWork : public Work {
  public:
-  explicit GlooWork(std::vector<C10dWork> works) : works_(std::move(works)) {}
+  explicit GlooWork(std::vector<C10dWork> works, bool pollable = true)
+      : works_(std::move(works)), pollable_(pollable) {}
 
   void wait(std::chrono::milliseconds deadline) override {
-    const auto poll_until =
-        std::chrono::steady_clock::now() +
-        (deadline.count() >= 0 ? std::min(deadline, kPollBeforeBlocking) : kPollBeforeBlocking);
+    const auto poll_for = pollable_ ? kPollBeforeBlocking : std::chrono::milliseconds(0);
+    const auto poll_until = std::chrono::steady_clock::now() +
+                            (deadline.count() >= 0 ? std::min(deadline, poll_for) : poll_for);
     while (!is_completed() && std::chrono::steady_clock::now() < poll_until)
       std::this_thread::yield();
     for (auto& work : works_) {
@@ -78,10 +81,11 @@ class GlooWork : public Work {
 
  private:
   std::vector<C10dWork> works_;
+  bool pollable_;
 };
 
-WorkHandle wrap(std::vector<C10dWork> works) {
-  return std::make_shared<GlooWork>(std::move(works));
+WorkHandle wrap(std::vector<C10dWork> works, bool pollable = true) {
+  return std::make_shared<GlooWork>(std::move(works), pollable);
 }
 
 class GlooTransport : public Transport {
@@ -128,12 +132,12 @@ class GlooTransport : public Transport {
 
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
     std::vector<at::Tensor> one{tensor};
-    return wrap({group_->send(one, to, tag)});
+    return wrap({group_->send(one, to, tag)}, /*pollable=*/false);
   }
 
   WorkHandle recv(at::Tensor& tensor, int from, int tag) override {
     std::vector<at::Tensor> one{tensor};
-    return wrap({group_->recv(one, from, tag)});
+    return wrap({group_->recv(one, from, tag)}, /*pollable=*/false);
   }
 
   void close() override {

@@ -1,0 +1,120 @@
+// The bf16 and fp16 hooks (gradient_compression.h): each process sends the chunk of the pack
+// that process q owns, compressed, to q; q adds the chunks it got in float32 in process order,
+// compresses the sum and sends it to everyone. Two exchanges of point-to-point messages
+// instead of an all-reduce, so that the sum's order is defined and the same for any number of
+// processes (a ring all-reduce in 16 bits would round at every hop, in an order that depends
+// on the chunk), at the ring's traffic: 2(N-1)/N of the pack in 16 bits.
+#include <ATen/ATen.h>
+
+#include "collective/communicator.h"
+#include "dist/distribute/gradient_compression.h"
+#include "distribute/compression/half_codec.h"
+
+namespace dist {
+namespace {
+
+using compression::HalfKind;
+
+// Tags of this hook's messages (below the library's reserved ones): the contributions go
+// first, during backward; the sums after backward. Apart, so neither is taken for the other.
+constexpr int kContributionTag = (1 << 29) + 1;
+constexpr int kSumTag = (1 << 29) + 2;
+
+// One pack's reduction between its two exchanges.
+struct Exchange {
+  at::Tensor buffer;
+  int rank = 0;
+  int size = 1;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // per process: its chunk of buffer
+  std::vector<at::Tensor> contributions;            // per process: its chunk for this one
+  std::vector<at::Tensor> outgoing;                 // this one's chunks for the others
+  std::vector<PendingWork> first;                   // the contributions' sends and recvs
+
+  at::Tensor chunk(int process) const {
+    const auto [begin, end] = ranges[static_cast<size_t>(process)];
+    return buffer.narrow(0, begin, end - begin);
+  }
+};
+
+class HalfSumHook : public CommunicationHook {
+ public:
+  explicit HalfSumHook(HalfKind kind) : kind_(kind) {}
+  std::string name() const override { return kind_ == HalfKind::kBFloat16 ? "bf16" : "fp16"; }
+
+  PendingWork reduce(ProcessCollectives& processes, GradientPack& pack) override {
+    auto exchange = std::make_shared<Exchange>();
+    exchange->buffer = pack.buffer;
+    exchange->rank = processes.rank();
+    exchange->size = processes.size();
+    for (int p = 0; p < exchange->size; ++p)
+      exchange->ranges.push_back(collective::chunk_range(pack.buffer.numel(), exchange->size, p));
+    exchange->contributions.resize(static_cast<size_t>(exchange->size));
+    send_contributions(processes, *exchange);
+    return PendingWork([this, &processes, exchange] { sum_and_share(processes, *exchange); });
+  }
+
+ private:
+  void send_contributions(ProcessCollectives& processes, Exchange& exchange) const {
+    const int me = exchange.rank;
+    const int64_t mine = exchange.chunk(me).numel();
+    for (int q = 0; q < exchange.size; ++q) {
+      if (q == me) continue;
+      exchange.outgoing.push_back(compression::encode(exchange.chunk(q), kind_));
+      exchange.first.push_back(processes.send(exchange.outgoing.back(), q, kContributionTag));
+    }
+    for (int q = 0; q < exchange.size; ++q) {
+      auto& in = exchange.contributions[static_cast<size_t>(q)];
+      if (q == me) {
+        in = compression::encode(exchange.chunk(me), kind_);
+        continue;
+      }
+      in = at::empty({compression::encoded_bytes(mine)}, at::kByte);
+      exchange.first.push_back(processes.recv(in, q, kContributionTag));
+    }
+  }
+
+  void sum_and_share(ProcessCollectives& processes, Exchange& exchange) const {
+    for (auto& work : exchange.first) work.wait();
+    const int me = exchange.rank;
+    at::Tensor mine = exchange.chunk(me);
+    at::Tensor sum = at::empty_like(mine);
+    at::Tensor part = at::empty_like(mine);
+    for (int p = 0; p < exchange.size; ++p) {
+      compression::decode(exchange.contributions[static_cast<size_t>(p)], kind_,
+                          p == 0 ? sum : part);
+      if (p > 0) sum.add_(part);
+    }
+    const at::Tensor shared = compression::encode(sum, kind_);
+    std::vector<PendingWork> second;
+    std::vector<at::Tensor> sums(static_cast<size_t>(exchange.size));
+    for (int q = 0; q < exchange.size; ++q)
+      if (q != me) second.push_back(processes.send(shared, q, kSumTag));
+    for (int q = 0; q < exchange.size; ++q) {
+      if (q == me) continue;
+      auto& in = sums[static_cast<size_t>(q)];
+      in = at::empty({compression::encoded_bytes(exchange.chunk(q).numel())}, at::kByte);
+      second.push_back(processes.recv(in, q, kSumTag));
+    }
+    compression::decode(shared, kind_, mine);
+    for (auto& work : second) work.wait();
+    for (int q = 0; q < exchange.size; ++q) {
+      if (q == me) continue;
+      at::Tensor chunk = exchange.chunk(q);
+      compression::decode(sums[static_cast<size_t>(q)], kind_, chunk);
+    }
+  }
+
+  HalfKind kind_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommunicationHook> bf16_compression() {
+  return std::make_shared<HalfSumHook>(HalfKind::kBFloat16);
+}
+
+std::shared_ptr<CommunicationHook> fp16_compression() {
+  return std::make_shared<HalfSumHook>(HalfKind::kFloat16);
+}
+
+}  // namespace dist
