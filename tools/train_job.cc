@@ -609,8 +609,8 @@ void CustomLoop::report_bytes_sent(const CommunicationCounters& before, int64_t 
   if (strategy_.num_workers() < 2 || steps <= 0) return;
   const CommunicationCounters now = strategy_.extended().communication_counters();
   result_.bytes_sent_per_step = (now.bytes_sent - before.bytes_sent) / steps;
-  out_ << "Bytes sent per step per worker: " << result_.bytes_sent_per_step
-       << " (library counter, " << steps << " steps)" << std::endl;
+  out_ << "Bytes sent per step per worker: " << result_.bytes_sent_per_step << " (library counter, "
+       << steps << " steps)" << std::endl;
 }
 
 // A finished job run again: say so, and report what the trained weights score.

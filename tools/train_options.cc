@@ -9,8 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "collective/factory.h"
-#include "dist/distribute/gradient_compression.h"
 #include "dist/core/error.h"
+#include "dist/distribute/gradient_compression.h"
 
 namespace dist::tools {
 namespace {
@@ -185,17 +185,17 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "multi_worker: the collective backend between the workers: gloo | mpi (under "
                  "mpirun; this build: " +
                      collective::built_backends() + ")");
-  app.add_option("--gradient-compression", o.gradient_compression,
-                 "mirrored, central_storage, multi_worker: how gradients cross the workers: "
-                 "none | bf16 | fp16 (16 bits each, half the bytes) | powersgd:RANK[:START] "
-                 "(rank-RANK approximations after START plain steps, default 10)")
-      ->capture_default_str();
   app.add_flag("--unchecked-collectives", s.unchecked,
                "multi_worker: skip the agreement before each collective (for measuring its "
                "cost; workers that diverge then abort inside Gloo)");
 }
 
 void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+  app.add_option("--gradient-compression", o.gradient_compression,
+                 "mirrored, central_storage, multi_worker: how gradients cross the workers: "
+                 "none | bf16 | fp16 (16 bits each, half the bytes) | powersgd:RANK[:START] "
+                 "(rank-RANK approximations after START plain steps, default 10)")
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "dist/collective/cross_device_ops.h"
-#include "dist/distribute/communication_hook.h"
 #include "dist/core/env.h"
+#include "dist/distribute/communication_hook.h"
 #include "dist/train/mixed_precision.h"
 
 namespace dist::tools {

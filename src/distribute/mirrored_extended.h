@@ -119,7 +119,8 @@ class MirroredExtended : public StrategyExtended,
   MirroredOptions options_;
   std::vector<DeviceName> devices_;
   // What the cross-process communicator was handed (made before it).
-  std::shared_ptr<collective::ByteCounters> counters_ = std::make_shared<collective::ByteCounters>();
+  std::shared_ptr<collective::ByteCounters> counters_ =
+      std::make_shared<collective::ByteCounters>();
   std::shared_ptr<collective::HierarchicalGroup> group_;
   std::vector<std::unique_ptr<collective::Communicator>> members_;  // one per local replica
   // The parts, chosen once from the options: how gradients are reduced, and the optimizer

@@ -19,12 +19,12 @@ MirroredOptions local_options(const MultiWorkerOptions& options) {
       options.communication.implementation != CommunicationOptions::Implementation::kNccl,
       "CommunicationOptions::Implementation::kNccl needs GPUs; this build of distribute runs on "
       "CPUs only: use kAuto or kRing (Gloo over TCP)");
-  DIST_CHECK_ARG(!options.communication.communication_hook ||
-                     options.communication.overlap_with_backward,
-                 "the communication hook '", options.communication.communication_hook->name(),
-                 "' needs CommunicationOptions::overlap_with_backward (hooks reduce each pack as "
-                 "backward produces it); set it to true, or drop the hook to accumulate gradients "
-                 "over several backward passes");
+  DIST_CHECK_ARG(
+      !options.communication.communication_hook || options.communication.overlap_with_backward,
+      "the communication hook '", options.communication.communication_hook->name(),
+      "' needs CommunicationOptions::overlap_with_backward (hooks reduce each pack as "
+      "backward produces it); set it to true, or drop the hook to accumulate gradients "
+      "over several backward passes");
   DIST_CHECK_ARG(options.communication.timeout.count() > 0,
                  "communication timeout must be positive");
   DIST_CHECK_ARG(options.communication.rendezvous_timeout.count() > 0,

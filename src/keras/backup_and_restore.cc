@@ -53,7 +53,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 void BackupAndRestore::save() {
   Checkpoint checkpoint = model().checkpoint();
   checkpoint.state = model().training_state();  // a collective: every worker calls it
-  checkpoint.gather_worker_states();             // so is this
+  checkpoint.gather_worker_states();            // so is this
   if (model().is_chief()) last_saved_ = manager_->save(checkpoint);
 }
 

@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
+#include "dist/distribute/strategy.h"
 #include "dist/train/safetensors.h"
 #include "distribute/optimizer_slots.h"
 #include "train/atomic_file.h"
 #include "train/checkpoint_checksums.h"
 #include "train/hook_state.h"
-#include "dist/distribute/strategy.h"
 
 namespace dist {
 namespace {
@@ -136,8 +136,8 @@ std::map<std::string, FileObject> objects_in_file(
   for (const auto& [name, t] : tensors)
     if (owner_of(name) == kLegacyModel) objects[kLegacyModel] = {kModelKind, "", "", "", "", 0};
   if (auto it = meta.find(kLegacyOptimizer); it != meta.end())
-    objects[kLegacyOptimizer] = {kOptimizerKind, it->second, kLegacyModel, kLegacyLearningRate,
-                                 "", 0};
+    objects[kLegacyOptimizer] = {kOptimizerKind,      it->second, kLegacyModel,
+                                 kLegacyLearningRate, "",         0};
   return objects;
 }
 
@@ -347,7 +347,23 @@ void write_hook_state(const std::string& name, const CommunicationHook& hook, in
       tensors.emplace_back(name + "/worker:" + std::to_string(w) + "/" + key, t);
 }
 
+at::Tensor random_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
 }  // namespace
+
+// Placed models' values (and slots) into their primary modules, where write() reads them.
+void Checkpoint::prepare_to_read() const {
+  for (const auto& object : objects_) {
+    if (object->variables != nullptr) object->variables->prepare_to_read();
+    if (object->kind == kOptimizerKind)
+      if (const auto& model = find(object->model)->variables)
+        model->prepare_to_read_slots(*object->optimizer);
+  }
+}
 
 void Checkpoint::write(const std::string& path, Env* env) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -359,12 +375,7 @@ void Checkpoint::write(const std::string& path, Env* env) const {
   metadata["position.elements"] = std::to_string(state.position.elements);
   for (const auto& [key, value] : state.values) metadata[kValuePrefix + key] = value;
 
-  for (const auto& object : objects_) {
-    if (object->variables != nullptr) object->variables->prepare_to_read();
-    if (object->kind == kOptimizerKind)
-      if (const auto& model = find(object->model)->variables)
-        model->prepare_to_read_slots(*object->optimizer);
-  }
+  prepare_to_read();
   for (const auto& object : objects_) {
     const std::string& name = object->name;
     const std::string prefix = name + "/";
@@ -406,12 +417,7 @@ void Checkpoint::write(const std::string& path, Env* env) const {
       tensors.emplace_back(name, object->value.detach());
     }
   }
-  if (save_random_state) {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    tensors.emplace_back(kRandom, generator.get_state());
-  }
-
+  if (save_random_state) tensors.emplace_back(kRandom, random_state());
   detail::seal_checkpoint(tensors, metadata);
   save_safetensors(path, tensors, metadata, env);
 }

@@ -39,7 +39,8 @@ std::vector<std::map<std::string, at::Tensor>> gather_hook_state(const Communica
   for (const auto& [name, t] : local) {
     const at::Tensor rows =
         extended.all_gather_across_workers(t.contiguous().reshape({1, t.numel()}));
-    for (int w = 0; w < workers; ++w) all[static_cast<size_t>(w)][name] = rows[w].reshape(t.sizes());
+    for (int w = 0; w < workers; ++w)
+      all[static_cast<size_t>(w)][name] = rows[w].reshape(t.sizes());
   }
   return all;
 }

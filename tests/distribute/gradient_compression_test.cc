@@ -9,9 +9,9 @@
 #include <cmath>
 #include <limits>
 
+#include "collective/collective_test_util.h"
 #include "collective/communicator.h"
 #include "collective/factory.h"
-#include "collective/collective_test_util.h"
 #include "dist/core/error.h"
 #include "dist/distribute/gradient_compression.h"
 #include "distribute/compression/half_codec.h"
@@ -169,7 +169,8 @@ TEST(GradientCompressionGlooTest, Float16NeverOverflowsWhereFloat16ItselfWould) 
   run_threads(2, [&](int m) {
     GradientPack pack = pack_of({{64}}, m, 0);
     pack.buffer.mul_(1e4);  // sums of up to 1e7: float16 alone tops out at 65504
-    const at::Tensor exact = pack_of({{64}}, 0, 0).buffer * 1e4 + pack_of({{64}}, 1, 0).buffer * 1e4;
+    const at::Tensor exact =
+        pack_of({{64}}, 0, 0).buffer * 1e4 + pack_of({{64}}, 1, 0).buffer * 1e4;
     communicate(*group[static_cast<size_t>(m)], pack)->wait();
     EXPECT_TRUE(at::isfinite(pack.buffer).all().item<bool>());
     // Two roundings to 11 bits, each relative to its chunk's largest magnitude.
@@ -227,9 +228,11 @@ TEST(GradientCompressionGlooTest, PowerSgdIsDeterministicIdenticalEverywhereAndR
     EXPECT_TRUE(at::equal(whole.results[0][step], resumed)) << "step " << step;
   }
   // The plain step is the exact sum; the compressed ones are not.
-  const at::Tensor exact = pack_of(kPowerSgdShapes, 0, 0).buffer + pack_of(kPowerSgdShapes, 1, 0).buffer;
+  const at::Tensor exact =
+      pack_of(kPowerSgdShapes, 0, 0).buffer + pack_of(kPowerSgdShapes, 1, 0).buffer;
   EXPECT_TRUE(at::equal(whole.results[0][0], exact));
-  const at::Tensor exact1 = pack_of(kPowerSgdShapes, 0, 1).buffer + pack_of(kPowerSgdShapes, 1, 1).buffer;
+  const at::Tensor exact1 =
+      pack_of(kPowerSgdShapes, 0, 1).buffer + pack_of(kPowerSgdShapes, 1, 1).buffer;
   EXPECT_FALSE(at::allclose(whole.results[0][1], exact1));
   // Without the saved state the resumed run differs (error feedback and warm start matter).
   const PowerSgdRun cold = run_powersgd(2, 3, options, {}, 2);

@@ -39,8 +39,8 @@ std::shared_ptr<CommunicationHook> bf16_compression();
 std::shared_ptr<CommunicationHook> fp16_compression();
 
 struct PowerSgdOptions {
-  int rank = 4;            // r: the approximation's rank
-  int64_t start_step = 10; // plain steps before compression starts
+  int rank = 4;             // r: the approximation's rank
+  int64_t start_step = 10;  // plain steps before compression starts
   bool error_feedback = true;
   bool warm_start = true;  // keep Q from step to step (else a fresh draw every step)
   uint64_t seed = 0;       // of Q's first draw; the same on every process

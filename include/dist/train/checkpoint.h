@@ -160,6 +160,7 @@ class Checkpoint {
   struct Reading;  // read()'s checks and the values it then applies (checkpoint.cc)
 
   const Object* find(const std::string& name) const;
+  void prepare_to_read() const;
   void check_new_name(const std::string& name) const;
   Checkpoint& append(std::shared_ptr<const Object> object);
   Checkpoint& add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer,

@@ -34,8 +34,8 @@ std::shared_ptr<CommunicationHook> gradient_compression(const std::string& spec)
   const bool valid = parse_count(rest.substr(0, colon), &rank) && rank >= 1 && rank <= 1024 &&
                      (colon == std::string::npos || parse_count(rest.substr(colon + 1), &start));
   DIST_CHECK_ARG(valid, "gradient compression '", spec,
-                 "': RANK must be a whole number from 1 to 1024 and START_STEP one from 0 (",
-                 forms, ")");
+                 "': RANK must be a whole number from 1 to 1024 and START_STEP one from 0 (", forms,
+                 ")");
   options.rank = static_cast<int>(rank);
   options.start_step = start;
   return powersgd(options);

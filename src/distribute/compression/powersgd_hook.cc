@@ -84,8 +84,7 @@ class PowerSgdHook : public CommunicationHook {
   at::Tensor starting_q(PackState& state, const GradientPack& pack, size_t position,
                         int64_t columns) const;
   // M and Q of gradient `position` of `pack`, from this process's error feedback.
-  Compressed start_compressing(PackState& state, const GradientPack& pack,
-                               size_t position) const;
+  Compressed start_compressing(PackState& state, const GradientPack& pack, size_t position) const;
   void finish(ProcessCollectives& processes, PackStep& step);
 
   PowerSgdOptions options_;
@@ -164,9 +163,9 @@ Compressed PowerSgdHook::start_compressing(PackState& state, const GradientPack&
   Compressed c{pack.names[position], gradient, gradient.reshape({s.rows, s.columns})};
   auto error = state.error.find(c.name);
   if (error != state.error.end()) {
-    DIST_CHECK_ARG(error->second.sizes() == c.m.sizes(), "PowerSGD's state for parameter '",
-                   c.name, "' has shape ", error->second.sizes(), " but its gradient is ",
-                   c.m.sizes(), ": the state was saved for another model");
+    DIST_CHECK_ARG(error->second.sizes() == c.m.sizes(), "PowerSGD's state for parameter '", c.name,
+                   "' has shape ", error->second.sizes(), " but its gradient is ", c.m.sizes(),
+                   ": the state was saved for another model");
     c.m = c.m + error->second;
   } else {
     c.m = c.m.clone();
