@@ -2,6 +2,7 @@
 // PackCommunication (communication_hook.h, gradient_reducer.h).
 #include "dist/distribute/communication_hook.h"
 
+#include <map>
 #include <mutex>
 
 #include "collective/communicator.h"
@@ -83,8 +84,19 @@ class HookWork : public collective::Work {
 
 PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook) {
   if (!hook) return all_reduce_pack;
-  return [hook = std::move(hook)](collective::Communicator& cross_process, GradientPack& pack) {
-    auto processes = std::make_shared<CommunicatorCollectives>(cross_process);
+  // One ProcessCollectives per communicator, for every pack: a hook may key state by it.
+  auto mu = std::make_shared<std::mutex>();
+  auto made = std::make_shared<
+      std::map<collective::Communicator*, std::shared_ptr<CommunicatorCollectives>>>();
+  return [hook = std::move(hook), mu, made](collective::Communicator& cross_process,
+                                            GradientPack& pack) {
+    std::shared_ptr<CommunicatorCollectives> processes;
+    {
+      std::lock_guard<std::mutex> lock(*mu);
+      auto& slot = (*made)[&cross_process];
+      if (!slot) slot = std::make_shared<CommunicatorCollectives>(cross_process);
+      processes = slot;
+    }
     PendingWork work = hook->reduce(*processes, pack);
     return std::make_shared<HookWork>(std::move(processes), std::move(work));
   };

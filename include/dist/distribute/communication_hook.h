@@ -91,7 +91,8 @@ class CommunicationHook {
   // For logs: "bf16", "powersgd:4".
   virtual std::string name() const = 0;
   // Starts reducing `pack` (see above). `processes`, `pack` and its tensors live until the
-  // work has been waited for.
+  // work has been waited for; `processes` is the same object for every pack that crosses the
+  // same processes (one hook may serve several strategies: key per-job state by it).
   virtual PendingWork reduce(ProcessCollectives& processes, GradientPack& pack) = 0;
   // This process's state kept across steps (PowerSGD's error feedback), by name, for
   // checkpoints; load_state gives back what state() returned in an earlier run with the same

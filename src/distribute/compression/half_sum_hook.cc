@@ -6,6 +6,10 @@
 // on the chunk), at the ring's traffic: 2(N-1)/N of the pack in 16 bits.
 #include <ATen/ATen.h>
 
+#include <deque>
+#include <map>
+#include <mutex>
+
 #include "collective/communicator.h"
 #include "dist/distribute/gradient_compression.h"
 #include "distribute/compression/half_codec.h"
@@ -22,6 +26,7 @@ constexpr int kSumTag = (1 << 29) + 2;
 
 // One pack's reduction between its two exchanges.
 struct Exchange {
+  ProcessCollectives* processes = nullptr;  // alive until the pack's work is waited for
   at::Tensor buffer;
   int rank = 0;
   int size = 1;
@@ -29,6 +34,9 @@ struct Exchange {
   std::vector<at::Tensor> contributions;            // per process: its chunk for this one
   std::vector<at::Tensor> outgoing;                 // this one's chunks for the others
   std::vector<PendingWork> first;                   // the contributions' sends and recvs
+  at::Tensor shared;                                // this one's chunk of the sum, encoded
+  std::vector<at::Tensor> sums;                     // per process: its chunk of the sum
+  std::vector<PendingWork> second;                  // the sums' sends and recvs
 
   at::Tensor chunk(int process) const {
     const auto [begin, end] = ranges[static_cast<size_t>(process)];
@@ -43,24 +51,34 @@ class HalfSumHook : public CommunicationHook {
 
   PendingWork reduce(ProcessCollectives& processes, GradientPack& pack) override {
     auto exchange = std::make_shared<Exchange>();
+    exchange->processes = &processes;
     exchange->buffer = pack.buffer;
     exchange->rank = processes.rank();
     exchange->size = processes.size();
     for (int p = 0; p < exchange->size; ++p)
       exchange->ranges.push_back(collective::chunk_range(pack.buffer.numel(), exchange->size, p));
     exchange->contributions.resize(static_cast<size_t>(exchange->size));
-    send_contributions(processes, *exchange);
-    return PendingWork([this, &processes, exchange] { sum_and_share(processes, *exchange); });
+    exchange->sums.resize(static_cast<size_t>(exchange->size));
+    send_contributions(*exchange);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      not_shared_[&processes].push_back(exchange);
+    }
+    return PendingWork([this, exchange] {
+      share_every_sum(exchange->processes);
+      take_sums(*exchange);
+    });
   }
 
  private:
-  void send_contributions(ProcessCollectives& processes, Exchange& exchange) const {
+  void send_contributions(Exchange& exchange) const {
     const int me = exchange.rank;
     const int64_t mine = exchange.chunk(me).numel();
     for (int q = 0; q < exchange.size; ++q) {
       if (q == me) continue;
       exchange.outgoing.push_back(compression::encode(exchange.chunk(q), kind_));
-      exchange.first.push_back(processes.send(exchange.outgoing.back(), q, kContributionTag));
+      exchange.first.push_back(
+          exchange.processes->send(exchange.outgoing.back(), q, kContributionTag));
     }
     for (int q = 0; q < exchange.size; ++q) {
       auto& in = exchange.contributions[static_cast<size_t>(q)];
@@ -69,41 +87,57 @@ class HalfSumHook : public CommunicationHook {
         continue;
       }
       in = at::empty({compression::encoded_bytes(mine)}, at::kByte);
-      exchange.first.push_back(processes.recv(in, q, kContributionTag));
+      exchange.first.push_back(exchange.processes->recv(in, q, kContributionTag));
     }
   }
 
-  void sum_and_share(ProcessCollectives& processes, Exchange& exchange) const {
+  // The first wait of a step sends every pack's sum at once, in pack order (so every process
+  // pairs the same messages), instead of each pack's when its turn comes: the later packs'
+  // sums then cross while the strategy steps the earlier ones' parameters.
+  void share_every_sum(ProcessCollectives* processes) {
+    std::deque<std::shared_ptr<Exchange>> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready.swap(not_shared_[processes]);
+    }
+    for (auto& exchange : ready) share_sum(*exchange);
+  }
+
+  void share_sum(Exchange& exchange) const {
     for (auto& work : exchange.first) work.wait();
     const int me = exchange.rank;
-    at::Tensor mine = exchange.chunk(me);
-    at::Tensor sum = at::empty_like(mine);
-    at::Tensor part = at::empty_like(mine);
+    at::Tensor sum = at::empty_like(exchange.chunk(me));
+    at::Tensor part = at::empty_like(sum);
     for (int p = 0; p < exchange.size; ++p) {
       compression::decode(exchange.contributions[static_cast<size_t>(p)], kind_,
                           p == 0 ? sum : part);
       if (p > 0) sum.add_(part);
     }
-    const at::Tensor shared = compression::encode(sum, kind_);
-    std::vector<PendingWork> second;
-    std::vector<at::Tensor> sums(static_cast<size_t>(exchange.size));
+    exchange.shared = compression::encode(sum, kind_);
     for (int q = 0; q < exchange.size; ++q)
-      if (q != me) second.push_back(processes.send(shared, q, kSumTag));
+      if (q != me) exchange.second.push_back(exchange.processes->send(exchange.shared, q, kSumTag));
     for (int q = 0; q < exchange.size; ++q) {
       if (q == me) continue;
-      auto& in = sums[static_cast<size_t>(q)];
+      auto& in = exchange.sums[static_cast<size_t>(q)];
       in = at::empty({compression::encoded_bytes(exchange.chunk(q).numel())}, at::kByte);
-      second.push_back(processes.recv(in, q, kSumTag));
-    }
-    compression::decode(shared, kind_, mine);
-    for (auto& work : second) work.wait();
-    for (int q = 0; q < exchange.size; ++q) {
-      if (q == me) continue;
-      at::Tensor chunk = exchange.chunk(q);
-      compression::decode(sums[static_cast<size_t>(q)], kind_, chunk);
+      exchange.second.push_back(exchange.processes->recv(in, q, kSumTag));
     }
   }
 
+  void take_sums(Exchange& exchange) const {
+    at::Tensor mine = exchange.chunk(exchange.rank);
+    compression::decode(exchange.shared, kind_, mine);
+    for (auto& work : exchange.second) work.wait();
+    for (int q = 0; q < exchange.size; ++q) {
+      if (q == exchange.rank) continue;
+      at::Tensor chunk = exchange.chunk(q);
+      compression::decode(exchange.sums[static_cast<size_t>(q)], kind_, chunk);
+    }
+  }
+
+  std::mutex mu_;
+  // Per processes crossed: the packs whose sums are not sent yet, in pack order.
+  std::map<ProcessCollectives*, std::deque<std::shared_ptr<Exchange>>> not_shared_;
   HalfKind kind_;
 };
 
