@@ -276,5 +276,22 @@ TEST(GradientCompressionTest, PowerSgdStateOfAnotherModelIsRefusedByName) {
   EXPECT_THROW(hook->load_state({{"weights", at::zeros({1})}}), InvalidArgument);
 }
 
+TEST(GradientCompressionTest, APowerSgdHookServesOneStrategyOnly) {
+  auto hook = powersgd({2, 0});
+  PackCommunication first = communicate_through(hook), second = communicate_through(hook);
+  auto one = collective::make_single_process_communicator();
+  auto other = collective::make_single_process_communicator();
+  GradientPack pack = pack_of(kPowerSgdShapes, 0, 0);
+  first(*one, pack)->wait();
+  first(*one, pack)->wait();  // the same strategy again: fine
+  try {
+    second(*other, pack)->wait();
+    ADD_FAILURE() << "a second strategy's pack was taken for the first's";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("PowerSGD hook of its own"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dist

@@ -45,6 +45,8 @@ struct PowerSgdOptions {
   bool warm_start = true;  // keep Q from step to step (else a fresh draw every step)
   uint64_t seed = 0;       // of Q's first draw; the same on every process
 };
+// One per strategy: its state is kept per model and pack (a second strategy's packs are an
+// InvalidArgument). load_state() between steps only.
 std::shared_ptr<CommunicationHook> powersgd(PowerSgdOptions options = {});
 
 // By name, as dist-train's --gradient-compression takes it: "none" (null: plain all-reduce),

@@ -16,6 +16,8 @@ int float16_exponent(const at::Tensor& values);
 at::Tensor encode(const at::Tensor& values, HalfKind kind);
 // Writes the n values of `bytes` (from encode) into `out` (float, n elements).
 void decode(const at::Tensor& bytes, HalfKind kind, at::Tensor& out);
+// sum += the n values of `bytes`, bit for bit as decode and then an addition (no copy).
+void decode_add(const at::Tensor& bytes, HalfKind kind, at::Tensor& sum);
 // Bytes an encoding of n values takes.
 inline int64_t encoded_bytes(int64_t n) { return 2 * (n + 1); }
 

@@ -107,12 +107,9 @@ class HalfSumHook : public CommunicationHook {
     for (auto& work : exchange.first) work.wait();
     const int me = exchange.rank;
     at::Tensor sum = at::empty_like(exchange.chunk(me));
-    at::Tensor part = at::empty_like(sum);
-    for (int p = 0; p < exchange.size; ++p) {
-      compression::decode(exchange.contributions[static_cast<size_t>(p)], kind_,
-                          p == 0 ? sum : part);
-      if (p > 0) sum.add_(part);
-    }
+    compression::decode(exchange.contributions[0], kind_, sum);
+    for (size_t p = 1; p < exchange.contributions.size(); ++p)
+      compression::decode_add(exchange.contributions[p], kind_, sum);
     exchange.shared = compression::encode(sum, kind_);
     for (int q = 0; q < exchange.size; ++q)
       if (q != me) exchange.second.push_back(exchange.processes->send(exchange.shared, q, kSumTag));

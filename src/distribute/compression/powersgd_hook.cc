@@ -49,6 +49,7 @@ struct Compressed {
 
 // A pack's state across steps.
 struct PackState {
+  const ProcessCollectives* processes = nullptr;  // the job this state belongs to
   int64_t steps = 0;
   std::map<std::string, at::Tensor> q;      // by parameter name: the last Q
   std::map<std::string, at::Tensor> error;  // by parameter name: E
@@ -111,6 +112,11 @@ at::Tensor PowerSgdHook::starting_q(PackState& state, const GradientPack& pack, 
 PendingWork PowerSgdHook::reduce(ProcessCollectives& processes, GradientPack& pack) {
   std::unique_lock<std::mutex> lock(mu_);
   PackState& state = packs_[{pack.model, pack.index}];
+  if (state.processes == nullptr) state.processes = &processes;
+  DIST_CHECK_ARG(state.processes == &processes, "this PowerSGD hook already compresses model ",
+                 pack.model,
+                 "'s gradients for another strategy (its error feedback is kept per "
+                 "model and pack): give each strategy a PowerSGD hook of its own");
   if (state.steps++ < options_.start_step) return processes.all_reduce_sum(pack.buffer);
   auto step = std::make_shared<PackStep>();
   step->state = &state;
