@@ -12,7 +12,9 @@
 // timing). finalize waits for the packs in order and copies each one's results into replica 0's
 // gradients, reporting each pack as it lands (so the strategy may step its parameters while
 // later packs are still on their way).
-// Sums, order and buffer layout equal the inline reducer's, so the weights are bit-identical.
+// Sums, order and buffer layout equal the inline reducer's, so the weights are bit-identical
+// (with the default all-reduce; a communication hook defines its own result, and is handed each
+// pack as a GradientPack: communication_hook.h).
 //
 // The replicas' own gradients are never written by the reducer, so a step whose backward ran
 // without apply_gradients (e.g. inspecting gradients) is simply discarded by settle().
