@@ -11,7 +11,9 @@
 #
 #   bench/compression_accuracy.sh [BUILD_DIR=build]
 #
-# Environment: CA_COMPRESSIONS (default "none bf16 fp16 powersgd:4"; each passed as
+# Environment: CA_SEED (dist-train's --seed, default 42: weights and shuffling; every run is
+# deterministic, so a second run of one seed repeats the first bit for bit, and only other seeds
+# say how much two compressions differ by chance), CA_COMPRESSIONS (default "none bf16 fp16 powersgd:4"; each passed as
 # --gradient-compression, none too), CA_EPOCHS (10), CA_OUT (a directory for each run's output,
 # COMPRESSION.log; default a new one in /tmp). A run that fails is reported with the first error
 # line of its output and the others still run; the exit code is then 1.
@@ -19,11 +21,12 @@ set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 compressions=${CA_COMPRESSIONS:-none bf16 fp16 powersgd:4}
 epochs=${CA_EPOCHS:-10}
+seed=${CA_SEED:-42}
 out=${CA_OUT:-$(mktemp -d /tmp/compression_accuracy.XXXXXX)}
 mkdir -p "$out"
 data=/usr/share/datasets/fashion-mnist
 lscpu | grep -E "^Model name" | sed 's/^/# /'
-echo "# cnn, $epochs epochs, 2 workers x 1 thread on loopback, global batch 128; outputs in $out"
+echo "# cnn, seed $seed, $epochs epochs, 2 workers x 1 thread on loopback, global batch 128; outputs in $out"
 field() { sed -E "s/.*\"$1\":([0-9.eE+-]+).*/\1/"; }
 # The first line of FILE that reads as an error (dist-train's or dist-launch's message, an
 # exception, a flag parse error), else its last line.
@@ -39,7 +42,8 @@ for compression in $compressions; do
   start=$(date +%s)
   if "$build/tools/dist-launch" --workers 2 -- "$build/tools/dist-train" --strategy multi_worker \
     --collective-backend gloo --model cnn --threads 1 --batch-per-replica 64 --epochs "$epochs" \
-    --no-progress --data-dir "$data" --gradient-compression "$compression" >"$log" 2>&1; then
+    --no-progress --data-dir "$data" --seed "$seed" --gradient-compression "$compression" \
+    >"$log" 2>&1; then
     json=$(grep '"test_accuracy"' "$log" | tail -1 || true)
   else
     json=
