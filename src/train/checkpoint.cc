@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
-#include "dist/distribute/strategy.h"
 #include "dist/train/safetensors.h"
 #include "distribute/optimizer_slots.h"
 #include "train/atomic_file.h"
@@ -153,8 +152,8 @@ struct Checkpoint::Object {
   std::shared_ptr<MirroredOptimizer> owner;  // keeps a shared optimizer alive
   std::string model;                         // the model of an optimizer
   at::Tensor value;                          // a tensor
-  std::shared_ptr<CommunicationHook> hook;   // a communication hook, of `strategy`'s workers
-  const Strategy* strategy = nullptr;
+  std::shared_ptr<CommunicationHook> hook;   // a communication hook, and its strategy's
+  std::shared_ptr<const HookJob> job;
   // Every worker's hook state, from the last gather_worker_states() (the objects are shared
   // and otherwise immutable; this is what the next write() takes).
   std::shared_ptr<std::vector<std::map<std::string, at::Tensor>>> gathered =
@@ -297,22 +296,21 @@ Checkpoint& Checkpoint::add(const std::string& name, at::Tensor value) {
   return append(std::move(object));
 }
 
-Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
-                            const Strategy& strategy) {
+// Checkpoint::add(name, hook, strategy) is in hook_state.cc.
+Checkpoint& Checkpoint::add_hook(const std::string& name, std::shared_ptr<CommunicationHook> hook,
+                                 std::shared_ptr<const HookJob> job) {
   check_new_name(name);
-  DIST_CHECK_ARG(hook != nullptr, "Checkpoint: communication hook '", name, "' is null");
   auto object = std::make_shared<Object>();
   object->name = name;
   object->kind = kHookKind;
   object->hook = std::move(hook);
-  object->strategy = &strategy;
+  object->job = std::move(job);
   return append(std::move(object));
 }
 
 void Checkpoint::gather_worker_states() {
   for (const auto& object : objects_)
-    if (object->kind == kHookKind)
-      *object->gathered = detail::gather_hook_state(*object->hook, *object->strategy);
+    if (object->kind == kHookKind) *object->gathered = object->job->gather();
 }
 
 Checkpoint& Checkpoint::skip(const std::string& name) {
@@ -411,8 +409,8 @@ void Checkpoint::write(const std::string& path, Env* env) const {
           tensors.emplace_back(prefix + parameter + "/" + slot, t);
       }
     } else if (object->kind == kHookKind) {
-      write_hook_state(name, *object->hook, object->strategy->num_workers(), *object->gathered,
-                       tensors, metadata);
+      write_hook_state(name, *object->hook, object->job->workers(), *object->gathered, tensors,
+                       metadata);
     } else {
       tensors.emplace_back(name, object->value.detach());
     }
@@ -673,13 +671,13 @@ void Checkpoint::Reading::take_hooks(const std::map<std::string, FileObject>& in
       fail(path_, detail::concat("object '", name, "': it holds the state of communication hook '",
                                  saved.hook, "' but the hook here is '", object->hook->name(),
                                  "'; resume with the same gradient compression"));
-    const int workers = object->strategy->num_workers();
+    const int workers = object->job->workers();
     if (saved.workers != workers)
       fail(path_, detail::concat("object '", name, "': it holds the state of ", saved.workers,
                                  " workers' communication hooks but this job has ", workers,
                                  " (each worker's error feedback is its own); resume with ",
                                  saved.workers, " workers"));
-    const int me = object->strategy->extended().worker_index();
+    const int me = object->job->worker_index();
     for (int w = 0; w < workers; ++w) {
       auto state = taker.take_all(name + "/worker:" + std::to_string(w) + "/");
       if (w == me) hooks_.emplace_back(object->hook.get(), std::move(state));

@@ -4,8 +4,9 @@
 
 #include "dist/core/error.h"
 #include "dist/distribute/strategy.h"
+#include "dist/train/checkpoint.h"
 
-namespace dist::detail {
+namespace dist {
 namespace {
 
 // FNV-1a over the names, shapes and dtypes: equal on every worker that holds the same state.
@@ -19,8 +20,9 @@ int64_t layout_hash(const std::map<std::string, at::Tensor>& state) {
   return static_cast<int64_t>(hash);
 }
 
-}  // namespace
-
+// Every worker's hook.state(), in worker order: a collective over `strategy`'s workers (one
+// worker: its own state alone). InvalidArgument when the workers' states differ in their names,
+// shapes or dtypes (they hold the same model, so they never should).
 std::vector<std::map<std::string, at::Tensor>> gather_hook_state(const CommunicationHook& hook,
                                                                  const Strategy& strategy) {
   const std::map<std::string, at::Tensor> local = hook.state();
@@ -45,4 +47,16 @@ std::vector<std::map<std::string, at::Tensor>> gather_hook_state(const Communica
   return all;
 }
 
-}  // namespace dist::detail
+}  // namespace
+
+Checkpoint& Checkpoint::add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
+                            const Strategy& strategy) {
+  DIST_CHECK_ARG(hook != nullptr, "Checkpoint: communication hook '", name, "' is null");
+  auto job = std::make_shared<HookJob>();
+  job->workers = [&strategy] { return strategy.num_workers(); };
+  job->worker_index = [&strategy] { return strategy.extended().worker_index(); };
+  job->gather = [hook = hook.get(), &strategy] { return gather_hook_state(*hook, strategy); };
+  return add_hook(name, std::move(hook), std::move(job));
+}
+
+}  // namespace dist

@@ -1,23 +1,25 @@
-// A communication hook's state gathered from every worker, for checkpoints (checkpoint.h).
+// What a checkpoint's communication hook object asks of the strategy the hook serves
+// (checkpoint.h). Apart from checkpoint.cc, so that the checkpoint's readers (the fuzz targets)
+// build without the strategies: Checkpoint::add(name, hook, strategy) is defined in
+// hook_state.cc and hands checkpoint.cc these functions.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
-#include "dist/distribute/communication_hook.h"
+#include "dist/train/checkpoint.h"
 
 namespace dist {
-class Strategy;
-namespace detail {
 
-// Every worker's hook.state(), in worker order: a collective over `strategy`'s workers (one
-// worker: its own state alone). InvalidArgument when the workers' states differ in their names,
-// shapes or dtypes (they hold the same model, so they never should).
-std::vector<std::map<std::string, at::Tensor>> gather_hook_state(const CommunicationHook& hook,
-                                                                 const Strategy& strategy);
+struct Checkpoint::HookJob {
+  std::function<int()> workers;       // how many workers the strategy has
+  std::function<int()> worker_index;  // this one's
+  // Every worker's hook.state(), in worker order: a collective over the strategy's workers.
+  std::function<std::vector<std::map<std::string, at::Tensor>>()> gather;
+};
 
-}  // namespace detail
 }  // namespace dist

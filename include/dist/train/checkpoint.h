@@ -159,8 +159,12 @@ class Checkpoint {
   struct Object;   // defined in checkpoint.cc
   struct Reading;  // read()'s checks and the values it then applies (checkpoint.cc)
 
+  struct HookJob;  // what a hook's object asks of its strategy (train/hook_state.h)
+
   const Object* find(const std::string& name) const;
   void prepare_to_read() const;
+  Checkpoint& add_hook(const std::string& name, std::shared_ptr<CommunicationHook> hook,
+                       std::shared_ptr<const HookJob> job);
   void check_new_name(const std::string& name) const;
   Checkpoint& append(std::shared_ptr<const Object> object);
   Checkpoint& add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer,

@@ -52,18 +52,20 @@ constexpr auto kPollBeforeBlocking = std::chrono::milliseconds(20);
 // workers whose sizes differ wait in different groups until the collective timeout).
 constexpr int64_t kBulkBytes = int64_t{1} << 20;
 
-// One operation's c10d works (a broadcast of several tensors is one per tensor). `pollable`:
-// whether c10d reports the works' completion before wait() (not its sends and receives, whose
-// isCompleted() stays false until waited for: polling them only cost 20 ms a wait).
+// c10d's Gloo sends and receives report isCompleted() false until they are waited for:
+// polling them only cost 20 ms a wait, so their waits block at once.
+constexpr auto kNoPolling = std::chrono::milliseconds(0);
+
+// One operation's c10d works (a broadcast of several tensors is one per tensor), polled for
+// `poll_for` before a wait blocks.
 class GlooWork : public Work {
  public:
-  explicit GlooWork(std::vector<C10dWork> works, bool pollable = true)
-      : works_(std::move(works)), pollable_(pollable) {}
+  GlooWork(std::vector<C10dWork> works, std::chrono::milliseconds poll_for)
+      : works_(std::move(works)), poll_for_(poll_for) {}
 
   void wait(std::chrono::milliseconds deadline) override {
-    const auto poll_for = pollable_ ? kPollBeforeBlocking : std::chrono::milliseconds(0);
     const auto poll_until = std::chrono::steady_clock::now() +
-                            (deadline.count() >= 0 ? std::min(deadline, poll_for) : poll_for);
+                            (deadline.count() >= 0 ? std::min(deadline, poll_for_) : poll_for_);
     while (!is_completed() && std::chrono::steady_clock::now() < poll_until)
       std::this_thread::yield();
     for (auto& work : works_) {
@@ -81,11 +83,12 @@ class GlooWork : public Work {
 
  private:
   std::vector<C10dWork> works_;
-  bool pollable_;
+  std::chrono::milliseconds poll_for_;
 };
 
-WorkHandle wrap(std::vector<C10dWork> works, bool pollable = true) {
-  return std::make_shared<GlooWork>(std::move(works), pollable);
+WorkHandle wrap(std::vector<C10dWork> works,
+                std::chrono::milliseconds poll_for = kPollBeforeBlocking) {
+  return std::make_shared<GlooWork>(std::move(works), poll_for);
 }
 
 class GlooTransport : public Transport {
@@ -132,12 +135,12 @@ class GlooTransport : public Transport {
 
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
     std::vector<at::Tensor> one{tensor};
-    return wrap({group_->send(one, to, tag)}, /*pollable=*/false);
+    return wrap({group_->send(one, to, tag)}, kNoPolling);
   }
 
   WorkHandle recv(at::Tensor& tensor, int from, int tag) override {
     std::vector<at::Tensor> one{tensor};
-    return wrap({group_->recv(one, from, tag)}, /*pollable=*/false);
+    return wrap({group_->recv(one, from, tag)}, kNoPolling);
   }
 
   void close() override {
