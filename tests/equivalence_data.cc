@@ -80,10 +80,11 @@ std::vector<std::pair<std::string, torch::Tensor>> train_conformance_steps(
         },
         batch);
   }
-  if (!run.save_to.empty() && strategy.is_chief()) {
+  if (!run.save_to.empty()) {
+    checkpoint.gather_worker_states();  // every worker: a sharded strategy's slots are in shares
     checkpoint.state.step = run.to;
     checkpoint.state.position = {0, run.to};
-    checkpoint.write(run.save_to);
+    if (strategy.is_chief()) checkpoint.write(run.save_to);
   }
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : model.primary()->named_parameters())

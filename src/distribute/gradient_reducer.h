@@ -58,6 +58,19 @@ using PackCommunication = std::function<collective::WorkHandle(
 collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, GradientPack& pack);
 PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook);
 
+// How an overlapped reducer's packs cross the processes, and where their sums land.
+struct PackExchange {
+  PackCommunication communicate = all_reduce_pack;
+  // Each pack's sums are copied into replica 0's gradients as it lands. false: the
+  // communication leaves this process's part of them elsewhere (the chunks of a sharded step,
+  // sharded_step.h), and replica 0's gradients are left as backward made them.
+  bool lands_in_gradients = true;
+  // The replicas' gradients are freed once summed into their pack's buffer, and the buffer once
+  // the pack has landed (both are made again by the next step): what Sharding::kGradients saves
+  // between steps.
+  bool frees_gradients = false;
+};
+
 // Parameter indices per pack.
 std::vector<std::vector<size_t>> make_packs(const std::vector<at::Tensor>& params, int64_t bytes);
 

@@ -8,8 +8,8 @@
 namespace dist {
 
 std::shared_ptr<GradientReducer> GradientReduction::make_reducer(
-    std::vector<std::vector<at::Tensor>> params, std::vector<std::string> names) {
-  std::shared_ptr<GradientReducer> reducer = make(std::move(params), std::move(names));
+    std::vector<std::vector<at::Tensor>> params, std::vector<std::string> names, int model) {
+  std::shared_ptr<GradientReducer> reducer = make(std::move(params), std::move(names), model);
   std::lock_guard<std::mutex> lock(mu_);
   reducers_.push_back(reducer);
   return reducer;
@@ -36,7 +36,7 @@ class InlineReduction : public GradientReduction {
 
  protected:
   std::shared_ptr<GradientReducer> make(std::vector<std::vector<at::Tensor>> params,
-                                        std::vector<std::string>) override {
+                                        std::vector<std::string>, int) override {
     return make_inline_reducer(std::move(params), members_, bytes_per_pack_);
   }
 
@@ -48,11 +48,11 @@ class InlineReduction : public GradientReduction {
 class OverlappedReduction : public GradientReduction {
  public:
   OverlappedReduction(collective::HierarchicalGroup* group, const StrategyExtended* owner,
-                      int64_t bytes_per_pack, PackCommunication communicate)
+                      int64_t bytes_per_pack, PackExchange exchange)
       : group_(group),
         owner_(owner),
         bytes_per_pack_(bytes_per_pack),
-        communicate_(std::move(communicate)) {
+        exchange_(std::move(exchange)) {
     // Only reducers that send packs on their own need the others to wait for them. Not inside
     // backward: there the replicas are still producing the step's gradients, and their packs
     // and the collective are issued in the same autograd order everywhere
@@ -71,19 +71,17 @@ class OverlappedReduction : public GradientReduction {
 
  protected:
   std::shared_ptr<GradientReducer> make(std::vector<std::vector<at::Tensor>> params,
-                                        std::vector<std::string> names) override {
+                                        std::vector<std::string> names, int model) override {
     auto packs = make_packs(params[0], bytes_per_pack_);
     return std::make_shared<OverlappedReducer>(std::move(params), std::move(names),
-                                               std::move(packs), group_, owner_, communicate_,
-                                               models_made_++);
+                                               std::move(packs), group_, owner_, exchange_, model);
   }
 
  private:
   collective::HierarchicalGroup* group_;
   const StrategyExtended* owner_;
   int64_t bytes_per_pack_;
-  PackCommunication communicate_;
-  int models_made_ = 0;  // GradientPack::model of the next reducer
+  PackExchange exchange_;
 };
 
 }  // namespace
@@ -96,9 +94,8 @@ std::unique_ptr<GradientReduction> make_inline_reduction(
 std::unique_ptr<GradientReduction> make_overlapped_reduction(collective::HierarchicalGroup* group,
                                                              const StrategyExtended* owner,
                                                              int64_t bytes_per_pack,
-                                                             PackCommunication communicate) {
-  return std::make_unique<OverlappedReduction>(group, owner, bytes_per_pack,
-                                               std::move(communicate));
+                                                             PackExchange exchange) {
+  return std::make_unique<OverlappedReduction>(group, owner, bytes_per_pack, std::move(exchange));
 }
 
 }  // namespace dist

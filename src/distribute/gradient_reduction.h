@@ -4,7 +4,7 @@
 //   inline      every replica reduces the packs in apply_gradients (in-process strategies, and
 //               workers whose collectives finish inside the call: shared memory);
 //   overlapped  each pack goes out as soon as backward has produced it (OverlappedReducer; the
-//               multi-worker default), through a PackCommunication that compression replaces.
+//               multi-worker default), through a PackExchange that compression and sharding replace.
 //
 // It makes each model's GradientReducer and keeps the live ones, so that the strategy reaches
 // them at the two points of a step where they must act: before a collective that reaches the
@@ -32,9 +32,10 @@ class StrategyExtended;
 class GradientReduction {
  public:
   virtual ~GradientReduction() = default;
-  // A reducer for one model: `params` [replica][parameter], `names` per parameter (for errors).
+  // A reducer for one model: `params` [replica][parameter], `names` per parameter (for errors),
+  // `model` which of the strategy's models it is (GradientPack::model).
   std::shared_ptr<GradientReducer> make_reducer(std::vector<std::vector<at::Tensor>> params,
-                                                std::vector<std::string> names);
+                                                std::vector<std::string> names, int model);
   // Every live reducer's packs still open go out now (nothing for the inline reduction).
   virtual void complete_steps() const {}
   // A run() ended: every live reducer forgets a step that did not reach apply_gradients.
@@ -42,7 +43,7 @@ class GradientReduction {
 
  protected:
   virtual std::shared_ptr<GradientReducer> make(std::vector<std::vector<at::Tensor>> params,
-                                                std::vector<std::string> names) = 0;
+                                                std::vector<std::string> names, int model) = 0;
 
   mutable std::mutex mu_;
   std::vector<std::weak_ptr<GradientReducer>> reducers_;
@@ -56,6 +57,6 @@ std::unique_ptr<GradientReduction> make_inline_reduction(
 // run() of `owner`. `group` must outlive it.
 std::unique_ptr<GradientReduction> make_overlapped_reduction(
     collective::HierarchicalGroup* group, const StrategyExtended* owner, int64_t bytes_per_pack,
-    PackCommunication communicate = all_reduce_pack);
+    PackExchange exchange = {});
 
 }  // namespace dist

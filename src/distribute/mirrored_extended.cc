@@ -25,9 +25,20 @@
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
 #include "distribute/gradients.h"
+#include "distribute/sharded_step.h"
 
 namespace dist {
 namespace {
+
+void check_sharding(const MirroredOptions& options) {
+  DIST_CHECK_ARG(options.sharding != Sharding::kParameters,
+                 "sharding 'parameters' (ZeRO stage 3: parameters kept in chunks and gathered "
+                 "for forward and backward) is not built yet; use 'optimizer' or 'gradients'");
+  DIST_CHECK_ARG(options.sharding == Sharding::kNone || !options.communication_hook,
+                 "sharding '", to_string(options.sharding), "' and the communication hook '",
+                 options.communication_hook ? options.communication_hook->name() : "",
+                 "' both decide how gradient packs cross the workers; use one of them");
+}
 
 std::string describe_error(const std::exception_ptr& error) {
   try {
@@ -85,6 +96,14 @@ std::vector<HostSharedVariables::Holders> MirroredVariables::parameter_holders()
   return values;
 }
 
+void MirroredVariables::prepare_to_read_slots(torch::optim::Optimizer& optimizer) {
+  step_plan_->read_slots(optimizer);
+}
+
+void MirroredVariables::gather_slots(torch::optim::Optimizer& optimizer) {
+  step_plan_->gather_slots(optimizer);
+}
+
 void MirroredVariables::prepare_to_write() {
   if (step_plan_) step_plan_->prepare_to_write();
 }
@@ -118,21 +137,29 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   // during backward: reduce after it (the same sums, bit for bit; 1.1x faster on the MLP).
   // A communication hook reduces packs as they come, whatever the communicator (the
   // multi-worker strategy refuses one without overlap_with_backward).
-  const bool overlap =
-      options_.communication_hook || (overlap_with_backward && !cross_process->completes_in_call());
+  // Sharding's reduce-scatter of each pack lands in its chunk as backward goes on, the same.
+  const bool sharded = options_.sharding != Sharding::kNone;
+  check_sharding(options_);
+  const bool overlap = options_.communication_hook || sharded ||
+                       (overlap_with_backward && !cross_process->completes_in_call());
   cross_process = collective::count_bytes(std::move(cross_process), counters_);
   group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
+  auto chunks = std::make_shared<GradientChunks>();
   if (overlap) {
+    PackExchange exchange;
+    exchange.communicate = communicate_through(options_.communication_hook);
+    if (sharded) exchange = sharded_exchange(chunks, options_.sharding);
     reduction_ = make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack,
-                                           communicate_through(options_.communication_hook));
+                                           std::move(exchange));
   } else {
     std::vector<collective::Communicator*> members;
     for (const auto& member : members_) members.push_back(member.get());
     reduction_ = make_inline_reduction(std::move(members), options_.bytes_per_pack);
   }
-  make_step_plan_ = choose_step_plan(options_.shard_optimizer_step, share_variables_on_host,
-                                     replicas, num_workers());
+  make_step_plan_ = sharded ? sharded_step_plan(chunks)
+                            : choose_step_plan(options_.shard_optimizer_step,
+                                               share_variables_on_host, replicas, num_workers());
   // Every worker must hold the same number of replicas (equal shares of each batch).
   if (num_workers() > 1) {
     auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
@@ -222,10 +249,11 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
   for (const auto& replica : variables->replicas_) params.push_back(replica->parameters());
   std::vector<std::string> names;
   for (const auto& named : primary->named_parameters()) names.push_back(named.key());
-  variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names));
+  const int model = models_placed_++;
+  variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names), model);
   const MirroredVariables* placed = variables.get();
   variables->step_plan_ =
-      make_step_plan_({group_.get(), [placed] { return placed->parameter_holders(); }});
+      make_step_plan_({group_.get(), [placed] { return placed->parameter_holders(); }, model});
   return variables;
 }
 

@@ -44,6 +44,8 @@ class MirroredVariables : public DistributedVariables {
   }
   void prepare_to_write() override;
   void sync_from_primary() override;
+  void prepare_to_read_slots(torch::optim::Optimizer& optimizer) override;
+  void gather_slots(torch::optim::Optimizer& optimizer) override;
   StrategyExtended& strategy() const override;
 
   // Every parameter with the replica copies that hold it (HostSharedVariables values).
@@ -129,7 +131,8 @@ class MirroredExtended : public StrategyExtended,
   MakeStepPlan make_step_plan_;
   std::unique_ptr<ReplicaThreads> threads_;
   std::mutex run_mu_;
-  int models_created_ = 0;
+  int models_created_ = 0;  // checked for sameness between the workers
+  int models_placed_ = 0;   // GradientPack::model and StepPlanInputs::model of the next
 };
 
 // The replica devices of `options` (one logical CPU device per core when none are listed).

@@ -36,6 +36,12 @@ MirroredOptions local_options(const MultiWorkerOptions& options) {
   local.bytes_per_pack = options.communication.bytes_per_pack;
   local.collective_timeout = options.communication.timeout;
   local.communication_hook = options.communication.communication_hook;
+  DIST_CHECK_ARG(options.sharding == Sharding::kNone || options.communication.overlap_with_backward,
+                 "sharding '", to_string(options.sharding),
+                 "' needs CommunicationOptions::overlap_with_backward (each pack is "
+                 "reduce-scattered as backward produces it); set it to true, or use "
+                 "Sharding::kNone to accumulate gradients over several backward passes");
+  local.sharding = options.sharding;
   return local;
 }
 

@@ -58,6 +58,12 @@ class OptimizerStepPlan {
   virtual void prepare_to_write() {}
   // The shares of the last step, when it was split (for tests and benchmarks); else null.
   virtual const OptimizerShards* last_split() const { return nullptr; }
+  // A plan that keeps the optimizer's slots itself (a sharded step) puts them whole into
+  // `optimizer`, for a checkpoint to write: gather_slots is a collective of every worker
+  // (Checkpoint::gather_worker_states), read_slots is what the writer calls (it refuses to
+  // write slots that were not gathered since the last step, unless it can gather alone).
+  virtual void gather_slots(torch::optim::Optimizer& /*optimizer*/) {}
+  virtual void read_slots(torch::optim::Optimizer& /*optimizer*/) {}
 };
 
 // What a plan works with: the strategy's replicas and workers, and the model's parameters with
@@ -65,6 +71,7 @@ class OptimizerStepPlan {
 struct StepPlanInputs {
   collective::HierarchicalGroup* group = nullptr;
   std::function<std::vector<HostSharedVariables::Holders>()> parameter_holders;
+  int model = 0;  // which of the strategy's models (GradientPack::model of its packs)
 };
 
 using MakeStepPlan = std::function<std::unique_ptr<OptimizerStepPlan>(const StepPlanInputs&)>;

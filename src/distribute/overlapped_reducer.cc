@@ -34,16 +34,18 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
                                      std::vector<std::string> names,
                                      std::vector<std::vector<size_t>> packs,
                                      collective::HierarchicalGroup* group,
-                                     const StrategyExtended* owner, PackCommunication communicate,
+                                     const StrategyExtended* owner, PackExchange exchange,
                                      int model)
     : group_(group),
       owner_(owner),
-      communicate_(std::move(communicate)),
+      exchange_(std::move(exchange)),
       params_(std::move(params)),
       names_(std::move(names)),
       packs_(std::move(packs)) {
   const size_t count = params_[0].size();
   pack_of_.assign(count, 0);
+  flat_.resize(packs_.size());
+  described_.resize(packs_.size());
   for (size_t k = 0; k < packs_.size(); ++k) {
     int64_t elements = 0;
     offset_.emplace_back();
@@ -52,18 +54,10 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
       offset_[k].push_back(elements);
       elements += params_[0][i].numel();
     }
-    flat_.push_back(at::empty({elements}, params_[0][packs_[k].front()].options()));
-    GradientPack described;
-    described.model = model;
-    described.index = k;
-    described.buffer = flat_.back();
-    for (size_t pos = 0; pos < packs_[k].size(); ++pos) {
-      const at::Tensor& param = params_[0][packs_[k][pos]];
-      described.gradients.push_back(
-          flat_.back().narrow(0, offset_[k][pos], param.numel()).view(param.sizes()));
-      described.names.push_back(names_[packs_[k][pos]]);
-    }
-    described_.push_back(std::move(described));
+    described_[k].model = model;
+    described_[k].index = k;
+    for (size_t i : packs_[k]) described_[k].names.push_back(names_[i]);
+    if (!exchange_.frees_gradients) make_buffer(k);  // else each step makes it
   }
   final_.assign(params_.size(), std::vector<bool>(count, false));
   reset_step_locked();
@@ -128,11 +122,14 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   // ends, so no lock is needed to read them.
   {
     torch::NoGradGuard no_grad;
+    make_buffer(pack);
     for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
       const size_t i = packs_[pack][pos];
       at::Tensor out = flat_[pack].narrow(0, offset_[pack][pos], params_[0][i].numel());
       out.copy_(params_[0][i].grad().reshape(-1));
       for (size_t r = 1; r < params_.size(); ++r) out.add_(params_[r][i].grad().reshape(-1));
+      if (exchange_.frees_gradients)
+        for (auto& replica : params_) replica[i].mutable_grad().reset();
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -141,7 +138,7 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   while (issued_.size() < packs_.size() && reduced_[issued_.size()]) {
     GradientPack& next = described_[issued_.size()];
     next.step = steps_reduced_;
-    issued_.push_back(communicate_(group_->cross_process(), next));
+    issued_.push_back(exchange_.communicate(group_->cross_process(), next));
   }
 }
 
@@ -219,8 +216,9 @@ void OverlappedReducer::write_results(const PackLanded& landed) {
     }
     for (; waited < issued.size(); ++waited) {
       issued[waited]->wait();
-      land(waited);
+      if (exchange_.lands_in_gradients) land(waited);
       if (landed) landed(waited);
+      if (exchange_.frees_gradients) free_buffer(waited);
     }
   } catch (...) {
     // Packs still on their way write into flat_: let them land before it is used again.
@@ -240,6 +238,28 @@ void OverlappedReducer::land(size_t pack) {
     at::Tensor grad = params_[0][packs_[pack][pos]].mutable_grad();
     grad.copy_(flat_[pack].narrow(0, offset_[pack][pos], grad.numel()).view(grad.sizes()));
   }
+}
+
+void OverlappedReducer::make_buffer(size_t pack) {
+  if (flat_[pack].defined()) return;
+  const at::Tensor& first = params_[0][packs_[pack].front()];
+  int64_t elements = 0;
+  for (size_t i : packs_[pack]) elements += params_[0][i].numel();
+  flat_[pack] = at::empty({elements}, first.options());
+  GradientPack& described = described_[pack];
+  described.buffer = flat_[pack];
+  described.gradients.clear();
+  for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
+    const at::Tensor& param = params_[0][packs_[pack][pos]];
+    described.gradients.push_back(
+        flat_[pack].narrow(0, offset_[pack][pos], param.numel()).view(param.sizes()));
+  }
+}
+
+void OverlappedReducer::free_buffer(size_t pack) {
+  flat_[pack].reset();
+  described_[pack].buffer.reset();
+  described_[pack].gradients.clear();
 }
 
 size_t OverlappedReducer::packs_ready_in_backward() const {

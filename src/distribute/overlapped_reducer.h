@@ -54,8 +54,7 @@ class OverlappedReducer : public GradientReducer {
   // of the strategy's models this is (GradientPack::model).
   OverlappedReducer(std::vector<std::vector<at::Tensor>> params, std::vector<std::string> names,
                     std::vector<std::vector<size_t>> packs, collective::HierarchicalGroup* group,
-                    const StrategyExtended* owner, PackCommunication communicate = all_reduce_pack,
-                    int model = 0);
+                    const StrategyExtended* owner, PackExchange exchange = {}, int model = 0);
   ~OverlappedReducer() override;
   OverlappedReducer(const OverlappedReducer&) = delete;
   OverlappedReducer& operator=(const OverlappedReducer&) = delete;
@@ -86,17 +85,21 @@ class OverlappedReducer : public GradientReducer {
   void write_results(const PackLanded& landed);
   // Copies pack `pack`'s sums into replica 0's gradients.
   void land(size_t pack);
+  // The flat buffer of pack `pack` and its GradientPack views, made if it was freed.
+  void make_buffer(size_t pack);
+  // After the pack landed (PackExchange::frees_gradients).
+  void free_buffer(size_t pack);
   void reset_step_locked();
 
   collective::HierarchicalGroup* group_;
   const StrategyExtended* owner_;
-  PackCommunication communicate_;
+  PackExchange exchange_;
   std::vector<std::vector<at::Tensor>> params_;  // [replica][parameter]
   std::vector<std::string> names_;               // parameter names, for errors
   std::vector<std::vector<size_t>> packs_;
   std::vector<size_t> pack_of_;               // parameter -> pack
-  std::vector<at::Tensor> flat_;              // one buffer per pack, in pack order
-  std::vector<GradientPack> described_;       // per pack: flat_ as communicate_ sees it
+  std::vector<at::Tensor> flat_;              // one buffer per pack, in pack order (or freed)
+  std::vector<GradientPack> described_;       // per pack: flat_ as the communication sees it
   std::vector<std::vector<int64_t>> offset_;  // [pack][position] element offset in flat_
   // Kept alive so the hooks stay registered (a variable holds its accumulator weakly).
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

@@ -309,8 +309,12 @@ Checkpoint& Checkpoint::add_hook(const std::string& name, std::shared_ptr<Commun
 }
 
 void Checkpoint::gather_worker_states() {
-  for (const auto& object : objects_)
+  for (const auto& object : objects_) {
     if (object->kind == kHookKind) *object->gathered = object->job->gather();
+    if (object->kind == kOptimizerKind)
+      if (const auto& model = find(object->model)->variables)
+        model->gather_slots(*object->optimizer);
+  }
 }
 
 Checkpoint& Checkpoint::skip(const std::string& name) {

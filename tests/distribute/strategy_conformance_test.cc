@@ -43,8 +43,9 @@ StrategyUnderTest in_process(std::string name, std::function<Strategy()> make) {
           }};
 }
 
-MirroredOptions devices(int replicas, CrossDeviceOps ops) {
+MirroredOptions devices(int replicas, CrossDeviceOps ops, Sharding sharding = Sharding::kNone) {
   MirroredOptions options;
+  options.sharding = sharding;
   for (int r = 0; r < replicas; ++r) options.devices.push_back("cpu:" + std::to_string(r));
   options.cross_device_ops = ops;
   options.threads_per_replica = 1;
@@ -52,9 +53,11 @@ MirroredOptions devices(int replicas, CrossDeviceOps ops) {
 }
 
 // `workers` processes of `replicas` replicas on 127.0.0.1; `implementation` "auto" (shared
-// memory between them) or "ring" (Gloo over TCP).
+// memory between them) or "ring" (Gloo over TCP); `sharding` "none", "optimizer"...; packs of
+// `bytes_per_pack` (0: the default).
 StrategyUnderTest worker_processes(std::string name, int workers, int replicas,
-                                   std::string implementation) {
+                                   std::string implementation, std::string sharding = "none",
+                                   int64_t bytes_per_pack = 0) {
   return {std::move(name), [=](const ConformanceRun& run) -> NamedTensors {
             testing::TempDir dir;
             const std::string out = dir.file("weights.safetensors");
@@ -73,7 +76,9 @@ StrategyUnderTest worker_processes(std::string name, int workers, int replicas,
               processes.start(
                   DIST_TEST_WORKER_BINARY, args,
                   {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=30000",
-                   "DIST_TEST_IMPLEMENTATION=" + implementation});
+                   "DIST_TEST_IMPLEMENTATION=" + implementation, "DIST_TEST_SHARDING=" + sharding,
+                   "DIST_TEST_BYTES_PER_PACK=" +
+                       std::to_string(bytes_per_pack > 0 ? bytes_per_pack : int64_t{25} << 20)});
             for (const auto& result : processes.wait_all(120s)) {
               EXPECT_EQ(result.exit_code, 0) << result.output;
               if (result.exit_code != 0) return {};
@@ -95,6 +100,17 @@ const std::vector<StrategyUnderTest>& strategies() {
           [] { return CentralStorageStrategy(devices(2, CrossDeviceOps::kReductionToOneDevice)); }),
       worker_processes("MultiWorker2x2SharedMemory", 2, 2, "auto"),
       worker_processes("MultiWorker3x1Tcp", 3, 1, "ring"),
+      // Sharding (sharding.h): packs of 64 KiB, so the CNN's 122k parameters make several,
+      // some smaller than a chunk per worker would need to be cut inside a parameter.
+      in_process("Mirrored2ShardedOptimizer",
+                 [] {
+                   return MirroredStrategy(devices(2, CrossDeviceOps::kParallelAllReduce,
+                                                   Sharding::kOptimizer));
+                 }),
+      worker_processes("MultiWorker2x1ShardedOptimizerTcp", 2, 1, "ring", "optimizer", 64 << 10),
+      worker_processes("MultiWorker4x1ShardedGradientsTcp", 4, 1, "ring", "gradients", 64 << 10),
+      worker_processes("MultiWorker2x2ShardedGradientsSharedMemory", 2, 2, "auto", "gradients",
+                       64 << 10),
   };
   return all;
 }

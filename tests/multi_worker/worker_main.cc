@@ -72,6 +72,9 @@ dist::MultiWorkerOptions options_from_env(int replicas) {
   // "ring": Gloo over TCP even on one host (the default, kAuto, uses shared memory there).
   if (const char* i = std::getenv("DIST_TEST_IMPLEMENTATION"); i && std::string(i) == "ring")
     options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
+  if (const char* s = std::getenv("DIST_TEST_SHARDING")) options.sharding = dist::parse_sharding(s);
+  if (const char* b = std::getenv("DIST_TEST_BYTES_PER_PACK"))
+    options.communication.bytes_per_pack = std::atoll(b);
   if (const char* t = std::getenv("DIST_TEST_TIMEOUT_MS")) {
     options.communication.timeout = std::chrono::milliseconds(std::atoi(t));
     options.communication.rendezvous_timeout = std::chrono::milliseconds(std::atoi(t));

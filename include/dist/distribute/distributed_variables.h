@@ -56,6 +56,10 @@ class DistributedVariables {
   // restored it into `optimizer`, it goes back where the strategy keeps it.
   virtual void prepare_to_read_slots(torch::optim::Optimizer& optimizer) {}
   virtual void sync_slots_from(torch::optim::Optimizer& optimizer) {}
+  // A collective of every worker, before a checkpoint is written (Checkpoint::
+  // gather_worker_states): slots the workers keep in shares (Sharding) are gathered whole into
+  // `optimizer`, where prepare_to_read_slots then finds them.
+  virtual void gather_slots(torch::optim::Optimizer& optimizer) {}
 
   // The strategy that placed them (it applies their gradients).
   virtual StrategyExtended& strategy() const = 0;

@@ -16,6 +16,7 @@
 
 #include "dist/collective/cross_device_ops.h"
 #include "dist/distribute/communication_hook.h"
+#include "dist/distribute/sharding.h"
 #include "dist/distribute/strategy.h"
 
 namespace dist {
@@ -40,6 +41,10 @@ struct MirroredOptions {
   // all-reduce. In one process it still runs, over collectives of one member: a compressing
   // hook gives the numerics it gives across workers.
   std::shared_ptr<CommunicationHook> communication_hook;
+  // How much of the optimizer's state, the gradients and the parameters the workers split
+  // between them (sharding.h); in one process a level moves the optimizer's slots into the
+  // strategy without saving memory. Not with a communication hook.
+  Sharding sharding = Sharding::kNone;
 };
 
 class MirroredStrategy : public Strategy {

@@ -88,6 +88,11 @@ struct MultiWorkerOptions {
   // else the host's cores divided among the workers whose address names the same host.
   int threads_per_replica = 0;
   CommunicationOptions communication;
+  // The workers split the optimizer's slots (kOptimizer), and the gradients between steps
+  // (kGradients), each keeping 1/N (sharding.h). Gradients then travel reduce-scattered and
+  // parameters all-gathered, the bytes of one all-reduce. Needs overlap_with_backward, and
+  // replaces share_variables_on_host.
+  Sharding sharding = Sharding::kNone;
 };
 
 class MultiWorkerMirroredStrategy : public Strategy {

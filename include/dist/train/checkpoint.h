@@ -128,9 +128,11 @@ class Checkpoint {
   // gather_worker_states() on every worker before the chief writes.
   Checkpoint& add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
                   const Strategy& strategy);
-  // Collects the state of every hook added from every worker of its strategy, for the next
-  // write(): a collective (every worker calls it at the same point, as each would save). A
-  // write() of a hook of several workers refuses a state not gathered since the last write.
+  // Collects the state of every hook added from every worker of its strategy, and the slots of
+  // every optimizer whose strategy shards them (Sharding), for the next write(): a collective
+  // (every worker calls it at the same point, as each would save). A write() of a hook of
+  // several workers refuses a state not gathered since the last write, and of sharded slots
+  // not gathered since the last step.
   void gather_worker_states();
 
   // Lets read() leave the object `name` of a file unread if it was not added (an added object

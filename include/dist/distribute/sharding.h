@@ -1,0 +1,37 @@
+// Sharding: how much of a model's training state the workers split between them instead of
+// each keeping all of it (the stages of ZeRO, arXiv:1910.02054; PyTorch's
+// ZeroRedundancyOptimizer and FSDP).
+//
+// Every level reduce-scatters each gradient pack (worker w gets the sums of its chunk w of the
+// pack), steps the optimizer over its chunks only, and all-gathers the updated parameters: the
+// bytes of one all-reduce, and every worker holds the same parameters after each step.
+//   kNone        every worker keeps the whole optimizer state and steps every element;
+//   kOptimizer   each worker keeps the optimizer state ("slots": Adam's two moments) of its
+//                chunks only: 1/N of it (ZeRO stage 1);
+//   kGradients   as kOptimizer, and a pack's full-size gradient buffers are freed as soon as its
+//                chunk of sums has arrived: between steps a worker holds its chunks' sums only
+//                (ZeRO stage 2);
+//   kParameters  as kGradients, and parameters too are kept as chunks, gathered just in time
+//                for forward and backward (ZeRO stage 3, FSDP). Not built yet: asking for it is
+//                an InvalidArgument.
+// In one process (MirroredStrategy) there is one worker: its chunk is everything, so a level
+// changes where the state lives, not how much there is.
+//
+// The optimizer state then lives with the strategy, not in the optimizer object: a Checkpoint
+// gathers it (Checkpoint::gather_worker_states, a collective every worker calls before the
+// chief writes) and writes the ordinary unsharded format, which restores under any strategy and
+// worker count; a restored state is cut into the new job's chunks at its next step.
+#pragma once
+
+#include <string>
+
+namespace dist {
+
+enum class Sharding { kNone, kOptimizer, kGradients, kParameters };
+
+// "none", "optimizer", "gradients", "parameters".
+std::string to_string(Sharding sharding);
+// The inverse of to_string; InvalidArgument naming `text` and the choices otherwise.
+Sharding parse_sharding(const std::string& text);
+
+}  // namespace dist

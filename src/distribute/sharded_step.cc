@@ -1,0 +1,336 @@
+// The sharded optimizer step (sharded_step.h).
+#include "distribute/sharded_step.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "collective/hierarchical_communicator.h"
+#include "dist/core/error.h"
+#include "distribute/optimizer_slots.h"
+
+namespace dist {
+
+at::Tensor GradientChunks::chunk(int model, size_t pack, int64_t elements,
+                                 const at::TensorOptions& options, int rank, int size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::Tensor& chunk = chunks_[{model, pack}];
+  if (!chunk.defined()) {
+    const auto [begin, end] = collective::chunk_range(elements, size, rank);
+    chunk = at::zeros({end - begin}, options);
+  }
+  return chunk;
+}
+
+PackExchange sharded_exchange(std::shared_ptr<GradientChunks> chunks, Sharding sharding) {
+  DIST_INTERNAL_ASSERT(sharding != Sharding::kNone, "a sharded exchange without sharding");
+  PackExchange exchange;
+  exchange.lands_in_gradients = false;  // this worker's sums are its chunk, not every gradient
+  exchange.frees_gradients = sharding != Sharding::kOptimizer;
+  exchange.communicate = [chunks](collective::Communicator& cross, GradientPack& pack) {
+    at::Tensor sums = chunks->chunk(pack.model, pack.index, pack.buffer.numel(),
+                                    pack.buffer.options(), cross.rank(), cross.size());
+    return cross.reduce_scatter(pack.buffer, sums, ReduceOp::kSum);
+  };
+  return exchange;
+}
+
+namespace {
+
+using torch::optim::Optimizer;
+
+// Elements [chunk_offset, chunk_offset + length) of this worker's chunk are elements
+// [param_offset, ...) of parameter `param` of the pack.
+struct ChunkPiece {
+  size_t param = 0;
+  int64_t param_offset = 0;
+  int64_t chunk_offset = 0;
+  int64_t length = 0;
+  at::Tensor values;  // a view of those elements: the chunk optimizer's parameter
+};
+
+// One pack as this worker shards it.
+struct ShardedPack {
+  std::vector<at::Tensor> params;  // replica 0's, in pack order
+  std::vector<int64_t> offsets;    // of each parameter in the pack's flat elements
+  std::vector<int> group;          // each parameter's group in the optimizer; -1: not in it
+  int64_t elements = 0;
+  int64_t begin = 0, end = 0;  // this worker's chunk
+  at::Tensor sums;             // the chunk's gradient sums (GradientChunks)
+  std::vector<ChunkPiece> pieces;
+  std::unique_ptr<Optimizer> optimizer;  // over the pieces of parameters in the optimizer
+  at::Tensor outgoing, gathered;
+  collective::WorkHandle gather;
+};
+
+std::unordered_map<const void*, int> optimizer_groups_of(const Optimizer& optimizer) {
+  std::unordered_map<const void*, int> group;
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (const auto& p : groups[g].params()) group[p.unsafeGetTensorImpl()] = static_cast<int>(g);
+  return group;
+}
+
+// The slots `optimizer` keeps for a parameter of group `g` (Adam: step, exp_avg and exp_avg_sq,
+// and max_exp_avg_sq with amsgrad): what one step of an optimizer of its kind and options makes
+// for a one-element parameter. Every worker asks this of the same optimizer, so all of them
+// gather the same slots, whether or not they hold any piece.
+std::vector<std::string> slot_names_of_group(const Optimizer& optimizer, size_t g) {
+  auto probe = detail::empty_optimizer_like(optimizer);
+  at::Tensor p = at::zeros({1});
+  p.mutable_grad() = at::zeros({1});
+  probe->param_groups().emplace_back(std::vector<at::Tensor>{p},
+                                     optimizer.param_groups()[g].options().clone());
+  probe->step();
+  std::vector<std::string> names;
+  for (const auto& [key, state] : probe->state())
+    for (const auto& [name, slot] : detail::state_slots(*probe, *state)) names.push_back(name);
+  return names;
+}
+
+bool lists(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+class ShardedStep : public OptimizerStepPlan {
+ public:
+  ShardedStep(const StepPlanInputs& inputs, std::shared_ptr<GradientChunks> chunks)
+      : inputs_(inputs), chunks_(std::move(chunks)) {}
+
+  PackLanded step_by_packs(int /*replica*/, Optimizer& optimizer,
+                           const GradientReducer& reducer) override {
+    // finalize calls it on one thread, packs in order, before it returns.
+    return [this, &optimizer, &reducer](size_t pack) {
+      if (pack == 0) begin_step(optimizer, reducer);
+      step_pack(pack);
+    };
+  }
+
+  void step(int replica, Optimizer& /*optimizer*/) override {
+    // The others wait in sync_buffers' collective until replica 0 has written every chunk.
+    if (replica == 0) write_gathered_chunks();
+  }
+
+  void gather_slots(Optimizer& optimizer) override;
+  void read_slots(Optimizer& optimizer) override;
+
+ private:
+  collective::Communicator& cross() const { return inputs_.group->cross_process(); }
+  void begin_step(Optimizer& optimizer, const GradientReducer& reducer);
+  void build(const Optimizer& optimizer, const GradientReducer& reducer);
+  ShardedPack shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params, size_t pack,
+                       const std::unordered_map<const void*, int>& group) const;
+  // Cuts a whole state found in `optimizer` into the pieces' and drops it from `optimizer`.
+  void adopt_slots(Optimizer& optimizer);
+  void step_pack(size_t pack);
+  void write_gathered_chunks();
+  bool holds_slots() const;
+  void gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
+                         const std::vector<std::vector<std::string>>& names);
+
+  StepPlanInputs inputs_;
+  std::shared_ptr<GradientChunks> chunks_;
+  std::vector<ShardedPack> packs_;  // made at the first step
+};
+
+ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params,
+                                  size_t pack,
+                                  const std::unordered_map<const void*, int>& group) const {
+  ShardedPack shard;
+  shard.params = std::move(params);
+  for (const auto& p : shard.params) {
+    DIST_CHECK_ARG(p.is_contiguous(), "sharding: a parameter of shape ", p.sizes(),
+                   " is not contiguous, so it cannot be cut into chunks; make it contiguous "
+                   "before the strategy places the model");
+    shard.offsets.push_back(shard.elements);
+    auto it = group.find(p.unsafeGetTensorImpl());
+    shard.group.push_back(it == group.end() ? -1 : it->second);
+    shard.elements += p.numel();
+  }
+  std::tie(shard.begin, shard.end) =
+      collective::chunk_range(shard.elements, cross().size(), cross().rank());
+  shard.sums = chunks_->chunk(inputs_.model, pack, shard.elements, shard.params[0].options(),
+                              cross().rank(), cross().size());
+  for (size_t j = 0; j < shard.params.size(); ++j) {
+    const int64_t first = std::max(shard.begin, shard.offsets[j]);
+    const int64_t last = std::min(shard.end, shard.offsets[j] + shard.params[j].numel());
+    if (first >= last) continue;
+    ChunkPiece piece{j, first - shard.offsets[j], first - shard.begin, last - first, {}};
+    piece.values = shard.params[j].detach().view(-1).narrow(0, piece.param_offset, piece.length);
+    piece.values.mutable_grad() = shard.sums.narrow(0, piece.chunk_offset, piece.length);
+    if (shard.group[j] >= 0) {
+      if (!shard.optimizer) {
+        shard.optimizer = detail::empty_optimizer_like(optimizer);
+        for (const auto& g : optimizer.param_groups())
+          shard.optimizer->param_groups().emplace_back(std::vector<at::Tensor>{},
+                                                       g.options().clone());
+      }
+      shard.optimizer->param_groups()[static_cast<size_t>(shard.group[j])].params().push_back(
+          piece.values);
+    }
+    shard.pieces.push_back(std::move(piece));
+  }
+  return shard;
+}
+
+void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reducer) {
+  DIST_CHECK_ARG(detail::empty_optimizer_like(optimizer) != nullptr,
+                 "sharding: the strategy keeps the optimizer's slots in chunks, which it can do "
+                 "for LibTorch's SGD, Adam, AdamW, RMSprop and Adagrad, not for this optimizer "
+                 "(a LossScaleOptimizer or one of your own); use one of those, or "
+                 "Sharding::kNone");
+  const auto group = optimizer_groups_of(optimizer);
+  auto packs = reducer.landing_packs();
+  for (size_t k = 0; k < packs.size(); ++k)
+    packs_.push_back(shard_pack(optimizer, std::move(packs[k]), k, group));
+}
+
+void ShardedStep::begin_step(Optimizer& optimizer, const GradientReducer& reducer) {
+  if (packs_.empty()) build(optimizer, reducer);
+  if (!optimizer.state().empty()) adopt_slots(optimizer);
+  // Learning rates and the other options may have changed since the last step (a schedule, a
+  // restored checkpoint).
+  for (auto& shard : packs_) {
+    if (!shard.optimizer) continue;
+    auto& groups = shard.optimizer->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g)
+      groups[g].set_options(optimizer.param_groups()[g].options().clone());
+  }
+}
+
+void ShardedStep::adopt_slots(Optimizer& optimizer) {
+  auto& whole = optimizer.state();
+  for (auto& shard : packs_) {
+    for (const ChunkPiece& piece : shard.pieces) {
+      if (shard.group[piece.param] < 0) continue;
+      const std::string key = detail::state_key_of(piece.values);
+      auto it = whole.find(detail::state_key_of(shard.params[piece.param]));
+      if (it == whole.end()) {
+        shard.optimizer->state().erase(key);
+        continue;
+      }
+      std::map<std::string, at::Tensor> slots;
+      for (const auto& [name, t] : detail::state_slots(optimizer, *it->second))
+        slots[name] = name == "step" ? t.clone()
+                                     : t.reshape(-1).narrow(0, piece.param_offset, piece.length)
+                                           .clone();
+      shard.optimizer->state()[key] = detail::state_of_slots(*shard.optimizer, slots);
+    }
+  }
+  whole.clear();
+}
+
+void ShardedStep::step_pack(size_t pack) {
+  ShardedPack& shard = packs_.at(pack);
+  if (shard.optimizer) shard.optimizer->step();
+  shard.outgoing = at::empty({shard.end - shard.begin}, shard.params[0].options());
+  for (const ChunkPiece& piece : shard.pieces)
+    shard.outgoing.narrow(0, piece.chunk_offset, piece.length).copy_(piece.values);
+  shard.gathered = at::Tensor();
+  shard.gather = cross().all_gather(shard.outgoing, &shard.gathered);
+}
+
+void ShardedStep::write_gathered_chunks() {
+  at::NoGradGuard no_grad;
+  for (auto& shard : packs_) {
+    if (!shard.gather) continue;
+    shard.gather->wait();
+    for (size_t j = 0; j < shard.params.size(); ++j)
+      shard.params[j].detach().view(-1).copy_(
+          shard.gathered.narrow(0, shard.offsets[j], shard.params[j].numel()));
+    shard.gather.reset();
+    shard.gathered.reset();
+    shard.outgoing.reset();
+  }
+}
+
+bool ShardedStep::holds_slots() const {
+  for (const auto& shard : packs_)
+    if (shard.optimizer && !shard.optimizer->state().empty()) return true;
+  return false;
+}
+
+void ShardedStep::gather_slots(Optimizer& optimizer) {
+  // Before the first step nothing is sharded, on any worker; a state already in the optimizer
+  // (restored, or gathered, and no step since) is the current one, on every worker.
+  if (packs_.empty() || !optimizer.state().empty()) return;
+  std::vector<std::vector<std::string>> names;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
+    names.push_back(slot_names_of_group(optimizer, g));
+  for (auto& shard : packs_) gather_pack_slots(optimizer, shard, names);
+}
+
+// Every parameter of the pack that has state on some worker gets it whole in `optimizer`.
+void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
+                                    const std::vector<std::vector<std::string>>& names) {
+  // Per parameter: whether some worker holds state for it, and its step counter.
+  at::Tensor held = at::zeros({2, static_cast<int64_t>(shard.params.size())}, at::kLong);
+  auto marks = held.accessor<int64_t, 2>();
+  std::vector<std::map<std::string, at::Tensor>> pieces(shard.pieces.size());
+  for (size_t i = 0; i < shard.pieces.size() && shard.optimizer; ++i) {
+    const ChunkPiece& piece = shard.pieces[i];
+    auto it = shard.optimizer->state().find(detail::state_key_of(piece.values));
+    if (it == shard.optimizer->state().end()) continue;
+    pieces[i] = detail::state_slots(*shard.optimizer, *it->second);
+    marks[0][static_cast<int64_t>(piece.param)] = 1;
+    if (auto step = pieces[i].find("step"); step != pieces[i].end())
+      marks[1][static_cast<int64_t>(piece.param)] = step->second.item<int64_t>();
+  }
+  std::vector<at::Tensor> reduced{held};
+  cross().all_reduce(reduced, ReduceOp::kMax)->wait();
+  marks = held.accessor<int64_t, 2>();
+  auto stateful = [&](size_t j) { return shard.group[j] >= 0 && marks[0][static_cast<int64_t>(j)]; };
+  std::vector<std::map<std::string, at::Tensor>> slots(shard.params.size());
+  std::set<std::string> every_name;
+  for (const auto& group : names) every_name.insert(group.begin(), group.end());
+  every_name.erase("step");
+  for (const std::string& name : every_name) {
+    at::Tensor outgoing = at::zeros({shard.end - shard.begin}, shard.params[0].options());
+    for (size_t i = 0; i < shard.pieces.size(); ++i)
+      if (auto it = pieces[i].find(name); it != pieces[i].end())
+        outgoing.narrow(0, shard.pieces[i].chunk_offset, shard.pieces[i].length)
+            .copy_(it->second);
+    at::Tensor whole;
+    cross().all_gather(outgoing, &whole)->wait();
+    for (size_t j = 0; j < shard.params.size(); ++j)
+      if (stateful(j) && lists(names[static_cast<size_t>(shard.group[j])], name))
+        slots[j][name] = whole.narrow(0, shard.offsets[j], shard.params[j].numel())
+                             .view(shard.params[j].sizes())
+                             .clone();
+  }
+  for (size_t j = 0; j < shard.params.size(); ++j) {
+    if (!stateful(j)) continue;
+    if (lists(names[static_cast<size_t>(shard.group[j])], "step"))
+      slots[j]["step"] = at::scalar_tensor(marks[1][static_cast<int64_t>(j)], at::kLong);
+    optimizer.state()[detail::state_key_of(shard.params[j])] =
+        detail::state_of_slots(optimizer, slots[j]);
+  }
+}
+
+void ShardedStep::read_slots(Optimizer& optimizer) {
+  if (!optimizer.state().empty() || !holds_slots()) return;
+  if (inputs_.group->num_processes() == 1) {
+    gather_slots(optimizer);  // a collective of one
+    return;
+  }
+  throw InvalidArgument(detail::concat(
+      "Checkpoint: the optimizer's slots are sharded between the ", inputs_.group->num_processes(),
+      " workers and were not gathered since the last step; call "
+      "Checkpoint::gather_worker_states() on every worker before the chief writes"));
+}
+
+}  // namespace
+
+MakeStepPlan sharded_step_plan(std::shared_ptr<GradientChunks> chunks) {
+  return [chunks](const StepPlanInputs& inputs) {
+    return std::make_unique<ShardedStep>(inputs, chunks);
+  };
+}
+
+}  // namespace dist

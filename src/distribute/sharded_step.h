@@ -1,0 +1,54 @@
+// The sharded optimizer step (Sharding, include/dist/distribute/sharding.h): ZeRO's stages 1
+// and 2 over the overlapped reducer's packs.
+//
+// Each pack of gradients is cut into one chunk per worker (collective::chunk_range over its
+// flat elements). Its exchange is a reduce-scatter: worker w receives the sums of chunk w only,
+// in a buffer kept per (model, pack) (GradientChunks). As each pack lands, the model's
+// ShardedStep steps an optimizer of the user's kind over views of chunk w of the parameters,
+// whose gradients are views of those sums and whose slots are therefore 1/N of the whole, and
+// then all-gathers the chunk's new values; step() waits for the gathers and writes every
+// worker's chunks into the parameters. So every worker holds the same parameters after the
+// step, and each element was updated once, by its chunk's owner, from the sums of every
+// worker's gradients: the arithmetic of one device on the global batch.
+//
+// The user's optimizer keeps its param groups (learning rates, copied into the chunk
+// optimizers at every step) but no slots: between steps those live in the chunk optimizers. A
+// checkpoint gathers them into it (gather_slots, a collective); a state found in it at the
+// start of a step (restored from a checkpoint of any strategy or worker count, or gathered) is
+// cut into this worker's chunks and dropped from it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+#include "dist/distribute/sharding.h"
+#include "distribute/gradient_reducer.h"
+#include "distribute/optimizer_step_plan.h"
+
+namespace dist {
+
+// This worker's chunk of the sums of each (model, pack): written by the sharded exchange,
+// read by the model's ShardedStep. One per strategy, shared by both.
+class GradientChunks {
+ public:
+  // The chunk buffer of pack `pack` of model `model`, made on first use: chunk `rank` of
+  // `size` of a pack of `elements` elements of `options`.
+  at::Tensor chunk(int model, size_t pack, int64_t elements, const at::TensorOptions& options,
+                   int rank, int size);
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<int, size_t>, at::Tensor> chunks_;
+};
+
+// The packs' exchange at `sharding` (not kNone): a reduce-scatter SUM into `chunks`.
+PackExchange sharded_exchange(std::shared_ptr<GradientChunks> chunks, Sharding sharding);
+
+// The step plan of a sharded strategy, reading its sums from `chunks`.
+MakeStepPlan sharded_step_plan(std::shared_ptr<GradientChunks> chunks);
+
+}  // namespace dist
