@@ -190,6 +190,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   if (chief && !options.save_weights.empty()) model.save_weights(options.save_weights);
   result.train_seconds = timer->seconds;
   result.images_per_sec = timer->images / std::max(timer->seconds, 1e-9);
+  report_peak_memory(strategy, result, out);
   result.seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
   return result;
 }

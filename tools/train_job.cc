@@ -93,6 +93,7 @@ Strategy make_mirrored_strategy(const TrainOptions& options) {
   if (central) mirrored.cross_device_ops = CrossDeviceOps::kReductionToOneDevice;
   if (options.cross_device_ops) mirrored.cross_device_ops = *options.cross_device_ops;
   mirrored.communication_hook = options.communication_hook;
+  mirrored.sharding = options.sharding;
   if (central) return CentralStorageStrategy(mirrored);
   return MirroredStrategy(mirrored);
 }
@@ -108,6 +109,7 @@ Strategy make_multi_worker_strategy(const TrainOptions& options) {
   multi.communication.check_collectives = options.check_collectives;
   if (options.collective_backend) multi.communication.backend = *options.collective_backend;
   multi.communication.communication_hook = options.communication_hook;
+  multi.sharding = options.sharding;
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();
   multi.cluster = resolved.config;
@@ -677,6 +679,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   }
   save_weights();
   report_bytes_sent(counted_before, steps_before);
+  report_peak_memory(strategy_, result_, out_);
   result_.images_per_sec = images / std::max(result_.train_seconds, 1e-9);
   result_.seconds = seconds_since(job_start);
   return result_;
@@ -693,6 +696,25 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   JobSetup job = start_job(options, chief_out);
   return failing_together(
       job.strategy, [&] { return CustomLoop(options, job, preemption, chief_out).run(job_start); });
+}
+
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+  return 0;
+}
+
+void report_peak_memory(const Strategy& strategy, TrainResult& result, std::ostream& chief_out) {
+  std::vector<at::Tensor> peak{at::tensor({peak_resident_bytes()}, at::kLong)};
+  // Under parameter servers the other tasks serve until the chief ends the job: no collective.
+  const bool together = !strategy.step_schedule().one_runner_per_job;
+  if (together) strategy.extended().all_reduce_across_workers(peak, ReduceOp::kMax);
+  result.peak_rss_bytes = peak[0].item<int64_t>();
+  chief_out << "Peak resident memory: " << result.peak_rss_bytes / (1 << 20) << " MiB ("
+            << (together && strategy.num_workers() > 1 ? "the largest worker's, VmHWM)"
+                                                       : "this process, VmHWM)")
+            << std::endl;
 }
 
 std::string to_json_line(const TrainResult& r) {
@@ -712,6 +734,7 @@ std::string to_json_line(const TrainResult& r) {
                         {"interrupted", r.interrupted},
                         {"mixed_precision", r.mixed_precision},
                         {"bytes_sent_per_step", r.bytes_sent_per_step},
+                        {"peak_rss_bytes", r.peak_rss_bytes},
                         // What the figures ran on: malloc decides speed (issue 13).
                         {"malloc", malloc_name()}}
       .dump();

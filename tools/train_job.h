@@ -46,7 +46,18 @@ struct TrainResult {
   // Multi-worker: bytes this worker sent to the others per step of this run, by the library's
   // count (communication_counters.h); 0 otherwise.
   int64_t bytes_sent_per_step = 0;
+  // The peak resident memory (VmHWM) of the largest worker of a synchronous job, else of this
+  // process, in bytes.
+  int64_t peak_rss_bytes = 0;
 };
+
+// This process's peak resident memory so far (VmHWM of /proc/self/status), in bytes; 0 where
+// the file or the line is missing.
+int64_t peak_resident_bytes();
+// Every worker calls it at the end of a job whose workers run the loop together (a
+// collective): the largest worker's peak resident memory goes into `result` and is said on
+// `chief_out`.
+void report_peak_memory(const Strategy& strategy, TrainResult& result, std::ostream& chief_out);
 
 // Runs body(); if it throws anything but a CollectiveError (which the other workers see
 // anyway), the other workers are told first (Strategy::report_failure), so they stop at once

@@ -112,6 +112,20 @@ void check_combinations(const TrainOptions& o) {
                  ps ? " (its gradients go to the ps tasks one variable at a time, not through a "
                       "collective a hook could compress)"
                     : " (one replica: no gradient crosses anything)");
+  DIST_CHECK_ARG(o.sharding == Sharding::kNone || (!ps && !one_replica), "--sharding ",
+                 to_string(o.sharding),
+                 " applies to mirrored, central_storage and multi_worker, not to --strategy ",
+                 name_of(o.strategy),
+                 ps ? " (the ps tasks hold the variables and their slots, one share each "
+                      "already)"
+                    : " (one replica: nothing to split)");
+  DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none",
+                 "--sharding ", to_string(o.sharding), " and --gradient-compression ",
+                 o.gradient_compression,
+                 " both decide how gradients cross the workers; use one of them");
+  DIST_CHECK_ARG(o.sharding != Sharding::kParameters,
+                 "--sharding parameters (ZeRO stage 3) is not built yet; use optimizer or "
+                 "gradients");
   if (ps) {
     DIST_CHECK_ARG(!o.cross_device_ops,
                    "--cross-device-ops applies to mirrored and central_storage only, not to "
@@ -145,7 +159,7 @@ const CLI::Validator kMinusOneOrPositive(
 // The text of the enum-like flags, turned into their types after parsing.
 struct Spelled {
   std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model = "cnn";
-  std::string mixed_precision = "float32", cross_device_ops;
+  std::string mixed_precision = "float32", cross_device_ops, sharding = "none";
   bool no_progress = false, unchecked = false;
 };
 
@@ -195,6 +209,12 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "mirrored, central_storage, multi_worker: how gradients cross the workers: "
                  "none | bf16 | fp16 (16 bits each, half the bytes) | powersgd:RANK[:START] "
                  "(rank-RANK approximations after START plain steps, default 10)")
+      ->capture_default_str();
+  app.add_option("--sharding", s.sharding,
+                 "mirrored, central_storage, multi_worker: what the workers split between them "
+                 "instead of each keeping it whole (ZeRO): none | optimizer (the optimizer's "
+                 "slots) | gradients (and the gradients between steps) | parameters (not built "
+                 "yet)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->capture_default_str()
@@ -265,6 +285,7 @@ void finish(TrainOptions& o, const Spelled& s) {
   o.progress = !s.no_progress;
   o.check_collectives = !s.unchecked;
   o.communication_hook = gradient_compression(o.gradient_compression);
+  o.sharding = parse_sharding(s.sharding);
   apply_launcher_environment(o);
   check_options(o);
 }

@@ -11,6 +11,7 @@
 #include "dist/collective/cross_device_ops.h"
 #include "dist/core/env.h"
 #include "dist/distribute/communication_hook.h"
+#include "dist/distribute/sharding.h"
 #include "dist/train/mixed_precision.h"
 
 namespace dist::tools {
@@ -56,6 +57,8 @@ struct TrainOptions {
   // The hook it names, made once the flags are read (null for "none"): the strategy uses it
   // and checkpoints hold its state.
   std::shared_ptr<CommunicationHook> communication_hook;
+  // mirrored, central_storage, multi_worker: MirroredOptions / MultiWorkerOptions::sharding.
+  Sharding sharding = Sharding::kNone;
   // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
   double evaluator_timeout = 1800;
   int epochs = 10;

@@ -69,6 +69,11 @@ struct PackExchange {
   // the pack has landed (both are made again by the next step): what Sharding::kGradients saves
   // between steps.
   bool frees_gradients = false;
+  // Packs go out only once backward is over, each in turn as finalize reaches it, instead of as
+  // soon as backward completes them: for communicators whose collectives complete inside the
+  // call (shared memory), where a pack sent during backward would hold backward up until the
+  // slowest worker arrived.
+  bool after_backward = false;
 };
 
 // Parameter indices per pack.

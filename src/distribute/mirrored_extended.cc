@@ -149,7 +149,10 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   if (overlap) {
     PackExchange exchange;
     exchange.communicate = communicate_through(options_.communication_hook);
-    if (sharded) exchange = sharded_exchange(chunks, options_.sharding);
+    if (sharded) {
+      exchange = sharded_exchange(chunks, options_.sharding);
+      exchange.after_backward = group_->cross_process().completes_in_call();
+    }
     reduction_ = make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack,
                                            std::move(exchange));
   } else {

@@ -1,5 +1,7 @@
 #include "distribute/overlapped_reducer.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
@@ -134,6 +136,7 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   reduced_[pack] = true;
+  if (exchange_.after_backward) return;  // write_results issues it
   // Strictly in pack order: a pack completed early waits for the ones before it.
   while (issued_.size() < packs_.size() && reduced_[issued_.size()]) {
     GradientPack& next = described_[issued_.size()];
@@ -192,8 +195,11 @@ void OverlappedReducer::write_results(const PackLanded& landed) {
   std::string twice;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    DIST_INTERNAL_ASSERT(issued_.size() == packs_.size(),
-                         "finalize before every replica finished backward");
+    DIST_INTERNAL_ASSERT(
+        issued_.size() == packs_.size() ||
+            (exchange_.after_backward && std::count(reduced_.begin(), reduced_.end(), true) ==
+                                             static_cast<std::ptrdiff_t>(packs_.size())),
+        "finalize before every replica finished backward");
     issued.swap(issued_);
     twice = accumulated_twice_;
     last_ready_in_backward_ = ready_in_backward_;
@@ -214,7 +220,11 @@ void OverlappedReducer::write_results(const PackLanded& landed) {
           "CommunicationOptions::overlap_with_backward = false to accumulate gradients over "
           "several backward passes"));
     }
-    for (; waited < issued.size(); ++waited) {
+    for (; waited < packs_.size(); ++waited) {
+      if (exchange_.after_backward) {
+        described_[waited].step = steps_reduced_ - 1;  // this step's (counted above)
+        issued.push_back(exchange_.communicate(group_->cross_process(), described_[waited]));
+      }
       issued[waited]->wait();
       if (exchange_.lands_in_gradients) land(waited);
       if (landed) landed(waited);

@@ -1,5 +1,5 @@
-// SameHostCommunicator: members on one host share memory for all_reduce, broadcast and
-// barrier. Members are threads of this test here (each its own Gloo member and its own mapping
+// SameHostCommunicator: members on one host share memory for all_reduce, broadcast, barrier,
+// all_gather and reduce_scatter. Members are threads of this test here (each its own Gloo member and its own mapping
 // of the segment); the multi-worker tests run the same path between real processes
 // (tests/multi_worker: collectives, equivalence, a killed worker). Slots of 64 bytes make every
 // collective above 16 floats travel in several parts.
@@ -84,12 +84,31 @@ TEST_P(SameHostCommunicatorTest, EveryCollectiveIsExactInSeveralParts) {
       ASSERT_TRUE(at::equal(b[2], member_tensor(root, 2, 30).to(at::kFloat)));
     }
     c.barrier()->wait();
-    // What shared memory does not carry goes through Gloo, in the same program order.
-    at::Tensor gathered;
-    c.all_gather(at::full({r, 2}, r, at::kLong), &gathered)->wait();
-    std::vector<at::Tensor> parts;
-    for (int q = 0; q < size; ++q) parts.push_back(at::full({q, 2}, q, at::kLong));
-    ASSERT_TRUE(at::equal(gathered, at::cat(parts, 0)));
+    // Members gather parts of different sizes (member 0's is empty), and parts larger than a
+    // slot, in several rounds.
+    for (int64_t rows : {int64_t{1}, int64_t{300}}) {
+      at::Tensor gathered;
+      c.all_gather(at::full({r * rows, 2}, r, at::kLong), &gathered)->wait();
+      std::vector<at::Tensor> parts;
+      for (int q = 0; q < size; ++q) parts.push_back(at::full({q * rows, 2}, q, at::kLong));
+      ASSERT_TRUE(at::equal(gathered, at::cat(parts, 0))) << rows;
+    }
+    // Each member's chunk of the sum, for inputs shorter than the members, of one slot and of
+    // several; rows of 3 elements keep the chunks whole rows.
+    for (int64_t elements : {int64_t{1}, int64_t{13}, int64_t{1000}}) {
+      at::Tensor input = member_tensor(r, 0, elements);
+      const auto [begin, end] = chunk_range(elements, size, r);
+      at::Tensor chunk = at::empty({end - begin}, input.options());
+      c.reduce_scatter(input, chunk, ReduceOp::kSum)->wait();
+      ASSERT_TRUE(at::equal(chunk, expected_sum(size, 0, elements).slice(0, begin, end)))
+          << elements;
+    }
+    at::Tensor matrix_rows = member_tensor(r, 1, 99).reshape({33, 3});
+    const auto [first, last] = chunk_range(33, size, r);
+    at::Tensor rows_chunk = at::empty({last - first, 3}, matrix_rows.options());
+    c.reduce_scatter(matrix_rows, rows_chunk, ReduceOp::kMax)->wait();
+    ASSERT_TRUE(
+        at::equal(rows_chunk, member_tensor(size - 1, 1, 99).reshape({33, 3}).slice(0, first, last)));
   });
   release(members);
   EXPECT_EQ(dist_segments_in_dev_shm(), 0) << "a segment's name was left in /dev/shm";

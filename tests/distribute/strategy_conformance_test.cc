@@ -169,6 +169,40 @@ TEST_P(StrategyConformanceTest, ACheckpointWrittenUnderItContinuesUnderEveryStra
   }
 }
 
+// What a strategy writes must be what one device writes at the same step, slots included: the
+// test above reads one file on both sides, so it cannot see slots that were never written (a
+// sharded strategy keeps them in shares, and must gather them first).
+TEST_P(StrategyConformanceTest, ItsCheckpointHoldsWhatOneDeviceWrites) {
+  testing::TempDir dir;
+  ConformanceRun run;
+  run.adam = true;
+  run.to = 8;
+  run.save_to = dir.file("mine.safetensors");
+  strategy().train(run);
+  ConformanceRun reference = run;
+  reference.save_to = dir.file("one_device.safetensors");
+  one_device(reference);
+  const auto mine = load_safetensors(run.save_to).tensors;
+  const auto expected = load_safetensors(reference.save_to).tensors;
+  size_t slots = 0;
+  for (const auto& [name, tensor] : expected)
+    if (name.find("exp_avg_sq") != std::string::npos) ++slots;
+  EXPECT_GT(slots, 0u) << "the one-device checkpoint holds no Adam slots";
+  NamedTensors floating, reference_floating;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_LT(i, mine.size());
+    EXPECT_EQ(mine[i].first, expected[i].first);
+    if (!expected[i].second.is_floating_point()) {
+      EXPECT_TRUE(torch::equal(mine[i].second, expected[i].second)) << expected[i].first;
+      continue;
+    }
+    floating.push_back(mine[i]);
+    reference_floating.push_back(expected[i]);
+  }
+  EXPECT_EQ(mine.size(), expected.size());
+  expect_close(floating, reference_floating, strategy().name + ", its checkpoint after 8 steps");
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, StrategyConformanceTest,
                          ::testing::Range(size_t{0}, strategies().size()),
                          [](const auto& info) { return strategies()[info.param].name; });

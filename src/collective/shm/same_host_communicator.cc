@@ -195,6 +195,96 @@ WorkHandle SameHostCommunicator::all_reduce(std::vector<at::Tensor>& tensors, Re
   return completed_work();
 }
 
+WorkHandle SameHostCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                                ReduceOp op) {
+  if (!group_) return inner_->reduce_scatter(input, output, op);
+  const at::Tensor flat = input.contiguous().reshape(-1);
+  const int64_t rows = input.dim() == 0 ? 1 : input.size(0);
+  const int64_t row_elements = rows == 0 ? 0 : flat.numel() / rows;
+  const auto [first_row, end_row] = chunk_range(rows, size(), rank());
+  const int64_t begin = first_row * row_elements, end = end_row * row_elements;
+  DIST_CHECK_ARG(output.numel() == end - begin && output.is_contiguous(), "reduce_scatter on ",
+                 member_name(rank()), ": the output has ", output.numel(),
+                 " elements (contiguous), but this member's chunk has ", end - begin);
+  guarded("reduce_scatter", [&] {
+    const Fingerprint mine{reduce_scatter_kind(op), flat.numel(),
+                           static_cast<int64_t>(flat.scalar_type()), rows};
+    group_->publish(++sequence_, mine);
+    const auto options = at::TensorOptions().dtype(flat.scalar_type());
+    const int64_t capacity = group_->slot_bytes() / static_cast<int64_t>(flat.element_size());
+    at::Tensor out = output.view(-1);
+    int64_t done = 0;
+    do {  // a round per slot's worth of the input
+      const int64_t n = std::min(capacity, flat.numel() - done);
+      at::from_blob(group_->slot(rank()), {n}, options).copy_(flat.narrow(0, done, n));
+      wait_for_all("reduce_scatter");  // every slot is full
+      if (done == 0) check_same_collective(mine);
+      const int64_t from = std::max(begin, done), to = std::min(end, done + n);
+      if (to > from) {
+        std::vector<at::Tensor> shares;
+        for (int m = 0; m < size(); ++m)
+          shares.push_back(at::from_blob(group_->slot(m), {n}, options).slice(0, from - done,
+                                                                               to - done));
+        at::Tensor piece = out.slice(0, from - begin, to - begin);
+        reduce_in_order(op, piece, shares, /*out_is_first=*/false);
+      }
+      wait_for_all("reduce_scatter");  // nobody reads the slots any more
+      done += n;
+    } while (done < flat.numel());
+    if (op == ReduceOp::kMean) divide_for_mean(output, size());
+  });
+  return completed_work();
+}
+
+WorkHandle SameHostCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
+  if (!group_) return inner_->all_gather(input, output);
+  const at::Tensor rows = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+  const at::Tensor flat = rows.reshape(-1);
+  guarded("all_gather", [&] {
+    // The kind and dtype must agree; the element counts may differ (they are what the members
+    // learn from each other's fingerprints). `tensors` carries the row length.
+    int64_t row_elements = 1;  // from the shape: an empty part's rows have a length too
+    for (int64_t d = 1; d < rows.dim(); ++d) row_elements *= rows.size(d);
+    const Fingerprint mine{kAllGatherKind, flat.numel(), static_cast<int64_t>(flat.scalar_type()),
+                           row_elements};
+    group_->publish(++sequence_, mine);
+    wait_for_all("all_gather");
+    std::vector<int64_t> counts;
+    for (int m = 0; m < size(); ++m) {
+      Fingerprint theirs = group_->fingerprint(m, sequence_);
+      counts.push_back(theirs.elements);
+      theirs.elements = mine.elements;
+      if (!(theirs == mine)) check_same_collective(mine);  // throws, naming every member's
+    }
+    const auto options = at::TensorOptions().dtype(flat.scalar_type());
+    const int64_t capacity = group_->slot_bytes() / static_cast<int64_t>(flat.element_size());
+    std::vector<int64_t> starts{0};
+    for (int64_t c : counts) starts.push_back(starts.back() + c);
+    auto shape = rows.sizes().vec();
+    shape[0] = row_elements == 0 ? 0 : starts.back() / row_elements;  // (0-length rows: none)
+    at::Tensor all = at::empty(shape, rows.options());
+    at::Tensor all_flat = all.view(-1);
+    const int64_t largest = *std::max_element(counts.begin(), counts.end());
+    int64_t done = 0;
+    do {  // a round per slot's worth (one at least: the fingerprints are read until its end)
+      const int64_t n = std::min(capacity, std::max<int64_t>(flat.numel() - done, 0));
+      if (n > 0)
+        at::from_blob(group_->slot(rank()), {n}, options).copy_(flat.narrow(0, done, n));
+      wait_for_all("all_gather");  // every slot is full
+      for (int m = 0; m < size(); ++m) {
+        const int64_t theirs = std::min(capacity, std::max<int64_t>(counts[m] - done, 0));
+        if (theirs > 0)
+          all_flat.narrow(0, starts[m] + done, theirs)
+              .copy_(at::from_blob(group_->slot(m), {theirs}, options));
+      }
+      wait_for_all("all_gather");  // nobody reads the slots any more
+      done += capacity;
+    } while (done < largest);
+    *output = all;
+  });
+  return completed_work();
+}
+
 WorkHandle SameHostCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (!group_) return inner_->broadcast(tensors, root);
   DIST_CHECK_ARG(root >= 0 && root < size(), "broadcast root ", root, " is outside 0..",

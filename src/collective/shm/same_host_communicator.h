@@ -1,6 +1,6 @@
 // SameHostCommunicator: the processes of a job that all run on one host, composed from a
-// shared-memory group (shared_memory_group.h) for all_reduce, broadcast and barrier, and a
-// cross-process communicator (Gloo) for the rest (all_gather, reduce_scatter, point to point,
+// shared-memory group (shared_memory_group.h) for all_reduce, broadcast, barrier, all_gather
+// and reduce_scatter, and a cross-process communicator (Gloo) for the rest (point to point,
 // exchange) and for forming the group.
 //
 // Why: over loopback TCP every byte of a gradient is copied into the kernel and out again by
@@ -49,12 +49,11 @@ class SameHostCommunicator : public Communicator {
 
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override;
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override;
-  WorkHandle all_gather(const at::Tensor& input, at::Tensor* output) override {
-    return inner_->all_gather(input, output);
-  }
-  WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
-    return inner_->reduce_scatter(input, output, op);
-  }
+  // Each member copies its input into its slot; every member copies every slot out.
+  WorkHandle all_gather(const at::Tensor& input, at::Tensor* output) override;
+  // Each member copies its input into its slot and reduces its own chunk from every slot, in
+  // rank order (the bits of the shared-memory all_reduce's chunk).
+  WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
   WorkHandle barrier() override;
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
     return inner_->send(tensor, to, tag);
