@@ -28,7 +28,9 @@ const Spellings<StrategyKind> kStrategies = {{StrategyKind::kDefault, "default"}
                                              {StrategyKind::kParameterServer, "parameter_server"}};
 const Spellings<OptimizerKind> kOptimizers = {{OptimizerKind::kAdam, "adam"},
                                               {OptimizerKind::kSgd, "sgd"}};
-const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"}, {ModelKind::kMlp, "mlp"}};
+const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"},
+                                           {ModelKind::kMlp, "mlp"},
+                                           {ModelKind::kMlpWide, "mlp_wide"}};
 
 template <class E>
 std::string spelling(const Spellings<E>& all, E value) {
@@ -83,26 +85,8 @@ void check_ranges(const TrainOptions& o) {
   mixed_precision::check_supported(o.mixed_precision);
 }
 
-void check_combinations(const TrainOptions& o) {
-  const bool ps = o.strategy == StrategyKind::kParameterServer;
-  DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
-                 "--steps-per-epoch applies to --strategy parameter_server only (the other "
-                 "strategies take whole passes of the data; use --max-steps to stop early)");
-  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
-  // the chief alone, in its own words (save_freq).
-  DIST_CHECK_ARG(o.checkpoint_every == 0 || o.loop != Loop::kFit || !ps, "--checkpoint-every ",
-                 o.checkpoint_every,
-                 " is not supported with --loop fit under --strategy parameter_server: steps run "
-                 "ahead of the chief, so a save within an epoch would not hold the step it "
-                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
-                 "--loop custom, whose checkpoints wait for the scheduled steps");
-  DIST_CHECK_ARG(o.resume_from.empty() || o.loop == Loop::kCustom,
-                 "--resume-from applies to --loop custom; --loop fit resumes from the latest "
-                 "backup in --checkpoint-dir");
-  DIST_CHECK_ARG(!o.collective_backend || o.strategy == StrategyKind::kMultiWorker,
-                 "--collective-backend applies to --strategy multi_worker only, not to "
-                 "--strategy ",
-                 name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
+// --gradient-compression and --sharding: how gradients cross the replicas of a collective.
+void check_gradient_flags(const TrainOptions& o, bool ps) {
   const bool one_replica =
       o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
   DIST_CHECK_ARG(o.gradient_compression == "none" || (!ps && !one_replica),
@@ -126,6 +110,31 @@ void check_combinations(const TrainOptions& o) {
   DIST_CHECK_ARG(o.sharding != Sharding::kParameters,
                  "--sharding parameters (ZeRO stage 3) is not built yet; use optimizer or "
                  "gradients");
+}
+
+void check_combinations(const TrainOptions& o) {
+  const bool ps = o.strategy == StrategyKind::kParameterServer;
+  DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
+                 "--steps-per-epoch applies to --strategy parameter_server only (the other "
+                 "strategies take whole passes of the data; use --max-steps to stop early)");
+  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
+  // the chief alone, in its own words (save_freq).
+  DIST_CHECK_ARG(o.checkpoint_every == 0 || o.loop != Loop::kFit || !ps, "--checkpoint-every ",
+                 o.checkpoint_every,
+                 " is not supported with --loop fit under --strategy parameter_server: steps run "
+                 "ahead of the chief, so a save within an epoch would not hold the step it "
+                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
+                 "--loop custom, whose checkpoints wait for the scheduled steps");
+  DIST_CHECK_ARG(o.resume_from.empty() || o.loop == Loop::kCustom,
+                 "--resume-from applies to --loop custom; --loop fit resumes from the latest "
+                 "backup in --checkpoint-dir");
+  DIST_CHECK_ARG(!o.collective_backend || o.strategy == StrategyKind::kMultiWorker,
+                 "--collective-backend applies to --strategy multi_worker only, not to "
+                 "--strategy ",
+                 name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
+  check_gradient_flags(o, ps);
+  const bool one_replica =
+      o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
   if (ps) {
     DIST_CHECK_ARG(!o.cross_device_ops,
                    "--cross-device-ops applies to mirrored and central_storage only, not to "
@@ -239,7 +248,8 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--optimizer", s.optimizer, "adam | sgd")->capture_default_str();
-  app.add_option("--model", s.model, "cnn (tutorial CNN) | mlp (784-4096-4096-10)")
+  app.add_option("--model", s.model,
+                 "cnn (tutorial CNN) | mlp (784-4096-4096-10) | mlp_wide (784-10240-10240-10)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
   app.add_option("--mixed-precision", s.mixed_precision,

@@ -26,7 +26,9 @@ enum class StrategyKind {
   kParameterServer,  // roles from TF_CONFIG
 };
 enum class OptimizerKind { kAdam, kSgd };
-enum class ModelKind { kCnn, kMlp };  // the tutorial CNN | the 784-4096-4096-10 MLP
+// the tutorial CNN | the 784-4096-4096-10 MLP (20M parameters) | the 784-10240-10240-10 MLP
+// (113M parameters: the model of the sharding memory bench)
+enum class ModelKind { kCnn, kMlp, kMlpWide };
 
 // The command-line spelling ("custom", "parameter_server", "adam", "cnn").
 std::string name_of(Loop loop);

@@ -133,20 +133,36 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   local.algorithm = options_.cross_device_ops;
   local.timeout = options_.collective_timeout;
   if (!cross_process) cross_process = collective::make_single_process_communicator();
-  // Collectives that finish inside the call (shared memory) gain nothing from being started
-  // during backward: reduce after it (the same sums, bit for bit; 1.1x faster on the MLP).
-  // A communication hook reduces packs as they come, whatever the communicator (the
-  // multi-worker strategy refuses one without overlap_with_backward).
-  // Sharding's reduce-scatter of each pack lands in its chunk as backward goes on, the same.
-  const bool sharded = options_.sharding != Sharding::kNone;
   check_sharding(options_);
-  const bool overlap = options_.communication_hook || sharded ||
-                       (overlap_with_backward && !cross_process->completes_in_call());
+  // Decided before the communicator is wrapped: the counter answers completes_in_call alike.
+  const bool completes_in_call = cross_process->completes_in_call();
   cross_process = collective::count_bytes(std::move(cross_process), counters_);
   group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
+  choose_parts(overlap_with_backward && !completes_in_call, share_variables_on_host);
+  // Every worker must hold the same number of replicas (equal shares of each batch).
+  if (num_workers() > 1) {
+    auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
+    for (size_t w = 0; w < counts.size(); ++w)
+      DIST_CHECK(counts[w] == counts[0], CollectiveError, "replica count mismatch: ",
+                 group_->cross_process().member_name(static_cast<int>(w)), " has ", counts[w],
+                 " replicas per worker but ", group_->cross_process().member_name(0), " has ",
+                 counts[0], "; start every worker with the same replicas_per_worker");
+  }
+  const int threads = options_.threads_per_replica > 0 ? options_.threads_per_replica
+                                                       : std::max(1, available_cores() / replicas);
+  threads_ = std::make_unique<ReplicaThreads>(replicas, threads);
+}
+
+void MirroredExtended::choose_parts(bool overlap_with_backward, bool share_variables_on_host) {
+  // Collectives that finish inside the call (shared memory) gain nothing from being started
+  // during backward: reduce after it (the same sums, bit for bit; 1.1x faster on the MLP).
+  // A communication hook reduces packs as they come, whatever the communicator (the
+  // multi-worker strategy refuses one without overlap_with_backward); so does sharding, whose
+  // packs land in this worker's chunks pack by pack.
+  const bool sharded = options_.sharding != Sharding::kNone;
   auto chunks = std::make_shared<GradientChunks>();
-  if (overlap) {
+  if (options_.communication_hook || sharded || overlap_with_backward) {
     PackExchange exchange;
     exchange.communicate = communicate_through(options_.communication_hook);
     if (sharded) {
@@ -160,21 +176,10 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
     for (const auto& member : members_) members.push_back(member.get());
     reduction_ = make_inline_reduction(std::move(members), options_.bytes_per_pack);
   }
+  const int replicas = static_cast<int>(devices_.size());
   make_step_plan_ = sharded ? sharded_step_plan(chunks)
                             : choose_step_plan(options_.shard_optimizer_step,
                                                share_variables_on_host, replicas, num_workers());
-  // Every worker must hold the same number of replicas (equal shares of each batch).
-  if (num_workers() > 1) {
-    auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
-    for (size_t w = 0; w < counts.size(); ++w)
-      DIST_CHECK(counts[w] == counts[0], CollectiveError, "replica count mismatch: ",
-                 group_->cross_process().member_name(static_cast<int>(w)), " has ", counts[w],
-                 " replicas per worker but ", group_->cross_process().member_name(0), " has ",
-                 counts[0], "; start every worker with the same replicas_per_worker");
-  }
-  const int threads = options_.threads_per_replica > 0 ? options_.threads_per_replica
-                                                       : std::max(1, available_cores() / replicas);
-  threads_ = std::make_unique<ReplicaThreads>(replicas, threads);
 }
 
 std::string MirroredExtended::worker_name(int index) const {

@@ -104,6 +104,9 @@ class MirroredExtended : public StrategyExtended,
                        torch::optim::Optimizer& optimizer) override;
 
  private:
+  // The parts (the reduction and the step plan), once the group exists. `overlap_with_backward`:
+  // whether plain packs go out during backward.
+  void choose_parts(bool overlap_with_backward, bool share_variables_on_host);
   MirroredVariables& mirrored(DistributedVariables& variables) const;
   // The primary's copies, one per other local replica, sharing its parameters' storage.
   std::vector<std::shared_ptr<torch::nn::Module>> mirror(

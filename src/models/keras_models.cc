@@ -1,6 +1,7 @@
 #include "dist/models/keras_models.h"
 
 #include "dist/core/error.h"
+#include "dist/models/reference_models.h"
 
 namespace dist::models {
 
@@ -26,7 +27,8 @@ keras::Model keras_mlp(int64_t hidden) {
 keras::Model make_keras_model(const std::string& name) {
   if (name == "cnn") return keras_tutorial_cnn();
   if (name == "mlp") return keras_mlp();
-  throw InvalidArgument("unknown model '" + name + "': use cnn or mlp");
+  if (name == "mlp_wide") return keras_mlp(kWideMlpHidden);
+  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp or mlp_wide");
 }
 
 }  // namespace dist::models

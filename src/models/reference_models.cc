@@ -40,7 +40,8 @@ Sequential make_mlp(int64_t hidden) {
 Sequential make_model(const std::string& name) {
   if (name == "cnn") return make_tutorial_cnn();
   if (name == "mlp") return make_mlp();
-  throw InvalidArgument("unknown model '" + name + "': use cnn or mlp");
+  if (name == "mlp_wide") return make_mlp(kWideMlpHidden);
+  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp or mlp_wide");
 }
 
 }  // namespace dist::models

@@ -15,7 +15,7 @@ namespace dist::models {
 keras::Model keras_tutorial_cnn();
 // Flatten, Dense hidden relu (dense1), Dense hidden relu (dense2), Dense 10 (dense3).
 keras::Model keras_mlp(int64_t hidden = 4096);
-// "cnn" or "mlp"; InvalidArgument for other names.
+// "cnn", "mlp" or "mlp_wide" (make_mlp's widths); InvalidArgument for other names.
 keras::Model make_keras_model(const std::string& name);
 
 }  // namespace dist::models

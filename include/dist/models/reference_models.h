@@ -16,8 +16,11 @@ torch::nn::Sequential make_tutorial_cnn();
 // A communication-heavy MLP: Flatten, 784-hidden-hidden-10 with relu (hidden 4096: about
 // 20.0M parameters). Named dense1.*, dense2.*, dense3.*.
 torch::nn::Sequential make_mlp(int64_t hidden = 4096);
+// The hidden width of "mlp_wide": 113M parameters, whose Adam state (1.8 GB with the
+// parameters and gradients) is what sharding saves (bench/sharding_memory.sh).
+constexpr int64_t kWideMlpHidden = 10240;
 
-// "cnn" or "mlp"; throws InvalidArgument for other names.
+// "cnn", "mlp" or "mlp_wide"; throws InvalidArgument for other names.
 torch::nn::Sequential make_model(const std::string& name);
 
 }  // namespace dist::models

@@ -1,0 +1,58 @@
+"""PyTorch's peak memory per worker for the sharding memory bench (bench/sharding_memory.sh):
+the 784-10240-10240-10 MLP (113M parameters) under DDP with Adam, plain or through
+torch.distributed.optim.ZeroRedundancyOptimizer (ZeRO stage 1), a few steps over random
+batches, gloo backend. Run it as bench/sharding_memory.sh does: one process per worker,
+MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE in the environment, tcmalloc preloaded.
+
+  python3 bench/pytorch_zero_memory.py plain|zero STEPS BATCH_PER_WORKER
+
+Prints, on rank 0, one line: "pytorch MODE peak_rss_bytes N" (the largest VmHWM of the ranks).
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel
+
+
+def peak_resident_bytes():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main():
+    mode, steps, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(5)
+    hidden = 10240
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(784, hidden), torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+    ddp = DistributedDataParallel(model)
+    if mode == "zero":
+        optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam,
+                                            lr=1e-3)
+    else:
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for _ in range(steps):
+        images = torch.randn(batch, 1, 28, 28)
+        labels = torch.randint(0, 10, (batch,))
+        optimizer.zero_grad()
+        loss_fn(ddp(images), labels).backward()
+        optimizer.step()
+    peak = torch.tensor([peak_resident_bytes()], dtype=torch.int64)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        print(f"pytorch {mode} peak_rss_bytes {peak.item()}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

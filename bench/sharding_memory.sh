@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Peak resident memory per worker under sharding (issue 35, docs/sharding.md): the
+# 784-10240-10240-10 MLP (113M parameters, dist-train --model mlp_wide) with Adam on WORKERS
+# workers (default 4) of one replica and one thread, each worker a "host" of its own (a network
+# namespace of scripts/netns-cluster.sh, unlimited links), so that no two workers share memory
+# and unsharded means every worker keeps everything, as across real hosts. dist-train
+# --sharding none | optimizer | gradients, then PyTorch DDP with Adam and with
+# ZeroRedundancyOptimizer (bench/pytorch_zero_memory.py, tcmalloc preloaded), in one run,
+# alternating, REPEATS rounds. Each figure is the largest VmHWM of the workers (dist-train's
+# JSON peak_rss_bytes); the table gives medians and each level's ratio to its framework's
+# unsharded run.
+#
+#   bench/sharding_memory.sh [build-dir=build] [repeats=1] [workers=4] [steps=3]   (root)
+#
+# Environment: SM_OUT (a directory for raw outputs and results.tsv; default a new one in /tmp).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-build}" && pwd)
+repeats=${2:-1}
+workers=${3:-4}
+steps=${4:-3}
+out=${SM_OUT:-$(mktemp -d /tmp/sharding_memory.XXXXXX)}
+mkdir -p "$out"
+netns=$here/scripts/netns-cluster.sh
+cluster=shmem$$
+tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+cleanup() { "$netns" down "$cluster" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+"$netns" up "$cluster" "$workers" >/dev/null
+mapfile -t hosts < <("$netns" addresses "$cluster")
+host_list=$(IFS=,; echo "${hosts[*]}")
+global_batch=$((16 * workers))
+
+run_dist_train() {  # LEVEL ROUND
+  local log=$out/dist-train-$1-$2.log
+  timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" \
+    --host-command "$netns exec {host} sh -c" -- \
+    "$build/tools/dist-train" --strategy multi_worker --model mlp_wide --threads 1 \
+    --global-batch "$global_batch" --train-examples $((global_batch * steps)) --epochs 1 \
+    --max-steps "$steps" --sharding "$1" --no-progress > "$log" 2>&1 || true
+  local peak
+  peak=$(grep -o '"peak_rss_bytes":[0-9]*' "$log" | head -1 | cut -d: -f2)
+  printf 'dist-train\t%s\t%s\n' "$1" "${peak:-failed}" >> "$out/results.tsv"
+}
+
+run_pytorch() {  # MODE ROUND
+  local log=$out/pytorch-$1-$2.log port=$((29500 + RANDOM % 1000)) pids=()
+  for ((r = 0; r < workers; r++)); do
+    "$netns" exec "${hosts[$r]}" env LD_PRELOAD="$tcmalloc" MASTER_ADDR="${hosts[0]}" \
+      MASTER_PORT=$port RANK=$r WORLD_SIZE="$workers" OMP_NUM_THREADS=1 \
+      timeout 1200 python3 "$here/bench/pytorch_zero_memory.py" "$1" "$steps" 16 \
+      >> "$log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}" || true
+  local peak
+  peak=$(grep -o 'peak_rss_bytes [0-9]*' "$log" | head -1 | cut -d' ' -f2)
+  printf 'pytorch\t%s\t%s\n' "$1" "${peak:-failed}" >> "$out/results.tsv"
+}
+
+for ((round = 1; round <= repeats; round++)); do
+  for level in none optimizer gradients; do run_dist_train "$level" "$round"; done
+  for mode in plain zero; do run_pytorch "$mode" "$round"; done
+done
+
+python3 - "$out/results.tsv" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    framework, level, peak = line.split()
+    rows.setdefault((framework, level), []).append(None if peak == "failed" else int(peak))
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+base = {"dist-train": median(rows.get(("dist-train", "none"), [])),
+        "pytorch": median(rows.get(("pytorch", "plain"), []))}
+print(f"{'framework':11} {'sharding':10} {'peak MiB':>9} {'x unsharded':>12} {'runs':>5}")
+for (framework, level), values in rows.items():
+    m = median(values)
+    ratio = f"{m / base[framework]:.3f}" if m and base[framework] else "-"
+    mib = f"{m / 2**20:.0f}" if m else "failed"
+    print(f"{framework:11} {level:10} {mib:>9} {ratio:>12} {len(values):>5}")
+PY
+echo "raw outputs: $out"
