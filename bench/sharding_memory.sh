@@ -30,10 +30,14 @@ trap cleanup EXIT
 mapfile -t hosts < <("$netns" addresses "$cluster")
 host_list=$(IFS=,; echo "${hosts[*]}")
 global_batch=$((16 * workers))
+# A new port base for each run: a job's store host may outlive it for a moment, and a job on
+# its ports would then be refused by it (another job token).
+port=7400
 
 run_dist_train() {  # LEVEL ROUND
   local log=$out/dist-train-$1-$2.log
-  timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" \
+  port=$((port + 10))
+  timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" --port-base "$port" \
     --host-command "$netns exec {host} sh -c" -- \
     "$build/tools/dist-train" --strategy multi_worker --model mlp_wide --threads 1 \
     --global-batch "$global_batch" --train-examples $((global_batch * steps)) --epochs 1 \
@@ -44,7 +48,8 @@ run_dist_train() {  # LEVEL ROUND
 }
 
 run_pytorch() {  # MODE ROUND
-  local log=$out/pytorch-$1-$2.log port=$((29500 + RANDOM % 1000)) pids=()
+  local log=$out/pytorch-$1-$2.log pids=()
+  port=$((port + 10))
   for ((r = 0; r < workers; r++)); do
     "$netns" exec "${hosts[$r]}" env LD_PRELOAD="$tcmalloc" MASTER_ADDR="${hosts[0]}" \
       MASTER_PORT=$port RANK=$r WORLD_SIZE="$workers" OMP_NUM_THREADS=1 \

@@ -37,6 +37,37 @@ class ChunkOfAllReduce : public Work {
 
 }  // namespace
 
+namespace {
+
+// all_gather's result copied into a given tensor once it is complete.
+class GatheredInto : public Work {
+ public:
+  GatheredInto(WorkHandle gather, std::shared_ptr<at::Tensor> all, at::Tensor output)
+      : gather_(std::move(gather)), all_(std::move(all)), output_(std::move(output)) {}
+  void wait(std::chrono::milliseconds deadline) override {
+    gather_->wait(deadline);
+    if (!all_) return;
+    DIST_CHECK_ARG(all_->numel() == output_.numel(), "all_gather_into: the members' rows make ",
+                   all_->numel(), " elements, but the output has ", output_.numel());
+    output_.view(-1).copy_(all_->view(-1));
+    all_.reset();
+  }
+  bool is_completed() override { return !all_; }
+
+ private:
+  WorkHandle gather_;
+  std::shared_ptr<at::Tensor> all_;
+  at::Tensor output_;
+};
+
+}  // namespace
+
+WorkHandle Communicator::all_gather_into(const at::Tensor& input, at::Tensor& output) {
+  auto all = std::make_shared<at::Tensor>();
+  WorkHandle gather = all_gather(input, all.get());
+  return std::make_shared<GatheredInto>(std::move(gather), std::move(all), output);
+}
+
 WorkHandle reduce_scatter_by_all_reduce(Communicator& communicator, const at::Tensor& input,
                                         at::Tensor& output, ReduceOp op) {
   std::vector<at::Tensor> all{input.contiguous().clone()};

@@ -74,6 +74,12 @@ class Communicator {
   // Every member's `input` concatenated along dim 0 in rank order, into *output (valid after
   // wait). Sizes along dim 0 may differ between members; the other dims and dtype may not.
   virtual WorkHandle all_gather(const at::Tensor& input, at::Tensor* output) = 0;
+  // As all_gather, into `output`, a contiguous tensor of every member's rows (the caller knows
+  // how many); `input` may be a view of this member's own rows of `output` (the sharded step
+  // gathers its chunks straight into the parameters this way). By default all_gather, then a
+  // copy when the work is waited for; the shared-memory communicator copies straight out of its
+  // slots.
+  virtual WorkHandle all_gather_into(const at::Tensor& input, at::Tensor& output);
   // The element-wise reduction of every member's `input` (same shape everywhere), cut along
   // dim 0 into size() chunks (chunk_range); this member's chunk goes into `output`, which must
   // have that chunk's shape.

@@ -39,6 +39,10 @@ class CountingCommunicator : public Communicator {
     count(bytes_of(input), (size() - 1) * bytes_of(input));
     return inner_->all_gather(input, output);
   }
+  WorkHandle all_gather_into(const at::Tensor& input, at::Tensor& output) override {
+    count(bytes_of(input), (size() - 1) * bytes_of(input));
+    return inner_->all_gather_into(input, output);
+  }
   WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
     count(bytes_of(input), (size() - 1) * bytes_of(input) / size());
     return inner_->reduce_scatter(input, output, op);

@@ -74,6 +74,12 @@ struct PackExchange {
   // call (shared memory), where a pack sent during backward would hold backward up until the
   // slowest worker arrived.
   bool after_backward = false;
+  // Replica 0's gradients are views of their pack's buffer, so backward accumulates straight
+  // into it: no copy per pack and no second copy of the gradients in memory. Only for an
+  // exchange that reads the buffer without writing it (a reduce-scatter into chunks kept
+  // elsewhere); replica 0's gradients then hold the sum of this process's replicas once the
+  // pack is complete.
+  bool gradients_in_pack = false;
 };
 
 // Parameter indices per pack.

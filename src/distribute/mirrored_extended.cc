@@ -251,6 +251,8 @@ at::Tensor MirroredExtended::all_gather_across_workers(const at::Tensor& local) 
 std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
     std::shared_ptr<torch::nn::Module> primary) {
   DIST_CHECK_ARG(primary != nullptr, "mirror: the model is empty (a null module)");
+  if (options_.sharding != Sharding::kNone)
+    place_packs_contiguously(*primary, options_.bytes_per_pack);
   auto variables = std::make_shared<MirroredVariables>(shared_from_this(), mirror(primary));
   if (num_workers() > 1) synchronize_initial_values(*variables);
   std::vector<std::vector<at::Tensor>> params;

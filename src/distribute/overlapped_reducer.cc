@@ -128,7 +128,8 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
     for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
       const size_t i = packs_[pack][pos];
       at::Tensor out = flat_[pack].narrow(0, offset_[pack][pos], params_[0][i].numel());
-      out.copy_(params_[0][i].grad().reshape(-1));
+      const at::Tensor& grad = params_[0][i].grad();
+      if (grad.data_ptr() != out.data_ptr()) out.copy_(grad.reshape(-1));  // else accumulated there
       for (size_t r = 1; r < params_.size(); ++r) out.add_(params_[r][i].grad().reshape(-1));
       if (exchange_.frees_gradients)
         for (auto& replica : params_) replica[i].mutable_grad().reset();
@@ -139,9 +140,11 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   if (exchange_.after_backward) return;  // write_results issues it
   // Strictly in pack order: a pack completed early waits for the ones before it.
   while (issued_.size() < packs_.size() && reduced_[issued_.size()]) {
-    GradientPack& next = described_[issued_.size()];
-    next.step = steps_reduced_;
-    issued_.push_back(exchange_.communicate(group_->cross_process(), next));
+    const size_t next = issued_.size();
+    described_[next].step = steps_reduced_;
+    issued_.push_back(exchange_.communicate(group_->cross_process(), described_[next]));
+    // A collective done in the call (the ring reduce-scatter) needs the pack no more.
+    if (exchange_.frees_gradients && issued_.back()->is_completed()) free_buffer(next);
   }
 }
 
@@ -255,14 +258,18 @@ void OverlappedReducer::make_buffer(size_t pack) {
   const at::Tensor& first = params_[0][packs_[pack].front()];
   int64_t elements = 0;
   for (size_t i : packs_[pack]) elements += params_[0][i].numel();
-  flat_[pack] = at::empty({elements}, first.options());
+  // Zeros where backward will accumulate into it (gradients_in_pack).
+  flat_[pack] = exchange_.gradients_in_pack ? at::zeros({elements}, first.options())
+                                            : at::empty({elements}, first.options());
   GradientPack& described = described_[pack];
   described.buffer = flat_[pack];
   described.gradients.clear();
   for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
-    const at::Tensor& param = params_[0][packs_[pack][pos]];
+    at::Tensor param = params_[0][packs_[pack][pos]];
     described.gradients.push_back(
         flat_[pack].narrow(0, offset_[pack][pos], param.numel()).view(param.sizes()));
+    if (exchange_.gradients_in_pack && param.requires_grad())
+      param.mutable_grad() = described.gradients.back();
   }
 }
 

@@ -33,6 +33,8 @@ PackExchange sharded_exchange(std::shared_ptr<GradientChunks> chunks, Sharding s
   PackExchange exchange;
   exchange.lands_in_gradients = false;  // this worker's sums are its chunk, not every gradient
   exchange.frees_gradients = sharding != Sharding::kOptimizer;
+  // The reduce-scatter only reads the pack: kept gradients can live in it (one copy, not two).
+  exchange.gradients_in_pack = sharding == Sharding::kOptimizer;
   exchange.communicate = [chunks](collective::Communicator& cross, GradientPack& pack) {
     at::Tensor sums = chunks->chunk(pack.model, pack.index, pack.buffer.numel(),
                                     pack.buffer.options(), cross.rank(), cross.size());
@@ -63,6 +65,9 @@ struct ShardedPack {
   int64_t elements = 0;
   int64_t begin = 0, end = 0;  // this worker's chunk
   at::Tensor sums;             // the chunk's gradient sums (GradientChunks)
+  // The parameters as one tensor, when they are views of one buffer in pack order
+  // (place_packs_contiguously); else undefined, and chunks are copied out and back.
+  at::Tensor flat;
   std::vector<ChunkPiece> pieces;
   std::unique_ptr<Optimizer> optimizer;  // over the pieces of parameters in the optimizer
   at::Tensor outgoing, gathered;
@@ -92,6 +97,21 @@ std::vector<std::string> slot_names_of_group(const Optimizer& optimizer, size_t 
   for (const auto& [key, state] : probe->state())
     for (const auto& [name, slot] : detail::state_slots(*probe, *state)) names.push_back(name);
   return names;
+}
+
+// `params` as one flat tensor of `elements`, if they are consecutive views of one storage.
+at::Tensor contiguous_buffer_of(const std::vector<at::Tensor>& params, int64_t elements) {
+  const at::Tensor& first = params.front();
+  int64_t offset = first.storage_offset();
+  for (const auto& p : params) {
+    if (!p.is_contiguous() || !p.storage().is_alias_of(first.storage()) ||
+        p.storage_offset() != offset)
+      return {};
+    offset += p.numel();
+  }
+  if (first.storage().nbytes() < static_cast<size_t>(offset) * first.element_size()) return {};
+  return at::empty({0}, first.options())
+      .set_(first.storage(), first.storage_offset(), {elements}, {1});
 }
 
 bool lists(const std::vector<std::string>& names, const std::string& name) {
@@ -130,6 +150,8 @@ class ShardedStep : public OptimizerStepPlan {
   void adopt_slots(Optimizer& optimizer);
   void step_pack(size_t pack);
   void write_gathered_chunks();
+  // Waits for the pack's gather and writes what it brought into the parameters.
+  void finish_gather(ShardedPack& shard);
   bool holds_slots() const;
   void gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
                          const std::vector<std::vector<std::string>>& names);
@@ -153,6 +175,7 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
     shard.group.push_back(it == group.end() ? -1 : it->second);
     shard.elements += p.numel();
   }
+  shard.flat = contiguous_buffer_of(shard.params, shard.elements);
   std::tie(shard.begin, shard.end) =
       collective::chunk_range(shard.elements, cross().size(), cross().rank());
   shard.sums = chunks_->chunk(inputs_.model, pack, shard.elements, shard.params[0].options(),
@@ -229,6 +252,13 @@ void ShardedStep::adopt_slots(Optimizer& optimizer) {
 void ShardedStep::step_pack(size_t pack) {
   ShardedPack& shard = packs_.at(pack);
   if (shard.optimizer) shard.optimizer->step();
+  // One gather in flight at a time: each holds a pack's worth of memory until it is written.
+  if (pack > 0) finish_gather(packs_[pack - 1]);
+  if (shard.flat.defined()) {
+    shard.outgoing = shard.flat.narrow(0, shard.begin, shard.end - shard.begin);
+    shard.gather = cross().all_gather_into(shard.outgoing, shard.flat);
+    return;
+  }
   shard.outgoing = at::empty({shard.end - shard.begin}, shard.params[0].options());
   for (const ChunkPiece& piece : shard.pieces)
     shard.outgoing.narrow(0, piece.chunk_offset, piece.length).copy_(piece.values);
@@ -237,17 +267,19 @@ void ShardedStep::step_pack(size_t pack) {
 }
 
 void ShardedStep::write_gathered_chunks() {
+  for (auto& shard : packs_) finish_gather(shard);
+}
+
+void ShardedStep::finish_gather(ShardedPack& shard) {
+  if (!shard.gather) return;
   at::NoGradGuard no_grad;
-  for (auto& shard : packs_) {
-    if (!shard.gather) continue;
-    shard.gather->wait();
-    for (size_t j = 0; j < shard.params.size(); ++j)
-      shard.params[j].detach().view(-1).copy_(
-          shard.gathered.narrow(0, shard.offsets[j], shard.params[j].numel()));
-    shard.gather.reset();
-    shard.gathered.reset();
-    shard.outgoing.reset();
-  }
+  shard.gather->wait();
+  for (size_t j = 0; j < shard.params.size() && !shard.flat.defined(); ++j)
+    shard.params[j].detach().view(-1).copy_(
+        shard.gathered.narrow(0, shard.offsets[j], shard.params[j].numel()));
+  shard.gather.reset();
+  shard.gathered.reset();
+  shard.outgoing.reset();
 }
 
 bool ShardedStep::holds_slots() const {
@@ -326,6 +358,24 @@ void ShardedStep::read_slots(Optimizer& optimizer) {
 }
 
 }  // namespace
+
+void place_packs_contiguously(torch::nn::Module& module, int64_t bytes_per_pack) {
+  auto params = module.parameters();
+  if (params.empty()) return;
+  at::NoGradGuard no_grad;
+  for (const auto& pack : make_packs(params, bytes_per_pack)) {
+    int64_t elements = 0;
+    for (size_t i : pack) elements += params[i].numel();
+    at::Tensor buffer = at::empty({elements}, params[pack.front()].options());
+    int64_t offset = 0;
+    for (size_t i : pack) {
+      at::Tensor view = buffer.narrow(0, offset, params[i].numel()).view(params[i].sizes());
+      view.copy_(params[i].detach());
+      params[i].set_data(view);
+      offset += params[i].numel();
+    }
+  }
+}
 
 MakeStepPlan sharded_step_plan(std::shared_ptr<GradientChunks> chunks) {
   return [chunks](const StepPlanInputs& inputs) {

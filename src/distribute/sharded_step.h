@@ -24,6 +24,7 @@
 #include <utility>
 
 #include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
 
 #include "dist/distribute/sharding.h"
 #include "distribute/gradient_reducer.h"
@@ -50,5 +51,12 @@ PackExchange sharded_exchange(std::shared_ptr<GradientChunks> chunks, Sharding s
 
 // The step plan of a sharded strategy, reading its sums from `chunks`.
 MakeStepPlan sharded_step_plan(std::shared_ptr<GradientChunks> chunks);
+
+// Makes the parameters of each pack (make_packs over `module`'s parameters, the packs its
+// reducer will make) views of one contiguous buffer, in pack order, so that a chunk of a pack
+// is a range of one tensor: the sharded step then sends its chunk without a copy and gathers
+// the others straight into the parameters. Values are unchanged. Before the model is mirrored
+// (the copies then share these buffers).
+void place_packs_contiguously(torch::nn::Module& module, int64_t bytes_per_pack);
 
 }  // namespace dist

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <iostream>
 
 #include "collective/shm/shared_segment.h"
@@ -238,6 +240,28 @@ WorkHandle SameHostCommunicator::reduce_scatter(const at::Tensor& input, at::Ten
 
 WorkHandle SameHostCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
   if (!group_) return inner_->all_gather(input, output);
+  gather_through_slots(input, [output](const std::vector<int64_t>& shape, const at::Tensor& like) {
+    *output = at::empty(shape, like.options());
+    return output->view(-1);
+  });
+  return completed_work();
+}
+
+WorkHandle SameHostCommunicator::all_gather_into(const at::Tensor& input, at::Tensor& output) {
+  if (!group_) return inner_->all_gather_into(input, output);
+  DIST_CHECK_ARG(output.is_contiguous(), "all_gather_into needs a contiguous output");
+  gather_through_slots(input, [&output](const std::vector<int64_t>& shape, const at::Tensor&) {
+    const int64_t elements =
+        std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+    DIST_CHECK_ARG(output.numel() == elements, "all_gather_into: the members' rows make ",
+                   elements, " elements, but the output has ", output.numel());
+    return output.view(-1);
+  });
+  return completed_work();
+}
+
+void SameHostCommunicator::gather_through_slots(const at::Tensor& input,
+                                                const GatherOutput& make_output) {
   const at::Tensor rows = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
   const at::Tensor flat = rows.reshape(-1);
   guarded("all_gather", [&] {
@@ -262,8 +286,7 @@ WorkHandle SameHostCommunicator::all_gather(const at::Tensor& input, at::Tensor*
     for (int64_t c : counts) starts.push_back(starts.back() + c);
     auto shape = rows.sizes().vec();
     shape[0] = row_elements == 0 ? 0 : starts.back() / row_elements;  // (0-length rows: none)
-    at::Tensor all = at::empty(shape, rows.options());
-    at::Tensor all_flat = all.view(-1);
+    at::Tensor all_flat = make_output(shape, rows);
     const int64_t largest = *std::max_element(counts.begin(), counts.end());
     int64_t done = 0;
     do {  // a round per slot's worth (one at least: the fingerprints are read until its end)
@@ -280,9 +303,7 @@ WorkHandle SameHostCommunicator::all_gather(const at::Tensor& input, at::Tensor*
       wait_for_all("all_gather");  // nobody reads the slots any more
       done += capacity;
     } while (done < largest);
-    *output = all;
   });
-  return completed_work();
 }
 
 WorkHandle SameHostCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,7 @@ class SameHostCommunicator : public Communicator {
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override;
   // Each member copies its input into its slot; every member copies every slot out.
   WorkHandle all_gather(const at::Tensor& input, at::Tensor* output) override;
+  WorkHandle all_gather_into(const at::Tensor& input, at::Tensor& output) override;
   // Each member copies its input into its slot and reduces its own chunk from every slot, in
   // rank order (the bits of the shared-memory all_reduce's chunk).
   WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
@@ -73,6 +75,11 @@ class SameHostCommunicator : public Communicator {
 
  private:
   void wait_for_all(const char* what);
+  // The all-gather through the slots, into the flat tensor make_output(shape of the result,
+  // the input's rows) returns (called once every member's size is known).
+  using GatherOutput =
+      std::function<at::Tensor(const std::vector<int64_t>& shape, const at::Tensor& rows)>;
+  void gather_through_slots(const at::Tensor& input, const GatherOutput& make_output);
   // After the collective's first barrier: throws a CollectiveError naming what each member
   // issued unless every member published `mine`.
   void check_same_collective(const Fingerprint& mine);
