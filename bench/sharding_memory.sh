@@ -5,7 +5,8 @@
 # namespace of scripts/netns-cluster.sh, unlimited links), so that no two workers share memory
 # and unsharded means every worker keeps everything, as across real hosts. dist-train
 # --sharding none | optimizer | gradients, then PyTorch DDP with Adam and with
-# ZeroRedundancyOptimizer (bench/pytorch_zero_memory.py, tcmalloc preloaded), in one run,
+# ZeroRedundancyOptimizer (bench/pytorch_zero_memory.py under Debian's /usr/bin/python3 and
+# python3-torch, tcmalloc preloaded), in one run,
 # alternating, REPEATS rounds. Each figure is the largest VmHWM of the workers (dist-train's
 # JSON peak_rss_bytes); the table gives medians and each level's ratio to its framework's
 # unsharded run.
@@ -51,9 +52,9 @@ run_pytorch() {  # MODE ROUND
   local log=$out/pytorch-$1-$2.log pids=()
   port=$((port + 10))
   for ((r = 0; r < workers; r++)); do
-    "$netns" exec "${hosts[$r]}" env LD_PRELOAD="$tcmalloc" MASTER_ADDR="${hosts[0]}" \
+    "$netns" exec "${hosts[$r]}" env LD_PRELOAD="$tcmalloc" GLOO_SOCKET_IFNAME=eth0 MASTER_ADDR="${hosts[0]}" \
       MASTER_PORT=$port RANK=$r WORLD_SIZE="$workers" OMP_NUM_THREADS=1 \
-      timeout 1200 python3 "$here/bench/pytorch_zero_memory.py" "$1" "$steps" 16 \
+      timeout 1200 /usr/bin/python3 "$here/bench/pytorch_zero_memory.py" "$1" "$steps" 16 \
       >> "$log" 2>&1 &
     pids+=($!)
   done

@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <exception>
+#include <numeric>
 
 #include "collective/agreement.h"
 #include "collective/ring_reduce_scatter.h"
@@ -178,16 +180,69 @@ WorkHandle ProcessCommunicator::broadcast(std::vector<at::Tensor>& tensors, int 
   return issue("broadcast", &fingerprint, [&] { return transport_->broadcast(tensors, root); });
 }
 
-WorkHandle ProcessCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
-  // Transports gather equal shapes: exchange the sizes along dim 0 first, pad to the largest,
-  // gather, then cut each member's part back to its size.
-  const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+std::vector<int64_t> ProcessCommunicator::gather_sizes(const at::Tensor& local) {
   std::vector<at::Tensor> sizes(static_cast<size_t>(size()));
   for (auto& s : sizes) s = at::empty({1}, at::kLong);
   const Fingerprint sizes_fingerprint{kAllGatherSizesKind, 1, static_cast<int64_t>(at::kLong), 1};
   issue("all_gather (sizes)", &sizes_fingerprint, [&] {
     return transport_->all_gather(at::tensor({local.size(0)}, at::kLong), &sizes);
   })->wait();
+  std::vector<int64_t> counts;
+  for (const auto& s : sizes) counts.push_back(s.item<int64_t>());
+  return counts;
+}
+
+WorkHandle ProcessCommunicator::all_gather_into(const at::Tensor& input, at::Tensor& output) {
+  // As all_gather, but every member of the largest size is gathered straight into its rows of
+  // `output` (the transport's outputs may be views); only smaller ones go through a padded part.
+  const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+  const std::vector<int64_t> counts = gather_sizes(local);
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t row = local.size(0) == 0 ? local.numel() : local.numel() / local.size(0);
+  DIST_CHECK_ARG(output.is_contiguous() && output.numel() == total * std::max<int64_t>(row, 1),
+                 "all_gather_into: the members' ", total, " rows do not fit an output of ",
+                 output.numel(), " elements (contiguous)");
+  auto shape = local.sizes().vec();
+  shape[0] = total;
+  at::Tensor rows = output.view(shape);
+  shape[0] = largest;
+  at::Tensor padded = local;
+  if (local.size(0) != largest) {
+    padded = at::zeros(shape, local.options());
+    padded.narrow(0, 0, local.size(0)).copy_(local);
+  }
+  auto parts = std::make_shared<std::vector<at::Tensor>>();
+  std::vector<std::pair<int64_t, int64_t>> through_parts;  // (member, first row)
+  int64_t start = 0;
+  for (int m = 0; m < size(); ++m) {
+    const int64_t count = counts[static_cast<size_t>(m)];
+    if (count == largest) {
+      parts->push_back(rows.narrow(0, start, largest));
+    } else {
+      parts->push_back(at::empty(shape, local.options()));
+      through_parts.emplace_back(m, start);
+    }
+    start += count;
+  }
+  const Fingerprint fingerprint{kAllGatherKind, padded.numel(),
+                                static_cast<int64_t>(padded.scalar_type()), 1};
+  return issue(
+      "all_gather", &fingerprint, [&] { return transport_->all_gather(padded, parts.get()); },
+      [parts, counts, through_parts, rows]() mutable {
+        for (const auto& [m, first] : through_parts)
+          rows.narrow(0, first, counts[static_cast<size_t>(m)])
+              .copy_((*parts)[static_cast<size_t>(m)].narrow(0, 0, counts[static_cast<size_t>(m)]));
+      });
+}
+
+WorkHandle ProcessCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {
+  // Transports gather equal shapes: exchange the sizes along dim 0 first, pad to the largest,
+  // gather, then cut each member's part back to its size.
+  const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+  const std::vector<int64_t> counts = gather_sizes(local);
+  std::vector<at::Tensor> sizes;
+  for (int64_t c : counts) sizes.push_back(at::tensor({c}, at::kLong));
   int64_t largest = 0;
   for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
   auto padded_shape = local.sizes().vec();

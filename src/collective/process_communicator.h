@@ -52,6 +52,7 @@ class ProcessCommunicator : public Communicator {
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override;
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override;
   WorkHandle all_gather(const at::Tensor& input, at::Tensor* output) override;
+  WorkHandle all_gather_into(const at::Tensor& input, at::Tensor& output) override;
   WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
   WorkHandle barrier() override;
   // Tags from kFirstReservedTag on (ring_reduce_scatter.h) are the library's own.
@@ -63,6 +64,8 @@ class ProcessCommunicator : public Communicator {
   void abort(const std::string& reason) override;
 
  private:
+  // Every member's count of rows of `local`, in rank order (a small all-gather, waited for).
+  std::vector<int64_t> gather_sizes(const at::Tensor& local);
   // Collective `what` described by `fingerprint` (null: point to point, not numbered): its
   // number, after the agreement. Throws CollectiveError when unusable or members disagree.
   int64_t begin(const std::string& what, const Fingerprint* fingerprint);

@@ -183,6 +183,19 @@ void broadcast_and_gather_are_exact(Communicator& c, int size) {
     std::vector<at::Tensor> parts;
     for (int q = 0; q < size; ++q) parts.push_back(at::full({q, 3}, q, dtype));
     ASSERT_TRUE(at::equal(gathered, at::cat(parts, 0))) << dtype;
+    // Into a given tensor, the input being this member's own rows of it (as the sharded step
+    // gathers its chunks into its parameters); chunks of 13 rows differ in size by one.
+    at::Tensor all = at::full({13, 3}, -1, dtype);
+    const auto [begin, end] = chunk_range(13, size, g);
+    at::Tensor mine = all.narrow(0, begin, end - begin);
+    mine.fill_(g);
+    c.all_gather_into(mine, all)->wait();
+    for (int q = 0; q < size; ++q) {
+      const auto [first, last] = chunk_range(13, size, q);
+      ASSERT_TRUE(at::equal(all.narrow(0, first, last - first),
+                            at::full({last - first, 3}, q, dtype)))
+          << dtype << ", member " << q;
+    }
   }
 }
 
