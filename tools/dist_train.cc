@@ -8,8 +8,10 @@
 // or SIGINT after finishing the current step (with --checkpoint-dir a checkpoint was saved
 // first: rerun the same command to resume).
 // The last line of stdout is one JSON object with the results.
+#include <cstring>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "dist/core/error.h"
 #include "evaluator_job.h"
@@ -17,6 +19,17 @@
 #include "train_options.h"
 
 namespace {
+
+constexpr const char* kOutOfMemory =
+    "dist-train: out of memory: the model's training state (parameters, gradients, optimizer "
+    "slots), a batch or the data set did not fit this process; with several workers, "
+    "--sharding optimizer or gradients keeps 1/N of the optimizer's state (and of the "
+    "gradients) on each; else try a smaller --global-batch or --batch-per-replica";
+
+std::string first_line(const char* text) {
+  const std::string all(text);
+  return all.substr(0, all.find('\n'));
+}
 
 // Runs the job the options describe; the exit code.
 int run(const dist::tools::TrainOptions& options) {
@@ -48,12 +61,14 @@ int main(int argc, char** argv) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 3;
   } catch (const std::bad_alloc&) {
-    std::cerr << "dist-train: out of memory (a batch, the model or the data set did not fit); "
-                 "try a smaller --global-batch or --batch-per-replica"
-              << std::endl;
+    std::cerr << kOutOfMemory << std::endl;
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    // LibTorch's CPU allocator reports a failed allocation as a c10::Error.
+    if (std::strstr(e.what(), "DefaultCPUAllocator") != nullptr)
+      std::cerr << kOutOfMemory << " (" << first_line(e.what()) << ")" << std::endl;
+    else
+      std::cerr << "dist-train: " << e.what() << std::endl;
     return 1;
   }
 }

@@ -193,47 +193,28 @@ std::vector<int64_t> ProcessCommunicator::gather_sizes(const at::Tensor& local) 
 }
 
 WorkHandle ProcessCommunicator::all_gather_into(const at::Tensor& input, at::Tensor& output) {
-  // As all_gather, but every member of the largest size is gathered straight into its rows of
-  // `output` (the transport's outputs may be views); only smaller ones go through a padded part.
+  // A ring of send/recv straight into the output's rows (ring_reduce_scatter.h), after the
+  // sizes: no part is buffered, where the transport's all-gather would buffer all of them.
   const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
   const std::vector<int64_t> counts = gather_sizes(local);
-  const int64_t largest = *std::max_element(counts.begin(), counts.end());
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const int64_t row = local.size(0) == 0 ? local.numel() : local.numel() / local.size(0);
-  DIST_CHECK_ARG(output.is_contiguous() && output.numel() == total * std::max<int64_t>(row, 1),
-                 "all_gather_into: the members' ", total, " rows do not fit an output of ",
-                 output.numel(), " elements (contiguous)");
+  const int64_t row = local.size(0) == 0 ? 1 : local.numel() / local.size(0);
+  DIST_CHECK_ARG(output.is_contiguous() && output.numel() == total * row,
+                 "all_gather_into: the members' ", total, " rows of ", row,
+                 " elements do not fit an output of ", output.numel(), " (contiguous)");
   auto shape = local.sizes().vec();
   shape[0] = total;
   at::Tensor rows = output.view(shape);
-  shape[0] = largest;
-  at::Tensor padded = local;
-  if (local.size(0) != largest) {
-    padded = at::zeros(shape, local.options());
-    padded.narrow(0, 0, local.size(0)).copy_(local);
-  }
-  auto parts = std::make_shared<std::vector<at::Tensor>>();
-  std::vector<std::pair<int64_t, int64_t>> through_parts;  // (member, first row)
-  int64_t start = 0;
-  for (int m = 0; m < size(); ++m) {
-    const int64_t count = counts[static_cast<size_t>(m)];
-    if (count == largest) {
-      parts->push_back(rows.narrow(0, start, largest));
-    } else {
-      parts->push_back(at::empty(shape, local.options()));
-      through_parts.emplace_back(m, start);
-    }
-    start += count;
-  }
-  const Fingerprint fingerprint{kAllGatherKind, padded.numel(),
-                                static_cast<int64_t>(padded.scalar_type()), 1};
-  return issue(
-      "all_gather", &fingerprint, [&] { return transport_->all_gather(padded, parts.get()); },
-      [parts, counts, through_parts, rows]() mutable {
-        for (const auto& [m, first] : through_parts)
-          rows.narrow(0, first, counts[static_cast<size_t>(m)])
-              .copy_((*parts)[static_cast<size_t>(m)].narrow(0, 0, counts[static_cast<size_t>(m)]));
-      });
+  const int64_t first = std::accumulate(counts.begin(), counts.begin() + rank(), int64_t{0});
+  at::Tensor mine = rows.narrow(0, first, local.size(0));
+  if (mine.data_ptr() != local.data_ptr()) mine.copy_(local);
+  const Fingerprint fingerprint{kAllGatherKind, total * row,
+                                static_cast<int64_t>(local.scalar_type()), 1};
+  const int64_t sequence = begin("all_gather", &fingerprint);
+  return run("all_gather", sequence, [&] {
+    all_gather_by_ring(*transport_, rank(), size(), rows, counts, ring_tag(sequence));
+    return completed_work();
+  });
 }
 
 WorkHandle ProcessCommunicator::all_gather(const at::Tensor& input, at::Tensor* output) {

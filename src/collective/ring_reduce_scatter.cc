@@ -33,4 +33,28 @@ void reduce_scatter_by_ring(Transport& transport, int rank, int size, const at::
   output.copy_(partial.reshape(output.sizes()));
 }
 
+void all_gather_by_ring(Transport& transport, int rank, int size, at::Tensor& rows,
+                        const std::vector<int64_t>& counts, int tag) {
+  std::vector<int64_t> starts{0};
+  for (int64_t c : counts) starts.push_back(starts.back() + c);
+  DIST_CHECK_ARG(rows.is_contiguous() && rows.size(0) == starts.back(), "all-gather on member ",
+                 rank, ": the output has ", rows.size(0), " rows, the members' parts ",
+                 starts.back());
+  auto part = [&](int m) {
+    const auto p = static_cast<size_t>((m % size + size) % size);
+    return rows.narrow(0, starts[p], counts[p]);  // contiguous: rows of a contiguous tensor
+  };
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  for (int step = 0; step < size - 1; ++step) {
+    const at::Tensor outgoing = part(rank - step);
+    at::Tensor incoming = part(rank - step - 1);
+    WorkHandle sent, got;
+    if (outgoing.numel() > 0) sent = transport.send(outgoing, next, tag);
+    if (incoming.numel() > 0) got = transport.recv(incoming, prev, tag);
+    // A send may complete only once its receiver took it: wait for the receive first.
+    if (got) got->wait();
+    if (sent) sent->wait();
+  }
+}
+
 }  // namespace dist::collective

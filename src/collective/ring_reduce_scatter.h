@@ -1,5 +1,5 @@
 // reduce_scatter as a ring of send/recv, for any transport without a reduce_scatter of its own
-// (LibTorch 1.13's Gloo has none).
+// (LibTorch 1.13's Gloo has none); and the all-gather that completes the ring.
 //
 // The algorithm. Cut the input along dim 0 into size() chunks (chunk_range: uneven sizes, some
 // possibly empty). In step s = 0 .. size-2, member r sends its partial result of chunk
@@ -22,6 +22,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "collective/transport.h"
 #include "dist/core/reduce_op.h"
 
@@ -41,5 +43,13 @@ inline int ring_tag(int64_t sequence) {
 // the SUM (the caller divides). Blocks until done; throws whatever the transport throws.
 void reduce_scatter_by_ring(Transport& transport, int rank, int size, const at::Tensor& input,
                             at::Tensor& output, ReduceOp op, int tag);
+
+// The ring's second half, all-gather: `rows` holds every member's part along dim 0, member m's
+// being counts[m] rows from the sum of the counts before it; this member's part is in place.
+// In step s member r sends part (r - s) to member r + 1 and receives part (r - s - 1) from
+// member r - 1 straight into its rows: no memory beyond `rows` (c10d's Gloo all-gather makes a
+// buffer of every part and copies out of it), the same bytes as Gloo's ring. Blocks until done.
+void all_gather_by_ring(Transport& transport, int rank, int size, at::Tensor& rows,
+                        const std::vector<int64_t>& counts, int tag);
 
 }  // namespace dist::collective

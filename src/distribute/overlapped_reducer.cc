@@ -122,7 +122,7 @@ int64_t OverlappedReducer::mark_locked(int replica, size_t param) {
 void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
   // Every replica's gradients of this pack are final and nobody writes them until the step
   // ends, so no lock is needed to read them.
-  {
+  if (!send_gradient_itself(pack)) {
     torch::NoGradGuard no_grad;
     make_buffer(pack);
     for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
@@ -271,6 +271,19 @@ void OverlappedReducer::make_buffer(size_t pack) {
     if (exchange_.gradients_in_pack && param.requires_grad())
       param.mutable_grad() = described.gradients.back();
   }
+}
+
+bool OverlappedReducer::send_gradient_itself(size_t pack) {
+  // A pack of one parameter of one replica whose gradient is freed anyway: the gradient can be
+  // the pack's buffer (the largest layers make packs of their own: a copy of their size saved).
+  if (!exchange_.frees_gradients || params_.size() != 1 || packs_[pack].size() != 1) return false;
+  at::Tensor& grad = params_[0][packs_[pack][0]].mutable_grad();
+  if (!grad.is_contiguous()) return false;
+  flat_[pack] = grad.view(-1);
+  described_[pack].buffer = flat_[pack];
+  described_[pack].gradients = {grad};
+  grad.reset();  // the pack's buffer holds it until the pack has gone out
+  return true;
 }
 
 void OverlappedReducer::free_buffer(size_t pack) {

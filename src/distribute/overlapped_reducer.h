@@ -89,6 +89,9 @@ class OverlappedReducer : public GradientReducer {
   void make_buffer(size_t pack);
   // After the pack landed (PackExchange::frees_gradients).
   void free_buffer(size_t pack);
+  // Makes the pack's one gradient its buffer when nothing needs a copy of it (frees_gradients,
+  // one replica, one parameter); false otherwise.
+  bool send_gradient_itself(size_t pack);
   void reset_step_locked();
 
   collective::HierarchicalGroup* group_;

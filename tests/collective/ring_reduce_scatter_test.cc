@@ -102,5 +102,39 @@ TEST(RingReduceScatterTest, RingTagsAreReservedAndDifferForConsecutiveCollective
   EXPECT_GE(ring_tag(int64_t{1} << 40), kFirstReservedTag);
 }
 
+// The ring's all-gather: every member ends with every part in place, parts of uneven sizes and
+// empty ones included, each member sending only its own and the ones it relays.
+TEST(RingAllGatherTest, EveryMemberGetsEveryPartInItsRows) {
+  for (int size : {1, 2, 3, 5}) {
+    for (const std::vector<int64_t>& pattern : {std::vector<int64_t>{4, 4, 4, 4, 4},
+                                                std::vector<int64_t>{3, 0, 2, 1, 0}}) {
+      const std::vector<int64_t> counts(pattern.begin(), pattern.begin() + size);
+      int64_t total = 0;
+      for (int64_t c : counts) total += c;
+      LocalGroupOptions options;
+      options.size = size;
+      auto members = make_local_group(options);
+      std::vector<std::unique_ptr<LocalTransport>> transports;
+      for (auto& m : members) transports.push_back(std::make_unique<LocalTransport>(*m));
+      std::vector<at::Tensor> rows(static_cast<size_t>(size));
+      run_threads(size, [&](int r) {
+        at::Tensor mine = at::full({total, 2}, -1.0f);
+        int64_t first = 0;
+        for (int m = 0; m < r; ++m) first += counts[static_cast<size_t>(m)];
+        mine.narrow(0, first, counts[static_cast<size_t>(r)]).fill_(static_cast<float>(r));
+        all_gather_by_ring(*transports[static_cast<size_t>(r)], r, size, mine, counts, ring_tag(2));
+        rows[static_cast<size_t>(r)] = mine;
+      });
+      std::vector<at::Tensor> parts;
+      for (int m = 0; m < size; ++m)
+        parts.push_back(at::full({counts[static_cast<size_t>(m)], 2}, static_cast<float>(m)));
+      const at::Tensor expected = at::cat(parts, 0);
+      for (int r = 0; r < size; ++r)
+        ASSERT_TRUE(at::equal(rows[static_cast<size_t>(r)], expected))
+            << size << " members, member " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dist::collective
