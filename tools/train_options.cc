@@ -28,9 +28,8 @@ const Spellings<StrategyKind> kStrategies = {{StrategyKind::kDefault, "default"}
                                              {StrategyKind::kParameterServer, "parameter_server"}};
 const Spellings<OptimizerKind> kOptimizers = {{OptimizerKind::kAdam, "adam"},
                                               {OptimizerKind::kSgd, "sgd"}};
-const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"},
-                                           {ModelKind::kMlp, "mlp"},
-                                           {ModelKind::kMlpWide, "mlp_wide"}};
+const Spellings<ModelKind> kModels = {
+    {ModelKind::kCnn, "cnn"}, {ModelKind::kMlp, "mlp"}, {ModelKind::kMlpWide, "mlp_wide"}};
 
 template <class E>
 std::string spelling(const Spellings<E>& all, E value) {
@@ -103,9 +102,8 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
                  ps ? " (the ps tasks hold the variables and their slots, one share each "
                       "already)"
                     : " (one replica: nothing to split)");
-  DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none",
-                 "--sharding ", to_string(o.sharding), " and --gradient-compression ",
-                 o.gradient_compression,
+  DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none", "--sharding ",
+                 to_string(o.sharding), " and --gradient-compression ", o.gradient_compression,
                  " both decide how gradients cross the workers; use one of them");
   DIST_CHECK_ARG(o.sharding != Sharding::kParameters,
                  "--sharding parameters (ZeRO stage 3) is not built yet; use optimizer or "

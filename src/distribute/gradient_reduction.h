@@ -4,7 +4,8 @@
 //   inline      every replica reduces the packs in apply_gradients (in-process strategies, and
 //               workers whose collectives finish inside the call: shared memory);
 //   overlapped  each pack goes out as soon as backward has produced it (OverlappedReducer; the
-//               multi-worker default), through a PackExchange that compression and sharding replace.
+//               multi-worker default), through a PackExchange that compression and sharding
+//               replace.
 //
 // It makes each model's GradientReducer and keeps the live ones, so that the strategy reaches
 // them at the two points of a step where they must act: before a collective that reaches the
@@ -55,8 +56,9 @@ std::unique_ptr<GradientReduction> make_inline_reduction(
     std::vector<collective::Communicator*> members, int64_t bytes_per_pack);
 // Installs itself as `group`'s step before each cross-process stage; its hooks act only inside
 // run() of `owner`. `group` must outlive it.
-std::unique_ptr<GradientReduction> make_overlapped_reduction(
-    collective::HierarchicalGroup* group, const StrategyExtended* owner, int64_t bytes_per_pack,
-    PackExchange exchange = {});
+std::unique_ptr<GradientReduction> make_overlapped_reduction(collective::HierarchicalGroup* group,
+                                                             const StrategyExtended* owner,
+                                                             int64_t bytes_per_pack,
+                                                             PackExchange exchange = {});
 
 }  // namespace dist

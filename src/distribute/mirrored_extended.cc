@@ -34,8 +34,8 @@ void check_sharding(const MirroredOptions& options) {
   DIST_CHECK_ARG(options.sharding != Sharding::kParameters,
                  "sharding 'parameters' (ZeRO stage 3: parameters kept in chunks and gathered "
                  "for forward and backward) is not built yet; use 'optimizer' or 'gradients'");
-  DIST_CHECK_ARG(options.sharding == Sharding::kNone || !options.communication_hook,
-                 "sharding '", to_string(options.sharding), "' and the communication hook '",
+  DIST_CHECK_ARG(options.sharding == Sharding::kNone || !options.communication_hook, "sharding '",
+                 to_string(options.sharding), "' and the communication hook '",
                  options.communication_hook ? options.communication_hook->name() : "",
                  "' both decide how gradient packs cross the workers; use one of them");
 }
@@ -169,8 +169,8 @@ void MirroredExtended::choose_parts(bool overlap_with_backward, bool share_varia
       exchange = sharded_exchange(chunks, options_.sharding);
       exchange.after_backward = group_->cross_process().completes_in_call();
     }
-    reduction_ = make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack,
-                                           std::move(exchange));
+    reduction_ =
+        make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack, std::move(exchange));
   } else {
     std::vector<collective::Communicator*> members;
     for (const auto& member : members_) members.push_back(member.get());

@@ -278,7 +278,7 @@ bool OverlappedReducer::send_gradient_itself(size_t pack) {
   // the pack's buffer (the largest layers make packs of their own: a copy of their size saved).
   if (!exchange_.frees_gradients || params_.size() != 1 || packs_[pack].size() != 1) return false;
   at::Tensor& grad = params_[0][packs_[pack][0]].mutable_grad();
-  if (!grad.is_contiguous()) return false;
+  if (!grad.defined() || !grad.is_contiguous()) return false;
   flat_[pack] = grad.view(-1);
   described_[pack].buffer = flat_[pack];
   described_[pack].gradients = {grad};

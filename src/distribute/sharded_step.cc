@@ -145,7 +145,7 @@ class ShardedStep : public OptimizerStepPlan {
   void begin_step(Optimizer& optimizer, const GradientReducer& reducer);
   void build(const Optimizer& optimizer, const GradientReducer& reducer);
   ShardedPack shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params, size_t pack,
-                       const std::unordered_map<const void*, int>& group) const;
+                         const std::unordered_map<const void*, int>& group) const;
   // Cuts a whole state found in `optimizer` into the pieces' and drops it from `optimizer`.
   void adopt_slots(Optimizer& optimizer);
   void step_pack(size_t pack);
@@ -162,8 +162,8 @@ class ShardedStep : public OptimizerStepPlan {
 };
 
 ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params,
-                                  size_t pack,
-                                  const std::unordered_map<const void*, int>& group) const {
+                                    size_t pack,
+                                    const std::unordered_map<const void*, int>& group) const {
   ShardedPack shard;
   shard.params = std::move(params);
   for (const auto& p : shard.params) {
@@ -240,9 +240,9 @@ void ShardedStep::adopt_slots(Optimizer& optimizer) {
       }
       std::map<std::string, at::Tensor> slots;
       for (const auto& [name, t] : detail::state_slots(optimizer, *it->second))
-        slots[name] = name == "step" ? t.clone()
-                                     : t.reshape(-1).narrow(0, piece.param_offset, piece.length)
-                                           .clone();
+        slots[name] = name == "step"
+                          ? t.clone()
+                          : t.reshape(-1).narrow(0, piece.param_offset, piece.length).clone();
       shard.optimizer->state()[key] = detail::state_of_slots(*shard.optimizer, slots);
     }
   }
@@ -317,7 +317,9 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
   std::vector<at::Tensor> reduced{held};
   cross().all_reduce(reduced, ReduceOp::kMax)->wait();
   marks = held.accessor<int64_t, 2>();
-  auto stateful = [&](size_t j) { return shard.group[j] >= 0 && marks[0][static_cast<int64_t>(j)]; };
+  auto stateful = [&](size_t j) {
+    return shard.group[j] >= 0 && marks[0][static_cast<int64_t>(j)];
+  };
   std::vector<std::map<std::string, at::Tensor>> slots(shard.params.size());
   std::set<std::string> every_name;
   for (const auto& group : names) every_name.insert(group.begin(), group.end());
@@ -326,8 +328,7 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
     at::Tensor outgoing = at::zeros({shard.end - shard.begin}, shard.params[0].options());
     for (size_t i = 0; i < shard.pieces.size(); ++i)
       if (auto it = pieces[i].find(name); it != pieces[i].end())
-        outgoing.narrow(0, shard.pieces[i].chunk_offset, shard.pieces[i].length)
-            .copy_(it->second);
+        outgoing.narrow(0, shard.pieces[i].chunk_offset, shard.pieces[i].length).copy_(it->second);
     at::Tensor whole;
     cross().all_gather(outgoing, &whole)->wait();
     for (size_t j = 0; j < shard.params.size(); ++j)

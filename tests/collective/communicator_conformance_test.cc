@@ -192,8 +192,8 @@ void broadcast_and_gather_are_exact(Communicator& c, int size) {
     c.all_gather_into(mine, all)->wait();
     for (int q = 0; q < size; ++q) {
       const auto [first, last] = chunk_range(13, size, q);
-      ASSERT_TRUE(at::equal(all.narrow(0, first, last - first),
-                            at::full({last - first, 3}, q, dtype)))
+      ASSERT_TRUE(
+          at::equal(all.narrow(0, first, last - first), at::full({last - first, 3}, q, dtype)))
           << dtype << ", member " << q;
     }
   }

@@ -106,8 +106,8 @@ TEST(RingReduceScatterTest, RingTagsAreReservedAndDifferForConsecutiveCollective
 // empty ones included, each member sending only its own and the ones it relays.
 TEST(RingAllGatherTest, EveryMemberGetsEveryPartInItsRows) {
   for (int size : {1, 2, 3, 5}) {
-    for (const std::vector<int64_t>& pattern : {std::vector<int64_t>{4, 4, 4, 4, 4},
-                                                std::vector<int64_t>{3, 0, 2, 1, 0}}) {
+    for (const std::vector<int64_t>& pattern :
+         {std::vector<int64_t>{4, 4, 4, 4, 4}, std::vector<int64_t>{3, 0, 2, 1, 0}}) {
       const std::vector<int64_t> counts(pattern.begin(), pattern.begin() + size);
       int64_t total = 0;
       for (int64_t c : counts) total += c;

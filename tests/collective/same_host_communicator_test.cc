@@ -1,8 +1,8 @@
 // SameHostCommunicator: members on one host share memory for all_reduce, broadcast, barrier,
-// all_gather and reduce_scatter. Members are threads of this test here (each its own Gloo member and its own mapping
-// of the segment); the multi-worker tests run the same path between real processes
-// (tests/multi_worker: collectives, equivalence, a killed worker). Slots of 64 bytes make every
-// collective above 16 floats travel in several parts.
+// all_gather and reduce_scatter. Members are threads of this test here (each its own Gloo member
+// and its own mapping of the segment); the multi-worker tests run the same path between real
+// processes (tests/multi_worker: collectives, equivalence, a killed worker). Slots of 64 bytes make
+// every collective above 16 floats travel in several parts.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -107,8 +107,8 @@ TEST_P(SameHostCommunicatorTest, EveryCollectiveIsExactInSeveralParts) {
     const auto [first, last] = chunk_range(33, size, r);
     at::Tensor rows_chunk = at::empty({last - first, 3}, matrix_rows.options());
     c.reduce_scatter(matrix_rows, rows_chunk, ReduceOp::kMax)->wait();
-    ASSERT_TRUE(
-        at::equal(rows_chunk, member_tensor(size - 1, 1, 99).reshape({33, 3}).slice(0, first, last)));
+    ASSERT_TRUE(at::equal(rows_chunk,
+                          member_tensor(size - 1, 1, 99).reshape({33, 3}).slice(0, first, last)));
   });
   release(members);
   EXPECT_EQ(dist_segments_in_dev_shm(), 0) << "a segment's name was left in /dev/shm";

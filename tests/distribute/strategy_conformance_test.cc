@@ -104,8 +104,8 @@ const std::vector<StrategyUnderTest>& strategies() {
       // some smaller than a chunk per worker would need to be cut inside a parameter.
       in_process("Mirrored2ShardedOptimizer",
                  [] {
-                   return MirroredStrategy(devices(2, CrossDeviceOps::kParallelAllReduce,
-                                                   Sharding::kOptimizer));
+                   return MirroredStrategy(
+                       devices(2, CrossDeviceOps::kParallelAllReduce, Sharding::kOptimizer));
                  }),
       worker_processes("MultiWorker2x1ShardedOptimizerTcp", 2, 1, "ring", "optimizer", 64 << 10),
       worker_processes("MultiWorker4x1ShardedGradientsTcp", 4, 1, "ring", "gradients", 64 << 10),

@@ -4,13 +4,12 @@
 // refuse a compression. Real processes, bounded in time.
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include <nlohmann/json.hpp>
 
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/train_runs.h"
 #include "tools/weight_files.h"
 
 namespace dist {
@@ -21,50 +20,20 @@ using testing::expect_same_weights;
 using testing::ProcessResult;
 using testing::WorkerProcesses;
 
-// Two workers of one replica each, 640 examples in global batches of 64 (10 steps an epoch);
-// `more` says how many epochs.
+// Two workers (small_multi_worker_job) at `compression`, then `more`.
 std::vector<std::string> two_workers(const std::string& compression,
                                      std::vector<std::string> more) {
-  std::vector<std::string> args{"--workers",
-                                "2",
-                                "--",
-                                DIST_TRAIN_BINARY,
-                                "--strategy",
-                                "multi_worker",
-                                "--collective-timeout",
-                                "60",
-                                "--train-examples",
-                                "640",
-                                "--global-batch",
-                                "64",
-                                "--seed",
-                                "5",
-                                "--no-progress",
-                                "--gradient-compression",
-                                compression};
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
+  more.insert(more.begin(), {"--gradient-compression", compression});
+  return testing::small_multi_worker_job(2, std::move(more));
 }
 
-ProcessResult launch(const std::vector<std::string>& args) {
-  WorkerProcesses launcher;
-  launcher.start(DIST_LAUNCH_BINARY, args, {});
-  return launcher.wait_all(300s).at(0);
-}
+ProcessResult launch(const std::vector<std::string>& args) { return testing::launch_job(args); }
 
 ProcessResult run_alone(const std::vector<std::string>& args) {
-  WorkerProcesses process;
-  process.start(DIST_TRAIN_BINARY, args, {});
-  return process.wait_all(60s).at(0);
+  return testing::run_dist_train_alone(args);
 }
 
-// The chief's "Bytes sent per step per worker: N" line.
-int64_t bytes_per_step(const ProcessResult& result) {
-  std::smatch match;
-  static const std::regex line(R"(\[worker:0\] Bytes sent per step per worker: (\d+) )");
-  EXPECT_TRUE(std::regex_search(result.output, match, line)) << result.output;
-  return match.empty() ? -1 : std::stoll(match[1]);
-}
+int64_t bytes_per_step(const ProcessResult& result) { return testing::bytes_sent_per_step(result); }
 
 TEST(DistTrainCompressionTest, APowerSgdJobResumedFromItsCheckpointEqualsAnUninterruptedOne) {
   testing::TempDir dir;

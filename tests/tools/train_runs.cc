@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <regex>
 
 #include "equivalence_data.h"
 #include "tools/weight_files.h"
@@ -53,6 +54,45 @@ void expect_workers_reached(const ProcessResult& result, const std::string& sour
   std::printf("%s, %d workers, %d devices: max relative difference %.3g\n", source.c_str(), workers,
               devices, diff);
   EXPECT_LT(diff, 1e-5);
+}
+
+std::vector<std::string> small_multi_worker_job(int workers, std::vector<std::string> more) {
+  std::vector<std::string> args{"--workers",
+                                std::to_string(workers),
+                                "--",
+                                DIST_TRAIN_BINARY,
+                                "--strategy",
+                                "multi_worker",
+                                "--collective-timeout",
+                                "60",
+                                "--train-examples",
+                                "640",
+                                "--global-batch",
+                                "64",
+                                "--seed",
+                                "5",
+                                "--no-progress"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+ProcessResult launch_job(const std::vector<std::string>& args) {
+  WorkerProcesses launcher;
+  launcher.start(DIST_LAUNCH_BINARY, args, {});
+  return launcher.wait_all(std::chrono::seconds(300)).at(0);
+}
+
+ProcessResult run_dist_train_alone(const std::vector<std::string>& args) {
+  WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, args, {});
+  return process.wait_all(std::chrono::seconds(60)).at(0);
+}
+
+int64_t bytes_sent_per_step(const ProcessResult& result) {
+  std::smatch match;
+  static const std::regex line(R"(\[worker:0\] Bytes sent per step per worker: (\d+) )");
+  EXPECT_TRUE(std::regex_search(result.output, match, line)) << result.output;
+  return match.empty() ? -1 : std::stoll(match[1]);
 }
 
 }  // namespace dist::testing

@@ -2,6 +2,7 @@
 // check that a multi-worker run of it reproduced them (cluster_launch_test, netns_cluster_test).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,15 @@ std::string one_device_weights(const TempDir& dir);
 // within 1e-5 (gtest expectations; the difference is printed).
 void expect_workers_reached(const ProcessResult& result, const std::string& source, int workers,
                             int devices, const std::string& weights, const std::string& expected);
+
+// dist-launch's arguments for `workers` dist-train workers of one replica on 127.0.0.1, 640
+// examples in global batches of 64 (10 steps an epoch), seed 5, then `more` (the compression
+// and sharding tests).
+std::vector<std::string> small_multi_worker_job(int workers, std::vector<std::string> more);
+// Runs dist-launch with `args` (5 minutes at most), or dist-train alone (1 minute).
+ProcessResult launch_job(const std::vector<std::string>& args);
+ProcessResult run_dist_train_alone(const std::vector<std::string>& args);
+// The chief's "Bytes sent per step per worker: N" (-1 and a failed expectation without one).
+int64_t bytes_sent_per_step(const ProcessResult& result);
 
 }  // namespace dist::testing

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <functional>
-#include <numeric>
 #include <iostream>
+#include <numeric>
 
 #include "collective/shm/shared_segment.h"
 #include "dist/core/error.h"
@@ -225,8 +225,8 @@ WorkHandle SameHostCommunicator::reduce_scatter(const at::Tensor& input, at::Ten
       if (to > from) {
         std::vector<at::Tensor> shares;
         for (int m = 0; m < size(); ++m)
-          shares.push_back(at::from_blob(group_->slot(m), {n}, options).slice(0, from - done,
-                                                                               to - done));
+          shares.push_back(
+              at::from_blob(group_->slot(m), {n}, options).slice(0, from - done, to - done));
         at::Tensor piece = out.slice(0, from - begin, to - begin);
         reduce_in_order(op, piece, shares, /*out_is_first=*/false);
       }
@@ -253,8 +253,8 @@ WorkHandle SameHostCommunicator::all_gather_into(const at::Tensor& input, at::Te
   gather_through_slots(input, [&output](const std::vector<int64_t>& shape, const at::Tensor&) {
     const int64_t elements =
         std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-    DIST_CHECK_ARG(output.numel() == elements, "all_gather_into: the members' rows make ",
-                   elements, " elements, but the output has ", output.numel());
+    DIST_CHECK_ARG(output.numel() == elements, "all_gather_into: the members' rows make ", elements,
+                   " elements, but the output has ", output.numel());
     return output.view(-1);
   });
   return completed_work();
@@ -291,8 +291,7 @@ void SameHostCommunicator::gather_through_slots(const at::Tensor& input,
     int64_t done = 0;
     do {  // a round per slot's worth (one at least: the fingerprints are read until its end)
       const int64_t n = std::min(capacity, std::max<int64_t>(flat.numel() - done, 0));
-      if (n > 0)
-        at::from_blob(group_->slot(rank()), {n}, options).copy_(flat.narrow(0, done, n));
+      if (n > 0) at::from_blob(group_->slot(rank()), {n}, options).copy_(flat.narrow(0, done, n));
       wait_for_all("all_gather");  // every slot is full
       for (int m = 0; m < size(); ++m) {
         const int64_t theirs = std::min(capacity, std::max<int64_t>(counts[m] - done, 0));
