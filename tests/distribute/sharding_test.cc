@@ -1,0 +1,91 @@
+// Sharding's options in one process: names, refusals, and what a sharded Mirrored strategy does
+// with the optimizer's slots (they live with the strategy; a checkpoint gathers them). Its
+// equivalence to one device is the strategy conformance suite's (Mirrored2ShardedOptimizer and
+// the multi-worker lines); real worker processes are tests/tools/dist_train_sharding_test.cc.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "dist/core/error.h"
+#include "dist/data/dataset.h"
+#include "dist/distribute/gradient_compression.h"
+#include "dist/distribute/mirrored_strategy.h"
+#include "dist/distribute/sharding.h"
+#include "dist/train/checkpoint.h"
+#include "dist/train/safetensors.h"
+#include "test_util.h"
+
+namespace dist {
+namespace {
+
+MirroredOptions two_replicas(Sharding sharding) {
+  MirroredOptions options;
+  options.devices = {"cpu:0", "cpu:1"};
+  options.threads_per_replica = 1;
+  options.sharding = sharding;
+  return options;
+}
+
+TEST(ShardingTest, NamesAreParsedAndBadOnesNamed) {
+  for (Sharding s :
+       {Sharding::kNone, Sharding::kOptimizer, Sharding::kGradients, Sharding::kParameters})
+    EXPECT_EQ(parse_sharding(to_string(s)), s);
+  try {
+    parse_sharding("zero3");
+    ADD_FAILURE() << "zero3 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'zero3'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShardingTest, WhatIsNotBuiltOrCollidesIsRefusedByName) {
+  try {
+    MirroredStrategy strategy(two_replicas(Sharding::kParameters));
+    ADD_FAILURE() << "stage 3 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("not built yet"), std::string::npos) << e.what();
+  }
+  MirroredOptions with_hook = two_replicas(Sharding::kOptimizer);
+  with_hook.communication_hook = gradient_compression("bf16");
+  try {
+    MirroredStrategy strategy(with_hook);
+    ADD_FAILURE() << "sharding with a hook was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'bf16'"), std::string::npos) << e.what();
+  }
+}
+
+// The optimizer object keeps no slots between sharded steps; a checkpoint written then holds
+// them all the same (gathered), and a state read back into the optimizer is taken by the next
+// step (the optimizer is empty again).
+TEST(ShardingTest, TheStrategyKeepsTheSlotsAndACheckpointStillHoldsThem) {
+  testing::TempDir dir;
+  MirroredStrategy strategy(two_replicas(Sharding::kGradients));
+  torch::manual_seed(3);
+  auto model = strategy.mirror(torch::nn::Sequential(torch::nn::Linear(8, 4)));
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
+  auto step = [&] {
+    strategy.run(
+        [&](const data::Element&) {
+          model->forward(torch::ones({2, 8})).sum().backward();
+          optimizer->apply_gradients();
+        },
+        data::Element{torch::zeros({4, 1})});
+  };
+  step();
+  EXPECT_TRUE(optimizer->optimizer().state().empty());
+  Checkpoint checkpoint(model, optimizer.get());
+  checkpoint.write(dir.file("ckpt.safetensors"));  // one worker: it gathers alone
+  size_t moments = 0;
+  for (const auto& [name, tensor] : load_safetensors(dir.file("ckpt.safetensors")).tensors)
+    moments += name.find("exp_avg") != std::string::npos;
+  EXPECT_EQ(moments, 4u);  // exp_avg and exp_avg_sq of the weight and the bias
+  checkpoint.read(dir.file("ckpt.safetensors"));
+  EXPECT_FALSE(optimizer->optimizer().state().empty());
+  step();
+  EXPECT_TRUE(optimizer->optimizer().state().empty());
+}
+
+}  // namespace
+}  // namespace dist
