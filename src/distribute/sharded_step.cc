@@ -158,7 +158,8 @@ class ShardedStep : public OptimizerStepPlan {
 
   StepPlanInputs inputs_;
   std::shared_ptr<GradientChunks> chunks_;
-  std::vector<ShardedPack> packs_;  // made at the first step
+  std::vector<ShardedPack> packs_;                        // made at the first step
+  std::unordered_map<const void*, int> groups_at_build_;  // the optimizer's parameters' groups
 };
 
 ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params,
@@ -209,6 +210,7 @@ void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reduc
                  "(a LossScaleOptimizer or one of your own); use one of those, or "
                  "Sharding::kNone");
   const auto group = optimizer_groups_of(optimizer);
+  groups_at_build_ = group;
   auto packs = reducer.landing_packs();
   for (size_t k = 0; k < packs.size(); ++k)
     packs_.push_back(shard_pack(optimizer, std::move(packs[k]), k, group));
@@ -216,6 +218,14 @@ void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reduc
 
 void ShardedStep::begin_step(Optimizer& optimizer, const GradientReducer& reducer) {
   if (packs_.empty()) build(optimizer, reducer);
+  // The chunk optimizers were cut from the groups of the first step: a parameter added since
+  // would silently never be stepped.
+  DIST_CHECK_ARG(optimizer_groups_of(optimizer) == groups_at_build_,
+                 "sharding: the optimizer's parameter groups changed after the first step (",
+                 groups_at_build_.size(), " parameters then, ",
+                 optimizer_groups_of(optimizer).size(),
+                 " now); the strategy cut their slots into shares at the first step, so give "
+                 "the optimizer all its parameters and groups before training");
   if (!optimizer.state().empty()) adopt_slots(optimizer);
   // Learning rates and the other options may have changed since the last step (a schedule, a
   // restored checkpoint).

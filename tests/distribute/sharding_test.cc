@@ -87,5 +87,32 @@ TEST(ShardingTest, TheStrategyKeepsTheSlotsAndACheckpointStillHoldsThem) {
   EXPECT_TRUE(optimizer->optimizer().state().empty());
 }
 
+// Its chunk optimizers are cut at the first step: a parameter group added later is refused, not
+// silently left unstepped.
+TEST(ShardingTest, AParameterGroupAddedAfterTheFirstStepIsRefused) {
+  MirroredStrategy strategy(two_replicas(Sharding::kOptimizer));
+  auto model = strategy.mirror(torch::nn::Sequential(torch::nn::Linear(8, 4)));
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  auto step = [&] {
+    strategy.run(
+        [&](const data::Element&) {
+          model->forward(torch::ones({2, 8})).sum().backward();
+          optimizer->apply_gradients();
+        },
+        data::Element{torch::zeros({4, 1})});
+  };
+  step();
+  optimizer->optimizer().add_param_group(
+      torch::optim::OptimizerParamGroup({torch::zeros({2}, torch::requires_grad())}));
+  try {
+    step();
+    ADD_FAILURE() << "a step with a new parameter group ran";
+  } catch (const Error& e) {  // raised inside the step's collective: every replica fails
+    EXPECT_NE(std::string(e.what()).find("parameter groups changed"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dist
