@@ -222,10 +222,7 @@ WorkHandle ProcessCommunicator::all_gather(const at::Tensor& input, at::Tensor* 
   // gather, then cut each member's part back to its size.
   const at::Tensor local = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
   const std::vector<int64_t> counts = gather_sizes(local);
-  std::vector<at::Tensor> sizes;
-  for (int64_t c : counts) sizes.push_back(at::tensor({c}, at::kLong));
-  int64_t largest = 0;
-  for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
   auto padded_shape = local.sizes().vec();
   padded_shape[0] = largest;
   at::Tensor padded = at::zeros(padded_shape, local.options());
@@ -236,10 +233,10 @@ WorkHandle ProcessCommunicator::all_gather(const at::Tensor& input, at::Tensor* 
                                 static_cast<int64_t>(padded.scalar_type()), 1};
   return issue(
       "all_gather", &fingerprint, [&] { return transport_->all_gather(padded, parts.get()); },
-      [parts, sizes, output] {
+      [parts, counts, output] {
         std::vector<at::Tensor> cut;
-        for (size_t r = 0; r < sizes.size(); ++r)
-          cut.push_back((*parts)[r].narrow(0, 0, sizes[r].item<int64_t>()));
+        for (size_t r = 0; r < counts.size(); ++r)
+          cut.push_back((*parts)[r].narrow(0, 0, counts[r]));
         *output = at::cat(cut, 0);
       });
 }

@@ -26,6 +26,17 @@ MirroredOptions two_replicas(Sharding sharding) {
   return options;
 }
 
+// One step of 2 examples on each replica: the sum of the outputs, its gradients applied.
+template <typename Model>
+void take_step(const Strategy& strategy, Model& model, MirroredOptimizer& optimizer) {
+  strategy.run(
+      [&](const data::Element&) {
+        model->forward(torch::ones({2, 8})).sum().backward();
+        optimizer.apply_gradients();
+      },
+      data::Element{torch::zeros({4, 1})});
+}
+
 TEST(ShardingTest, NamesAreParsedAndBadOnesNamed) {
   for (Sharding s :
        {Sharding::kNone, Sharding::kOptimizer, Sharding::kGradients, Sharding::kParameters})
@@ -65,14 +76,7 @@ TEST(ShardingTest, TheStrategyKeepsTheSlotsAndACheckpointStillHoldsThem) {
   auto model = strategy.mirror(torch::nn::Sequential(torch::nn::Linear(8, 4)));
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
-  auto step = [&] {
-    strategy.run(
-        [&](const data::Element&) {
-          model->forward(torch::ones({2, 8})).sum().backward();
-          optimizer->apply_gradients();
-        },
-        data::Element{torch::zeros({4, 1})});
-  };
+  auto step = [&] { take_step(strategy, model, *optimizer); };
   step();
   EXPECT_TRUE(optimizer->optimizer().state().empty());
   Checkpoint checkpoint(model, optimizer.get());
@@ -94,14 +98,7 @@ TEST(ShardingTest, AParameterGroupAddedAfterTheFirstStepIsRefused) {
   auto model = strategy.mirror(torch::nn::Sequential(torch::nn::Linear(8, 4)));
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
-  auto step = [&] {
-    strategy.run(
-        [&](const data::Element&) {
-          model->forward(torch::ones({2, 8})).sum().backward();
-          optimizer->apply_gradients();
-        },
-        data::Element{torch::zeros({4, 1})});
-  };
+  auto step = [&] { take_step(strategy, model, *optimizer); };
   step();
   optimizer->optimizer().add_param_group(
       torch::optim::OptimizerParamGroup({torch::zeros({2}, torch::requires_grad())}));
