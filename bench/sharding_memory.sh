@@ -4,7 +4,7 @@
 # workers (default 4) of one replica and one thread, each worker a "host" of its own (a network
 # namespace of scripts/netns-cluster.sh, unlimited links), so that no two workers share memory
 # and unsharded means every worker keeps everything, as across real hosts. dist-train
-# --sharding none | optimizer | gradients, then PyTorch DDP with Adam and with
+# --sharding none | optimizer | gradients | parameters, then PyTorch DDP with Adam and with
 # ZeroRedundancyOptimizer (bench/pytorch_zero_memory.py under Debian's /usr/bin/python3 and
 # python3-torch, tcmalloc preloaded), in one run,
 # alternating, REPEATS rounds. Each figure is the largest VmHWM of the workers (dist-train's
@@ -42,7 +42,8 @@ run_dist_train() {  # LEVEL ROUND
     --host-command "$netns exec {host} sh -c" -- \
     "$build/tools/dist-train" --strategy multi_worker --model mlp_wide --threads 1 \
     --global-batch "$global_batch" --train-examples $((global_batch * steps)) --epochs 1 \
-    --max-steps "$steps" --sharding "$1" --no-progress > "$log" 2>&1 || true
+    --max-steps "$steps" --test-examples "$global_batch" --sharding "$1" --no-progress \
+    > "$log" 2>&1 || true
   local peak
   peak=$(grep -o '"peak_rss_bytes":[0-9]*' "$log" | head -1 | cut -d: -f2)
   printf 'dist-train\t%s\t%s\n' "$1" "${peak:-failed}" >> "$out/results.tsv"
@@ -65,7 +66,7 @@ run_pytorch() {  # MODE ROUND
 }
 
 for ((round = 1; round <= repeats; round++)); do
-  for level in none optimizer gradients; do run_dist_train "$level" "$round"; done
+  for level in none optimizer gradients parameters; do run_dist_train "$level" "$round"; done
   for mode in plain zero; do run_pytorch "$mode" "$round"; done
 done
 

@@ -37,6 +37,7 @@ std::vector<std::pair<std::string, torch::Tensor>> train_one_pass(
         },
         batch);
   }
+  model.variables().gather_values();  // every worker: sharded parameters are in chunks
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : model.primary()->named_parameters())
     weights.emplace_back(p.key(), p.value().detach().clone());
@@ -86,6 +87,7 @@ std::vector<std::pair<std::string, torch::Tensor>> train_conformance_steps(
     checkpoint.state.position = {0, run.to};
     if (strategy.is_chief()) checkpoint.write(run.save_to);
   }
+  model.variables().gather_values();  // every worker: sharded parameters are in chunks
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& p : model.primary()->named_parameters())
     weights.emplace_back(p.key(), p.value().detach().clone());

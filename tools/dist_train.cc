@@ -24,7 +24,8 @@ constexpr const char* kOutOfMemory =
     "dist-train: out of memory: the model's training state (parameters, gradients, optimizer "
     "slots), a batch or the data set did not fit this process; with several workers, "
     "--sharding optimizer or gradients keeps 1/N of the optimizer's state (and of the "
-    "gradients) on each; else try a smaller --global-batch or --batch-per-replica";
+    "gradients) on each, --sharding parameters 1/N of the parameters too; else try a smaller "
+    "--global-batch or --batch-per-replica";
 
 std::string first_line(const char* text) {
   const std::string all(text);

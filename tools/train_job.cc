@@ -262,8 +262,9 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                  "--global-batch (or --batch-per-replica x replicas) of at most ",
                  num_train);
   data::Dataset train = examples.shuffle(num_train, options.seed).batch(global_batch).prefetch(2);
-  data::Dataset test =
-      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch).prefetch(2);
+  data::Dataset test_examples = data::fashion_mnist(options.data_dir, data::Split::kTest);
+  if (options.test_examples > 0) test_examples = test_examples.take(options.test_examples);
+  data::Dataset test = test_examples.batch(global_batch).prefetch(2);
   int64_t steps_per_epoch = 0;
   if (strategy.step_schedule().epoch_is_step_count) {
     steps_per_epoch = parameter_server_steps_per_epoch(options, num_train, global_batch);
@@ -362,7 +363,7 @@ class CustomLoop {
   // Resumes from --resume-from or the directory's latest checkpoint; the first epoch to run.
   int resume();
   void save(int64_t epoch, const data::IteratorPosition& position);
-  void report_bytes_sent(const CommunicationCounters& before, int64_t steps_before);
+  void report_bytes_sent(int64_t steps_before);
   void evaluate();
   // Starts an epoch's metrics (a resumed epoch's sums on the chief).
   void begin_epoch(bool resuming);
@@ -383,6 +384,7 @@ class CustomLoop {
   DistributedDataset test_data_;
   Mirrored<torch::nn::Sequential> model_;
   std::shared_ptr<MirroredOptimizer> optimizer_;
+  int64_t train_bytes_sent_ = 0;  // by this worker, in train_epoch
   SparseCategoricalCrossentropy loss_fn_{/*from_logits=*/true, Reduction::kNone};
   mixed_precision::Policy precision_;
   metrics::Mean train_loss_{"train_loss"}, test_loss_{"test_loss"};
@@ -597,20 +599,22 @@ void CustomLoop::report_epoch(int epoch, double epoch_seconds, double images_per
 }
 
 void CustomLoop::save_weights() {
-  if (!job_.chief || options_.save_weights.empty()) return;
+  if (options_.save_weights.empty()) return;
+  model_.variables().gather_values();  // every worker: --sharding parameters keeps chunks
+  if (!job_.chief) return;
   model_.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
   save_safetensors(options_.save_weights, named_weights(*model_.primary()),
                    {{"model", name_of(options_.model)}, {"step", std::to_string(result_.steps)}},
                    options_.env);
 }
 
-// What this worker sent to the others per step of this run, by the library's own count
-// (communication_counters.h; the evaluation's few metric sums included).
-void CustomLoop::report_bytes_sent(const CommunicationCounters& before, int64_t steps_before) {
+// What this worker sent to the others per step of this run's training, by the library's own
+// count (communication_counters.h; evaluation is left out: at --sharding parameters each of its
+// batches gathers the whole model).
+void CustomLoop::report_bytes_sent(int64_t steps_before) {
   const int64_t steps = result_.steps - steps_before;
   if (strategy_.num_workers() < 2 || steps <= 0) return;
-  const CommunicationCounters now = strategy_.extended().communication_counters();
-  result_.bytes_sent_per_step = (now.bytes_sent - before.bytes_sent) / steps;
+  result_.bytes_sent_per_step = train_bytes_sent_ / steps;
   out_ << "Bytes sent per step per worker: " << result_.bytes_sent_per_step << " (library counter, "
        << steps << " steps)" << std::endl;
 }
@@ -643,7 +647,6 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   // Every worker must take the same steps: compare what decides them before the first one.
   strategy_.check_workers_agree(step_settings(options_, job_, result_.resumed_at_step));
   if (resume_at_) report_if_finished(first_epoch);
-  const CommunicationCounters counted_before = strategy_.extended().communication_counters();
   const int64_t steps_before = result_.steps;
   int64_t images = 0;
   for (int epoch = first_epoch; epoch < options_.epochs; ++epoch) {
@@ -653,9 +656,11 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
     out_ << "Epoch " << epoch + 1 << "/" << options_.epochs << std::endl;
     model_.train();
     const auto epoch_start = Clock::now();
+    const int64_t bytes_before = strategy_.extended().communication_counters().bytes_sent;
     int64_t epoch_images = 0;
     const bool epoch_complete =
         train_epoch(epoch, resuming ? resume_at_ : std::nullopt, epoch_images);
+    train_bytes_sent_ += strategy_.extended().communication_counters().bytes_sent - bytes_before;
     if (result_.interrupted) {
       out_ << "Stopped by signal " << preemption_.signal_number() << " after step " << result_.steps
            << (manager_ ? "; checkpoint saved, rerun the same command to resume"
@@ -677,8 +682,8 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
     // A stop at --max-steps saved its mid-epoch position above; do not skip the epoch's rest.
     if (manager_ && epoch_complete) save(epoch + 1, data::IteratorPosition{epoch + 1, 0});
   }
+  report_bytes_sent(steps_before);
   save_weights();
-  report_bytes_sent(counted_before, steps_before);
   report_peak_memory(strategy_, result_, out_);
   result_.images_per_sec = images / std::max(result_.train_seconds, 1e-9);
   result_.seconds = seconds_since(job_start);

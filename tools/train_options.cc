@@ -73,6 +73,8 @@ void check_ranges(const TrainOptions& o) {
   DIST_CHECK_ARG(o.global_batch >= 0, "--global-batch must be at least 1, got ", o.global_batch);
   DIST_CHECK_ARG(o.train_examples == -1 || o.train_examples >= 1,
                  "--train-examples must be at least 1 (or -1 for all), got ", o.train_examples);
+  DIST_CHECK_ARG(o.test_examples == -1 || o.test_examples >= 1,
+                 "--test-examples must be at least 1 (or -1 for all), got ", o.test_examples);
   DIST_CHECK_ARG(o.replicas >= 0, "--replicas must be at least 1, got ", o.replicas);
   DIST_CHECK_ARG(o.threads >= 0, "--threads must be at least 1, got ", o.threads);
   DIST_CHECK_ARG(o.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
@@ -105,9 +107,6 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
   DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none", "--sharding ",
                  to_string(o.sharding), " and --gradient-compression ", o.gradient_compression,
                  " both decide how gradients cross the workers; use one of them");
-  DIST_CHECK_ARG(o.sharding != Sharding::kParameters,
-                 "--sharding parameters (ZeRO stage 3) is not built yet; use optimizer or "
-                 "gradients");
 }
 
 void check_combinations(const TrainOptions& o) {
@@ -220,8 +219,8 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--sharding", s.sharding,
                  "mirrored, central_storage, multi_worker: what the workers split between them "
                  "instead of each keeping it whole (ZeRO): none | optimizer (the optimizer's "
-                 "slots) | gradients (and the gradients between steps) | parameters (not built "
-                 "yet)")
+                 "slots) | gradients (and the gradients between steps) | parameters (and the "
+                 "parameters, gathered layer by layer: one replica per worker, --loop custom)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->capture_default_str()
@@ -260,6 +259,10 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--train-examples", o.train_examples,
                  "train on the first N examples only (-1: all)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
+  app.add_option("--test-examples", o.test_examples,
+                 "evaluate on the first N test examples only (-1: all)")
       ->capture_default_str()
       ->check(kMinusOneOrPositive);
   app.add_option("--checkpoint-dir", o.checkpoint_dir,

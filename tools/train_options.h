@@ -77,6 +77,7 @@ struct TrainOptions {
   uint64_t seed = 42;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t train_examples = -1;   // use only the first N training examples; -1: all
+  int64_t test_examples = -1;    // evaluate on the first N test examples only; -1: all
   std::string checkpoint_dir;    // resumable checkpoints; resumes from the latest one here
   std::string resume_from;       // a checkpoint file to resume from instead of the latest
   int64_t checkpoint_every = 0;  // also save every K global steps (0: epoch ends and stops)

@@ -80,6 +80,10 @@ struct PackExchange {
   // elsewhere); replica 0's gradients then hold the sum of this process's replicas once the
   // pack is complete.
   bool gradients_in_pack = false;
+  // Called once a pack's gradients are final and summed in this process (backward ran every
+  // node that reads its parameters), with `model` (GradientPack::model) and replica 0's
+  // parameters of the pack, before the pack goes out. Stage 3 releases them (parameter_shards.h).
+  std::function<void(int model, const std::vector<at::Tensor>& params)> summed;
 };
 
 // Parameter indices per pack.

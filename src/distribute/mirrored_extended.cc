@@ -30,10 +30,13 @@
 namespace dist {
 namespace {
 
-void check_sharding(const MirroredOptions& options) {
-  DIST_CHECK_ARG(options.sharding != Sharding::kParameters,
-                 "sharding 'parameters' (ZeRO stage 3: parameters kept in chunks and gathered "
-                 "for forward and backward) is not built yet; use 'optimizer' or 'gradients'");
+void check_sharding(const MirroredOptions& options, size_t replicas) {
+  DIST_CHECK_ARG(options.sharding != Sharding::kParameters || replicas == 1,
+                 "sharding 'parameters' (ZeRO stage 3) shards the parameters between worker "
+                 "processes of one replica each; this worker has ",
+                 replicas,
+                 " replicas, which would each gather the same layers: give each worker one "
+                 "replica (more workers instead), or use sharding 'gradients'");
   DIST_CHECK_ARG(options.sharding == Sharding::kNone || !options.communication_hook, "sharding '",
                  to_string(options.sharding), "' and the communication hook '",
                  options.communication_hook ? options.communication_hook->name() : "",
@@ -104,7 +107,27 @@ void MirroredVariables::gather_slots(torch::optim::Optimizer& optimizer) {
   step_plan_->gather_slots(optimizer);
 }
 
+void MirroredVariables::gather_values() {
+  if (parameter_shards_) parameter_shards_->gather_all();
+}
+
+void MirroredVariables::prepare_to_read() {
+  if (!parameter_shards_ || parameter_shards_->all_whole()) return;
+  if (owner_->num_workers() == 1) {
+    parameter_shards_->gather_all();  // a collective of one
+    return;
+  }
+  throw InvalidArgument(detail::concat(
+      "the parameters are sharded between the ", owner_->num_workers(),
+      " workers (sharding 'parameters') and were not gathered since the last step; call "
+      "variables().gather_values() (or Checkpoint::gather_worker_states()) on every worker "
+      "before one of them reads them"));
+}
+
 void MirroredVariables::prepare_to_write() {
+  // Every worker restores the same values: each gathers (so that a parameter the restore does
+  // not write keeps its value), and the next forward takes the written values as its chunks.
+  gather_values();
   if (step_plan_) step_plan_->prepare_to_write();
 }
 
@@ -112,7 +135,7 @@ MirroredVariables::~MirroredVariables() {
   // The modules outlive this placement: they must not keep writing into memory that other
   // processes read (a later strategy would step them whole on every worker).
   try {
-    prepare_to_write();
+    if (step_plan_) step_plan_->prepare_to_write();
   } catch (...) {  // cloning failed (out of memory): nothing better to do in a destructor
   }
 }
@@ -133,7 +156,7 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   local.algorithm = options_.cross_device_ops;
   local.timeout = options_.collective_timeout;
   if (!cross_process) cross_process = collective::make_single_process_communicator();
-  check_sharding(options_);
+  check_sharding(options_, devices_.size());
   // Decided before the communicator is wrapped: the counter answers completes_in_call alike.
   const bool completes_in_call = cross_process->completes_in_call();
   cross_process = collective::count_bytes(std::move(cross_process), counters_);
@@ -161,23 +184,22 @@ void MirroredExtended::choose_parts(bool overlap_with_backward, bool share_varia
   // multi-worker strategy refuses one without overlap_with_backward); so does sharding, whose
   // packs land in this worker's chunks pack by pack.
   const bool sharded = options_.sharding != Sharding::kNone;
-  auto chunks = std::make_shared<GradientChunks>();
   if (options_.communication_hook || sharded || overlap_with_backward) {
     PackExchange exchange;
     exchange.communicate = communicate_through(options_.communication_hook);
     if (sharded) {
-      exchange = sharded_exchange(chunks, options_.sharding);
+      exchange = sharded_exchange(sharding_state_, options_.sharding);
       exchange.after_backward = group_->cross_process().completes_in_call();
     }
     reduction_ =
-        make_overlapped_reduction(group_.get(), this, options_.bytes_per_pack, std::move(exchange));
+        make_overlapped_reduction(group_.get(), this, bytes_per_pack(), std::move(exchange));
   } else {
     std::vector<collective::Communicator*> members;
     for (const auto& member : members_) members.push_back(member.get());
     reduction_ = make_inline_reduction(std::move(members), options_.bytes_per_pack);
   }
   const int replicas = static_cast<int>(devices_.size());
-  make_step_plan_ = sharded ? sharded_step_plan(chunks)
+  make_step_plan_ = sharded ? sharded_step_plan(sharding_state_)
                             : choose_step_plan(options_.shard_optimizer_step,
                                                share_variables_on_host, replicas, num_workers());
 }
@@ -251,7 +273,10 @@ at::Tensor MirroredExtended::all_gather_across_workers(const at::Tensor& local) 
 std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
     std::shared_ptr<torch::nn::Module> primary) {
   DIST_CHECK_ARG(primary != nullptr, "mirror: the model is empty (a null module)");
-  if (options_.sharding != Sharding::kNone)
+  const bool shard_parameters = options_.sharding == Sharding::kParameters;
+  std::vector<std::vector<size_t>> units;  // stage 3's, checked before anything changes
+  if (shard_parameters) units = parameter_units(*primary, primary->parameters());
+  if (options_.sharding != Sharding::kNone && !shard_parameters)
     place_packs_contiguously(*primary, options_.bytes_per_pack);
   auto variables = std::make_shared<MirroredVariables>(shared_from_this(), mirror(primary));
   if (num_workers() > 1) synchronize_initial_values(*variables);
@@ -261,6 +286,13 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
   for (const auto& named : primary->named_parameters()) names.push_back(named.key());
   const int model = models_placed_++;
   variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names), model);
+  if (shard_parameters) {  // after the reducer, which takes the parameters' shapes while whole
+    auto shards =
+        std::make_shared<ParameterShards>(primary->parameters(), std::move(units), group_);
+    sharding_state_->set_parameter_shards(model, shards);
+    gather_by_units(*primary, shards);
+    variables->parameter_shards_ = std::move(shards);
+  }
   const MirroredVariables* placed = variables.get();
   variables->step_plan_ =
       make_step_plan_({group_.get(), [placed] { return placed->parameter_holders(); }, model});

@@ -20,6 +20,7 @@
 #include "distribute/host_shared_variables.h"
 #include "distribute/optimizer_step_plan.h"
 #include "distribute/replica_threads.h"
+#include "distribute/sharded_step.h"
 
 namespace dist {
 
@@ -42,7 +43,9 @@ class MirroredVariables : public DistributedVariables {
   std::vector<at::Tensor> trainable_variables() const override {
     return replicas_.front()->parameters();
   }
+  void prepare_to_read() override;
   void prepare_to_write() override;
+  void gather_values() override;
   void sync_from_primary() override;
   void prepare_to_read_slots(torch::optim::Optimizer& optimizer) override;
   void gather_slots(torch::optim::Optimizer& optimizer) override;
@@ -61,6 +64,8 @@ class MirroredVariables : public DistributedVariables {
   // How this model's optimizer step serves every copy (it may hold the parameters and slots
   // in memory the workers of this host share).
   std::unique_ptr<OptimizerStepPlan> step_plan_;
+  // Stage 3 (Sharding::kParameters): this worker's chunks of the parameters; else null.
+  std::shared_ptr<ParameterShards> parameter_shards_;
   // Its hooks sit on the copies' parameters; declared last so it goes first.
   std::shared_ptr<GradientReducer> reducer_;
 };
@@ -107,6 +112,11 @@ class MirroredExtended : public StrategyExtended,
   // The parts (the reduction and the step plan), once the group exists. `overlap_with_backward`:
   // whether plain packs go out during backward.
   void choose_parts(bool overlap_with_backward, bool share_variables_on_host);
+  // The overlapped reduction's: at stage 3 every parameter is a pack of its own, so that a
+  // pack is released as soon as its layer's backward has run.
+  int64_t bytes_per_pack() const {
+    return options_.sharding == Sharding::kParameters ? 1 : options_.bytes_per_pack;
+  }
   MirroredVariables& mirrored(DistributedVariables& variables) const;
   // The primary's copies, one per other local replica, sharing its parameters' storage.
   std::vector<std::shared_ptr<torch::nn::Module>> mirror(
@@ -132,6 +142,8 @@ class MirroredExtended : public StrategyExtended,
   // step plan each model gets.
   std::unique_ptr<GradientReduction> reduction_;
   MakeStepPlan make_step_plan_;
+  // A sharded strategy's chunks of the gradient sums and parameters, per model.
+  std::shared_ptr<ShardingState> sharding_state_ = std::make_shared<ShardingState>();
   std::unique_ptr<ReplicaThreads> threads_;
   std::mutex run_mu_;
   int models_created_ = 0;  // checked for sameness between the workers

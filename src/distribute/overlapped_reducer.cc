@@ -45,6 +45,7 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
       names_(std::move(names)),
       packs_(std::move(packs)) {
   const size_t count = params_[0].size();
+  for (const auto& p : params_[0]) shapes_.push_back(p.sizes().vec());
   pack_of_.assign(count, 0);
   flat_.resize(packs_.size());
   described_.resize(packs_.size());
@@ -54,7 +55,7 @@ OverlappedReducer::OverlappedReducer(std::vector<std::vector<at::Tensor>> params
     for (size_t i : packs_[k]) {
       pack_of_[i] = k;
       offset_[k].push_back(elements);
-      elements += params_[0][i].numel();
+      elements += numel_of(i);
     }
     described_[k].model = model;
     described_[k].index = k;
@@ -127,13 +128,18 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
     make_buffer(pack);
     for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
       const size_t i = packs_[pack][pos];
-      at::Tensor out = flat_[pack].narrow(0, offset_[pack][pos], params_[0][i].numel());
+      at::Tensor out = flat_[pack].narrow(0, offset_[pack][pos], numel_of(i));
       const at::Tensor& grad = params_[0][i].grad();
       if (grad.data_ptr() != out.data_ptr()) out.copy_(grad.reshape(-1));  // else accumulated there
       for (size_t r = 1; r < params_.size(); ++r) out.add_(params_[r][i].grad().reshape(-1));
       if (exchange_.frees_gradients)
         for (auto& replica : params_) replica[i].mutable_grad().reset();
     }
+  }
+  if (exchange_.summed) {
+    std::vector<at::Tensor> params;
+    for (size_t i : packs_[pack]) params.push_back(params_[0][i]);
+    exchange_.summed(described_[pack].model, params);
   }
   std::lock_guard<std::mutex> lock(mu_);
   reduced_[pack] = true;
@@ -153,7 +159,8 @@ void OverlappedReducer::mark_rest_locked(int replica, std::vector<size_t>& compl
   for (size_t i = 0; i < params.size(); ++i) {
     if (final_[static_cast<size_t>(replica)][i]) continue;
     // An unmarked parameter is read by no one until it is marked here.
-    if (!params[i].grad().defined()) params[i].mutable_grad() = at::zeros_like(params[i]);
+    if (!params[i].grad().defined())
+      params[i].mutable_grad() = at::zeros(shapes_[i], params[i].options());
     const int64_t pack = mark_locked(replica, i);
     if (pack >= 0) completed.push_back(static_cast<size_t>(pack));
   }
@@ -257,7 +264,7 @@ void OverlappedReducer::make_buffer(size_t pack) {
   if (flat_[pack].defined()) return;
   const at::Tensor& first = params_[0][packs_[pack].front()];
   int64_t elements = 0;
-  for (size_t i : packs_[pack]) elements += params_[0][i].numel();
+  for (size_t i : packs_[pack]) elements += numel_of(i);
   // Zeros where backward will accumulate into it (gradients_in_pack).
   flat_[pack] = exchange_.gradients_in_pack ? at::zeros({elements}, first.options())
                                             : at::empty({elements}, first.options());
@@ -265,9 +272,10 @@ void OverlappedReducer::make_buffer(size_t pack) {
   described.buffer = flat_[pack];
   described.gradients.clear();
   for (size_t pos = 0; pos < packs_[pack].size(); ++pos) {
-    at::Tensor param = params_[0][packs_[pack][pos]];
+    const size_t i = packs_[pack][pos];
+    at::Tensor param = params_[0][i];
     described.gradients.push_back(
-        flat_[pack].narrow(0, offset_[pack][pos], param.numel()).view(param.sizes()));
+        flat_[pack].narrow(0, offset_[pack][pos], numel_of(i)).view(shapes_[i]));
     if (exchange_.gradients_in_pack && param.requires_grad())
       param.mutable_grad() = described.gradients.back();
   }
@@ -307,6 +315,12 @@ void OverlappedReducer::settle() {
     reset_step_locked();
   }
   for (auto& work : issued) work->wait();  // every process sent the same packs
+}
+
+int64_t OverlappedReducer::numel_of(size_t param) const {
+  int64_t numel = 1;
+  for (int64_t size : shapes_[param]) numel *= size;
+  return numel;
 }
 
 void OverlappedReducer::reset_step_locked() {

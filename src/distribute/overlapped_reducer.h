@@ -93,12 +93,16 @@ class OverlappedReducer : public GradientReducer {
   // one replica, one parameter); false otherwise.
   bool send_gradient_itself(size_t pack);
   void reset_step_locked();
+  int64_t numel_of(size_t param) const;
 
   collective::HierarchicalGroup* group_;
   const StrategyExtended* owner_;
   PackExchange exchange_;
   std::vector<std::vector<at::Tensor>> params_;  // [replica][parameter]
   std::vector<std::string> names_;               // parameter names, for errors
+  // Each parameter's shape when the reducer was made: stage 3 releases the parameters
+  // themselves between their uses (parameter_shards.h).
+  std::vector<std::vector<int64_t>> shapes_;
   std::vector<std::vector<size_t>> packs_;
   std::vector<size_t> pack_of_;               // parameter -> pack
   std::vector<at::Tensor> flat_;              // one buffer per pack, in pack order (or freed)

@@ -17,8 +17,8 @@
 
 namespace dist {
 
-at::Tensor GradientChunks::chunk(int model, size_t pack, int64_t elements,
-                                 const at::TensorOptions& options, int rank, int size) {
+at::Tensor ShardingState::chunk(int model, size_t pack, int64_t elements,
+                                const at::TensorOptions& options, int rank, int size) {
   std::lock_guard<std::mutex> lock(mu_);
   at::Tensor& chunk = chunks_[{model, pack}];
   if (!chunk.defined()) {
@@ -28,18 +28,35 @@ at::Tensor GradientChunks::chunk(int model, size_t pack, int64_t elements,
   return chunk;
 }
 
-PackExchange sharded_exchange(std::shared_ptr<GradientChunks> chunks, Sharding sharding) {
+void ShardingState::set_parameter_shards(int model, std::shared_ptr<ParameterShards> shards) {
+  std::lock_guard<std::mutex> lock(mu_);
+  parameter_shards_[model] = std::move(shards);
+}
+
+std::shared_ptr<ParameterShards> ShardingState::parameter_shards(int model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = parameter_shards_.find(model);
+  return it == parameter_shards_.end() ? nullptr : it->second;
+}
+
+PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sharding) {
   DIST_INTERNAL_ASSERT(sharding != Sharding::kNone, "a sharded exchange without sharding");
   PackExchange exchange;
   exchange.lands_in_gradients = false;  // this worker's sums are its chunk, not every gradient
   exchange.frees_gradients = sharding != Sharding::kOptimizer;
   // The reduce-scatter only reads the pack: kept gradients can live in it (one copy, not two).
   exchange.gradients_in_pack = sharding == Sharding::kOptimizer;
-  exchange.communicate = [chunks](collective::Communicator& cross, GradientPack& pack) {
-    at::Tensor sums = chunks->chunk(pack.model, pack.index, pack.buffer.numel(),
-                                    pack.buffer.options(), cross.rank(), cross.size());
+  exchange.communicate = [state](collective::Communicator& cross, GradientPack& pack) {
+    at::Tensor sums = state->chunk(pack.model, pack.index, pack.buffer.numel(),
+                                   pack.buffer.options(), cross.rank(), cross.size());
     return cross.reduce_scatter(pack.buffer, sums, ReduceOp::kSum);
   };
+  if (sharding == Sharding::kParameters) {
+    exchange.summed = [state](int model, const std::vector<at::Tensor>& params) {
+      auto shards = state->parameter_shards(model);
+      for (const auto& p : params) shards->release(p);
+    };
+  }
   return exchange;
 }
 
@@ -64,7 +81,7 @@ struct ShardedPack {
   std::vector<int> group;          // each parameter's group in the optimizer; -1: not in it
   int64_t elements = 0;
   int64_t begin = 0, end = 0;  // this worker's chunk
-  at::Tensor sums;             // the chunk's gradient sums (GradientChunks)
+  at::Tensor sums;             // the chunk's gradient sums (ShardingState)
   // The parameters as one tensor, when they are views of one buffer in pack order
   // (place_packs_contiguously); else undefined, and chunks are copied out and back.
   at::Tensor flat;
@@ -120,8 +137,8 @@ bool lists(const std::vector<std::string>& names, const std::string& name) {
 
 class ShardedStep : public OptimizerStepPlan {
  public:
-  ShardedStep(const StepPlanInputs& inputs, std::shared_ptr<GradientChunks> chunks)
-      : inputs_(inputs), chunks_(std::move(chunks)) {}
+  ShardedStep(const StepPlanInputs& inputs, std::shared_ptr<ShardingState> state)
+      : inputs_(inputs), state_(std::move(state)) {}
 
   PackLanded step_by_packs(int /*replica*/, Optimizer& optimizer,
                            const GradientReducer& reducer) override {
@@ -156,9 +173,18 @@ class ShardedStep : public OptimizerStepPlan {
   void gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
                          const std::vector<std::vector<std::string>>& names);
 
+  // A parameter's shape, whole or released (stage 3).
+  std::vector<int64_t> sizes_of(const at::Tensor& param) const {
+    return shards_ ? shards_->sizes(param) : param.sizes().vec();
+  }
+  int64_t numel_of(const at::Tensor& param) const {
+    return shards_ ? shards_->numel(param) : param.numel();
+  }
+
   StepPlanInputs inputs_;
-  std::shared_ptr<GradientChunks> chunks_;
-  std::vector<ShardedPack> packs_;                        // made at the first step
+  std::shared_ptr<ShardingState> state_;
+  std::shared_ptr<ParameterShards> shards_;  // stage 3: the parameters' chunks live there
+  std::vector<ShardedPack> packs_;           // made at the first step
   std::unordered_map<const void*, int> groups_at_build_;  // the optimizer's parameters' groups
 };
 
@@ -168,25 +194,30 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
   ShardedPack shard;
   shard.params = std::move(params);
   for (const auto& p : shard.params) {
-    DIST_CHECK_ARG(p.is_contiguous(), "sharding: a parameter of shape ", p.sizes(),
+    DIST_CHECK_ARG(shards_ || p.is_contiguous(), "sharding: a parameter of shape ", p.sizes(),
                    " is not contiguous, so it cannot be cut into chunks; make it contiguous "
                    "before the strategy places the model");
     shard.offsets.push_back(shard.elements);
     auto it = group.find(p.unsafeGetTensorImpl());
     shard.group.push_back(it == group.end() ? -1 : it->second);
-    shard.elements += p.numel();
+    shard.elements += numel_of(p);
   }
-  shard.flat = contiguous_buffer_of(shard.params, shard.elements);
+  // Stage 3's packs are one parameter each, whose chunk is the pack's.
+  DIST_INTERNAL_ASSERT(!shards_ || shard.params.size() == 1, "a stage-3 pack of ",
+                       shard.params.size(), " parameters");
+  if (!shards_) shard.flat = contiguous_buffer_of(shard.params, shard.elements);
   std::tie(shard.begin, shard.end) =
       collective::chunk_range(shard.elements, cross().size(), cross().rank());
-  shard.sums = chunks_->chunk(inputs_.model, pack, shard.elements, shard.params[0].options(),
-                              cross().rank(), cross().size());
+  shard.sums = state_->chunk(inputs_.model, pack, shard.elements, shard.params[0].options(),
+                             cross().rank(), cross().size());
   for (size_t j = 0; j < shard.params.size(); ++j) {
     const int64_t first = std::max(shard.begin, shard.offsets[j]);
-    const int64_t last = std::min(shard.end, shard.offsets[j] + shard.params[j].numel());
+    const int64_t last = std::min(shard.end, shard.offsets[j] + numel_of(shard.params[j]));
     if (first >= last) continue;
     ChunkPiece piece{j, first - shard.offsets[j], first - shard.begin, last - first, {}};
-    piece.values = shard.params[j].detach().view(-1).narrow(0, piece.param_offset, piece.length);
+    piece.values =
+        shards_ ? shards_->owned(shard.params[j])
+                : shard.params[j].detach().view(-1).narrow(0, piece.param_offset, piece.length);
     piece.values.mutable_grad() = shard.sums.narrow(0, piece.chunk_offset, piece.length);
     if (shard.group[j] >= 0) {
       if (!shard.optimizer) {
@@ -209,6 +240,7 @@ void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reduc
                  "for LibTorch's SGD, Adam, AdamW, RMSprop and Adagrad, not for this optimizer "
                  "(a LossScaleOptimizer or one of your own); use one of those, or "
                  "Sharding::kNone");
+  shards_ = state_->parameter_shards(inputs_.model);
   const auto group = optimizer_groups_of(optimizer);
   groups_at_build_ = group;
   auto packs = reducer.landing_packs();
@@ -262,6 +294,7 @@ void ShardedStep::adopt_slots(Optimizer& optimizer) {
 void ShardedStep::step_pack(size_t pack) {
   ShardedPack& shard = packs_.at(pack);
   if (shard.optimizer) shard.optimizer->step();
+  if (shards_) return;  // stepped in place in the chunk: the next forward gathers it
   // One gather in flight at a time: each holds a pack's worth of memory until it is written.
   if (pack > 0) finish_gather(packs_[pack - 1]);
   if (shard.flat.defined()) {
@@ -343,8 +376,8 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
     cross().all_gather(outgoing, &whole)->wait();
     for (size_t j = 0; j < shard.params.size(); ++j)
       if (stateful(j) && lists(names[static_cast<size_t>(shard.group[j])], name))
-        slots[j][name] = whole.narrow(0, shard.offsets[j], shard.params[j].numel())
-                             .view(shard.params[j].sizes())
+        slots[j][name] = whole.narrow(0, shard.offsets[j], numel_of(shard.params[j]))
+                             .view(sizes_of(shard.params[j]))
                              .clone();
   }
   for (size_t j = 0; j < shard.params.size(); ++j) {
@@ -388,9 +421,9 @@ void place_packs_contiguously(torch::nn::Module& module, int64_t bytes_per_pack)
   }
 }
 
-MakeStepPlan sharded_step_plan(std::shared_ptr<GradientChunks> chunks) {
-  return [chunks](const StepPlanInputs& inputs) {
-    return std::make_unique<ShardedStep>(inputs, chunks);
+MakeStepPlan sharded_step_plan(std::shared_ptr<ShardingState> state) {
+  return [state](const StepPlanInputs& inputs) {
+    return std::make_unique<ShardedStep>(inputs, state);
   };
 }
 

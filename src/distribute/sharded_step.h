@@ -1,9 +1,9 @@
 // The sharded optimizer step (Sharding, include/dist/distribute/sharding.h): ZeRO's stages 1
-// and 2 over the overlapped reducer's packs.
+// to 3 over the overlapped reducer's packs (stage 3's parameters: parameter_shards.h).
 //
 // Each pack of gradients is cut into one chunk per worker (collective::chunk_range over its
 // flat elements). Its exchange is a reduce-scatter: worker w receives the sums of chunk w only,
-// in a buffer kept per (model, pack) (GradientChunks). As each pack lands, the model's
+// in a buffer kept per (model, pack) (ShardingState). As each pack lands, the model's
 // ShardedStep steps an optimizer of the user's kind over views of chunk w of the parameters,
 // whose gradients are views of those sums and whose slots are therefore 1/N of the whole, and
 // then all-gathers the chunk's new values; step() waits for the gathers and writes every
@@ -29,28 +29,36 @@
 #include "dist/distribute/sharding.h"
 #include "distribute/gradient_reducer.h"
 #include "distribute/optimizer_step_plan.h"
+#include "distribute/parameter_shards.h"
 
 namespace dist {
 
-// This worker's chunk of the sums of each (model, pack): written by the sharded exchange,
-// read by the model's ShardedStep. One per strategy, shared by both.
-class GradientChunks {
+// What a sharded strategy keeps per model, shared by its exchange and its step plans: this
+// worker's chunk of the sums of each (model, pack), written by the sharded exchange and read by
+// the model's ShardedStep; at stage 3, the model's ParameterShards.
+class ShardingState {
  public:
   // The chunk buffer of pack `pack` of model `model`, made on first use: chunk `rank` of
   // `size` of a pack of `elements` elements of `options`.
   at::Tensor chunk(int model, size_t pack, int64_t elements, const at::TensorOptions& options,
                    int rank, int size);
+  void set_parameter_shards(int model, std::shared_ptr<ParameterShards> shards);
+  // Null below stage 3.
+  std::shared_ptr<ParameterShards> parameter_shards(int model);
 
  private:
   std::mutex mu_;
   std::map<std::pair<int, size_t>, at::Tensor> chunks_;
+  std::map<int, std::shared_ptr<ParameterShards>> parameter_shards_;
 };
 
-// The packs' exchange at `sharding` (not kNone): a reduce-scatter SUM into `chunks`.
-PackExchange sharded_exchange(std::shared_ptr<GradientChunks> chunks, Sharding sharding);
+// The packs' exchange at `sharding` (not kNone): a reduce-scatter SUM into `state`'s chunks;
+// at stage 3 it releases each pack's parameters once its gradients are summed.
+PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sharding);
 
-// The step plan of a sharded strategy, reading its sums from `chunks`.
-MakeStepPlan sharded_step_plan(std::shared_ptr<GradientChunks> chunks);
+// The step plan of a sharded strategy, reading its sums from `state`. At stage 3 it steps the
+// model's ParameterShards::owned() chunks and gathers nothing (the next forward does).
+MakeStepPlan sharded_step_plan(std::shared_ptr<ShardingState> state);
 
 // Makes the parameters of each pack (make_packs over `module`'s parameters, the packs its
 // reducer will make) views of one contiguous buffer, in pack order, so that a chunk of a pack

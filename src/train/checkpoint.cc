@@ -310,6 +310,7 @@ Checkpoint& Checkpoint::add_hook(const std::string& name, std::shared_ptr<Commun
 
 void Checkpoint::gather_worker_states() {
   for (const auto& object : objects_) {
+    if (object->variables != nullptr) object->variables->gather_values();
     if (object->kind == kHookKind) *object->gathered = object->job->gather();
     if (object->kind == kOptimizerKind)
       if (const auto& model = find(object->model)->variables)
@@ -743,7 +744,12 @@ void Checkpoint::Reading::apply(bool restore_random) const {
 
 void Checkpoint::read(const std::string& path, Env* env) {
   // The layout is checked before any allocation.
-  const Reading reading(*this, path, load_safetensors(path, env));
+  SafetensorsFile file = load_safetensors(path, env);
+  // Parameters a strategy keeps in shares (Sharding::kParameters) are checked against and
+  // written whole: a collective, so there every worker reads the checkpoint.
+  for (const auto& object : objects_)
+    if (object->variables != nullptr) object->variables->gather_values();
+  const Reading reading(*this, path, std::move(file));
   reading.apply(save_random_state);
   state = reading.state;
 }

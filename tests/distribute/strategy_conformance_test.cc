@@ -111,6 +111,9 @@ const std::vector<StrategyUnderTest>& strategies() {
       worker_processes("MultiWorker4x1ShardedGradientsTcp", 4, 1, "ring", "gradients", 64 << 10),
       worker_processes("MultiWorker2x2ShardedGradientsSharedMemory", 2, 2, "auto", "gradients",
                        64 << 10),
+      // Stage 3: each parameter a pack, each layer gathered for its forward and backward.
+      worker_processes("MultiWorker2x1ShardedParametersTcp", 2, 1, "ring", "parameters"),
+      worker_processes("MultiWorker4x1ShardedParametersSharedMemory", 4, 1, "auto", "parameters"),
   };
   return all;
 }

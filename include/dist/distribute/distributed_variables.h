@@ -42,6 +42,11 @@ class DistributedVariables {
   // Call before reading primary()'s values outside a step (writing a checkpoint): a strategy
   // that holds the current values elsewhere (on parameter servers) fetches them into primary().
   virtual void prepare_to_read() {}
+  // A collective of every worker: values the workers keep in shares (Sharding::kParameters
+  // keeps 1/N of each parameter) become whole in primary() until the next step's forward.
+  // Call it on every worker before one of them reads primary() outside a step (a checkpoint
+  // does, in Checkpoint::gather_worker_states).
+  virtual void gather_values() {}
   // Call before changing primary()'s values in place outside a step (restoring a checkpoint,
   // set_weights): values this process shares with others (the workers of one host share one
   // copy) become its own first, so the change cannot reach, or tear, another process's.

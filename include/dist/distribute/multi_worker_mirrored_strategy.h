@@ -89,8 +89,8 @@ struct MultiWorkerOptions {
   int threads_per_replica = 0;
   CommunicationOptions communication;
   // The workers split the optimizer's slots (kOptimizer), and the gradients between steps
-  // (kGradients), each keeping 1/N (sharding.h). Gradients then travel reduce-scattered and
-  // parameters all-gathered, the bytes of one all-reduce. Needs overlap_with_backward, and
+  // (kGradients), and the parameters (kParameters), each keeping 1/N (sharding.h). Gradients
+  // then travel reduce-scattered and parameters all-gathered. Needs overlap_with_backward, and
   // replaces share_variables_on_host.
   Sharding sharding = Sharding::kNone;
 };

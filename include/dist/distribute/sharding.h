@@ -3,8 +3,10 @@
 // ZeroRedundancyOptimizer and FSDP).
 //
 // Every level reduce-scatters each gradient pack (worker w gets the sums of its chunk w of the
-// pack), steps the optimizer over its chunks only, and all-gathers the updated parameters: the
-// bytes of one all-reduce, and every worker holds the same parameters after each step.
+// pack) and steps the optimizer over its chunks only. Stages 1 and 2 then all-gather the
+// updated parameters: the bytes of one all-reduce, and every worker holds the same parameters
+// after each step. Stage 3 gathers each layer's parameters before its forward and again before
+// its backward: 1.5x the bytes of one all-reduce.
 //   kNone        every worker keeps the whole optimizer state and steps every element;
 //   kOptimizer   each worker keeps the optimizer state ("slots": Adam's two moments) of its
 //                chunks only: 1/N of it (ZeRO stage 1);
@@ -12,8 +14,13 @@
 //                chunk of sums has arrived: between steps a worker holds its chunks' sums only
 //                (ZeRO stage 2);
 //   kParameters  as kGradients, and parameters too are kept as chunks, gathered just in time
-//                for forward and backward (ZeRO stage 3, FSDP). Not built yet: asking for it is
-//                an InvalidArgument.
+//                for each layer's forward and backward and released after it (ZeRO stage 3,
+//                FSDP): a worker holds 1/N of every parameter plus the layer it computes. The
+//                model must be a torch::nn::Sequential (its children are the layers gathered
+//                one at a time: LibTorch's modules have no forward hooks), of one replica per
+//                worker. Between steps the parameters are empty tensors on every worker: read
+//                them after DistributedVariables::gather_values() (a collective), which a
+//                Checkpoint calls in gather_worker_states().
 // In one process (MirroredStrategy) there is one worker: its chunk is everything, so a level
 // changes where the state lives, not how much there is.
 //

@@ -129,10 +129,12 @@ class Checkpoint {
   Checkpoint& add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
                   const Strategy& strategy);
   // Collects the state of every hook added from every worker of its strategy, and the slots of
-  // every optimizer whose strategy shards them (Sharding), for the next write(): a collective
+  // every optimizer and the parameters of every model whose strategy shards them (Sharding),
+  // for the next write(): a collective
   // (every worker calls it at the same point, as each would save). A write() of a hook of
   // several workers refuses a state not gathered since the last write, and of sharded slots
-  // not gathered since the last step.
+  // or parameters not gathered since the last step. At sharding 'parameters' every worker must
+  // also read() a checkpoint (each gathers before it writes the values in).
   void gather_worker_states();
 
   // Lets read() leave the object `name` of a file unread if it was not added (an added object

@@ -1,0 +1,195 @@
+// ZeRO stage 3's parameter shards (parameter_shards.h).
+#include "distribute/parameter_shards.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <string>
+#include <utility>
+
+#include "collective/communicator.h"
+#include "collective/hierarchical_communicator.h"
+#include "dist/core/error.h"
+
+namespace dist {
+
+ParameterShards::ParameterShards(std::vector<at::Tensor> params,
+                                 std::vector<std::vector<size_t>> units,
+                                 std::shared_ptr<collective::HierarchicalGroup> group)
+    : units_(std::move(units)), group_(std::move(group)) {
+  collective::Communicator& cross = group_->cross_process();
+  at::NoGradGuard no_grad;
+  for (auto& param : params) {
+    Entry entry;
+    entry.sizes = param.sizes().vec();
+    entry.numel = param.numel();
+    const auto [begin, end] = collective::chunk_range(entry.numel, cross.size(), cross.rank());
+    entry.owned = param.detach().reshape(-1).narrow(0, begin, end - begin).clone();
+    entry.param = std::move(param);
+    index_[entry.param.unsafeGetTensorImpl()] = entries_.size();
+    entries_.push_back(std::move(entry));
+  }
+  for (auto& entry : entries_) release(entry);
+  for (size_t k = 0; k < units_.size(); ++k)
+    if (!units_[k].empty()) last_unit_ = k;
+}
+
+size_t ParameterShards::index_of(const at::Tensor& param) const {
+  auto it = index_.find(param.unsafeGetTensorImpl());
+  DIST_INTERNAL_ASSERT(it != index_.end(), "a parameter the shards do not hold");
+  return it->second;
+}
+
+at::Tensor ParameterShards::owned(const at::Tensor& param) const {
+  return entries_[index_of(param)].owned;
+}
+
+std::vector<int64_t> ParameterShards::sizes(const at::Tensor& param) const {
+  return entries_[index_of(param)].sizes;
+}
+
+int64_t ParameterShards::numel(const at::Tensor& param) const {
+  return entries_[index_of(param)].numel;
+}
+
+void ParameterShards::gather(Entry& entry) {
+  at::Tensor whole = at::empty(entry.sizes, entry.owned.options());
+  at::Tensor flat = whole.view(-1);
+  group_->cross_process().all_gather_into(entry.owned, flat)->wait();
+  entry.param.set_data(whole);
+  entry.whole = true;
+}
+
+void ParameterShards::release(Entry& entry) {
+  // Empty, not freed storage under the old shape: a read of a released parameter then fails on
+  // its shape instead of reading freed memory.
+  entry.param.set_data(at::empty({0}, entry.owned.options()));
+  entry.whole = false;
+}
+
+void ParameterShards::adopt(Entry& entry) {
+  const collective::Communicator& cross = group_->cross_process();
+  const auto [begin, end] = collective::chunk_range(entry.numel, cross.size(), cross.rank());
+  entry.owned.copy_(entry.param.detach().reshape(-1).narrow(0, begin, end - begin));
+}
+
+void ParameterShards::before_forward(size_t unit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::NoGradGuard no_grad;
+  for (size_t i : units_.at(unit)) {
+    Entry& entry = entries_[i];
+    if (entry.whole)
+      adopt(entry);
+    else
+      gather(entry);
+  }
+}
+
+void ParameterShards::after_forward(size_t unit, bool backward_follows) {
+  // Backward starts with the last unit: keeping it saves gathering it again at once.
+  if (backward_follows && unit == last_unit_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i : units_.at(unit)) release(entries_[i]);
+}
+
+void ParameterShards::before_backward(size_t unit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::NoGradGuard no_grad;
+  for (size_t i : units_.at(unit))
+    if (!entries_[i].whole) gather(entries_[i]);
+}
+
+void ParameterShards::release(const at::Tensor& param) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& entry = entries_[index_of(param)];
+  if (entry.whole) release(entry);
+}
+
+void ParameterShards::gather_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::NoGradGuard no_grad;
+  for (auto& entry : entries_)
+    if (!entry.whole) gather(entry);
+}
+
+bool ParameterShards::all_whole() const {
+  for (const auto& entry : entries_)
+    if (!entry.whole) return false;
+  return true;
+}
+
+namespace {
+
+// In front of one child of a Sequential: the child's parameters are whole while it computes
+// (parameter_shards.h).
+class GatheringUnit : public torch::nn::Module {
+ public:
+  GatheringUnit(torch::nn::AnyModule child, std::shared_ptr<ParameterShards> shards, size_t unit)
+      : child_(std::move(child)), shards_(std::move(shards)), unit_(unit) {}
+
+  at::Tensor forward(at::Tensor input) {
+    shards_->before_forward(unit_);
+    at::Tensor output = child_.forward<at::Tensor>(std::move(input));
+    const bool backward_follows = at::GradMode::is_enabled() && output.requires_grad();
+    if (backward_follows) {
+      // Runs when the gradient of the output is ready: just before the child's backward.
+      output.register_hook(
+          [shards = shards_, unit = unit_](const at::Tensor&) { shards->before_backward(unit); });
+    }
+    shards_->after_forward(unit_, backward_follows);
+    return output;
+  }
+
+ private:
+  torch::nn::AnyModule child_;
+  std::shared_ptr<ParameterShards> shards_;
+  size_t unit_;
+};
+
+torch::nn::SequentialImpl& as_sequential(torch::nn::Module& module) {
+  auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(&module);
+  DIST_CHECK_ARG(sequential != nullptr,
+                 "sharding 'parameters' (ZeRO stage 3) gathers each layer's parameters just "
+                 "before the layer computes, which it can do for the layers of a "
+                 "torch::nn::Sequential (LibTorch's C++ modules have no forward hooks); model '",
+                 module.name(),
+                 "' is not one: build it as a Sequential of its blocks, or use sharding "
+                 "'gradients'");
+  return *sequential;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> parameter_units(torch::nn::Module& module,
+                                                 const std::vector<at::Tensor>& params) {
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
+  std::vector<bool> taken(params.size(), false);
+  std::vector<std::vector<size_t>> units;
+  for (auto& child : as_sequential(module)) {
+    std::vector<size_t> unit;
+    for (const auto& p : child.ptr()->parameters()) {
+      const size_t i = index.at(p.unsafeGetTensorImpl());
+      DIST_CHECK_ARG(!taken[i], "sharding 'parameters': a parameter of shape ", p.sizes(),
+                     " belongs to two layers of the Sequential (shared weights); each layer's "
+                     "parameters are gathered and released on their own, so they cannot be "
+                     "shared: use sharding 'gradients'");
+      taken[i] = true;
+      unit.push_back(i);
+    }
+    units.push_back(std::move(unit));  // possibly empty: the layer then computes as it is
+  }
+  return units;
+}
+
+void gather_by_units(torch::nn::Module& module, std::shared_ptr<ParameterShards> shards) {
+  size_t unit = 0;
+  for (auto& child : as_sequential(module)) {
+    const size_t k = unit++;
+    if (child.ptr()->parameters().empty()) continue;
+    child = torch::nn::AnyModule(std::make_shared<GatheringUnit>(child, shards, k));
+  }
+}
+
+}  // namespace dist

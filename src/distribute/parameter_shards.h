@@ -1,0 +1,99 @@
+// ZeRO stage 3 (Sharding::kParameters): every worker keeps chunk w of each parameter; a layer's
+// whole parameters exist only while it computes.
+//
+// The units are the children of a torch::nn::Sequential (LibTorch's C++ modules have no
+// forward hooks, so the strategy puts a GatheringUnit in front of each child that has
+// parameters: the Sequential then calls the unit, which gathers, calls the child and lets go).
+// A parameter is released by making it an empty tensor (set_data): the same variable, with the
+// same gradient accumulator and the same version, so the autograd graph that saved it finds it
+// again once it is gathered back before its layer's backward. Its gradient is final once its
+// accumulator has run, and its layer's backward node ran before that: it is released then
+// (PackExchange::summed), so backward holds at most the layer it is in.
+//
+//   forward of unit k      gather k (or, if k is already whole, take its values as the chunk:
+//                          a restored checkpoint), compute, release k unless a backward follows
+//                          and k is the last unit (backward starts with it);
+//   before k's backward    gather k again (a hook on k's output: its gradient is about to flow
+//                          into k's node);
+//   k's gradients final    release k; its pack is reduce-scattered into this worker's chunk of
+//                          the sums; the sharded step updates owned() in place, no all-gather.
+//
+// Bytes per step: two all-gathers and one reduce-scatter of each parameter, 1.5x an
+// all-reduce (ZeRO's figure).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+namespace dist {
+namespace collective {
+class HierarchicalGroup;
+}
+
+class ParameterShards {
+ public:
+  // `params`: the model's parameters (whole); `units`: indices into them per unit, in forward
+  // order. Keeps this worker's chunk of each (collective::chunk_range over its elements), then
+  // releases them all.
+  ParameterShards(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> units,
+                  std::shared_ptr<collective::HierarchicalGroup> group);
+
+  // This worker's chunk of `param`'s elements (1-D), which the sharded step updates in place.
+  at::Tensor owned(const at::Tensor& param) const;
+  // `param`'s shape, whole or released.
+  std::vector<int64_t> sizes(const at::Tensor& param) const;
+  int64_t numel(const at::Tensor& param) const;
+  size_t num_units() const { return units_.size(); }
+
+  void before_forward(size_t unit);
+  // `backward_follows`: the unit's output needs a gradient.
+  void after_forward(size_t unit, bool backward_follows);
+  void before_backward(size_t unit);
+  // `param`'s gradient is final: backward needs its values no more.
+  void release(const at::Tensor& param);
+
+  // A collective of every worker: every parameter whole (its current values) until the next
+  // forward takes them as the chunks again.
+  void gather_all();
+  bool all_whole() const;
+
+ private:
+  struct Entry {
+    at::Tensor param;  // the variable: whole, or empty when released
+    std::vector<int64_t> sizes;
+    int64_t numel = 0;
+    at::Tensor owned;  // this worker's chunk of the flat elements
+    bool whole = true;
+  };
+  size_t index_of(const at::Tensor& param) const;
+  void gather(Entry& entry);
+  void release(Entry& entry);
+  // A whole parameter's values are the current ones (a restore wrote them): its chunk takes
+  // them.
+  void adopt(Entry& entry);
+
+  std::vector<Entry> entries_;
+  std::vector<std::vector<size_t>> units_;
+  size_t last_unit_ = 0;                           // the last with parameters
+  std::unordered_map<const void*, size_t> index_;  // TensorImpl -> entry
+  std::shared_ptr<collective::HierarchicalGroup> group_;
+  std::mutex mu_;
+};
+
+// The units of `module`, a torch::nn::Sequential: per child, in forward order, the indices of
+// its parameters in `params` (module.parameters()); a child without parameters is an empty
+// unit. InvalidArgument when `module` is no Sequential or two children share a parameter.
+std::vector<std::vector<size_t>> parameter_units(torch::nn::Module& module,
+                                                 const std::vector<at::Tensor>& params);
+// Puts a GatheringUnit of `shards` in front of each child of `module` that has parameters: the
+// Sequential's forward then goes through it. Registered names, parameters and buffers are
+// unchanged (the child stays registered where it was).
+void gather_by_units(torch::nn::Module& module, std::shared_ptr<ParameterShards> shards);
+
+}  // namespace dist
