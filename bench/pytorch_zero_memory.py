@@ -1,10 +1,11 @@
 """PyTorch's peak memory per worker for the sharding memory bench (bench/sharding_memory.sh):
-the 784-10240-10240-10 MLP (113M parameters) under DDP with Adam, plain or through
+the MLP of dist-train's --model mlp_wide (784-10240-10240-10, 113M parameters) or mlp_deep (784,
+seven hidden layers of 4096, 10: 104M) under DDP with Adam, plain or through
 torch.distributed.optim.ZeroRedundancyOptimizer (ZeRO stage 1), a few steps over random
 batches, gloo backend. Run it as bench/sharding_memory.sh does: one process per worker,
 MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE in the environment, tcmalloc preloaded.
 
-  python3 bench/pytorch_zero_memory.py plain|zero STEPS BATCH_PER_WORKER
+  python3 bench/pytorch_zero_memory.py plain|zero STEPS BATCH_PER_WORKER [mlp_wide|mlp_deep]
 
 Prints, on rank 0, one line: "pytorch MODE peak_rss_bytes N" (the largest VmHWM of the ranks).
 """
@@ -30,10 +31,12 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     torch.manual_seed(5)
-    hidden = 10240
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(784, hidden), torch.nn.ReLU(),
-        torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+    shape = sys.argv[4] if len(sys.argv) > 4 else "mlp_wide"
+    hidden, hidden_layers = {"mlp_wide": (10240, 2), "mlp_deep": (4096, 7)}[shape]
+    layers = [torch.nn.Flatten()]
+    for k in range(hidden_layers):
+        layers += [torch.nn.Linear(784 if k == 0 else hidden, hidden), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(hidden, 10))
     ddp = DistributedDataParallel(model)
     if mode == "zero":
         optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam,

@@ -11,7 +11,11 @@
 # JSON peak_rss_bytes); the table gives medians and each level's ratio to its framework's
 # unsharded run.
 #
-#   bench/sharding_memory.sh [build-dir=build] [repeats=1] [workers=4] [steps=3]   (root)
+#   bench/sharding_memory.sh [build-dir=build] [repeats=1] [workers=4] [steps=3]
+#                            [model=mlp_wide|mlp_deep]   (root)
+#
+# mlp_deep (104M parameters in 8 layers of at most 16.8M) is the model stage 3 is for: it holds
+# one layer whole at a time, and mlp_wide's largest layer is 93% of the model.
 #
 # Environment: SM_OUT (a directory for raw outputs and results.tsv; default a new one in /tmp).
 set -euo pipefail
@@ -20,6 +24,7 @@ build=$(cd "${1:-build}" && pwd)
 repeats=${2:-1}
 workers=${3:-4}
 steps=${4:-3}
+model=${5:-mlp_wide}
 out=${SM_OUT:-$(mktemp -d /tmp/sharding_memory.XXXXXX)}
 mkdir -p "$out"
 netns=$here/scripts/netns-cluster.sh
@@ -40,7 +45,7 @@ run_dist_train() {  # LEVEL ROUND
   port=$((port + 10))
   timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" --port-base "$port" \
     --host-command "$netns exec {host} sh -c" -- \
-    "$build/tools/dist-train" --strategy multi_worker --model mlp_wide --threads 1 \
+    "$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1 \
     --global-batch "$global_batch" --train-examples $((global_batch * steps)) --epochs 1 \
     --max-steps "$steps" --test-examples "$global_batch" --sharding "$1" --no-progress \
     > "$log" 2>&1 || true
@@ -55,7 +60,7 @@ run_pytorch() {  # MODE ROUND
   for ((r = 0; r < workers; r++)); do
     "$netns" exec "${hosts[$r]}" env LD_PRELOAD="$tcmalloc" GLOO_SOCKET_IFNAME=eth0 MASTER_ADDR="${hosts[0]}" \
       MASTER_PORT=$port RANK=$r WORLD_SIZE="$workers" OMP_NUM_THREADS=1 \
-      timeout 1200 /usr/bin/python3 "$here/bench/pytorch_zero_memory.py" "$1" "$steps" 16 \
+      timeout 1200 /usr/bin/python3 "$here/bench/pytorch_zero_memory.py" "$1" "$steps" 16 "$model" \
       >> "$log" 2>&1 &
     pids+=($!)
   done

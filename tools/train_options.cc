@@ -29,7 +29,10 @@ const Spellings<StrategyKind> kStrategies = {{StrategyKind::kDefault, "default"}
 const Spellings<OptimizerKind> kOptimizers = {{OptimizerKind::kAdam, "adam"},
                                               {OptimizerKind::kSgd, "sgd"}};
 const Spellings<ModelKind> kModels = {
-    {ModelKind::kCnn, "cnn"}, {ModelKind::kMlp, "mlp"}, {ModelKind::kMlpWide, "mlp_wide"}};
+    {ModelKind::kCnn, "cnn"},
+    {ModelKind::kMlp, "mlp"},
+    {ModelKind::kMlpWide, "mlp_wide"},
+    {ModelKind::kMlpDeep, "mlp_deep"}};
 
 template <class E>
 std::string spelling(const Spellings<E>& all, E value) {
@@ -246,7 +249,8 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--optimizer", s.optimizer, "adam | sgd")->capture_default_str();
   app.add_option("--model", s.model,
-                 "cnn (tutorial CNN) | mlp (784-4096-4096-10) | mlp_wide (784-10240-10240-10)")
+                 "cnn (tutorial CNN) | mlp (784-4096-4096-10) | mlp_wide (784-10240-10240-10) | "
+                 "mlp_deep (784, 7 x 4096, 10)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
   app.add_option("--mixed-precision", s.mixed_precision,

@@ -28,7 +28,7 @@ enum class StrategyKind {
 enum class OptimizerKind { kAdam, kSgd };
 // the tutorial CNN | the 784-4096-4096-10 MLP (20M parameters) | the 784-10240-10240-10 MLP
 // (113M parameters: the model of the sharding memory bench)
-enum class ModelKind { kCnn, kMlp, kMlpWide };
+enum class ModelKind { kCnn, kMlp, kMlpWide, kMlpDeep };
 
 // The command-line spelling ("custom", "parameter_server", "adam", "cnn").
 std::string name_of(Loop loop);

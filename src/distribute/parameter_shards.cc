@@ -26,6 +26,7 @@ ParameterShards::ParameterShards(std::vector<at::Tensor> params,
     entry.numel = param.numel();
     const auto [begin, end] = collective::chunk_range(entry.numel, cross.size(), cross.rank());
     entry.owned = param.detach().reshape(-1).narrow(0, begin, end - begin).clone();
+    entry.whole = at::empty(entry.sizes, entry.owned.options());
     entry.param = std::move(param);
     index_[entry.param.unsafeGetTensorImpl()] = entries_.size();
     entries_.push_back(std::move(entry));
@@ -54,18 +55,26 @@ int64_t ParameterShards::numel(const at::Tensor& param) const {
 }
 
 void ParameterShards::gather(Entry& entry) {
-  at::Tensor whole = at::empty(entry.sizes, entry.owned.options());
-  at::Tensor flat = whole.view(-1);
+  c10::StorageImpl* storage = entry.whole.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(entry.numel) * entry.whole.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+  at::Tensor flat = entry.whole.view(-1);
   group_->cross_process().all_gather_into(entry.owned, flat)->wait();
-  entry.param.set_data(whole);
-  entry.whole = true;
+  entry.param.set_data(entry.whole);
+  entry.is_whole = true;
 }
 
 void ParameterShards::release(Entry& entry) {
-  // Empty, not freed storage under the old shape: a read of a released parameter then fails on
-  // its shape instead of reading freed memory.
+  // The values go from the storage itself: autograd may hold views of it (linear saves the
+  // transposed weight), which find the values again when the next gather fills it in place.
+  c10::StorageImpl* storage = entry.whole.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+  // And the variable is an empty tensor meanwhile: a read of a released parameter fails on its
+  // shape instead of reading storage that is not there.
   entry.param.set_data(at::empty({0}, entry.owned.options()));
-  entry.whole = false;
+  entry.is_whole = false;
 }
 
 void ParameterShards::adopt(Entry& entry) {
@@ -79,7 +88,7 @@ void ParameterShards::before_forward(size_t unit) {
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit)) {
     Entry& entry = entries_[i];
-    if (entry.whole)
+    if (entry.is_whole)
       adopt(entry);
     else
       gather(entry);
@@ -97,25 +106,25 @@ void ParameterShards::before_backward(size_t unit) {
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit))
-    if (!entries_[i].whole) gather(entries_[i]);
+    if (!entries_[i].is_whole) gather(entries_[i]);
 }
 
 void ParameterShards::release(const at::Tensor& param) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = entries_[index_of(param)];
-  if (entry.whole) release(entry);
+  if (entry.is_whole) release(entry);
 }
 
 void ParameterShards::gather_all() {
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   for (auto& entry : entries_)
-    if (!entry.whole) gather(entry);
+    if (!entry.is_whole) gather(entry);
 }
 
 bool ParameterShards::all_whole() const {
   for (const auto& entry : entries_)
-    if (!entry.whole) return false;
+    if (!entry.is_whole) return false;
   return true;
 }
 

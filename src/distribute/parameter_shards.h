@@ -4,9 +4,12 @@
 // The units are the children of a torch::nn::Sequential (LibTorch's C++ modules have no
 // forward hooks, so the strategy puts a GatheringUnit in front of each child that has
 // parameters: the Sequential then calls the unit, which gathers, calls the child and lets go).
-// A parameter is released by making it an empty tensor (set_data): the same variable, with the
-// same gradient accumulator and the same version, so the autograd graph that saved it finds it
-// again once it is gathered back before its layer's backward. Its gradient is final once its
+// A parameter is released by emptying its storage in place (FSDP frees storage the same way)
+// and making the variable an empty tensor (set_data): the same variable, with the same gradient
+// accumulator and the same version, over the same storage once gathered again, so what the
+// autograd graph saved of it (the variable itself, or views of its storage such as linear's
+// transposed weight) finds the values again once it is gathered back before its layer's
+// backward. Its gradient is final once its
 // accumulator has run, and its layer's backward node ran before that: it is released then
 // (PackExchange::summed), so backward holds at most the layer it is in.
 //
@@ -65,11 +68,14 @@ class ParameterShards {
 
  private:
   struct Entry {
-    at::Tensor param;  // the variable: whole, or empty when released
+    at::Tensor param;  // the variable: `whole` while gathered, an empty tensor when released
     std::vector<int64_t> sizes;
     int64_t numel = 0;
     at::Tensor owned;  // this worker's chunk of the flat elements
-    bool whole = true;
+    // The whole values' tensor, whose storage is filled in place by a gather and emptied by a
+    // release: one storage for the parameter's life, so views of it keep pointing at it.
+    at::Tensor whole;
+    bool is_whole = true;
   };
   size_t index_of(const at::Tensor& param) const;
   void gather(Entry& entry);

@@ -1,5 +1,8 @@
 #include "dist/models/keras_models.h"
 
+#include <string>
+#include <vector>
+
 #include "dist/core/error.h"
 #include "dist/models/reference_models.h"
 
@@ -16,19 +19,22 @@ keras::Model keras_tutorial_cnn() {
       "tutorial_cnn");
 }
 
-keras::Model keras_mlp(int64_t hidden) {
+keras::Model keras_mlp(int64_t hidden, int hidden_layers) {
   DIST_CHECK_ARG(hidden >= 1, "MLP hidden width must be at least 1, got ", hidden);
-  return keras::Sequential({1, 28, 28},
-                           {Flatten(), Dense(hidden, "relu").named("dense1"),
-                            Dense(hidden, "relu").named("dense2"), Dense(10).named("dense3")},
-                           "mlp");
+  DIST_CHECK_ARG(hidden_layers >= 1, "an MLP needs at least 1 hidden layer, got ", hidden_layers);
+  std::vector<keras::Layer> layers{Flatten()};
+  for (int k = 1; k <= hidden_layers; ++k)
+    layers.push_back(Dense(hidden, "relu").named("dense" + std::to_string(k)));
+  layers.push_back(Dense(10).named("dense" + std::to_string(hidden_layers + 1)));
+  return keras::Sequential({1, 28, 28}, layers, "mlp");
 }
 
 keras::Model make_keras_model(const std::string& name) {
   if (name == "cnn") return keras_tutorial_cnn();
   if (name == "mlp") return keras_mlp();
   if (name == "mlp_wide") return keras_mlp(kWideMlpHidden);
-  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp or mlp_wide");
+  if (name == "mlp_deep") return keras_mlp(kDeepMlpHidden, kDeepMlpHiddenLayers);
+  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide or mlp_deep");
 }
 
 }  // namespace dist::models

@@ -5,6 +5,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include <string>
+
 #include "dist/core/error.h"
 #include "dist/models/channels_last.h"
 
@@ -27,21 +29,25 @@ Sequential make_tutorial_cnn() {
                      {"dense2", Linear(64, 10)}});
 }
 
-Sequential make_mlp(int64_t hidden) {
+Sequential make_mlp(int64_t hidden, int hidden_layers) {
   DIST_CHECK_ARG(hidden >= 1, "MLP hidden width must be at least 1, got ", hidden);
-  return Sequential({{"flatten", Flatten()},
-                     {"dense1", Linear(28 * 28, hidden)},
-                     {"relu1", ReLU()},
-                     {"dense2", Linear(hidden, hidden)},
-                     {"relu2", ReLU()},
-                     {"dense3", Linear(hidden, 10)}});
+  DIST_CHECK_ARG(hidden_layers >= 1, "an MLP needs at least 1 hidden layer, got ", hidden_layers);
+  Sequential mlp;
+  mlp->push_back("flatten", Flatten());
+  for (int k = 1; k <= hidden_layers; ++k) {
+    mlp->push_back("dense" + std::to_string(k), Linear(k == 1 ? 28 * 28 : hidden, hidden));
+    mlp->push_back("relu" + std::to_string(k), ReLU());
+  }
+  mlp->push_back("dense" + std::to_string(hidden_layers + 1), Linear(hidden, 10));
+  return mlp;
 }
 
 Sequential make_model(const std::string& name) {
   if (name == "cnn") return make_tutorial_cnn();
   if (name == "mlp") return make_mlp();
   if (name == "mlp_wide") return make_mlp(kWideMlpHidden);
-  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp or mlp_wide");
+  if (name == "mlp_deep") return make_mlp(kDeepMlpHidden, kDeepMlpHiddenLayers);
+  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide or mlp_deep");
 }
 
 }  // namespace dist::models

@@ -124,8 +124,9 @@ TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
 
 // Minutes (label "long"): the 113M-parameter MLP with Adam on 4 workers of this host, each
 // process limited to 3.6 GB of address space (RLIMIT_AS, inherited from dist-launch). Measured
-// here: unsharded workers reach 3.97 GB (VmPeak), sharded (gradients) 3.20 GB. Unsharded, every
-// worker fails saying it ran out of memory and naming --sharding; sharded, the job trains.
+// here: unsharded workers reach 3.97 GB (VmPeak), sharded (gradients) 3.20 GB, stage 3
+// (parameters) GBS. Unsharded, every worker fails saying it ran out of memory and naming
+// --sharding; at stage 3, the job trains.
 TEST(LongShardingMemoryTest, AModelWhoseAdamStateExceedsTheLimitTrainsOnlySharded) {
   auto limited = [](const std::string& sharding) {
     WorkerProcesses process;
@@ -150,6 +151,8 @@ TEST(LongShardingMemoryTest, AModelWhoseAdamStateExceedsTheLimitTrainsOnlySharde
                    "1",
                    "--max-steps",
                    "2",
+                   "--test-examples",
+                   "16",
                    "--no-progress",
                    "--sharding",
                    sharding},
@@ -162,7 +165,7 @@ TEST(LongShardingMemoryTest, AModelWhoseAdamStateExceedsTheLimitTrainsOnlySharde
       << unsharded.output;
   EXPECT_NE(unsharded.output.find("--sharding optimizer or gradients"), std::string::npos)
       << unsharded.output;
-  auto sharded = limited("gradients");
+  auto sharded = limited("parameters");
   EXPECT_EQ(sharded.exit_code, 0) << sharded.output;
 }
 

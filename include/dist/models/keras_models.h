@@ -13,9 +13,9 @@ namespace dist::models {
 // Conv2D 32 3x3 relu (conv1), MaxPooling2D, Conv2D 64 3x3 relu (conv2), MaxPooling2D, Flatten,
 // Dense 64 relu (dense1), Dense 10 (dense2, logits) on {1, 28, 28}: 121,930 parameters.
 keras::Model keras_tutorial_cnn();
-// Flatten, Dense hidden relu (dense1), Dense hidden relu (dense2), Dense 10 (dense3).
-keras::Model keras_mlp(int64_t hidden = 4096);
-// "cnn", "mlp" or "mlp_wide" (make_mlp's widths); InvalidArgument for other names.
+// Flatten, `hidden_layers` x Dense hidden relu (dense1, dense2, ...), Dense 10 (the last).
+keras::Model keras_mlp(int64_t hidden = 4096, int hidden_layers = 2);
+// "cnn", "mlp", "mlp_wide" or "mlp_deep" (make_mlp's shapes); InvalidArgument for other names.
 keras::Model make_keras_model(const std::string& name);
 
 }  // namespace dist::models
