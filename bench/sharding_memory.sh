@@ -17,7 +17,10 @@
 # mlp_deep (104M parameters in 8 layers of at most 16.8M) is the model stage 3 is for: it holds
 # one layer whole at a time, and mlp_wide's largest layer is 93% of the model.
 #
-# Environment: SM_OUT (a directory for raw outputs and results.tsv; default a new one in /tmp).
+# Environment: SM_OUT (a directory for raw outputs and results.tsv; default a new one in /tmp);
+# SM_DECOMMIT (default true): TCMALLOC_AGGRESSIVE_DECOMMIT for both frameworks. tcmalloc keeps
+# freed pages by default, so memory a level frees (stage 3 frees each layer after use) would
+# still count as resident: measured on mlp_deep at stage 3, 1294 MiB kept, 975 MiB released.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
@@ -30,6 +33,7 @@ mkdir -p "$out"
 netns=$here/scripts/netns-cluster.sh
 cluster=shmem$$
 tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+export TCMALLOC_AGGRESSIVE_DECOMMIT=${SM_DECOMMIT:-true}
 cleanup() { "$netns" down "$cluster" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 "$netns" up "$cluster" "$workers" >/dev/null
