@@ -40,7 +40,7 @@
 # Gradient compression variants, in HS_BACKENDS beside the others (same rotation, same cells):
 #   gloo+COMP   dist-train over Gloo exactly as gloo, plus --gradient-compression COMP (bf16,
 #               fp16, powersgd:RANK[:START], none), as gloo+bf16, gloo+fp16, gloo+powersgd:4:2;
-#               gloo+sharding:LEVEL: plus --sharding LEVEL (optimizer, gradients; issue 35).
+#               gloo+sharding:LEVEL: plus --sharding LEVEL (optimizer, gradients, parameters; issue 35).
 #   ddp+fp16, ddp+bf16, ddp+powersgd:RANK[:START]   DDP as ddp with one of PyTorch's
 #               communication hooks (bench/pytorch_ddp_hosts.py): fp16_compress_hook,
 #               bf16_compress_hook, powerSGD_hook with PowerSGDState(matrix_approximation_rank=

@@ -608,9 +608,9 @@ void CustomLoop::save_weights() {
                    options_.env);
 }
 
-// What this worker sent to the others per step of this run's training, by the library's own
-// count (communication_counters.h; evaluation is left out: at --sharding parameters each of its
-// batches gathers the whole model).
+// What this worker sent to the others per step of this run's training epochs (with any
+// checkpoint taken inside them), by the library's own count (communication_counters.h;
+// evaluation is left out: at --sharding parameters each of its batches gathers the whole model).
 void CustomLoop::report_bytes_sent(int64_t steps_before) {
   const int64_t steps = result_.steps - steps_before;
   if (strategy_.num_workers() < 2 || steps <= 0) return;

@@ -28,11 +28,10 @@ const Spellings<StrategyKind> kStrategies = {{StrategyKind::kDefault, "default"}
                                              {StrategyKind::kParameterServer, "parameter_server"}};
 const Spellings<OptimizerKind> kOptimizers = {{OptimizerKind::kAdam, "adam"},
                                               {OptimizerKind::kSgd, "sgd"}};
-const Spellings<ModelKind> kModels = {
-    {ModelKind::kCnn, "cnn"},
-    {ModelKind::kMlp, "mlp"},
-    {ModelKind::kMlpWide, "mlp_wide"},
-    {ModelKind::kMlpDeep, "mlp_deep"}};
+const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"},
+                                      {ModelKind::kMlp, "mlp"},
+                                      {ModelKind::kMlpWide, "mlp_wide"},
+                                      {ModelKind::kMlpDeep, "mlp_deep"}};
 
 template <class E>
 std::string spelling(const Spellings<E>& all, E value) {
@@ -107,6 +106,10 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
                  ps ? " (the ps tasks hold the variables and their slots, one share each "
                       "already)"
                     : " (one replica: nothing to split)");
+  DIST_CHECK_ARG(o.sharding != Sharding::kParameters || o.loop == Loop::kCustom,
+                 "--sharding parameters gathers each layer of a torch::nn::Sequential before it "
+                 "computes; the fit loop's Keras model is a graph of its own layers, which it "
+                 "cannot gather yet: use --loop custom, or --sharding gradients");
   DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none", "--sharding ",
                  to_string(o.sharding), " and --gradient-compression ", o.gradient_compression,
                  " both decide how gradients cross the workers; use one of them");

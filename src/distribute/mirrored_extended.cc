@@ -189,7 +189,10 @@ void MirroredExtended::choose_parts(bool overlap_with_backward, bool share_varia
     exchange.communicate = communicate_through(options_.communication_hook);
     if (sharded) {
       exchange = sharded_exchange(sharding_state_, options_.sharding);
-      exchange.after_backward = group_->cross_process().completes_in_call();
+      // Not at stage 3: its gathers keep the workers in step through backward already, and a
+      // pack held to the end of backward would keep every full gradient at once.
+      exchange.after_backward =
+          group_->cross_process().completes_in_call() && options_.sharding != Sharding::kParameters;
     }
     reduction_ =
         make_overlapped_reduction(group_.get(), this, bytes_per_pack(), std::move(exchange));

@@ -11,6 +11,7 @@
 #include "collective/communicator.h"
 #include "collective/hierarchical_communicator.h"
 #include "dist/core/error.h"
+#include "dist/distribute/replica_context.h"
 
 namespace dist {
 
@@ -25,13 +26,14 @@ ParameterShards::ParameterShards(std::vector<at::Tensor> params,
     entry.sizes = param.sizes().vec();
     entry.numel = param.numel();
     const auto [begin, end] = collective::chunk_range(entry.numel, cross.size(), cross.rank());
+    entry.begin = begin;
     entry.owned = param.detach().reshape(-1).narrow(0, begin, end - begin).clone();
     entry.whole = at::empty(entry.sizes, entry.owned.options());
     entry.param = std::move(param);
     index_[entry.param.unsafeGetTensorImpl()] = entries_.size();
     entries_.push_back(std::move(entry));
+    release(entries_.back());  // one at a time: the model is never held twice
   }
-  for (auto& entry : entries_) release(entry);
   for (size_t k = 0; k < units_.size(); ++k)
     if (!units_[k].empty()) last_unit_ = k;
 }
@@ -78,9 +80,13 @@ void ParameterShards::release(Entry& entry) {
 }
 
 void ParameterShards::adopt(Entry& entry) {
-  const collective::Communicator& cross = group_->cross_process();
-  const auto [begin, end] = collective::chunk_range(entry.numel, cross.size(), cross.rank());
-  entry.owned.copy_(entry.param.detach().reshape(-1).narrow(0, begin, end - begin));
+  entry.owned.copy_(entry.param.detach().reshape(-1).narrow(0, entry.begin, entry.owned.numel()));
+}
+
+bool ParameterShards::can_gather_here() const {
+  // A gather is a collective of every worker: inside strategy.run() every worker computes the
+  // same layers in the same order, outside it only this one may be computing.
+  return group_->num_processes() == 1 || get_replica_context() != nullptr;
 }
 
 void ParameterShards::before_forward(size_t unit) {
@@ -88,16 +94,25 @@ void ParameterShards::before_forward(size_t unit) {
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit)) {
     Entry& entry = entries_[i];
-    if (entry.is_whole)
+    if (entry.is_whole) {
       adopt(entry);
-    else
-      gather(entry);
+      continue;
+    }
+    DIST_CHECK_ARG(can_gather_here(),
+                   "sharding 'parameters': the model was called outside strategy.run() on one of ",
+                   group_->num_processes(),
+                   " workers, and its layers are in shares that only all of them together can "
+                   "gather; call it inside strategy.run() on every worker, or call "
+                   "variables().gather_values() on every worker first");
+    gather(entry);
   }
 }
 
 void ParameterShards::after_forward(size_t unit, bool backward_follows) {
-  // Backward starts with the last unit: keeping it saves gathering it again at once.
-  if (backward_follows && unit == last_unit_) return;
+  // Backward starts with the last unit: keeping it saves gathering it again at once. Outside
+  // run() with several workers, whole values (gathered by gather_values) stay: this worker
+  // could not gather them again alone.
+  if ((backward_follows && unit == last_unit_) || !can_gather_here()) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i : units_.at(unit)) release(entries_[i]);
 }
@@ -109,7 +124,7 @@ void ParameterShards::before_backward(size_t unit) {
     if (!entries_[i].is_whole) gather(entries_[i]);
 }
 
-void ParameterShards::release(const at::Tensor& param) {
+void ParameterShards::release_parameter(const at::Tensor& param) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = entries_[index_of(param)];
   if (entry.is_whole) release(entry);
@@ -123,6 +138,7 @@ void ParameterShards::gather_all() {
 }
 
 bool ParameterShards::all_whole() const {
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& entry : entries_)
     if (!entry.is_whole) return false;
   return true;
@@ -189,6 +205,11 @@ std::vector<std::vector<size_t>> parameter_units(torch::nn::Module& module,
     }
     units.push_back(std::move(unit));  // possibly empty: the layer then computes as it is
   }
+  for (size_t i = 0; i < params.size(); ++i)
+    DIST_CHECK_ARG(taken[i], "sharding 'parameters': a parameter of shape ", params[i].sizes(),
+                   " is in no layer of the Sequential (registered on the Sequential itself, or "
+                   "the model was placed before, so its layers are gathering units already); "
+                   "give each parameter to one child, and place a model once");
   return units;
 }
 

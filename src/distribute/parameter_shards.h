@@ -52,14 +52,13 @@ class ParameterShards {
   // `param`'s shape, whole or released.
   std::vector<int64_t> sizes(const at::Tensor& param) const;
   int64_t numel(const at::Tensor& param) const;
-  size_t num_units() const { return units_.size(); }
 
   void before_forward(size_t unit);
   // `backward_follows`: the unit's output needs a gradient.
   void after_forward(size_t unit, bool backward_follows);
   void before_backward(size_t unit);
   // `param`'s gradient is final: backward needs its values no more.
-  void release(const at::Tensor& param);
+  void release_parameter(const at::Tensor& param);
 
   // A collective of every worker: every parameter whole (its current values) until the next
   // forward takes them as the chunks again.
@@ -71,7 +70,8 @@ class ParameterShards {
     at::Tensor param;  // the variable: `whole` while gathered, an empty tensor when released
     std::vector<int64_t> sizes;
     int64_t numel = 0;
-    at::Tensor owned;  // this worker's chunk of the flat elements
+    int64_t begin = 0;  // of this worker's chunk in the flat elements
+    at::Tensor owned;   // this worker's chunk of the flat elements
     // The whole values' tensor, whose storage is filled in place by a gather and emptied by a
     // release: one storage for the parameter's life, so views of it keep pointing at it.
     at::Tensor whole;
@@ -83,13 +83,15 @@ class ParameterShards {
   // A whole parameter's values are the current ones (a restore wrote them): its chunk takes
   // them.
   void adopt(Entry& entry);
+  // Whether this call may gather: inside strategy.run(), or a job of one worker.
+  bool can_gather_here() const;
 
   std::vector<Entry> entries_;
   std::vector<std::vector<size_t>> units_;
   size_t last_unit_ = 0;                           // the last with parameters
   std::unordered_map<const void*, size_t> index_;  // TensorImpl -> entry
   std::shared_ptr<collective::HierarchicalGroup> group_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
 };
 
 // The units of `module`, a torch::nn::Sequential: per child, in forward order, the indices of

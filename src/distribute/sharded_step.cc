@@ -54,7 +54,8 @@ PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sha
   if (sharding == Sharding::kParameters) {
     exchange.summed = [state](int model, const std::vector<at::Tensor>& params) {
       auto shards = state->parameter_shards(model);
-      for (const auto& p : params) shards->release(p);
+      DIST_INTERNAL_ASSERT(shards != nullptr, "stage 3 without the model's parameter shards");
+      for (const auto& p : params) shards->release_parameter(p);
     };
   }
   return exchange;
@@ -218,6 +219,8 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
     piece.values =
         shards_ ? shards_->owned(shard.params[j])
                 : shard.params[j].detach().view(-1).narrow(0, piece.param_offset, piece.length);
+    DIST_INTERNAL_ASSERT(piece.values.numel() == piece.length, "a chunk piece of ",
+                         piece.values.numel(), " elements where ", piece.length, " were cut");
     piece.values.mutable_grad() = shard.sums.narrow(0, piece.chunk_offset, piece.length);
     if (shard.group[j] >= 0) {
       if (!shard.optimizer) {

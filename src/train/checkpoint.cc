@@ -743,10 +743,11 @@ void Checkpoint::Reading::apply(bool restore_random) const {
 }
 
 void Checkpoint::read(const std::string& path, Env* env) {
-  // The layout is checked before any allocation.
+  // The file's layout is checked before its tensors are allocated.
   SafetensorsFile file = load_safetensors(path, env);
   // Parameters a strategy keeps in shares (Sharding::kParameters) are checked against and
-  // written whole: a collective, so there every worker reads the checkpoint.
+  // written whole: a collective, so there every worker reads the checkpoint (one that fails to
+  // load it leaves the others waiting until the collective timeout).
   for (const auto& object : objects_)
     if (object->variables != nullptr) object->variables->gather_values();
   const Reading reading(*this, path, std::move(file));

@@ -136,6 +136,15 @@ TEST(ShardingTest, StageThreeRefusesWhatItCannotShardByName) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("shared weights"), std::string::npos) << e.what();
   }
+  torch::nn::Sequential placed(torch::nn::Linear(8, 4));
+  strategy.mirror(placed);
+  MirroredStrategy another(one_replica(Sharding::kParameters));
+  try {
+    another.mirror(placed);
+    ADD_FAILURE() << "a model placed at stage 3 was placed again";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("place a model once"), std::string::npos) << e.what();
+  }
 }
 
 std::vector<torch::Tensor> values_of(Mirrored<torch::nn::Sequential>& model) {

@@ -111,6 +111,9 @@ TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
   auto stage3 = run_alone({"--sharding", "parameters", "--replicas", "2", "--epochs", "1"});
   EXPECT_EQ(stage3.exit_code, 2) << stage3.output;
   EXPECT_NE(stage3.output.find("one replica"), std::string::npos) << stage3.output;
+  auto fit = run_alone({"--sharding", "parameters", "--loop", "fit", "--strategy", "multi_worker"});
+  EXPECT_EQ(fit.exit_code, 2) << fit.output;
+  EXPECT_NE(fit.output.find("--loop custom"), std::string::npos) << fit.output;
   auto both = run_alone({"--sharding", "optimizer", "--gradient-compression", "bf16"});
   EXPECT_EQ(both.exit_code, 2) << both.output;
   EXPECT_NE(both.output.find("use one of them"), std::string::npos) << both.output;

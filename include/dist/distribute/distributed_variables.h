@@ -45,11 +45,13 @@ class DistributedVariables {
   // A collective of every worker: values the workers keep in shares (Sharding::kParameters
   // keeps 1/N of each parameter) become whole in primary() until the next step's forward.
   // Call it on every worker before one of them reads primary() outside a step (a checkpoint
-  // does, in Checkpoint::gather_worker_states).
+  // does, in Checkpoint::gather_worker_states), and before the strategy goes: the module keeps
+  // what it holds then. Clone what you read: the next forward releases the values again.
   virtual void gather_values() {}
   // Call before changing primary()'s values in place outside a step (restoring a checkpoint,
   // set_weights): values this process shares with others (the workers of one host share one
-  // copy) become its own first, so the change cannot reach, or tear, another process's.
+  // copy) become its own first, so the change cannot reach, or tear, another process's. Values
+  // kept in shares are gathered whole first (gather_values): then it is a collective.
   virtual void prepare_to_write() {}
   // Call after changing primary()'s values outside a step (restoring a checkpoint): every
   // other place that holds them gets the new values.

@@ -18,9 +18,14 @@
 //                FSDP): a worker holds 1/N of every parameter plus the layer it computes. The
 //                model must be a torch::nn::Sequential (its children are the layers gathered
 //                one at a time: LibTorch's modules have no forward hooks), of one replica per
-//                worker. Between steps the parameters are empty tensors on every worker: read
-//                them after DistributedVariables::gather_values() (a collective), which a
-//                Checkpoint calls in gather_worker_states().
+//                worker. Between steps the parameters are empty tensors on every worker (a sum
+//                over one is 0, so read them only after DistributedVariables::gather_values(),
+//                a collective, which a Checkpoint calls in gather_worker_states(); reading a
+//                Checkpoint is then a collective too). Every parameter is a gradient pack of
+//                its own (bytes_per_pack does not apply). The model is called inside
+//                strategy.run() on every worker (each call gathers), or after gather_values().
+//                Under bf16 autocast the cast copies of the weights (half their size) live from
+//                forward to backward, so less is saved.
 // In one process (MirroredStrategy) there is one worker: its chunk is everything, so a level
 // changes where the state lives, not how much there is.
 //

@@ -156,7 +156,9 @@ class Checkpoint {
   // Reads (through `env`) and checks the whole file (format, checksums, every object added is
   // in the file and every object in the file was added or skipped, every tensor's name, shape
   // and dtype) before changing anything; DataError names the file, the object and the tensor
-  // otherwise. Then restores every object (and the random state if save_random_state).
+  // otherwise. Then restores every object (and the random state if save_random_state). With a
+  // model whose strategy keeps its parameters in shares (Sharding::kParameters) it is a
+  // collective: every worker reads.
   void read(const std::string& path, Env* env = Env::Default());
 
  private:
