@@ -100,14 +100,15 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
   // The job's last step, counted as the chief counts it (prepare_job), where the strategy has
   // one replica in sync (a worker's step).
   const int64_t global_batch = global_batch_of(options, /*replicas=*/1);
-  data::Dataset examples = data::fashion_mnist(options.data_dir, data::Split::kTrain);
+  data::Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
   if (options.train_examples > 0) examples = examples.take(options.train_examples);
   const int64_t steps_per_epoch =
       parameter_server_steps_per_epoch(options, examples.cardinality(), global_batch);
   int64_t final_step = options.epochs * steps_per_epoch;
   if (options.max_steps > 0) final_step = std::min(final_step, options.max_steps);
-  const data::Dataset test =
-      data::fashion_mnist(options.data_dir, data::Split::kTest).batch(global_batch);
+  const data::Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest)
+                                 .batch(global_batch)
+                                 .map(data::scale_images_of);
 
   torch::manual_seed(options.seed);
   EvaluatedModel evaluated =

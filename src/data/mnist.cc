@@ -36,9 +36,8 @@ std::string find_file(const std::string& dir, const std::string& name) {
   return plain.string();
 }
 
-}  // namespace
-
-ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
+// The images as stored, uint8 [N, 1, 28, 28], and the labels int64 [N] (checked).
+ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split) {
   std::error_code ec;
   DIST_CHECK(std::filesystem::is_directory(dir, ec), DataError, "MNIST-format directory ", dir,
              " does not exist", missing_hint(dir));
@@ -71,11 +70,34 @@ ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
                                              "; labels must be 0 to ", kMnistClasses - 1));
     }
   }
-  return {images.to(at::kFloat).div_(255.0).unsqueeze(1), labels.to(at::kLong)};
+  return {images.unsqueeze(1), labels.to(at::kLong)};
+}
+
+}  // namespace
+
+ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
+  ImageLabelTensors data = load_mnist_bytes(dir, split);
+  return {scale_images(data.images), data.labels};
+}
+
+at::Tensor scale_images(const at::Tensor& bytes) { return bytes.to(at::kFloat).div_(255.0); }
+
+Element scale_images_of(Element element) {
+  DIST_CHECK_ARG(!element.empty() && element[0].scalar_type() == at::kByte,
+                 "scale_images_of: the element's first tensor must hold uint8 images (from "
+                 "fashion_mnist_bytes), got ",
+                 element.empty() ? std::string("no tensors") : toString(element[0].scalar_type()));
+  element[0] = scale_images(element[0]);
+  return element;
 }
 
 Dataset fashion_mnist(const std::string& dir, Split split) {
   ImageLabelTensors data = load_mnist_format(dir, split);
+  return Dataset::from_tensor_slices({data.images, data.labels});
+}
+
+Dataset fashion_mnist_bytes(const std::string& dir, Split split) {
+  ImageLabelTensors data = load_mnist_bytes(dir, split);
   return Dataset::from_tensor_slices({data.images, data.labels});
 }
 

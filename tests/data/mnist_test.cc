@@ -185,5 +185,41 @@ TEST(MnistTest, RealFashionMnistTestSplit) {
   for (int c = 0; c < 10; ++c) EXPECT_EQ(counts[c].item<int64_t>(), 1000) << "class " << c;
 }
 
+// The bytes kept until batched give the batches of the float set, bit for bit.
+TEST(MnistTest, BytesScaledAfterBatchingEqualFloatElements) {
+  TempDir dir;
+  write_file(dir.file("train-images-idx3-ubyte"), images_file(5));
+  write_file(dir.file("train-labels-idx1-ubyte"), labels_file({3, 1, 4, 1, 5}));
+  const Dataset bytes = fashion_mnist_bytes(dir.path(), Split::kTrain);
+  std::vector<Element> expected, got;
+  for (const auto& b : fashion_mnist(dir.path(), Split::kTrain).shuffle(5, 7).batch(2).iterator(0))
+    expected.push_back(b);
+  for (const auto& b : bytes.shuffle(5, 7).batch(2).map(scale_images_of).iterator(0))
+    got.push_back(b);
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(expected.size(), got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i][0].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(got[i][0], expected[i][0])) << "batch " << i;
+    EXPECT_TRUE(at::equal(got[i][1], expected[i][1])) << "batch " << i;
+  }
+  for (const auto& b : bytes.iterator(0)) {
+    EXPECT_EQ(b[0].scalar_type(), at::kByte);
+    EXPECT_EQ(b[0].sizes(), (std::vector<int64_t>{1, kSide, kSide}));
+    break;
+  }
+}
+
+TEST(MnistTest, ScalingRefusesImagesThatAreNotBytes) {
+  try {
+    scale_images_of({at::zeros({1, kSide, kSide}), at::zeros({1}, at::kLong)});
+    FAIL() << "float images were scaled";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("uint8 images (from fashion_mnist_bytes), got Float"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dist::data
