@@ -21,6 +21,10 @@
 # SM_DECOMMIT (default true): TCMALLOC_AGGRESSIVE_DECOMMIT for both frameworks. tcmalloc keeps
 # freed pages by default, so memory a level frees (stage 3 frees each layer after use) would
 # still count as resident: measured on mlp_deep at stage 3, 1294 MiB kept, 975 MiB released.
+# SM_LEVELS (default "none optimizer gradients parameters"): the dist-train levels to run;
+# SM_PYTORCH (default 1; 0 skips PyTorch); SM_CHECKPOINT (default 0; 1: every dist-train run
+# also writes a checkpoint after each step, into a directory of $SM_OUT that every host sees:
+# the memory a checkpoint costs at each level).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
@@ -45,14 +49,18 @@ global_batch=$((16 * workers))
 port=7400
 
 run_dist_train() {  # LEVEL ROUND
-  local log=$out/dist-train-$1-$2.log
+  local log=$out/dist-train-$1-$2.log saving=()
   port=$((port + 10))
+  if [[ ${SM_CHECKPOINT:-0} == 1 ]]; then
+    saving=(--checkpoint-dir "$out/ckpt-$1-$2" --checkpoint-every 1 --max-to-keep 1)
+  fi
   timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" --port-base "$port" \
     --host-command "$netns exec {host} sh -c" -- \
     "$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1 \
     --global-batch "$global_batch" --train-examples $((global_batch * steps)) --epochs 1 \
     --max-steps "$steps" --test-examples "$global_batch" --sharding "$1" --no-progress \
-    > "$log" 2>&1 || true
+    "${saving[@]}" > "$log" 2>&1 || true
+  rm -rf "$out/ckpt-$1-$2"
   local peak
   peak=$(grep -o '"peak_rss_bytes":[0-9]*' "$log" | head -1 | cut -d: -f2)
   printf 'dist-train\t%s\t%s\n' "$1" "${peak:-failed}" >> "$out/results.tsv"
@@ -75,8 +83,12 @@ run_pytorch() {  # MODE ROUND
 }
 
 for ((round = 1; round <= repeats; round++)); do
-  for level in none optimizer gradients parameters; do run_dist_train "$level" "$round"; done
-  for mode in plain zero; do run_pytorch "$mode" "$round"; done
+  for level in ${SM_LEVELS:-none optimizer gradients parameters}; do
+    run_dist_train "$level" "$round"
+  done
+  if [[ ${SM_PYTORCH:-1} == 1 ]]; then
+    for mode in plain zero; do run_pytorch "$mode" "$round"; done
+  fi
 done
 
 python3 - "$out/results.tsv" <<'PY'

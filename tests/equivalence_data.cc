@@ -85,7 +85,8 @@ std::vector<std::pair<std::string, torch::Tensor>> train_conformance_steps(
     checkpoint.gather_worker_states();  // every worker: a sharded strategy's slots are in shares
     checkpoint.state.step = run.to;
     checkpoint.state.position = {0, run.to};
-    if (strategy.is_chief()) checkpoint.write(run.save_to);
+    // In pieces (sharding 'parameters') every worker writes its own.
+    if (strategy.is_chief() || checkpoint.written_in_pieces()) checkpoint.write(run.save_to);
   }
   model.variables().gather_values();  // every worker: sharded parameters are in chunks
   std::vector<std::pair<std::string, torch::Tensor>> weights;

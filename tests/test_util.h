@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace dist::testing {
 
@@ -33,6 +34,8 @@ class TempDir {
 
 void write_file(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
+// The names of the entries of `directory`, sorted.
+std::vector<std::string> files_in(const std::string& directory);
 
 // Whether `what` occurs in `text`, and how many times (overlapping occurrences counted): for
 // checking what processes printed.

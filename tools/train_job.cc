@@ -465,8 +465,9 @@ void CustomLoop::open_logs() {
 }
 
 // Checkpoints: every worker reads the latest (the directory must be shared, as in TensorFlow);
-// only the chief writes. The partial epoch's metric sums travel along, so a resumed epoch
-// reports what an uninterrupted one would.
+// only the chief writes, except at --sharding parameters, where every worker writes its piece. The
+// partial epoch's metric sums travel along, so a resumed epoch reports what an uninterrupted one
+// would.
 int CustomLoop::resume() {
   if (!options_.checkpoint_dir.empty())
     manager_.emplace(options_.checkpoint_dir, options_.max_to_keep, options_.env);
@@ -505,7 +506,8 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
   checkpoint_.state.values["run.seed"] = std::to_string(options_.seed);
   checkpoint_.state.values["run.train_examples"] = std::to_string(job_.num_train);
   checkpoint_.gather_worker_states();  // every worker: the hook's state is each one's own
-  if (job_.chief) result_.last_checkpoint = manager_->save(checkpoint_);
+  if (job_.chief || checkpoint_.written_in_pieces())
+    result_.last_checkpoint = manager_->save(checkpoint_);
 }
 
 void CustomLoop::evaluate() {

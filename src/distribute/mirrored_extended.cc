@@ -88,6 +88,44 @@ void MirroredVariables::sync_from_primary() {
   }
 }
 
+std::vector<int64_t> MirroredVariables::parameter_sizes(const at::Tensor& parameter) const {
+  return parameter_shards_ ? parameter_shards_->sizes(parameter) : parameter.sizes().vec();
+}
+
+void MirroredVariables::restore(const std::vector<at::Tensor>& parameters,
+                                const std::vector<at::Tensor>& buffers) {
+  if (!parameter_shards_) return DistributedVariables::restore(parameters, buffers);
+  // Stage 3 keeps one replica per worker: primary() is the only copy.
+  at::NoGradGuard no_grad;
+  if (step_plan_) step_plan_->prepare_to_write();
+  const auto own_parameters = primary()->parameters();
+  for (size_t p = 0; p < parameters.size(); ++p)
+    parameter_shards_->restore(own_parameters.at(p), parameters[p]);
+  auto own_buffers = primary()->buffers();
+  for (size_t b = 0; b < buffers.size(); ++b) own_buffers.at(b).copy_(buffers[b]);
+}
+
+std::vector<DistributedVariables::Share> MirroredVariables::parameter_shares() const {
+  std::vector<Share> shares;
+  if (!parameter_shards_) return shares;
+  for (const auto& p : primary()->parameters())
+    shares.push_back({parameter_shards_->begin(p), parameter_shards_->owned(p)});
+  return shares;
+}
+
+std::map<size_t, std::map<std::string, at::Tensor>> MirroredVariables::slot_shares(
+    torch::optim::Optimizer& optimizer) {
+  std::map<size_t, std::map<std::string, at::Tensor>> shares;
+  if (!parameter_shards_) return shares;
+  const auto by_parameter = step_plan_->slot_shares(optimizer, *parameter_shards_);
+  const auto params = primary()->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = by_parameter.find(params[i].unsafeGetTensorImpl());
+    if (it != by_parameter.end()) shares[i] = it->second;
+  }
+  return shares;
+}
+
 StrategyExtended& MirroredVariables::strategy() const { return *owner_; }
 
 std::vector<HostSharedVariables::Holders> MirroredVariables::parameter_holders() const {

@@ -47,8 +47,14 @@ class MirroredVariables : public DistributedVariables {
   void prepare_to_write() override;
   void gather_values() override;
   void sync_from_primary() override;
+  std::vector<int64_t> parameter_sizes(const at::Tensor& parameter) const override;
+  void restore(const std::vector<at::Tensor>& parameters,
+               const std::vector<at::Tensor>& buffers) override;
   void prepare_to_read_slots(torch::optim::Optimizer& optimizer) override;
   void gather_slots(torch::optim::Optimizer& optimizer) override;
+  std::vector<Share> parameter_shares() const override;
+  std::map<size_t, std::map<std::string, at::Tensor>> slot_shares(
+      torch::optim::Optimizer& optimizer) override;
   StrategyExtended& strategy() const override;
 
   // Every parameter with the replica copies that hold it (HostSharedVariables values).

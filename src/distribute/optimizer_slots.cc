@@ -43,7 +43,8 @@ ParameterSlots export_slots(const torch::optim::Optimizer& optimizer) {
 
 void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots& slots,
                  const std::function<std::string(const void*)>& name_of,
-                 const std::function<void(const std::string&)>& fail) {
+                 const std::function<void(const std::string&)>& fail,
+                 const std::function<std::vector<int64_t>(const at::Tensor&)>& sizes_of) {
   const OptimizerKind& kind = kind_of(optimizer);
   std::map<const void*, at::Tensor> params;
   for (const auto& group : optimizer.param_groups())
@@ -52,6 +53,7 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
     if (named.empty()) continue;
     const std::string parameter = name_of(impl);
     const at::Tensor& param = params.at(impl);
+    const std::vector<int64_t> sizes = sizes_of ? sizes_of(param) : param.sizes().vec();
     for (const auto& [name, t] : named) {
       const SlotSpec* spec = nullptr;
       for (const auto& s : kind.slots)
@@ -59,12 +61,11 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
       if (spec == nullptr)
         fail(concat("optimizer slot '", name, "' of parameter ", parameter, " is unknown to ",
                     kind.name));
-      const bool ok = spec->is_step
-                          ? t.dim() == 0 && t.scalar_type() == at::kLong
-                          : t.sizes() == param.sizes() && t.scalar_type() == param.scalar_type();
+      const bool ok = spec->is_step ? t.dim() == 0 && t.scalar_type() == at::kLong
+                                    : t.sizes() == sizes && t.scalar_type() == param.scalar_type();
       if (!ok)
         fail(concat("optimizer slot '", name, "' of parameter ", parameter, " is ", t.sizes(), " ",
-                    t.scalar_type(), " but the parameter is ", param.sizes(), " ",
+                    t.scalar_type(), " but the parameter is ", at::IntArrayRef(sizes), " ",
                     param.scalar_type()));
     }
     for (const auto& s : kind.slots)

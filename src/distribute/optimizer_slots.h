@@ -22,10 +22,13 @@ std::string optimizer_kind(const torch::optim::Optimizer& optimizer);
 ParameterSlots export_slots(const torch::optim::Optimizer& optimizer);
 
 // Calls fail(message) if a slot is unknown for this optimizer, a required one is missing, or a
-// shape or dtype is wrong. A parameter with no slots has no state yet.
+// shape or dtype is wrong. A parameter with no slots has no state yet. `sizes_of`: a
+// parameter's shape, where a strategy may hold it released (Sharding::kParameters); its own
+// shape if null.
 void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots& slots,
                  const std::function<std::string(const void*)>& name_of,
-                 const std::function<void(const std::string&)>& fail);
+                 const std::function<void(const std::string&)>& fail,
+                 const std::function<std::vector<int64_t>(const at::Tensor&)>& sizes_of = nullptr);
 
 // Replaces the optimizer's state with copies of `slots` (already checked).
 void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slots);

@@ -22,7 +22,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/optim/optimizer.h>
@@ -35,6 +37,7 @@ namespace dist {
 namespace collective {
 class HierarchicalGroup;
 }
+class ParameterShards;
 
 class OptimizerStepPlan {
  public:
@@ -64,6 +67,12 @@ class OptimizerStepPlan {
   // write slots that were not gathered since the last step, unless it can gather alone).
   virtual void gather_slots(torch::optim::Optimizer& /*optimizer*/) {}
   virtual void read_slots(torch::optim::Optimizer& /*optimizer*/) {}
+  // At stage 3, this worker's ranges (shards.owned()) of the slots of each parameter with state,
+  // by the parameter's TensorImpl: slot name -> values (1-D; "step" whole). No collective.
+  virtual std::map<const void*, std::map<std::string, at::Tensor>> slot_shares(
+      torch::optim::Optimizer& /*optimizer*/, const ParameterShards& /*shards*/) {
+    return {};
+  }
 };
 
 // What a plan works with: the strategy's replicas and workers, and the model's parameters with

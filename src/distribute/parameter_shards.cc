@@ -52,6 +52,10 @@ std::vector<int64_t> ParameterShards::sizes(const at::Tensor& param) const {
   return entries_[index_of(param)].sizes;
 }
 
+int64_t ParameterShards::begin(const at::Tensor& param) const {
+  return entries_[index_of(param)].begin;
+}
+
 int64_t ParameterShards::numel(const at::Tensor& param) const {
   return entries_[index_of(param)].numel;
 }
@@ -128,6 +132,15 @@ void ParameterShards::release_parameter(const at::Tensor& param) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = entries_[index_of(param)];
   if (entry.is_whole) release(entry);
+}
+
+void ParameterShards::restore(const at::Tensor& param, const at::Tensor& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::NoGradGuard no_grad;
+  Entry& entry = entries_[index_of(param)];
+  DIST_INTERNAL_ASSERT(value.numel() == entry.numel, "restore: a value of another shape");
+  entry.owned.copy_(value.reshape(-1).narrow(0, entry.begin, entry.owned.numel()));
+  if (entry.is_whole) entry.whole.copy_(value.reshape(entry.sizes));
 }
 
 void ParameterShards::gather_all() {

@@ -51,6 +51,8 @@ class ParameterShards {
   at::Tensor owned(const at::Tensor& param) const;
   // `param`'s shape, whole or released.
   std::vector<int64_t> sizes(const at::Tensor& param) const;
+  // Where owned(param) starts in `param`'s flat elements.
+  int64_t begin(const at::Tensor& param) const;
   int64_t numel(const at::Tensor& param) const;
 
   void before_forward(size_t unit);
@@ -59,6 +61,10 @@ class ParameterShards {
   void before_backward(size_t unit);
   // `param`'s gradient is final: backward needs its values no more.
   void release_parameter(const at::Tensor& param);
+
+  // Writes `value` (whole, of `param`'s shape) as `param`'s current values: this worker's
+  // chunk of it, and the whole values too if they are whole here now. No collective.
+  void restore(const at::Tensor& param, const at::Tensor& value);
 
   // A collective of every worker: every parameter whole (its current values) until the next
   // forward takes them as the chunks again.

@@ -157,6 +157,8 @@ class ShardedStep : public OptimizerStepPlan {
 
   void gather_slots(Optimizer& optimizer) override;
   void read_slots(Optimizer& optimizer) override;
+  std::map<const void*, std::map<std::string, at::Tensor>> slot_shares(
+      Optimizer& optimizer, const ParameterShards& shards) override;
 
  private:
   collective::Communicator& cross() const { return inputs_.group->cross_process(); }
@@ -390,6 +392,36 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
     optimizer.state()[detail::state_key_of(shard.params[j])] =
         detail::state_of_slots(optimizer, slots[j]);
   }
+}
+
+std::map<const void*, std::map<std::string, at::Tensor>> ShardedStep::slot_shares(
+    Optimizer& optimizer, const ParameterShards& shards) {
+  std::map<const void*, std::map<std::string, at::Tensor>> shares;
+  if (packs_.empty() || !optimizer.state().empty()) {
+    // The state is whole in `optimizer` (restored or gathered, no step since) or there is none.
+    for (const auto& group : optimizer.param_groups()) {
+      for (const auto& p : group.params()) {
+        auto it = optimizer.state().find(detail::state_key_of(p));
+        if (it == optimizer.state().end()) continue;
+        const int64_t begin = shards.begin(p), length = shards.owned(p).numel();
+        auto& share = shares[p.unsafeGetTensorImpl()];
+        for (const auto& [name, t] : detail::state_slots(optimizer, *it->second))
+          share[name] = name == "step" ? t : t.reshape(-1).narrow(0, begin, length);
+      }
+    }
+    return shares;
+  }
+  // Stage 3's packs are one parameter each, and its piece is this worker's range of it.
+  for (auto& shard : packs_) {
+    for (const ChunkPiece& piece : shard.pieces) {
+      if (shard.group[piece.param] < 0) continue;
+      auto it = shard.optimizer->state().find(detail::state_key_of(piece.values));
+      if (it == shard.optimizer->state().end()) continue;
+      shares[shard.params[piece.param].unsafeGetTensorImpl()] =
+          detail::state_slots(*shard.optimizer, *it->second);
+    }
+  }
+  return shares;
 }
 
 void ShardedStep::read_slots(Optimizer& optimizer) {

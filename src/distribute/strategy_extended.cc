@@ -197,6 +197,26 @@ int DistributedVariables::current_index() const {
   return index;
 }
 
+std::vector<int64_t> DistributedVariables::parameter_sizes(const at::Tensor& parameter) const {
+  return parameter.sizes().vec();
+}
+
+void DistributedVariables::restore(const std::vector<at::Tensor>& parameters,
+                                   const std::vector<at::Tensor>& buffers) {
+  at::NoGradGuard no_grad;
+  prepare_to_write();
+  // Fetched after prepare_to_write: making the values private may have replaced them.
+  auto module = primary();
+  auto own_parameters = module->parameters();
+  auto own_buffers = module->buffers();
+  DIST_INTERNAL_ASSERT(
+      own_parameters.size() == parameters.size() && own_buffers.size() == buffers.size(),
+      "restore: values for another model");
+  for (size_t p = 0; p < parameters.size(); ++p) own_parameters[p].copy_(parameters[p]);
+  for (size_t b = 0; b < buffers.size(); ++b) own_buffers[b].copy_(buffers[b]);
+  sync_from_primary();
+}
+
 std::shared_ptr<torch::nn::Module> DistributedVariables::current() const {
   const int index = current_index();
   return index < 0 ? primary() : replica(index);

@@ -54,7 +54,8 @@ void BackupAndRestore::save() {
   Checkpoint checkpoint = model().checkpoint();
   checkpoint.state = model().training_state();  // a collective: every worker calls it
   checkpoint.gather_worker_states();            // so is this
-  if (model().is_chief()) last_saved_ = manager_->save(checkpoint);
+  if (model().is_chief() || checkpoint.written_in_pieces())
+    last_saved_ = manager_->save(checkpoint);
 }
 
 void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {

@@ -15,10 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
+#include "dist/distribute/strategy_extended.h"
 #include "dist/train/safetensors.h"
 #include "distribute/optimizer_slots.h"
 #include "train/atomic_file.h"
 #include "train/checkpoint_checksums.h"
+#include "train/checkpoint_pieces.h"
 #include "train/hook_state.h"
 
 namespace dist {
@@ -162,6 +164,10 @@ struct Checkpoint::Object {
   // The module saved and restored (a placed model's primary copy).
   std::shared_ptr<torch::nn::Module> saved_module() const {
     return variables != nullptr ? variables->primary() : module;
+  }
+  // A model whose strategy keeps its parameters in shares: written in pieces.
+  bool keeps_shares() const {
+    return variables != nullptr && !variables->parameter_shares().empty();
   }
 };
 
@@ -310,13 +316,33 @@ Checkpoint& Checkpoint::add_hook(const std::string& name, std::shared_ptr<Commun
 
 void Checkpoint::gather_worker_states() {
   for (const auto& object : objects_) {
-    if (object->variables != nullptr) object->variables->gather_values();
+    // Shares are written in pieces, each worker its own: nothing to gather.
+    if (object->variables != nullptr && !object->keeps_shares()) object->variables->gather_values();
     if (object->kind == kHookKind) *object->gathered = object->job->gather();
-    if (object->kind == kOptimizerKind)
+    if (object->kind == kOptimizerKind && !in_pieces(*object))
       if (const auto& model = find(object->model)->variables)
         model->gather_slots(*object->optimizer);
   }
 }
+
+bool Checkpoint::in_pieces(const Object& object) const {
+  return object.kind == kOptimizerKind ? find(object.model)->keeps_shares() : object.keeps_shares();
+}
+
+const StrategyExtended* Checkpoint::pieces_job() const {
+  const StrategyExtended* job = nullptr;
+  for (const auto& object : objects_) {
+    if (object->kind != kModelKind || !object->keeps_shares()) continue;
+    const StrategyExtended* its = &object->variables->strategy();
+    DIST_CHECK_ARG(job == nullptr || job == its, "Checkpoint: models '", object->name,
+                   "' and another keep their parameters in shares under two strategies; a "
+                   "checkpoint is written in the pieces of one: use one strategy");
+    job = its;
+  }
+  return job;
+}
+
+bool Checkpoint::written_in_pieces() const { return pieces_job() != nullptr; }
 
 Checkpoint& Checkpoint::skip(const std::string& name) {
   skipped_.insert(name);
@@ -361,6 +387,7 @@ at::Tensor random_state() {
 // Placed models' values (and slots) into their primary modules, where write() reads them.
 void Checkpoint::prepare_to_read() const {
   for (const auto& object : objects_) {
+    if (in_pieces(*object)) continue;  // each worker writes its own shares
     if (object->variables != nullptr) object->variables->prepare_to_read();
     if (object->kind == kOptimizerKind)
       if (const auto& model = find(object->model)->variables)
@@ -369,9 +396,59 @@ void Checkpoint::prepare_to_read() const {
 }
 
 void Checkpoint::write(const std::string& path, Env* env) const {
+  const StrategyExtended* job = pieces_job();
+  if (job == nullptr) return write_file(path, env, 0);
+  std::exception_ptr failure;
+  try {
+    detail::write_checkpoint_piece(path, job->worker_index(), job->num_workers(), state.step,
+                                   piece_tensors(), env);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Every worker waits for every piece (a collective): the checkpoint's own file, which makes it
+  // whole, comes last, and only if every piece is there.
+  std::vector<at::Tensor> failed{at::zeros({job->num_workers()}, at::kLong)};
+  failed[0][job->worker_index()] = failure ? 1 : 0;
+  job->all_reduce_across_workers(failed, ReduceOp::kSum);
+  if (failure) std::rethrow_exception(failure);
+  for (int w = 0; w < job->num_workers(); ++w)
+    if (failed[0][w].item<int64_t>() != 0)
+      throw DataError(detail::concat("checkpoint '", path, "': ", job->worker_name(w),
+                                     " could not write its piece (its own error says why), so "
+                                     "the checkpoint was not completed"));
+  if (job->is_chief()) write_file(path, env, job->num_workers());
+}
+
+// This worker's shares of the parameters of every model in pieces and of its optimizers' slots.
+std::vector<detail::PieceTensor> Checkpoint::piece_tensors() const {
+  std::vector<detail::PieceTensor> tensors;
+  for (const auto& object : objects_) {
+    if (!in_pieces(*object)) continue;
+    const Object& model = object->kind == kModelKind ? *object : *find(object->model);
+    const auto shares = model.variables->parameter_shares();
+    const auto named = model.variables->primary()->named_parameters();
+    if (object->kind == kModelKind) {
+      for (size_t i = 0; i < named.size(); ++i)
+        tensors.push_back({object->name + "/" + named[i].key(), shares[i].begin,
+                           model.variables->parameter_sizes(named[i].value()), shares[i].values});
+      continue;
+    }
+    for (const auto& [i, slots] : model.variables->slot_shares(*object->optimizer))
+      for (const auto& [slot, t] : slots)
+        tensors.push_back({object->name + "/" + named[i].key() + "/" + slot,
+                           t.dim() == 0 ? 0 : shares[i].begin,
+                           t.dim() == 0 ? std::vector<int64_t>{}
+                                        : model.variables->parameter_sizes(named[i].value()),
+                           t});
+  }
+  return tensors;
+}
+
+void Checkpoint::write_file(const std::string& path, Env* env, int pieces) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
   metadata["format"] = kFormat;
+  if (pieces > 0) metadata[detail::kCheckpointPieces] = std::to_string(pieces);
   metadata["step"] = std::to_string(state.step);
   metadata["epoch"] = std::to_string(state.epoch);
   metadata["position.epoch"] = std::to_string(state.position.epoch);
@@ -386,7 +463,7 @@ void Checkpoint::write(const std::string& path, Env* env) const {
     if (object->kind == kModelKind) {
       const auto module = object->saved_module();
       for (const auto& p : module->named_parameters())
-        tensors.emplace_back(prefix + p.key(), p.value().detach());
+        if (!in_pieces(*object)) tensors.emplace_back(prefix + p.key(), p.value().detach());
       for (const auto& b : module->named_buffers())
         tensors.emplace_back(prefix + b.key(), b.value().detach());
     } else if (object->kind == kOptimizerKind) {
@@ -409,6 +486,7 @@ void Checkpoint::write(const std::string& path, Env* env) const {
         if (legacy) metadata[kLegacyLearningRate + std::to_string(g)] = lr;
       }
       for (const auto& [impl, slots] : detail::export_slots(optimizer)) {
+        if (in_pieces(*object)) break;                     // in the pieces
         const std::string& parameter = *names.find(impl);  // checked above
         for (const auto& [slot, t] : slots)
           tensors.emplace_back(prefix + parameter + "/" + slot, t);
@@ -430,8 +508,9 @@ namespace {
 // What read() will change, gathered (and checked) before it changes anything.
 struct ModelRestore {
   std::shared_ptr<torch::nn::Module> module;
-  std::vector<at::Tensor> parameters;  // in named_parameters() order
-  std::vector<at::Tensor> buffers;     // in named_buffers() order
+  std::shared_ptr<DistributedVariables> variables;  // if placed by a strategy
+  std::vector<at::Tensor> parameters;               // in named_parameters() order
+  std::vector<at::Tensor> buffers;                  // in named_buffers() order
 };
 struct OptimizerRestore {
   torch::optim::Optimizer* optimizer;
@@ -449,14 +528,18 @@ class TensorTaker {
 
   at::Tensor take(const std::string& object, const std::string& name, const at::Tensor& like,
                   const char* what) {
+    return take(object, name, like.sizes(), like.scalar_type(), what);
+  }
+  at::Tensor take(const std::string& object, const std::string& name, at::IntArrayRef sizes,
+                  at::ScalarType dtype, const char* what) {
     auto it = tensors_.find(name);
     if (it == tensors_.end())
       fail(path_, "object '" + object + "': tensor '" + name +
                       "' is missing; was it written for a different " + what + "?");
-    if (it->second.sizes() != like.sizes() || it->second.scalar_type() != like.scalar_type())
-      fail(path_, detail::concat("object '", object, "': tensor '", name, "' is ",
-                                 it->second.sizes(), " ", it->second.scalar_type(), " but the ",
-                                 what, " has ", like.sizes(), " ", like.scalar_type()));
+    if (it->second.sizes() != sizes || it->second.scalar_type() != dtype)
+      fail(path_,
+           detail::concat("object '", object, "': tensor '", name, "' is ", it->second.sizes(), " ",
+                          it->second.scalar_type(), " but the ", what, " has ", sizes, " ", dtype));
     at::Tensor t = it->second;
     tensors_.erase(it);
     return t;
@@ -503,7 +586,7 @@ double parse_learning_rate(const std::string& path, const std::map<std::string, 
 // read() in two phases: a Reading checks the whole file against this Checkpoint's objects and
 // takes every value it will write; only then does apply() change anything.
 struct Checkpoint::Reading {
-  Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file);
+  Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file, Env* env);
   void apply(bool restore_random) const;
 
   TrainingState state;
@@ -530,9 +613,14 @@ struct Checkpoint::Reading {
   at::Tensor random_;  // undefined: the file holds no generator state
 };
 
-Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file)
+Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file,
+                             Env* env)
     : checkpoint_(checkpoint), path_(std::move(path)), meta_(std::move(file.metadata)) {
   auto all = verified_tensors(std::move(file.tensors));
+  // A checkpoint written in pieces: its parameters and slots, whole again, beside the rest.
+  if (meta_.count(detail::kCheckpointPieces) != 0)
+    detail::read_checkpoint_pieces(path_, static_cast<int>(parse_int(path_, meta_, "pieces")),
+                                   parse_int(path_, meta_, "step"), env, all);
   const auto in_file = objects_in_file(path_, meta_, all);
   check_objects(in_file, all);
   // Check every object's tensors before changing anything.
@@ -552,19 +640,10 @@ std::map<std::string, at::Tensor> Checkpoint::Reading::verified_tensors(
     fail(path_, detail::concat("not a checkpoint of this library (metadata format is '",
                                format == meta_.end() ? "missing" : format->second, "', expected '",
                                kFormat, "')"));
-  auto header_crc = meta_.find(detail::kCheckpointHeaderChecksum);
-  if (header_crc == meta_.end()) fail(path_, "the header checksum is missing");
-  if (header_crc->second != detail::checkpoint_header_checksum(tensors, meta_))
-    fail(path_, "the header checksum does not match: the header is damaged");
+  const std::string problem = detail::checkpoint_checksum_problem(tensors, meta_);
+  if (!problem.empty()) fail(path_, problem);
   std::map<std::string, at::Tensor> all;
-  for (auto& [name, t] : tensors) {
-    auto crc = meta_.find(detail::kCheckpointChecksumPrefix + name);
-    if (crc == meta_.end()) fail(path_, "tensor '" + name + "' has no checksum");
-    if (crc->second != detail::checkpoint_tensor_checksum(t))
-      fail(path_,
-           "tensor '" + name + "': its data does not match its checksum: the file is damaged");
-    all[name] = std::move(t);
-  }
+  for (auto& [name, t] : tensors) all[name] = std::move(t);
   return all;
 }
 
@@ -600,9 +679,14 @@ void Checkpoint::Reading::take_models_and_values(TensorTaker& taker) {
     const std::string& name = object->name;
     const std::string prefix = name + "/";
     if (object->kind == kModelKind) {
-      ModelRestore restore{object->saved_module(), {}, {}};
-      for (const auto& p : restore.module->named_parameters())
-        restore.parameters.push_back(taker.take(name, prefix + p.key(), p.value(), "model"));
+      ModelRestore restore{object->saved_module(), object->variables, {}, {}};
+      for (const auto& p : restore.module->named_parameters()) {
+        // A strategy may hold a parameter released between steps (Sharding::kParameters).
+        const auto sizes = object->variables ? object->variables->parameter_sizes(p.value())
+                                             : p.value().sizes().vec();
+        restore.parameters.push_back(
+            taker.take(name, prefix + p.key(), sizes, p.value().scalar_type(), "model"));
+      }
       for (const auto& b : restore.module->named_buffers())
         restore.buffers.push_back(taker.take(name, prefix + b.key(), b.value(), "model"));
       models_.push_back(std::move(restore));
@@ -644,9 +728,13 @@ void Checkpoint::Reading::take_optimizers(const std::map<std::string, FileObject
     for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
       restore.learning_rates.push_back(
           parse_learning_rate(path_, meta_, name, saved.learning_rate + std::to_string(g)));
-    detail::check_slots(optimizer, restore.slots, name_of, [&](const std::string& message) {
-      fail(path_, "object '" + name + "': " + message);
-    });
+    const auto& variables = model.variables;
+    detail::check_slots(
+        optimizer, restore.slots, name_of,
+        [&](const std::string& message) { fail(path_, "object '" + name + "': " + message); },
+        [&](const at::Tensor& p) {
+          return variables ? variables->parameter_sizes(p) : p.sizes().vec();
+        });
     optimizers_.push_back(std::move(restore));
   }
 }
@@ -715,19 +803,17 @@ void Checkpoint::Reading::read_state() {
 // To the primary modules, then the strategies' placements follow.
 void Checkpoint::Reading::apply(bool restore_random) const {
   torch::NoGradGuard no_grad;
-  const auto& objects = checkpoint_.objects_;
-  for (const auto& object : objects)
-    if (object->variables != nullptr) object->variables->prepare_to_write();
   for (const auto& model : models_) {
-    // Fetched again: making the values private (prepare_to_write) may have replaced them.
+    if (model.variables != nullptr) {
+      model.variables->restore(model.parameters, model.buffers);
+      continue;
+    }
     auto parameters = model.module->parameters();
     for (size_t p = 0; p < parameters.size(); ++p) parameters[p].copy_(model.parameters[p]);
     auto buffers = model.module->buffers();
     for (size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(model.buffers[b]);
   }
   for (const auto& [destination, value] : values_) destination.copy_(value);
-  for (const auto& object : objects)
-    if (object->variables != nullptr) object->variables->sync_from_primary();
   for (const auto& restore : optimizers_) {
     detail::import_slots(*restore.optimizer, restore.slots);
     for (size_t g = 0; g < restore.learning_rates.size(); ++g)
@@ -745,12 +831,7 @@ void Checkpoint::Reading::apply(bool restore_random) const {
 void Checkpoint::read(const std::string& path, Env* env) {
   // The file's layout is checked before its tensors are allocated.
   SafetensorsFile file = load_safetensors(path, env);
-  // Parameters a strategy keeps in shares (Sharding::kParameters) are checked against and
-  // written whole: a collective, so there every worker reads the checkpoint (one that fails to
-  // load it leaves the others waiting until the collective timeout).
-  for (const auto& object : objects_)
-    if (object->variables != nullptr) object->variables->gather_values();
-  const Reading reading(*this, path, std::move(file));
+  const Reading reading(*this, path, std::move(file), env);
   reading.apply(save_random_state);
   state = reading.state;
 }
@@ -828,15 +909,20 @@ std::vector<std::string> CheckpointManager::checkpoints() const {
 }
 
 std::string CheckpointManager::save(const Checkpoint& checkpoint) {
-  // Leftovers of an interrupted save (any process): temporary files never renamed.
-  for (const std::string& name : env_->get_children(directory_)) {
-    if (name.find(".tmp.") != std::string::npos &&
-        (name.rfind("ckpt-", 0) == 0 || name.rfind(kPointer, 0) == 0))
-      remove_quietly(env_, directory_ + "/" + name);
-  }
   Pointer pointer = read_pointer(env_, directory_).value_or(Pointer{});
   const std::string name = checkpoint_name(checkpoint.state.step);
   checkpoint.write(directory_ + "/" + name, env_);
+  // A worker that wrote its piece only: the chief keeps the directory.
+  const StrategyExtended* job = checkpoint.pieces_job();
+  if (job != nullptr && !job->is_chief()) return directory_ + "/" + name;
+  // Leftovers of an interrupted save (any process): temporary files never renamed. After the
+  // write, which waited for every worker's piece, so none is still being written.
+  const std::vector<std::string> children = env_->get_children(directory_);
+  for (const std::string& child : children) {
+    if (child.find(".tmp.") != std::string::npos &&
+        (child.rfind("ckpt-", 0) == 0 || child.rfind(kPointer, 0) == 0))
+      remove_quietly(env_, directory_ + "/" + child);
+  }
 
   std::vector<std::string> kept;
   for (const auto& old : pointer.kept)
@@ -851,7 +937,11 @@ std::string CheckpointManager::save(const Checkpoint& checkpoint) {
   detail::write_file_atomically(env_, directory_ + "/" + kPointer, "checkpoint pointer file",
                                 [&](WritableFile& file) { file.append(text.data(), text.size()); });
   // Only now, with the new checkpoint complete and pointed to, delete the oldest.
-  for (const auto& old : dropped) remove_quietly(env_, directory_ + "/" + old);
+  for (const auto& old : dropped) {
+    remove_quietly(env_, directory_ + "/" + old);
+    for (const auto& child : children)
+      if (detail::is_checkpoint_piece(child, old)) remove_quietly(env_, directory_ + "/" + child);
+  }
   return directory_ + "/" + name;
 }
 

@@ -41,4 +41,19 @@ void seal_checkpoint(const CheckpointTensors& tensors,
   metadata[kCheckpointHeaderChecksum] = checkpoint_header_checksum(tensors, metadata);
 }
 
+std::string checkpoint_checksum_problem(const CheckpointTensors& tensors,
+                                        const std::map<std::string, std::string>& metadata) {
+  auto header = metadata.find(kCheckpointHeaderChecksum);
+  if (header == metadata.end()) return "the header checksum is missing";
+  if (header->second != checkpoint_header_checksum(tensors, metadata))
+    return "the header checksum does not match: the header is damaged";
+  for (const auto& [name, t] : tensors) {
+    auto crc = metadata.find(kCheckpointChecksumPrefix + name);
+    if (crc == metadata.end()) return "tensor '" + name + "' has no checksum";
+    if (crc->second != checkpoint_tensor_checksum(t))
+      return "tensor '" + name + "': its data does not match its checksum: the file is damaged";
+  }
+  return "";
+}
+
 }  // namespace dist::detail

@@ -30,4 +30,9 @@ std::string checkpoint_header_checksum(const CheckpointTensors& tensors,
 void seal_checkpoint(const CheckpointTensors& tensors,
                      std::map<std::string, std::string>& metadata);
 
+// What is wrong with a sealed file's checksums (a missing or differing header checksum, a
+// tensor without a checksum or whose data differs from it), or empty when they hold.
+std::string checkpoint_checksum_problem(const CheckpointTensors& tensors,
+                                        const std::map<std::string, std::string>& metadata);
+
 }  // namespace dist::detail

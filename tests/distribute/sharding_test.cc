@@ -182,7 +182,12 @@ TEST(ShardingTest, StageThreeKeepsParametersInChunksAndStepsAsOneDevice) {
     checkpoint.write(dir.file("step2.safetensors"));  // one worker: it gathers alone
     take_step(strategy, model, *optimizer);
     const auto third = values_of(model);
+    {
+      torch::NoGradGuard evaluating;
+      model->forward(torch::ones({1, 8}));  // releases what values_of gathered
+    }
     checkpoint.read(dir.file("step2.safetensors"));
+    EXPECT_EQ(released(), sharded);  // each worker took its share: nothing was gathered
     take_step(strategy, model, *optimizer);
     EXPECT_EQ(released(), sharded);
     const auto again = values_of(model);
@@ -192,6 +197,34 @@ TEST(ShardingTest, StageThreeKeepsParametersInChunksAndStepsAsOneDevice) {
   const auto sharded = train(MirroredStrategy(one_replica(Sharding::kParameters)), true);
   const auto whole = train(OneDeviceStrategy("cpu:0"), false);
   EXPECT_LT(testing::max_relative_difference(sharded, whole), 1e-6);
+}
+
+// A read at stage 3 checks the file's shapes against the whole parameters' (released here),
+// and changes nothing when one differs.
+TEST(ShardingTest, StageThreeReadChecksWholeShapesAndChangesNothingOnAMismatch) {
+  testing::TempDir dir;
+  torch::manual_seed(3);
+  auto other = torch::nn::Sequential(torch::nn::Linear(8, 5), torch::nn::Linear(5, 4));
+  Checkpoint(other.ptr(), nullptr).write(dir.file("other.safetensors"));
+  MirroredStrategy strategy(one_replica(Sharding::kParameters));
+  auto model =
+      strategy.mirror(torch::nn::Sequential(torch::nn::Linear(8, 6), torch::nn::Linear(6, 4)));
+  const auto before = values_of(model);
+  {
+    torch::NoGradGuard evaluating;
+    model->forward(torch::ones({1, 8}));  // releases them again (one worker gathers alone)
+  }
+  ASSERT_EQ(model.primary()->parameters()[0].numel(), 0);
+  Checkpoint checkpoint(model, nullptr);
+  try {
+    checkpoint.read(dir.file("other.safetensors"));
+    FAIL() << "a checkpoint of another model was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("is [5, 8] Float but the model has [6, 8] Float"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(testing::max_relative_difference(values_of(model), before), 0.0);
 }
 
 }  // namespace

@@ -4,6 +4,11 @@
 // bounded in time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
@@ -37,9 +42,11 @@ double difference(const std::string& a, const std::string& b) {
 }
 
 // Adam, 14 steps: unsharded on 2 workers; sharded (optimizer) on 2 workers stopped at step 6
-// and resumed from its checkpoint by 4 workers sharding parameters. The ends agree within
-// the tolerance of summing in another order (1e-5; measured 3e-8); that the checkpoint holds the
-// slots themselves is StrategyConformanceTest.ItsCheckpointHoldsWhatOneDeviceWrites.
+// and resumed from its checkpoint by 4 workers sharding parameters, whose checkpoints are in
+// pieces (the oldest deleted with theirs); its checkpoint of step 12 resumed by 2 unsharded
+// workers. The ends agree within the tolerance of summing in another order (1e-5; measured
+// 3e-8); that the checkpoint holds the slots themselves is
+// StrategyConformanceTest.ItsCheckpointHoldsWhatOneDeviceWrites.
 TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnshardedJobEnds) {
   testing::TempDir dir;
   auto plain = launch(
@@ -53,13 +60,27 @@ TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnsh
   auto first = launch(job(2, "optimizer", first_args));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto rest_args = saving;
-  rest_args.insert(rest_args.end(),
-                   {"--max-steps", "14", "--save-weights", dir.file("resumed.safetensors")});
+  rest_args.insert(rest_args.end(), {"--max-steps", "14", "--max-to-keep", "2", "--save-weights",
+                                     dir.file("resumed.safetensors")});
   auto resumed = launch(job(4, "parameters", rest_args));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step 6 (epoch 1, batch 6)"), std::string::npos)
       << resumed.output;
   EXPECT_LT(difference(dir.file("plain.safetensors"), dir.file("resumed.safetensors")), 1e-5);
+  std::vector<std::string> kept{".dist-lock", "checkpoint"};
+  for (const std::string step : {"12", "14"}) {
+    kept.push_back("ckpt-" + step + ".safetensors");
+    for (int w = 0; w < 4; ++w)
+      kept.push_back("ckpt-" + step + ".safetensors.piece-" + std::to_string(w) + "-of-4");
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(testing::files_in(dir.file("ckpt")), kept);
+  auto last = launch(testing::small_multi_worker_job(
+      2, {"--epochs", "2", "--max-steps", "14", "--resume-from",
+          dir.file("ckpt/ckpt-12.safetensors"), "--save-weights", dir.file("last.safetensors")}));
+  ASSERT_EQ(last.exit_code, 0) << last.output;
+  EXPECT_NE(last.output.find("at step 12"), std::string::npos) << last.output;
+  EXPECT_LT(difference(dir.file("plain.safetensors"), dir.file("last.safetensors")), 1e-5);
 }
 
 // fit under sharding takes the custom loop's steps bit for bit; bf16 mixed precision trains

@@ -221,6 +221,51 @@ TEST(NetnsClusterTest, FourHostsTimesOneReplicaOverMpiReproduceOneDeviceWeights)
 }
 #endif
 
+// Every sharding level across hosts (each worker in a namespace of its own, so no shared
+// memory: the transport's reduce-scatter and all-gather): 2 hosts after 20 SGD steps and 4 hosts
+// after 20 Adam steps reproduce one device's weights, within 1e-5 and 1e-4 (Adam divides by the
+// root of small second moments, which magnifies the sums' rounding). Minutes: label "long".
+void expect_sharded_hosts_reproduce_one_device(int hosts, const std::string& optimizer,
+                                               const std::string& level) {
+  MAKE_CLUSTER(cluster, hosts);
+  testing::TempDir dir;
+  auto with_optimizer = [&](std::vector<std::string> args) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--optimizer") args[i + 1] = optimizer;
+    return args;
+  };
+  WorkerProcesses one;
+  one.start(DIST_TRAIN_BINARY, with_optimizer(job_args("one_device", dir.file("one.safetensors"))),
+            {});
+  ASSERT_EQ(one.wait_all(240s).at(0).exit_code, 0);
+  Launch launch = by_dist_launch(cluster, 1);
+  for (const auto& a : with_optimizer(job_args("multi_worker", dir.file("hosts.safetensors"))))
+    launch.args.push_back(a);
+  launch.args.insert(launch.args.end(), {"--sharding", level});
+  WorkerProcesses launcher;
+  launcher.start(launch.program, launch.args, {});
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  std::printf("sharding %s, %s: ", level.c_str(), optimizer.c_str());
+  testing::expect_workers_reached(result, launch.source, hosts, hosts,
+                                  dir.file("hosts.safetensors"), dir.file("one.safetensors"),
+                                  optimizer == "adam" ? 1e-4 : 1e-5);
+  expect_network_between_workers(result.output);
+  EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
+}
+
+class LongNetnsShardingTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LongNetnsShardingTest, TwoHostsAfterTwentySgdStepsReproduceOneDeviceWeights) {
+  expect_sharded_hosts_reproduce_one_device(2, "sgd", GetParam());
+}
+
+TEST_P(LongNetnsShardingTest, FourHostsAfterTwentyAdamStepsReproduceOneDeviceWeights) {
+  expect_sharded_hosts_reproduce_one_device(4, "adam", GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, LongNetnsShardingTest,
+                         ::testing::Values("optimizer", "gradients", "parameters"));
+
 // Whether some process's command line holds `text` (/proc/*/cmdline, readable by every user).
 bool on_a_command_line(const std::string& text) {
   std::error_code ignored;

@@ -44,7 +44,8 @@ std::string one_device_weights(const TempDir& dir) {
 }
 
 void expect_workers_reached(const ProcessResult& result, const std::string& source, int workers,
-                            int devices, const std::string& weights, const std::string& expected) {
+                            int devices, const std::string& weights, const std::string& expected,
+                            double tolerance) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const std::string cluster = "Cluster: " + std::to_string(workers) + " workers from " + source;
   EXPECT_NE(result.output.find(cluster), std::string::npos) << result.output;
@@ -53,7 +54,7 @@ void expect_workers_reached(const ProcessResult& result, const std::string& sour
   const double diff = max_relative_difference(weights_in(weights), weights_in(expected));
   std::printf("%s, %d workers, %d devices: max relative difference %.3g\n", source.c_str(), workers,
               devices, diff);
-  EXPECT_LT(diff, 1e-5);
+  EXPECT_LT(diff, tolerance);
 }
 
 std::vector<std::string> small_multi_worker_job(int workers, std::vector<std::string> more) {

@@ -21,9 +21,10 @@ std::string one_device_weights(const TempDir& dir);
 
 // A launcher's run of job_args with `workers` workers and `devices` replicas in all found its
 // cluster through `source` ("TF_CONFIG", "Slurm") and ended with the weights of `expected`
-// within 1e-5 (gtest expectations; the difference is printed).
+// within `tolerance` (gtest expectations; the difference is printed).
 void expect_workers_reached(const ProcessResult& result, const std::string& source, int workers,
-                            int devices, const std::string& weights, const std::string& expected);
+                            int devices, const std::string& weights, const std::string& expected,
+                            double tolerance = 1e-5);
 
 // dist-launch's arguments for `workers` dist-train workers of one replica on 127.0.0.1, 640
 // examples in global batches of 64 (10 steps an epoch), seed 5, then `more` (the compression

@@ -19,6 +19,7 @@
 namespace dist {
 namespace {
 
+using testing::files_in;
 using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
@@ -87,14 +88,6 @@ void expect_data_error(const std::string& bytes, const std::vector<std::string>&
     EXPECT_NE(what.find(path), std::string::npos) << what;
     for (const auto& part : parts) EXPECT_NE(what.find(part), std::string::npos) << what;
   }
-}
-
-std::vector<std::string> files_in(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // ---- round trips ----------------------------------------------------------------------------

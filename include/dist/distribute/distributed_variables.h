@@ -6,7 +6,10 @@
 // optimizer wrapper) goes through this interface and never assumes copies.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -57,6 +60,17 @@ class DistributedVariables {
   // other place that holds them gets the new values.
   virtual void sync_from_primary() = 0;
 
+  // The shape of `parameter`, one of primary()'s parameters, whether or not its values are
+  // whole here now (between steps Sharding::kParameters keeps each worker's share only).
+  virtual std::vector<int64_t> parameter_sizes(const at::Tensor& parameter) const;
+  // Restores primary()'s parameters and buffers outside a step (a checkpoint read): the values
+  // whole, in parameters() and buffers() order, their shapes those of parameter_sizes() and of
+  // the buffers. By default prepare_to_write(), copies into primary(), sync_from_primary().
+  // Parameters kept in shares take this worker's share of each value: no collective, so a
+  // worker that cannot read its checkpoint leaves no other waiting.
+  virtual void restore(const std::vector<at::Tensor>& parameters,
+                       const std::vector<at::Tensor>& buffers);
+
   // The same two for the state ("slots") of `optimizer`, an optimizer over these variables,
   // which a strategy may also keep elsewhere (beside each variable on its parameter server):
   // before a checkpoint writes the state, it is fetched into `optimizer`; after a checkpoint
@@ -67,6 +81,25 @@ class DistributedVariables {
   // gather_worker_states): slots the workers keep in shares (Sharding) are gathered whole into
   // `optimizer`, where prepare_to_read_slots then finds them.
   virtual void gather_slots(torch::optim::Optimizer& optimizer) {}
+
+  // What a worker keeps of a value when a strategy keeps the values in shares
+  // (Sharding::kParameters keeps 1/N of each parameter, and of its optimizer slots, on each of
+  // N workers): the range of the flat elements that starts at `begin`, and its values (1-D;
+  // empty where this worker keeps none of it).
+  struct Share {
+    int64_t begin = 0;
+    at::Tensor values;
+  };
+  // This worker's share of each of primary()'s parameters (parameters() order), or nothing when
+  // every worker keeps them whole. A checkpoint of shares is written in pieces, every worker its
+  // own (Checkpoint::write), so that no worker ever holds the whole state.
+  virtual std::vector<Share> parameter_shares() const { return {}; }
+  // The same ranges of `optimizer`'s slots, for each parameter (by index in parameters()) that
+  // has state: slot name -> its range's values (1-D), except the step counter "step", whole.
+  virtual std::map<size_t, std::map<std::string, at::Tensor>> slot_shares(
+      torch::optim::Optimizer& optimizer) {
+    return {};
+  }
 
   // The strategy that placed them (it applies their gradients).
   virtual StrategyExtended& strategy() const = 0;

@@ -65,6 +65,10 @@
 namespace dist {
 
 class Strategy;
+class StrategyExtended;
+namespace detail {
+struct PieceTensor;
+}
 
 struct TrainingState {
   int64_t step = 0;   // global steps taken
@@ -129,13 +133,23 @@ class Checkpoint {
   Checkpoint& add(const std::string& name, std::shared_ptr<CommunicationHook> hook,
                   const Strategy& strategy);
   // Collects the state of every hook added from every worker of its strategy, and the slots of
-  // every optimizer and the parameters of every model whose strategy shards them (Sharding),
-  // for the next write(): a collective
-  // (every worker calls it at the same point, as each would save). A write() of a hook of
-  // several workers refuses a state not gathered since the last write, and of sharded slots
-  // or parameters not gathered since the last step. At sharding 'parameters' every worker must
-  // also read() a checkpoint (each gathers before it writes the values in).
+  // every optimizer whose strategy shards them (Sharding 'optimizer' and 'gradients'), for the
+  // next write(): a collective (every worker calls it at the same point, as each would save). A
+  // write() of a hook of several workers refuses a state not gathered since the last write, and
+  // of sharded slots not gathered since the last step. At sharding 'parameters' nothing of the
+  // model is gathered: the checkpoint is written in pieces (written_in_pieces()), and every
+  // worker must also read() one (each keeps its own share of the values it reads).
   void gather_worker_states();
+
+  // Whether write() writes this checkpoint in pieces: a model's strategy keeps its parameters
+  // in shares (Sharding::kParameters). Every worker then calls write() (or
+  // CheckpointManager::save()) at the same point, a collective: each writes its own shares of
+  // the parameters and of their optimizer slots to "<path>.piece-<w>-of-<N>", and once every
+  // piece is written the chief writes "<path>" with the rest, which completes it. No worker
+  // holds the whole state. The pieces need a file system every worker and every later reader
+  // sees (as TensorFlow's multi-worker checkpoints do). read() puts them together, with any
+  // strategy and worker count.
+  bool written_in_pieces() const;
 
   // Lets read() leave the object `name` of a file unread if it was not added (an added object
   // is always read): without it, an object in the file that was not added is a DataError, as
@@ -151,23 +165,33 @@ class Checkpoint {
 
   // Writes atomically through `env` (not owned): a temporary file, sync, rename, sync of the
   // directory. DataError names the file and the system's reason if the file system fails;
-  // InvalidArgument names an optimizer that now updates a parameter its model lacks.
+  // InvalidArgument names an optimizer that now updates a parameter its model lacks. In pieces
+  // (written_in_pieces()): a collective of every worker; a worker whose piece failed throws its
+  // own error, every other worker a DataError naming it, and "<path>" is not written.
   void write(const std::string& path, Env* env = Env::Default()) const;
   // Reads (through `env`) and checks the whole file (format, checksums, every object added is
   // in the file and every object in the file was added or skipped, every tensor's name, shape
   // and dtype) before changing anything; DataError names the file, the object and the tensor
-  // otherwise. Then restores every object (and the random state if save_random_state). With a
-  // model whose strategy keeps its parameters in shares (Sharding::kParameters) it is a
-  // collective: every worker reads.
+  // otherwise. Then restores every object (and the random state if save_random_state). A
+  // model whose strategy keeps its parameters in shares (Sharding::kParameters) takes this
+  // worker's share of each value (no collective: every worker reads, and one that fails leaves
+  // no other waiting).
   void read(const std::string& path, Env* env = Env::Default());
 
  private:
   struct Object;   // defined in checkpoint.cc
   struct Reading;  // read()'s checks and the values it then applies (checkpoint.cc)
 
-  struct HookJob;  // what a hook's object asks of its strategy (train/hook_state.h)
+  struct HookJob;                  // what a hook's object asks of its strategy (train/hook_state.h)
+  friend class CheckpointManager;  // asks pieces_job() who keeps the directory
 
   const Object* find(const std::string& name) const;
+  // The strategy whose workers write the pieces, or null (written whole).
+  const StrategyExtended* pieces_job() const;
+  bool in_pieces(const Object& object) const;
+  std::vector<detail::PieceTensor> piece_tensors() const;
+  // `pieces`: how many pieces hold the parameters and slots in pieces (0: none).
+  void write_file(const std::string& path, Env* env, int pieces) const;
   void prepare_to_read() const;
   Checkpoint& add_hook(const std::string& name, std::shared_ptr<CommunicationHook> hook,
                        std::shared_ptr<const HookJob> job);
@@ -191,7 +215,10 @@ class CheckpointManager {
   explicit CheckpointManager(std::string directory, int max_to_keep = 5, Env* env = Env::Default());
 
   // Writes `checkpoint` as ckpt-<state.step> and returns its path. If the file system fails
-  // (DataError naming the file), the pointer still names the previous latest checkpoint.
+  // (DataError naming the file), the pointer still names the previous latest checkpoint. A
+  // checkpoint written in pieces is saved by every worker (each writes its piece), and the
+  // chief's save then completes it and keeps the directory (the pointer, the oldest deleted
+  // with their pieces).
   std::string save(const Checkpoint& checkpoint);
   // The latest complete checkpoint, if any; DataError if the pointer file is damaged.
   std::optional<std::string> latest() const;
