@@ -14,6 +14,7 @@
 #include "dist/distribute/sharding.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
+#include "test_envs.h"
 #include "test_util.h"
 #include "train/checkpoint_pieces.h"
 
@@ -105,6 +106,43 @@ TEST(CheckpointPiecesTest, AMissingOrForeignPieceIsNamed) {
                          "step 2"),
             std::string::npos)
       << foreign;
+}
+
+// A piece that cannot be written (a full disk) fails the save: the checkpoint's own file is not
+// written, the pointer still names the previous checkpoint, and a later save completes.
+TEST(CheckpointPiecesTest, APieceThatCannotBeWrittenLeavesThePreviousCheckpointLatest) {
+  testing::TempDir dir;
+  MirroredOptions options;
+  options.devices = {"cpu:0"};
+  options.threads_per_replica = 1;
+  options.sharding = Sharding::kParameters;
+  MirroredStrategy strategy(options);
+  auto model = strategy.mirror(small_model());
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  Checkpoint checkpoint(model, optimizer.get());
+  CheckpointManager manager(dir.path(), 3);
+  checkpoint.state.step = 1;
+  const std::string previous = manager.save(checkpoint);
+
+  testing::DiskFullEnv full(100);
+  CheckpointManager on_full_disk(dir.path(), 3, &full);
+  checkpoint.state.step = 2;
+  try {
+    on_full_disk.save(checkpoint);
+    FAIL() << "a piece was written on a full disk";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt-2.safetensors.piece-0-of-1"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(manager.latest(), previous);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt-2.safetensors")));
+  checkpoint.state.step = 3;
+  EXPECT_EQ(manager.save(checkpoint), dir.file("ckpt-3.safetensors"));
+  EXPECT_EQ(testing::files_in(dir.path()),
+            (std::vector<std::string>{"checkpoint", "ckpt-1.safetensors",
+                                      "ckpt-1.safetensors.piece-0-of-1", "ckpt-3.safetensors",
+                                      "ckpt-3.safetensors.piece-0-of-1"}));
 }
 
 // Pieces that leave elements of a tensor out (or hold them twice) are refused.
