@@ -109,7 +109,7 @@ std::vector<DistributedVariables::Share> MirroredVariables::parameter_shares() c
   std::vector<Share> shares;
   if (!parameter_shards_) return shares;
   for (const auto& p : primary()->parameters())
-    shares.push_back({parameter_shards_->begin(p), parameter_shards_->owned(p)});
+    shares.push_back({parameter_shards_->begin(p), parameter_shards_->current_share(p)});
   return shares;
 }
 
@@ -158,8 +158,8 @@ void MirroredVariables::prepare_to_read() {
   throw InvalidArgument(detail::concat(
       "the parameters are sharded between the ", owner_->num_workers(),
       " workers (sharding 'parameters') and were not gathered since the last step; call "
-      "variables().gather_values() (or Checkpoint::gather_worker_states()) on every worker "
-      "before one of them reads them"));
+      "variables().gather_values() on every worker before one of them reads them (a "
+      "Checkpoint needs none: every worker writes its piece)"));
 }
 
 void MirroredVariables::prepare_to_write() {

@@ -56,6 +56,14 @@ int64_t ParameterShards::begin(const at::Tensor& param) const {
   return entries_[index_of(param)].begin;
 }
 
+at::Tensor ParameterShards::current_share(const at::Tensor& param) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::NoGradGuard no_grad;
+  Entry& entry = entries_[index_of(param)];
+  if (entry.is_whole) adopt(entry);
+  return entry.owned;
+}
+
 int64_t ParameterShards::numel(const at::Tensor& param) const {
   return entries_[index_of(param)].numel;
 }

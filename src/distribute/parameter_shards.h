@@ -53,6 +53,9 @@ class ParameterShards {
   std::vector<int64_t> sizes(const at::Tensor& param) const;
   // Where owned(param) starts in `param`'s flat elements.
   int64_t begin(const at::Tensor& param) const;
+  // owned(param) with `param`'s current values: when it is whole here (gathered, then perhaps
+  // changed in place, as set_weights does), its chunk takes them first.
+  at::Tensor current_share(const at::Tensor& param);
   int64_t numel(const at::Tensor& param) const;
 
   void before_forward(size_t unit);

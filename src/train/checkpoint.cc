@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -166,9 +168,7 @@ struct Checkpoint::Object {
     return variables != nullptr ? variables->primary() : module;
   }
   // A model whose strategy keeps its parameters in shares: written in pieces.
-  bool keeps_shares() const {
-    return variables != nullptr && !variables->parameter_shares().empty();
-  }
+  bool keeps_shares() const { return variables != nullptr && variables->keeps_shares(); }
 };
 
 Checkpoint::Checkpoint(std::shared_ptr<torch::nn::Module> model,
@@ -395,28 +395,65 @@ void Checkpoint::prepare_to_read() const {
   }
 }
 
-void Checkpoint::write(const std::string& path, Env* env) const {
+namespace {
+
+// A collective: every worker learns which failed (`failure`: this one's). Rethrows this
+// worker's own failure, or throws a DataError naming another that failed at `what`.
+void agree_on_failures(const StrategyExtended& job, const std::exception_ptr& failure,
+                       const std::string& path, const char* what) {
+  std::vector<at::Tensor> failed{at::zeros({job.num_workers()}, at::kLong)};
+  failed[0][job.worker_index()] = failure ? 1 : 0;
+  job.all_reduce_across_workers(failed, ReduceOp::kSum);
+  if (failure) std::rethrow_exception(failure);
+  for (int w = 0; w < job.num_workers(); ++w)
+    if (failed[0][w].item<int64_t>() != 0)
+      throw DataError(detail::concat("checkpoint '", path, "': ", job.worker_name(w), " ", what,
+                                     " (its own error says why), so the checkpoint is not "
+                                     "complete"));
+}
+
+// The id of one save in pieces, the same on every worker: the largest of their random draws.
+std::string draw_save_id(const StrategyExtended& job) {
+  std::random_device device;
+  const int64_t mine = static_cast<int64_t>((static_cast<uint64_t>(device()) << 31) ^ device());
+  std::vector<at::Tensor> id{at::full({1}, mine, at::kLong)};
+  job.all_reduce_across_workers(id, ReduceOp::kMax);
+  return std::to_string(id[0].item<int64_t>());
+}
+
+}  // namespace
+
+void Checkpoint::write(const std::string& path, Env* env) const { write_then(path, env, {}); }
+
+void Checkpoint::write_then(const std::string& path, Env* env,
+                            const std::function<void()>& complete) const {
   const StrategyExtended* job = pieces_job();
-  if (job == nullptr) return write_file(path, env, 0);
+  if (job == nullptr) {
+    write_file(path, env, {});
+    if (complete) complete();
+    return;
+  }
+  const detail::PiecesOf of{job->num_workers(), state.step, draw_save_id(*job)};
   std::exception_ptr failure;
   try {
-    detail::write_checkpoint_piece(path, job->worker_index(), job->num_workers(), state.step,
-                                   piece_tensors(), env);
+    detail::write_checkpoint_piece(path, of, job->worker_index(), piece_tensors(), env);
   } catch (...) {
     failure = std::current_exception();
   }
-  // Every worker waits for every piece (a collective): the checkpoint's own file, which makes it
-  // whole, comes last, and only if every piece is there.
-  std::vector<at::Tensor> failed{at::zeros({job->num_workers()}, at::kLong)};
-  failed[0][job->worker_index()] = failure ? 1 : 0;
-  job->all_reduce_across_workers(failed, ReduceOp::kSum);
-  if (failure) std::rethrow_exception(failure);
-  for (int w = 0; w < job->num_workers(); ++w)
-    if (failed[0][w].item<int64_t>() != 0)
-      throw DataError(detail::concat("checkpoint '", path, "': ", job->worker_name(w),
-                                     " could not write its piece (its own error says why), so "
-                                     "the checkpoint was not completed"));
-  if (job->is_chief()) write_file(path, env, job->num_workers());
+  // Every worker waits for every piece: the checkpoint's own file, which makes it whole, comes
+  // only then; and every worker waits for the chief to have written it (and, through
+  // `complete`, kept the directory), so no worker returns from a save that is not done.
+  agree_on_failures(*job, failure, path, "could not write its piece");
+  failure = nullptr;
+  if (job->is_chief()) {
+    try {
+      write_file(path, env, of);
+      if (complete) complete();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree_on_failures(*job, failure, path, "could not complete the checkpoint's own file");
 }
 
 // This worker's shares of the parameters of every model in pieces and of its optimizers' slots.
@@ -433,28 +470,44 @@ std::vector<detail::PieceTensor> Checkpoint::piece_tensors() const {
                            model.variables->parameter_sizes(named[i].value()), shares[i].values});
       continue;
     }
-    for (const auto& [i, slots] : model.variables->slot_shares(*object->optimizer))
-      for (const auto& [slot, t] : slots)
-        tensors.push_back({object->name + "/" + named[i].key() + "/" + slot,
-                           t.dim() == 0 ? 0 : shares[i].begin,
-                           t.dim() == 0 ? std::vector<int64_t>{}
-                                        : model.variables->parameter_sizes(named[i].value()),
-                           t});
+    for (const auto& [i, slots] : model.variables->slot_shares(*object->optimizer)) {
+      const auto sizes = model.variables->parameter_sizes(named[i].value());
+      for (const auto& [slot, t] : slots) {
+        // A slot of the parameter's shape is cut as the parameter is; a step counter is whole.
+        const bool counter = slot == "step";
+        tensors.push_back(
+            {object->name + "/" + named[i].key() + "/" + slot, shares[i].begin, sizes, t, counter});
+      }
+    }
   }
   return tensors;
 }
 
-void Checkpoint::write_file(const std::string& path, Env* env, int pieces) const {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
+namespace {
+
+// The metadata of a checkpoint file before its objects': the format, the training state and,
+// when `of` has pieces, which save's pieces hold the rest.
+std::map<std::string, std::string> state_metadata(const TrainingState& state,
+                                                  const detail::PiecesOf& of) {
   std::map<std::string, std::string> metadata;
   metadata["format"] = kFormat;
-  if (pieces > 0) metadata[detail::kCheckpointPieces] = std::to_string(pieces);
+  if (of.pieces > 0) {
+    metadata[detail::kCheckpointPieces] = std::to_string(of.pieces);
+    metadata[detail::kCheckpointSave] = of.save;
+  }
   metadata["step"] = std::to_string(state.step);
   metadata["epoch"] = std::to_string(state.epoch);
   metadata["position.epoch"] = std::to_string(state.position.epoch);
   metadata["position.elements"] = std::to_string(state.position.elements);
   for (const auto& [key, value] : state.values) metadata[kValuePrefix + key] = value;
+  return metadata;
+}
 
+}  // namespace
+
+void Checkpoint::write_file(const std::string& path, Env* env, const detail::PiecesOf& of) const {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::map<std::string, std::string> metadata = state_metadata(state, of);
   prepare_to_read();
   for (const auto& object : objects_) {
     const std::string& name = object->name;
@@ -618,9 +671,15 @@ Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, Saf
     : checkpoint_(checkpoint), path_(std::move(path)), meta_(std::move(file.metadata)) {
   auto all = verified_tensors(std::move(file.tensors));
   // A checkpoint written in pieces: its parameters and slots, whole again, beside the rest.
-  if (meta_.count(detail::kCheckpointPieces) != 0)
-    detail::read_checkpoint_pieces(path_, static_cast<int>(parse_int(path_, meta_, "pieces")),
-                                   parse_int(path_, meta_, "step"), env, all);
+  if (meta_.count(detail::kCheckpointPieces) != 0) {
+    auto save = meta_.find(detail::kCheckpointSave);
+    if (save == meta_.end()) fail(path_, "it was written in pieces but names no save of them");
+    detail::read_checkpoint_pieces(
+        path_,
+        {static_cast<int>(parse_int(path_, meta_, detail::kCheckpointPieces)),
+         parse_int(path_, meta_, "step"), save->second},
+        env, all);
+  }
   const auto in_file = objects_in_file(path_, meta_, all);
   check_objects(in_file, all);
   // Check every object's tensors before changing anything.
@@ -909,12 +968,14 @@ std::vector<std::string> CheckpointManager::checkpoints() const {
 }
 
 std::string CheckpointManager::save(const Checkpoint& checkpoint) {
-  Pointer pointer = read_pointer(env_, directory_).value_or(Pointer{});
   const std::string name = checkpoint_name(checkpoint.state.step);
-  checkpoint.write(directory_ + "/" + name, env_);
-  // A worker that wrote its piece only: the chief keeps the directory.
-  const StrategyExtended* job = checkpoint.pieces_job();
-  if (job != nullptr && !job->is_chief()) return directory_ + "/" + name;
+  // In pieces, every worker writes its own and the chief runs keep() once all are written.
+  checkpoint.write_then(directory_ + "/" + name, env_, [&] { keep(name); });
+  return directory_ + "/" + name;
+}
+
+void CheckpointManager::keep(const std::string& name) {
+  Pointer pointer = read_pointer(env_, directory_).value_or(Pointer{});
   // Leftovers of an interrupted save (any process): temporary files never renamed. After the
   // write, which waited for every worker's piece, so none is still being written.
   const std::vector<std::string> children = env_->get_children(directory_);
@@ -942,7 +1003,6 @@ std::string CheckpointManager::save(const Checkpoint& checkpoint) {
     for (const auto& child : children)
       if (detail::is_checkpoint_piece(child, old)) remove_quietly(env_, directory_ + "/" + child);
   }
-  return directory_ + "/" + name;
 }
 
 }  // namespace dist

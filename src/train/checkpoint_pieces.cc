@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "dist/core/error.h"
@@ -57,47 +58,71 @@ std::vector<int64_t> parse_shape(const std::string& piece, const std::string& te
   return shape;
 }
 
-// One tensor put back together from the pieces' ranges.
+// One tensor put back together from the pieces' ranges (or a counter every piece holds whole).
 struct Whole {
+  bool counter = false;
   at::Tensor values;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of each piece's range
 };
 
-void add_range(const std::string& piece, const std::string& name, const at::Tensor& t,
-               const std::map<std::string, std::string>& meta, Whole& whole) {
-  const auto shape = parse_shape(piece, piece_entry(piece, meta, kShapePrefix + name), "its shape");
-  if (shape.empty()) {  // a step counter, whole in every piece that has it
-    if (t.dim() != 0) piece_fail(piece, "tensor '" + name + "' has no shape but is no scalar");
+// The element count of `shape`, or -1 when it overflows.
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && count > std::numeric_limits<int64_t>::max() / d) return -1;
+    count *= d;
+  }
+  return count;
+}
+
+// `file_bytes`: the size of all pieces together, which no tensor they hold can exceed.
+void add_piece_tensor(const std::string& piece, const std::string& name, const at::Tensor& t,
+                      const std::map<std::string, std::string>& meta, int64_t file_bytes,
+                      Whole& whole) {
+  const bool counter = meta.count(kBeginPrefix + name) == 0;
+  if ((whole.values.defined() && whole.counter != counter) ||
+      (whole.values.defined() && whole.values.scalar_type() != t.scalar_type()))
+    piece_fail(piece, concat("tensor '", name, "' is ", t.scalar_type(),
+                             counter ? " held whole" : " a range",
+                             " here but not in the pieces before it"));
+  whole.counter = counter;
+  if (counter) {  // a step counter, whole in every piece that has it: the largest
     whole.values = whole.values.defined() ? at::maximum(whole.values, t) : t;
     return;
   }
+  const auto shape = parse_shape(piece, piece_entry(piece, meta, kShapePrefix + name), "its shape");
+  const int64_t numel = element_count(shape);
   const int64_t begin =
       piece_number(piece, piece_entry(piece, meta, kBeginPrefix + name), "its begin");
+  if (numel < 0 || numel > file_bytes / static_cast<int64_t>(t.element_size()) || t.dim() != 1 ||
+      begin > numel - t.numel() ||
+      (whole.values.defined() && whole.values.sizes() != at::IntArrayRef(shape)))
+    piece_fail(piece, concat("tensor '", name, "': ", t.numel(), " elements from element ", begin,
+                             " of a tensor of shape ", at::IntArrayRef(shape),
+                             " do not fit it, or the shape is not the other pieces' or is "
+                             "larger than all pieces together"));
   if (!whole.values.defined()) whole.values = at::empty(shape, t.options());
-  if (whole.values.sizes() != at::IntArrayRef(shape) || whole.values.dtype() != t.dtype() ||
-      t.dim() != 1 || begin + t.numel() > whole.values.numel())
-    piece_fail(piece, concat("tensor '", name, "': elements ", begin, " to ", begin + t.numel(),
-                             " of ", t.scalar_type(), " ", at::IntArrayRef(shape),
-                             " do not fit the tensor the other pieces hold (",
-                             whole.values.scalar_type(), " ", whole.values.sizes(), ")"));
   whole.values.view(-1).narrow(0, begin, t.numel()).copy_(t);
-  whole.ranges.emplace_back(begin, begin + t.numel());
+  if (t.numel() > 0) whole.ranges.emplace_back(begin, begin + t.numel());
 }
 
-// Every element once: the ranges, sorted, tile [0, numel).
+// Every element once: the ranges, sorted, tile [0, numel) without overlapping.
 void check_covered(const std::string& path, const std::string& name, Whole& whole) {
-  if (whole.values.dim() == 0) return;
+  if (whole.counter) return;
   std::sort(whole.ranges.begin(), whole.ranges.end());
   int64_t next = 0;
   for (const auto& [begin, end] : whole.ranges) {
-    if (begin != next) break;
+    if (begin != next)
+      throw DataError(concat("checkpoint '", path, "': tensor '", name, "': its pieces ",
+                             begin < next ? "overlap" : "leave a gap", " at element ",
+                             std::min(begin, next), " of ", whole.values.numel(),
+                             "; are the pieces from different checkpoints?"));
     next = end;
   }
   if (next != whole.values.numel())
-    throw DataError(concat("checkpoint '", path, "': tensor '", name, "': its pieces hold ",
-                           next == 0 ? "no run from its first element" : "its elements up to ",
-                           next == 0 ? "" : std::to_string(next), " of ", whole.values.numel(),
-                           " in one run; are the pieces from different checkpoints?"));
+    throw DataError(concat("checkpoint '", path, "': tensor '", name, "': its pieces hold ", next,
+                           " of its ", whole.values.numel(),
+                           " elements; are the pieces from different checkpoints?"));
 }
 
 }  // namespace
@@ -112,31 +137,38 @@ bool is_checkpoint_piece(const std::string& name, const std::string& checkpoint)
          name.find(".tmp.") == std::string::npos;
 }
 
-void write_checkpoint_piece(const std::string& path, int piece, int pieces, int64_t step,
+void write_checkpoint_piece(const std::string& path, const PiecesOf& of, int piece,
                             const std::vector<PieceTensor>& tensors, Env* env) {
   std::vector<std::pair<std::string, at::Tensor>> named;
   std::map<std::string, std::string> meta{{"format", kPieceFormat},
                                           {"piece", std::to_string(piece)},
-                                          {kCheckpointPieces, std::to_string(pieces)},
-                                          {"step", std::to_string(step)}};
+                                          {kCheckpointPieces, std::to_string(of.pieces)},
+                                          {"step", std::to_string(of.step)},
+                                          {kCheckpointSave, of.save}};
   for (const auto& t : tensors) {
     named.emplace_back(t.name, t.values.detach().contiguous());
+    if (t.whole) continue;
     meta[kBeginPrefix + t.name] = std::to_string(t.begin);
     meta[kShapePrefix + t.name] = shape_text(t.shape);
   }
   seal_checkpoint(named, meta);
-  save_safetensors(checkpoint_piece_path(path, piece, pieces), named, meta, env);
+  save_safetensors(checkpoint_piece_path(path, piece, of.pieces), named, meta, env);
 }
 
-void read_checkpoint_pieces(const std::string& path, int pieces, int64_t step, Env* env,
+void read_checkpoint_pieces(const std::string& path, const PiecesOf& of, Env* env,
                             std::map<std::string, at::Tensor>& tensors) {
-  std::map<std::string, Whole> wholes;
-  for (int w = 0; w < pieces; ++w) {
-    const std::string piece = checkpoint_piece_path(path, w, pieces);
+  int64_t file_bytes = 0;
+  for (int w = 0; w < of.pieces; ++w) {
+    const std::string piece = checkpoint_piece_path(path, w, of.pieces);
     if (!env->file_exists(piece))
-      throw DataError(concat("checkpoint '", path, "' was written in ", pieces,
+      throw DataError(concat("checkpoint '", path, "' was written in ", of.pieces,
                              " pieces, one by each worker, and piece '", piece,
                              "' is missing; every piece belongs beside the checkpoint"));
+    file_bytes += static_cast<int64_t>(env->new_random_access_file(piece)->size());
+  }
+  std::map<std::string, Whole> wholes;
+  for (int w = 0; w < of.pieces; ++w) {
+    const std::string piece = checkpoint_piece_path(path, w, of.pieces);
     SafetensorsFile file = load_safetensors(piece, env);
     const auto& meta = file.metadata;
     if (piece_entry(piece, meta, "format") != kPieceFormat)
@@ -145,13 +177,17 @@ void read_checkpoint_pieces(const std::string& path, int pieces, int64_t step, E
     const std::string problem = checkpoint_checksum_problem(file.tensors, meta);
     if (!problem.empty()) piece_fail(piece, problem);
     if (piece_number(piece, piece_entry(piece, meta, "piece"), "piece") != w ||
-        piece_number(piece, piece_entry(piece, meta, kCheckpointPieces), "pieces") != pieces ||
-        piece_number(piece, piece_entry(piece, meta, "step"), "step") != step)
-      piece_fail(piece, concat("it is piece ", piece_entry(piece, meta, "piece"), " of ",
-                               piece_entry(piece, meta, kCheckpointPieces),
-                               " of the checkpoint of step ", piece_entry(piece, meta, "step"),
-                               ", not piece ", w, " of ", pieces, " of step ", step));
-    for (auto& [name, t] : file.tensors) add_range(piece, name, t, meta, wholes[name]);
+        piece_number(piece, piece_entry(piece, meta, kCheckpointPieces), "pieces") != of.pieces ||
+        piece_number(piece, piece_entry(piece, meta, "step"), "step") != of.step ||
+        piece_entry(piece, meta, kCheckpointSave) != of.save)
+      piece_fail(piece,
+                 concat("it is piece ", piece_entry(piece, meta, "piece"), " of ",
+                        piece_entry(piece, meta, kCheckpointPieces), " of the checkpoint of step ",
+                        piece_entry(piece, meta, "step"), " saved as ",
+                        piece_entry(piece, meta, kCheckpointSave), ", not piece ", w, " of ",
+                        of.pieces, " of step ", of.step, " saved as ", of.save));
+    for (auto& [name, t] : file.tensors)
+      add_piece_tensor(piece, name, t, meta, file_bytes, wholes[name]);
   }
   for (auto& [name, whole] : wholes) {
     check_covered(path, name, whole);

@@ -179,7 +179,7 @@ TEST(ShardingTest, StageThreeKeepsParametersInChunksAndStepsAsOneDevice) {
     }
     EXPECT_EQ(released(), sharded);
     Checkpoint checkpoint(model, optimizer.get());
-    checkpoint.write(dir.file("step2.safetensors"));  // one worker: it gathers alone
+    checkpoint.write(dir.file("step2.safetensors"));  // stage 3: in pieces, here one
     take_step(strategy, model, *optimizer);
     const auto third = values_of(model);
     {

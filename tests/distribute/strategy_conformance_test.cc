@@ -182,8 +182,10 @@ std::map<std::string, torch::Tensor> tensors_of_checkpoint(const std::string& pa
   SafetensorsFile file = load_safetensors(path);
   std::map<std::string, torch::Tensor> tensors(file.tensors.begin(), file.tensors.end());
   if (auto pieces = file.metadata.find("pieces"); pieces != file.metadata.end())
-    detail::read_checkpoint_pieces(path, std::stoi(pieces->second),
-                                   std::stoll(file.metadata.at("step")), Env::Default(), tensors);
+    detail::read_checkpoint_pieces(path,
+                                   {std::stoi(pieces->second), std::stoll(file.metadata.at("step")),
+                                    file.metadata.at(detail::kCheckpointSave)},
+                                   Env::Default(), tensors);
   return tensors;
 }
 

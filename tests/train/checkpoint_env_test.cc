@@ -51,14 +51,14 @@ TEST(CheckpointEnvTest, ASaveWritesSyncsAndRenamesTheFileThenThePointerThenDelet
     if (op.rfind("append ", 0) == 0) op = op.substr(0, op.rfind(' '));
   second.erase(std::unique(second.begin(), second.end()), second.end());
   EXPECT_EQ(second, (std::vector<std::string>{
-                        "file_exists checkpoint",
-                        "new_random_access_file checkpoint",
                         "new_writable_file ckpt-2.safetensors.tmp.<pid>",
                         "append ckpt-2.safetensors.tmp.<pid>",
                         "sync ckpt-2.safetensors.tmp.<pid>",
                         "close ckpt-2.safetensors.tmp.<pid>",
                         "rename_file ckpt-2.safetensors.tmp.<pid> ckpt-2.safetensors",
                         "sync_dir .",
+                        "file_exists checkpoint",  // the pointer, once the checkpoint is whole
+                        "new_random_access_file checkpoint",
                         "get_children .",  // leftovers, once every piece is written
                         "new_writable_file checkpoint.tmp.<pid>",
                         "append checkpoint.tmp.<pid>",

@@ -47,9 +47,9 @@ class DistributedVariables {
   virtual void prepare_to_read() {}
   // A collective of every worker: values the workers keep in shares (Sharding::kParameters
   // keeps 1/N of each parameter) become whole in primary() until the next step's forward.
-  // Call it on every worker before one of them reads primary() outside a step (a checkpoint
-  // does, in Checkpoint::gather_worker_states), and before the strategy goes: the module keeps
-  // what it holds then. Clone what you read: the next forward releases the values again.
+  // Call it on every worker before one of them reads primary() outside a step (save_weights),
+  // and before the strategy goes: the module keeps what it holds then. Clone what you read: the
+  // next forward releases the values again. (A checkpoint needs none: it is written in pieces.)
   virtual void gather_values() {}
   // Call before changing primary()'s values in place outside a step (restoring a checkpoint,
   // set_weights): values this process shares with others (the workers of one host share one
@@ -90,9 +90,11 @@ class DistributedVariables {
     int64_t begin = 0;
     at::Tensor values;
   };
-  // This worker's share of each of primary()'s parameters (parameters() order), or nothing when
-  // every worker keeps them whole. A checkpoint of shares is written in pieces, every worker its
-  // own (Checkpoint::write), so that no worker ever holds the whole state.
+  // Whether each worker keeps only its share of the parameters: a checkpoint is then written in
+  // pieces, every worker its own (Checkpoint::write), so that no worker holds the whole state.
+  virtual bool keeps_shares() const { return false; }
+  // This worker's share of each of primary()'s parameters (parameters() order), with their
+  // current values, or nothing when every worker keeps them whole.
   virtual std::vector<Share> parameter_shares() const { return {}; }
   // The same ranges of `optimizer`'s slots, for each parameter (by index in parameters()) that
   // has state: slot name -> its range's values (1-D), except the step counter "step", whole.

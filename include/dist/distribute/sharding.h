@@ -20,8 +20,9 @@
 //                one at a time: LibTorch's modules have no forward hooks), of one replica per
 //                worker. Between steps the parameters are empty tensors on every worker (a sum
 //                over one is 0, so read them only after DistributedVariables::gather_values(),
-//                a collective, which a Checkpoint calls in gather_worker_states(); reading a
-//                Checkpoint is then a collective too). Every parameter is a gradient pack of
+//                a collective). A Checkpoint gathers nothing: it is written in pieces, every
+//                worker its own ranges (Checkpoint::written_in_pieces), and each worker reads
+//                its own share of one. Every parameter is a gradient pack of
 //                its own (bytes_per_pack does not apply). The model is called inside
 //                strategy.run() on every worker (each call gathers), or after gather_values().
 //                Under bf16 autocast the cast copies of the weights (half their size) live from
@@ -29,10 +30,11 @@
 // In one process (MirroredStrategy) there is one worker: its chunk is everything, so a level
 // changes where the state lives, not how much there is.
 //
-// The optimizer state then lives with the strategy, not in the optimizer object: a Checkpoint
-// gathers it (Checkpoint::gather_worker_states, a collective every worker calls before the
-// chief writes) and writes the ordinary unsharded format, which restores under any strategy and
-// worker count; a restored state is cut into the new job's chunks at its next step.
+// The optimizer state then lives with the strategy, not in the optimizer object: below stage 3
+// a Checkpoint gathers it (Checkpoint::gather_worker_states, a collective every worker calls
+// before the chief writes) and writes the ordinary unsharded format; at stage 3 every worker
+// writes its ranges in a piece. Either restores under any strategy and worker count; a
+// restored state is cut into the new job's chunks at its next step.
 #pragma once
 
 #include <string>

@@ -1,4 +1,6 @@
-// Checkpoint: everything needed to continue training exactly where it stopped, in one file.
+// Checkpoint: everything needed to continue training exactly where it stopped, in one file (or,
+// where a strategy keeps the parameters in shares, one file and a piece per worker:
+// written_in_pieces()).
 //
 //   dist::Checkpoint ckpt(model, optimizer);          // a Mirrored model or a plain module
 //   dist::CheckpointManager manager("ckpts", 3);
@@ -24,7 +26,8 @@
 // name starts with its object's name: a model's "<model>/<parameter or buffer>", an
 // optimizer's slots "<optimizer>/<parameter>/<slot>" (named by the parameters of the model it
 // optimizes), a tensor's "<tensor>"; the random state is "rng/cpu". The "__metadata__" holds
-// format "dist.checkpoint/1", the state, and:
+// format "dist.checkpoint/1", the state, "pieces" (how many pieces hold the parameters and
+// slots of models kept in shares, train/checkpoint_pieces.h; absent when none), and:
 //   object/<name>               "model", "optimizer" or "tensor": every object, so that a
 //                               reader names one that is missing;
 //   object/<optimizer>/class    "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad";
@@ -44,6 +47,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,7 +72,8 @@ class Strategy;
 class StrategyExtended;
 namespace detail {
 struct PieceTensor;
-}
+struct PiecesOf;
+}  // namespace detail
 
 struct TrainingState {
   int64_t step = 0;   // global steps taken
@@ -190,8 +195,11 @@ class Checkpoint {
   const StrategyExtended* pieces_job() const;
   bool in_pieces(const Object& object) const;
   std::vector<detail::PieceTensor> piece_tensors() const;
-  // `pieces`: how many pieces hold the parameters and slots in pieces (0: none).
-  void write_file(const std::string& path, Env* env, int pieces) const;
+  // `of`: the save whose pieces hold the parameters and slots kept in shares (pieces 0: none).
+  void write_file(const std::string& path, Env* env, const detail::PiecesOf& of) const;
+  // write(), then `complete` on the writer of "<path>" once the checkpoint is whole; in pieces,
+  // every worker returns only after that.
+  void write_then(const std::string& path, Env* env, const std::function<void()>& complete) const;
   void prepare_to_read() const;
   Checkpoint& add_hook(const std::string& name, std::shared_ptr<CommunicationHook> hook,
                        std::shared_ptr<const HookJob> job);
@@ -227,6 +235,10 @@ class CheckpointManager {
   const std::string& directory() const { return directory_; }
 
  private:
+  // Once the checkpoint `name` is whole: leftover temporary files go, the pointer names it, the
+  // oldest beyond max_to_keep go with their pieces.
+  void keep(const std::string& name);
+
   std::string directory_;
   int max_to_keep_;
   Env* env_;
