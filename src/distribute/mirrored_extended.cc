@@ -94,7 +94,7 @@ std::vector<int64_t> MirroredVariables::parameter_sizes(const at::Tensor& parame
 
 void MirroredVariables::restore(const std::vector<at::Tensor>& parameters,
                                 const std::vector<at::Tensor>& buffers) {
-  if (!parameter_shards_) return DistributedVariables::restore(parameters, buffers);
+  if (!parameter_shards_) return restore_in_primary(parameters, buffers);
   // Stage 3 keeps one replica per worker: primary() is the only copy.
   at::NoGradGuard no_grad;
   if (step_plan_) step_plan_->prepare_to_write();
@@ -103,6 +103,14 @@ void MirroredVariables::restore(const std::vector<at::Tensor>& parameters,
     parameter_shards_->restore(own_parameters.at(p), parameters[p]);
   auto own_buffers = primary()->buffers();
   for (size_t b = 0; b < buffers.size(); ++b) own_buffers.at(b).copy_(buffers[b]);
+}
+
+DistributedVariables::ShareWorkers MirroredVariables::share_workers() const {
+  const std::shared_ptr<MirroredExtended> owner = owner_;
+  return {owner->worker_index(), owner->num_workers(), owner->is_chief(),
+          [owner](std::vector<at::Tensor>& tensors, ReduceOp op) {
+            owner->all_reduce_across_workers(tensors, op);
+          }};
 }
 
 std::vector<DistributedVariables::Share> MirroredVariables::parameter_shares() const {

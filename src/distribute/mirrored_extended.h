@@ -53,6 +53,7 @@ class MirroredVariables : public DistributedVariables {
   void prepare_to_read_slots(torch::optim::Optimizer& optimizer) override;
   void gather_slots(torch::optim::Optimizer& optimizer) override;
   bool keeps_shares() const override { return parameter_shards_ != nullptr; }
+  ShareWorkers share_workers() const override;
   std::vector<Share> parameter_shares() const override;
   std::map<size_t, std::map<std::string, at::Tensor>> slot_shares(
       torch::optim::Optimizer& optimizer) override;

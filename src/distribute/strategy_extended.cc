@@ -197,12 +197,8 @@ int DistributedVariables::current_index() const {
   return index;
 }
 
-std::vector<int64_t> DistributedVariables::parameter_sizes(const at::Tensor& parameter) const {
-  return parameter.sizes().vec();
-}
-
-void DistributedVariables::restore(const std::vector<at::Tensor>& parameters,
-                                   const std::vector<at::Tensor>& buffers) {
+void DistributedVariables::restore_in_primary(const std::vector<at::Tensor>& parameters,
+                                              const std::vector<at::Tensor>& buffers) {
   at::NoGradGuard no_grad;
   prepare_to_write();
   // Fetched after prepare_to_write: making the values private may have replaced them.

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
-#include "dist/distribute/strategy_extended.h"
+#include "dist/core/reduce_op.h"
 #include "dist/train/safetensors.h"
 #include "distribute/optimizer_slots.h"
 #include "train/atomic_file.h"
@@ -329,20 +329,21 @@ bool Checkpoint::in_pieces(const Object& object) const {
   return object.kind == kOptimizerKind ? find(object.model)->keeps_shares() : object.keeps_shares();
 }
 
-const StrategyExtended* Checkpoint::pieces_job() const {
-  const StrategyExtended* job = nullptr;
+std::optional<DistributedVariables::ShareWorkers> Checkpoint::pieces_job() const {
+  std::optional<DistributedVariables::ShareWorkers> job;
   for (const auto& object : objects_) {
     if (object->kind != kModelKind || !object->keeps_shares()) continue;
-    const StrategyExtended* its = &object->variables->strategy();
-    DIST_CHECK_ARG(job == nullptr || job == its, "Checkpoint: models '", object->name,
-                   "' and another keep their parameters in shares under two strategies; a "
-                   "checkpoint is written in the pieces of one: use one strategy");
-    job = its;
+    auto its = object->variables->share_workers();
+    DIST_CHECK_ARG(!job || (job->index == its.index && job->count == its.count),
+                   "Checkpoint: model '", object->name,
+                   "' keeps its parameters in shares among other workers than another model "
+                   "does; a checkpoint is written in the pieces of one set of workers");
+    if (!job) job = std::move(its);
   }
   return job;
 }
 
-bool Checkpoint::written_in_pieces() const { return pieces_job() != nullptr; }
+bool Checkpoint::written_in_pieces() const { return pieces_job().has_value(); }
 
 Checkpoint& Checkpoint::skip(const std::string& name) {
   skipped_.insert(name);
@@ -399,25 +400,26 @@ namespace {
 
 // A collective: every worker learns which failed (`failure`: this one's). Rethrows this
 // worker's own failure, or throws a DataError naming another that failed at `what`.
-void agree_on_failures(const StrategyExtended& job, const std::exception_ptr& failure,
-                       const std::string& path, const char* what) {
-  std::vector<at::Tensor> failed{at::zeros({job.num_workers()}, at::kLong)};
-  failed[0][job.worker_index()] = failure ? 1 : 0;
-  job.all_reduce_across_workers(failed, ReduceOp::kSum);
+void agree_on_failures(const DistributedVariables::ShareWorkers& job,
+                       const std::exception_ptr& failure, const std::string& path,
+                       const char* what) {
+  std::vector<at::Tensor> failed{at::zeros({job.count}, at::kLong)};
+  failed[0][job.index] = failure ? 1 : 0;
+  job.all_reduce(failed, ReduceOp::kSum);
   if (failure) std::rethrow_exception(failure);
-  for (int w = 0; w < job.num_workers(); ++w)
+  for (int w = 0; w < job.count; ++w)
     if (failed[0][w].item<int64_t>() != 0)
-      throw DataError(detail::concat("checkpoint '", path, "': ", job.worker_name(w), " ", what,
+      throw DataError(detail::concat("checkpoint '", path, "': worker ", w, " ", what,
                                      " (its own error says why), so the checkpoint is not "
                                      "complete"));
 }
 
 // The id of one save in pieces, the same on every worker: the largest of their random draws.
-std::string draw_save_id(const StrategyExtended& job) {
+std::string draw_save_id(const DistributedVariables::ShareWorkers& job) {
   std::random_device device;
   const int64_t mine = static_cast<int64_t>((static_cast<uint64_t>(device()) << 31) ^ device());
   std::vector<at::Tensor> id{at::full({1}, mine, at::kLong)};
-  job.all_reduce_across_workers(id, ReduceOp::kMax);
+  job.all_reduce(id, ReduceOp::kMax);
   return std::to_string(id[0].item<int64_t>());
 }
 
@@ -427,16 +429,16 @@ void Checkpoint::write(const std::string& path, Env* env) const { write_then(pat
 
 void Checkpoint::write_then(const std::string& path, Env* env,
                             const std::function<void()>& complete) const {
-  const StrategyExtended* job = pieces_job();
-  if (job == nullptr) {
+  const auto job = pieces_job();
+  if (!job) {
     write_file(path, env, {});
     if (complete) complete();
     return;
   }
-  const detail::PiecesOf of{job->num_workers(), state.step, draw_save_id(*job)};
+  const detail::PiecesOf of{job->count, state.step, draw_save_id(*job)};
   std::exception_ptr failure;
   try {
-    detail::write_checkpoint_piece(path, of, job->worker_index(), piece_tensors(), env);
+    detail::write_checkpoint_piece(path, of, job->index, piece_tensors(), env);
   } catch (...) {
     failure = std::current_exception();
   }
@@ -445,7 +447,7 @@ void Checkpoint::write_then(const std::string& path, Env* env,
   // `complete`, kept the directory), so no worker returns from a save that is not done.
   agree_on_failures(*job, failure, path, "could not write its piece");
   failure = nullptr;
-  if (job->is_chief()) {
+  if (job->chief) {
     try {
       write_file(path, env, of);
       if (complete) complete();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
+
+#include "dist/core/reduce_op.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -62,14 +65,20 @@ class DistributedVariables {
 
   // The shape of `parameter`, one of primary()'s parameters, whether or not its values are
   // whole here now (between steps Sharding::kParameters keeps each worker's share only).
-  virtual std::vector<int64_t> parameter_sizes(const at::Tensor& parameter) const;
+  virtual std::vector<int64_t> parameter_sizes(const at::Tensor& parameter) const {
+    return parameter.sizes().vec();
+  }
   // Restores primary()'s parameters and buffers outside a step (a checkpoint read): the values
   // whole, in parameters() and buffers() order, their shapes those of parameter_sizes() and of
   // the buffers. By default prepare_to_write(), copies into primary(), sync_from_primary().
   // Parameters kept in shares take this worker's share of each value: no collective, so a
-  // worker that cannot read its checkpoint leaves no other waiting.
+  // worker that cannot read its checkpoint leaves no other waiting. (Inline, as every virtual
+  // here: the class has no key function, so code that uses it, such as the fuzz targets'
+  // checkpoint reader, needs none of the strategies.)
   virtual void restore(const std::vector<at::Tensor>& parameters,
-                       const std::vector<at::Tensor>& buffers);
+                       const std::vector<at::Tensor>& buffers) {
+    restore_in_primary(parameters, buffers);
+  }
 
   // The same two for the state ("slots") of `optimizer`, an optimizer over these variables,
   // which a strategy may also keep elsewhere (beside each variable on its parameter server):
@@ -103,8 +112,24 @@ class DistributedVariables {
     return {};
   }
 
+  // The workers among which each keeps its share (keeps_shares()): this one's index, how many,
+  // whether this one is the chief, and an in-place all-reduce over them (a collective). A
+  // checkpoint in pieces needs nothing else of the strategy.
+  struct ShareWorkers {
+    int index = 0;
+    int count = 1;
+    bool chief = true;
+    std::function<void(std::vector<at::Tensor>&, ReduceOp)> all_reduce;
+  };
+  virtual ShareWorkers share_workers() const { return {}; }
+
   // The strategy that placed them (it applies their gradients).
   virtual StrategyExtended& strategy() const = 0;
+
+ protected:
+  // restore()'s default: prepare_to_write(), the values into primary(), sync_from_primary().
+  void restore_in_primary(const std::vector<at::Tensor>& parameters,
+                          const std::vector<at::Tensor>& buffers);
 };
 
 }  // namespace dist

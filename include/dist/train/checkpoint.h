@@ -69,7 +69,6 @@
 namespace dist {
 
 class Strategy;
-class StrategyExtended;
 namespace detail {
 struct PieceTensor;
 struct PiecesOf;
@@ -188,11 +187,11 @@ class Checkpoint {
   struct Reading;  // read()'s checks and the values it then applies (checkpoint.cc)
 
   struct HookJob;                  // what a hook's object asks of its strategy (train/hook_state.h)
-  friend class CheckpointManager;  // asks pieces_job() who keeps the directory
+  friend class CheckpointManager;  // saves through write_then()
 
   const Object* find(const std::string& name) const;
-  // The strategy whose workers write the pieces, or null (written whole).
-  const StrategyExtended* pieces_job() const;
+  // The workers that write the pieces, or nothing (written whole).
+  std::optional<DistributedVariables::ShareWorkers> pieces_job() const;
   bool in_pieces(const Object& object) const;
   std::vector<detail::PieceTensor> piece_tensors() const;
   // `of`: the save whose pieces hold the parameters and slots kept in shares (pieces 0: none).
