@@ -24,7 +24,9 @@
 # SM_LEVELS (default "none optimizer gradients parameters"): the dist-train levels to run;
 # SM_PYTORCH (default 1; 0 skips PyTorch); SM_CHECKPOINT (default 0; 1: every dist-train run
 # also writes a checkpoint after each step, into a directory of $SM_OUT that every host sees:
-# the memory a checkpoint costs at each level).
+# the memory a checkpoint costs at each level; "resume": the same, and then a second job
+# resumes from the last checkpoint and trains STEPS more steps, whose peak is reported as
+# "<level>+resume": the memory reading a checkpoint costs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
@@ -48,22 +50,33 @@ global_batch=$((16 * workers))
 # its ports would then be refused by it (another job token).
 port=7400
 
-run_dist_train() {  # LEVEL ROUND
-  local log=$out/dist-train-$1-$2.log saving=()
+dist_train_job() {  # LEVEL LOG MAX_STEPS [ARGS...]
+  local level=$1 log=$2 max_steps=$3
+  shift 3
   port=$((port + 10))
-  if [[ ${SM_CHECKPOINT:-0} == 1 ]]; then
-    saving=(--checkpoint-dir "$out/ckpt-$1-$2" --checkpoint-every 1 --max-to-keep 1)
-  fi
   timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" --port-base "$port" \
     --host-command "$netns exec {host} sh -c" -- \
     "$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1 \
-    --global-batch "$global_batch" --train-examples $((global_batch * steps)) --epochs 1 \
-    --max-steps "$steps" --test-examples "$global_batch" --sharding "$1" --no-progress \
-    "${saving[@]}" > "$log" 2>&1 || true
-  rm -rf "$out/ckpt-$1-$2"
+    --global-batch "$global_batch" --train-examples $((global_batch * 2 * steps)) --epochs 1 \
+    --max-steps "$max_steps" --test-examples "$global_batch" --sharding "$level" --no-progress \
+    "$@" > "$log" 2>&1 || true
   local peak
   peak=$(grep -o '"peak_rss_bytes":[0-9]*' "$log" | head -1 | cut -d: -f2)
-  printf 'dist-train\t%s\t%s\n' "$1" "${peak:-failed}" >> "$out/results.tsv"
+  echo "${peak:-failed}"
+}
+
+run_dist_train() {  # LEVEL ROUND
+  local log=$out/dist-train-$1-$2.log saving=() peak
+  if [[ ${SM_CHECKPOINT:-0} != 0 ]]; then
+    saving=(--checkpoint-dir "$out/ckpt-$1-$2" --checkpoint-every 1 --max-to-keep 1)
+  fi
+  peak=$(dist_train_job "$1" "$log" "$steps" "${saving[@]}")
+  printf 'dist-train\t%s\t%s\n' "$1" "$peak" >> "$out/results.tsv"
+  if [[ ${SM_CHECKPOINT:-0} == resume ]]; then
+    peak=$(dist_train_job "$1" "$out/dist-train-$1-$2-resume.log" $((2 * steps)) "${saving[@]}")
+    printf 'dist-train\t%s\t%s\n' "$1+resume" "$peak" >> "$out/results.tsv"
+  fi
+  rm -rf "$out/ckpt-$1-$2"
 }
 
 run_pytorch() {  # MODE ROUND

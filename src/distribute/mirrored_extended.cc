@@ -100,7 +100,7 @@ void MirroredVariables::restore(const std::vector<at::Tensor>& parameters,
   if (step_plan_) step_plan_->prepare_to_write();
   const auto own_parameters = primary()->parameters();
   for (size_t p = 0; p < parameters.size(); ++p)
-    parameter_shards_->restore(own_parameters.at(p), parameters[p]);
+    parameter_shards_->restore_share(own_parameters.at(p), parameters[p]);
   auto own_buffers = primary()->buffers();
   for (size_t b = 0; b < buffers.size(); ++b) own_buffers.at(b).copy_(buffers[b]);
 }
@@ -132,6 +132,16 @@ std::map<size_t, std::map<std::string, at::Tensor>> MirroredVariables::slot_shar
     if (it != by_parameter.end()) shares[i] = it->second;
   }
   return shares;
+}
+
+void MirroredVariables::restore_slot_shares(
+    torch::optim::Optimizer& optimizer,
+    const std::map<size_t, std::map<std::string, at::Tensor>>& shares) {
+  if (!parameter_shards_) return;
+  const auto params = primary()->parameters();
+  SlotShares by_parameter;
+  for (const auto& [i, slots] : shares) by_parameter[params.at(i).unsafeGetTensorImpl()] = slots;
+  step_plan_->restore_slot_shares(optimizer, std::move(by_parameter));
 }
 
 StrategyExtended& MirroredVariables::strategy() const { return *owner_; }

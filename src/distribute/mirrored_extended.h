@@ -57,6 +57,9 @@ class MirroredVariables : public DistributedVariables {
   std::vector<Share> parameter_shares() const override;
   std::map<size_t, std::map<std::string, at::Tensor>> slot_shares(
       torch::optim::Optimizer& optimizer) override;
+  void restore_slot_shares(
+      torch::optim::Optimizer& optimizer,
+      const std::map<size_t, std::map<std::string, at::Tensor>>& shares) override;
   StrategyExtended& strategy() const override;
 
   // Every parameter with the replica copies that hold it (HostSharedVariables values).

@@ -39,6 +39,9 @@ class HierarchicalGroup;
 }
 class ParameterShards;
 
+// An optimizer's slots by parameter (its TensorImpl): slot name -> values.
+using SlotShares = std::map<const void*, std::map<std::string, at::Tensor>>;
+
 class OptimizerStepPlan {
  public:
   virtual ~OptimizerStepPlan() = default;
@@ -69,10 +72,13 @@ class OptimizerStepPlan {
   virtual void read_slots(torch::optim::Optimizer& /*optimizer*/) {}
   // At stage 3, this worker's ranges (shards.owned()) of the slots of each parameter with state,
   // by the parameter's TensorImpl: slot name -> values (1-D; "step" whole). No collective.
-  virtual std::map<const void*, std::map<std::string, at::Tensor>> slot_shares(
-      torch::optim::Optimizer& /*optimizer*/, const ParameterShards& /*shards*/) {
+  virtual SlotShares slot_shares(torch::optim::Optimizer& /*optimizer*/,
+                                 const ParameterShards& /*shards*/) {
     return {};
   }
+  // At stage 3, restores those ranges (a checkpoint read), as slot_shares() gives them; the
+  // optimizer keeps no state. No collective.
+  virtual void restore_slot_shares(torch::optim::Optimizer& /*optimizer*/, SlotShares /*shares*/) {}
 };
 
 // What a plan works with: the strategy's replicas and workers, and the model's parameters with

@@ -142,13 +142,14 @@ void ParameterShards::release_parameter(const at::Tensor& param) {
   if (entry.is_whole) release(entry);
 }
 
-void ParameterShards::restore(const at::Tensor& param, const at::Tensor& value) {
+void ParameterShards::restore_share(const at::Tensor& param, const at::Tensor& share) {
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   Entry& entry = entries_[index_of(param)];
-  DIST_INTERNAL_ASSERT(value.numel() == entry.numel, "restore: a value of another shape");
-  entry.owned.copy_(value.reshape(-1).narrow(0, entry.begin, entry.owned.numel()));
-  if (entry.is_whole) entry.whole.copy_(value.reshape(entry.sizes));
+  DIST_INTERNAL_ASSERT(share.numel() == entry.owned.numel(), "restore: a share of ", share.numel(),
+                       " elements where ", entry.owned.numel(), " are kept");
+  entry.owned.copy_(share.reshape(-1));
+  if (entry.is_whole) release(entry);
 }
 
 void ParameterShards::gather_all() {

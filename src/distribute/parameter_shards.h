@@ -65,9 +65,10 @@ class ParameterShards {
   // `param`'s gradient is final: backward needs its values no more.
   void release_parameter(const at::Tensor& param);
 
-  // Writes `value` (whole, of `param`'s shape) as `param`'s current values: this worker's
-  // chunk of it, and the whole values too if they are whole here now. No collective.
-  void restore(const at::Tensor& param, const at::Tensor& value);
+  // Takes `share` (this worker's chunk of new values for `param`, 1-D, as owned()) as its
+  // own; whole values held here now are stale then, and released: the next forward gathers
+  // the new ones. No collective.
+  void restore_share(const at::Tensor& param, const at::Tensor& share);
 
   // A collective of every worker: every parameter whole (its current values) until the next
   // forward takes them as the chunks again.

@@ -5,6 +5,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -157,8 +158,8 @@ class ShardedStep : public OptimizerStepPlan {
 
   void gather_slots(Optimizer& optimizer) override;
   void read_slots(Optimizer& optimizer) override;
-  std::map<const void*, std::map<std::string, at::Tensor>> slot_shares(
-      Optimizer& optimizer, const ParameterShards& shards) override;
+  SlotShares slot_shares(Optimizer& optimizer, const ParameterShards& shards) override;
+  void restore_slot_shares(Optimizer& optimizer, SlotShares shares) override;
 
  private:
   collective::Communicator& cross() const { return inputs_.group->cross_process(); }
@@ -173,6 +174,8 @@ class ShardedStep : public OptimizerStepPlan {
   // Waits for the pack's gather and writes what it brought into the parameters.
   void finish_gather(ShardedPack& shard);
   bool holds_slots() const;
+  // Gives each chunk optimizer its parameter's share of the slots (none: no state).
+  void take_slot_shares(const SlotShares& shares);
   void gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
                          const std::vector<std::vector<std::string>>& names);
 
@@ -189,6 +192,8 @@ class ShardedStep : public OptimizerStepPlan {
   std::shared_ptr<ParameterShards> shards_;  // stage 3: the parameters' chunks live there
   std::vector<ShardedPack> packs_;           // made at the first step
   std::unordered_map<const void*, int> groups_at_build_;  // the optimizer's parameters' groups
+  // Slot shares restored before the first step made the chunk optimizers, which take them then.
+  std::optional<SlotShares> restored_slots_;
 };
 
 ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params,
@@ -251,6 +256,8 @@ void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reduc
   auto packs = reducer.landing_packs();
   for (size_t k = 0; k < packs.size(); ++k)
     packs_.push_back(shard_pack(optimizer, std::move(packs[k]), k, group));
+  if (restored_slots_) take_slot_shares(*restored_slots_);
+  restored_slots_.reset();
 }
 
 void ShardedStep::begin_step(Optimizer& optimizer, const GradientReducer& reducer) {
@@ -330,7 +337,33 @@ void ShardedStep::finish_gather(ShardedPack& shard) {
   shard.outgoing.reset();
 }
 
+void ShardedStep::restore_slot_shares(Optimizer& optimizer, SlotShares shares) {
+  optimizer.state().clear();  // whatever it held is no longer the current state
+  if (packs_.empty()) {
+    restored_slots_ = std::move(shares);
+    return;
+  }
+  take_slot_shares(shares);
+}
+
+void ShardedStep::take_slot_shares(const SlotShares& shares) {
+  for (auto& shard : packs_) {
+    for (const ChunkPiece& piece : shard.pieces) {
+      if (shard.group[piece.param] < 0) continue;
+      const std::string key = detail::state_key_of(piece.values);
+      auto it = shares.find(shard.params[piece.param].unsafeGetTensorImpl());
+      if (it == shares.end()) {
+        shard.optimizer->state().erase(key);
+        continue;
+      }
+      // Stage 3's packs are one parameter each, whose piece is this worker's share.
+      shard.optimizer->state()[key] = detail::state_of_slots(*shard.optimizer, it->second);
+    }
+  }
+}
+
 bool ShardedStep::holds_slots() const {
+  if (restored_slots_ && !restored_slots_->empty()) return true;
   for (const auto& shard : packs_)
     if (shard.optimizer && !shard.optimizer->state().empty()) return true;
   return false;
@@ -339,6 +372,10 @@ bool ShardedStep::holds_slots() const {
 void ShardedStep::gather_slots(Optimizer& optimizer) {
   // Before the first step nothing is sharded, on any worker; a state already in the optimizer
   // (restored, or gathered, and no step since) is the current one, on every worker.
+  DIST_CHECK_ARG(!restored_slots_ || restored_slots_->empty(),
+                 "sharding 'parameters': the optimizer's slots were restored in shares, which the "
+                 "first step hands to the optimizers of the chunks; gather them after a step (a "
+                 "checkpoint needs no gathering: every worker writes its piece)");
   if (packs_.empty() || !optimizer.state().empty()) return;
   std::vector<std::vector<std::string>> names;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
@@ -394,9 +431,9 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
   }
 }
 
-std::map<const void*, std::map<std::string, at::Tensor>> ShardedStep::slot_shares(
-    Optimizer& optimizer, const ParameterShards& shards) {
-  std::map<const void*, std::map<std::string, at::Tensor>> shares;
+SlotShares ShardedStep::slot_shares(Optimizer& optimizer, const ParameterShards& shards) {
+  if (restored_slots_) return *restored_slots_;  // restored, and no step since
+  SlotShares shares;
   if (packs_.empty() || !optimizer.state().empty()) {
     // The state is whole in `optimizer` (restored or gathered, no step since) or there is none.
     for (const auto& group : optimizer.param_groups()) {

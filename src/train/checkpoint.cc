@@ -24,6 +24,8 @@
 #include "train/checkpoint_checksums.h"
 #include "train/checkpoint_pieces.h"
 #include "train/hook_state.h"
+#include "train/safetensors_reader.h"
+#include "train/sealed_file.h"
 
 namespace dist {
 namespace {
@@ -94,6 +96,15 @@ class ParameterNames {
  private:
   std::map<const void*, std::string> names_;
 };
+
+// An optimizer's parameters must all be its model's: their names are its model's.
+void check_optimizer_of(const std::string& name, const torch::optim::Optimizer& optimizer,
+                        const std::string& model, const ParameterNames& names) {
+  DIST_CHECK_ARG(names.holds_all(optimizer), "Checkpoint: optimizer '", name,
+                 "' updates a parameter that is not in its model '", model,
+                 "' (a parameter group added since?); add the optimizer with the model its "
+                 "parameters belong to");
+}
 
 // An object as the file describes it.
 struct FileObject {
@@ -472,6 +483,8 @@ std::vector<detail::PieceTensor> Checkpoint::piece_tensors() const {
                            model.variables->parameter_sizes(named[i].value()), shares[i].values});
       continue;
     }
+    check_optimizer_of(object->name, *object->optimizer, model.name,
+                       ParameterNames(*model.saved_module()));
     for (const auto& [i, slots] : model.variables->slot_shares(*object->optimizer)) {
       const auto sizes = model.variables->parameter_sizes(named[i].value());
       for (const auto& [slot, t] : slots) {
@@ -517,17 +530,16 @@ void Checkpoint::write_file(const std::string& path, Env* env, const detail::Pie
     metadata[kObjectPrefix + name] = object->kind;
     if (object->kind == kModelKind) {
       const auto module = object->saved_module();
-      for (const auto& p : module->named_parameters())
-        if (!in_pieces(*object)) tensors.emplace_back(prefix + p.key(), p.value().detach());
+      for (const auto& p : module->named_parameters()) {
+        if (in_pieces(*object)) break;  // in the pieces
+        tensors.emplace_back(prefix + p.key(), p.value().detach());
+      }
       for (const auto& b : module->named_buffers())
         tensors.emplace_back(prefix + b.key(), b.value().detach());
     } else if (object->kind == kOptimizerKind) {
       const torch::optim::Optimizer& optimizer = *object->optimizer;
       const ParameterNames names(*find(object->model)->saved_module());
-      DIST_CHECK_ARG(names.holds_all(optimizer), "Checkpoint: optimizer '", name,
-                     "' updates a parameter that is not in its model '", object->model,
-                     "' (a parameter group added since?); add the optimizer with the model "
-                     "its parameters belong to");
+      check_optimizer_of(name, optimizer, object->model, names);
       const std::string kind = detail::optimizer_kind(optimizer);
       const std::string entry = kObjectPrefix + prefix;
       metadata[entry + "class"] = kind;
@@ -540,8 +552,8 @@ void Checkpoint::write_file(const std::string& path, Env* env, const detail::Pie
         metadata[entry + "lr/" + std::to_string(g)] = lr;
         if (legacy) metadata[kLegacyLearningRate + std::to_string(g)] = lr;
       }
+      if (in_pieces(*object)) continue;  // its slots are in the pieces
       for (const auto& [impl, slots] : detail::export_slots(optimizer)) {
-        if (in_pieces(*object)) break;                     // in the pieces
         const std::string& parameter = *names.find(impl);  // checked above
         for (const auto& [slot, t] : slots)
           tensors.emplace_back(prefix + parameter + "/" + slot, t);
@@ -578,8 +590,10 @@ struct OptimizerRestore {
 // that no object here has.
 class TensorTaker {
  public:
-  TensorTaker(std::string path, std::map<std::string, at::Tensor> tensors)
-      : path_(std::move(path)), tensors_(std::move(tensors)) {}
+  TensorTaker(std::string path, detail::CheckedTensors tensors)
+      : path_(std::move(path)),
+        tensors_(std::move(tensors.tensors)),
+        whole_shapes_(std::move(tensors.whole_shapes)) {}
 
   at::Tensor take(const std::string& object, const std::string& name, const at::Tensor& like,
                   const char* what) {
@@ -591,10 +605,11 @@ class TensorTaker {
     if (it == tensors_.end())
       fail(path_, "object '" + object + "': tensor '" + name +
                       "' is missing; was it written for a different " + what + "?");
-    if (it->second.sizes() != sizes || it->second.scalar_type() != dtype)
-      fail(path_,
-           detail::concat("object '", object, "': tensor '", name, "' is ", it->second.sizes(), " ",
-                          it->second.scalar_type(), " but the ", what, " has ", sizes, " ", dtype));
+    const auto shape = whole_shape(name);
+    if (at::IntArrayRef(shape) != sizes || it->second.scalar_type() != dtype)
+      fail(path_, detail::concat("object '", object, "': tensor '", name, "' is ",
+                                 at::IntArrayRef(shape), " ", it->second.scalar_type(), " but the ",
+                                 what, " has ", sizes, " ", dtype));
     at::Tensor t = it->second;
     tensors_.erase(it);
     return t;
@@ -617,10 +632,26 @@ class TensorTaker {
     return t;
   }
   const std::map<std::string, at::Tensor>& left() const { return tensors_; }
+  // Of the tensors whose names start with `prefix`, those read as a range: their whole shapes.
+  std::map<std::string, std::vector<int64_t>> ranged_under(const std::string& prefix) const {
+    std::map<std::string, std::vector<int64_t>> found;
+    for (auto it = whole_shapes_.lower_bound(prefix);
+         it != whole_shapes_.end() && starts_with(it->first, prefix); ++it)
+      found[it->first.substr(prefix.size())] = it->second;
+    return found;
+  }
+  // The shape of tensor `name` in the file: a tensor read as a range holds only that range.
+  std::vector<int64_t> whole_shape(const std::string& name) const {
+    auto ranged = whole_shapes_.find(name);
+    if (ranged != whole_shapes_.end()) return ranged->second;
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? std::vector<int64_t>{} : it->second.sizes().vec();
+  }
 
  private:
   std::string path_;
   std::map<std::string, at::Tensor> tensors_;
+  std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };
 
 double parse_learning_rate(const std::string& path, const std::map<std::string, std::string>& meta,
@@ -641,14 +672,18 @@ double parse_learning_rate(const std::string& path, const std::map<std::string, 
 // read() in two phases: a Reading checks the whole file against this Checkpoint's objects and
 // takes every value it will write; only then does apply() change anything.
 struct Checkpoint::Reading {
-  Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file, Env* env);
+  Reading(const Checkpoint& checkpoint, std::string path, const detail::SafetensorsReader& file,
+          Env* env);
   void apply(bool restore_random) const;
 
   TrainingState state;
 
  private:
-  std::map<std::string, at::Tensor> verified_tensors(
-      std::vector<std::pair<std::string, at::Tensor>> tensors) const;
+  detail::WantedRanges wanted_ranges() const;
+  detail::CheckedTensors verified_tensors(const detail::SafetensorsReader& file,
+                                          const detail::WantedRanges& wanted) const;
+  void take_slots(const Object& model, const std::string& name, const at::Tensor& p,
+                  TensorTaker& taker, OptimizerRestore& restore) const;
   void check_objects(const std::map<std::string, FileObject>& in_file,
                      const std::map<std::string, at::Tensor>& all) const;
   void take_models_and_values(TensorTaker& taker);
@@ -668,11 +703,13 @@ struct Checkpoint::Reading {
   at::Tensor random_;  // undefined: the file holds no generator state
 };
 
-Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, SafetensorsFile file,
-                             Env* env)
-    : checkpoint_(checkpoint), path_(std::move(path)), meta_(std::move(file.metadata)) {
-  auto all = verified_tensors(std::move(file.tensors));
-  // A checkpoint written in pieces: its parameters and slots, whole again, beside the rest.
+Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path,
+                             const detail::SafetensorsReader& file, Env* env)
+    : checkpoint_(checkpoint), path_(std::move(path)), meta_(file.metadata()) {
+  // A model whose strategy keeps shares reads only its shares, from any checkpoint's layout.
+  const detail::WantedRanges wanted = wanted_ranges();
+  auto all = verified_tensors(file, wanted);
+  // A checkpoint written in pieces: its parameters and slots beside the rest.
   if (meta_.count(detail::kCheckpointPieces) != 0) {
     auto save = meta_.find(detail::kCheckpointSave);
     if (save == meta_.end()) fail(path_, "it was written in pieces but names no save of them");
@@ -680,10 +717,10 @@ Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, Saf
         path_,
         {static_cast<int>(parse_int(path_, meta_, detail::kCheckpointPieces)),
          parse_int(path_, meta_, "step"), save->second},
-        env, all);
+        env, wanted, all);
   }
-  const auto in_file = objects_in_file(path_, meta_, all);
-  check_objects(in_file, all);
+  const auto in_file = objects_in_file(path_, meta_, all.tensors);
+  check_objects(in_file, all.tensors);
   // Check every object's tensors before changing anything.
   TensorTaker taker(path_, std::move(all));
   take_models_and_values(taker);
@@ -694,17 +731,45 @@ Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path, Saf
   read_state();
 }
 
-std::map<std::string, at::Tensor> Checkpoint::Reading::verified_tensors(
-    std::vector<std::pair<std::string, at::Tensor>> tensors) const {
+// The ranges this worker keeps: of each parameter of a model whose strategy keeps shares
+// ("<model>/<parameter>"), and of its optimizers' slots but the step counters
+// ("<optimizer>/<parameter>/<slot>"), whose ranges are the parameter's.
+detail::WantedRanges Checkpoint::Reading::wanted_ranges() const {
+  auto ranges = std::make_shared<std::map<std::string, detail::ElementRange>>();
+  for (const auto& object : checkpoint_.objects_) {
+    if (object->kind != kModelKind || !object->keeps_shares()) continue;
+    const auto shares = object->variables->parameter_shares();
+    const auto named = object->saved_module()->named_parameters();
+    for (size_t i = 0; i < named.size() && i < shares.size(); ++i) {
+      const detail::ElementRange range{shares[i].begin, shares[i].values.numel()};
+      (*ranges)[object->name + "/" + named[i].key()] = range;
+      for (const auto& optimizer : checkpoint_.objects_)
+        if (optimizer->kind == kOptimizerKind && optimizer->model == object->name)
+          (*ranges)[optimizer->name + "/" + named[i].key() + "/"] = range;
+    }
+  }
+  if (ranges->empty()) return nullptr;
+  return [ranges](const std::string& name) -> std::optional<detail::ElementRange> {
+    if (auto it = ranges->find(name); it != ranges->end()) return it->second;
+    const size_t slash = name.rfind('/');
+    if (slash == std::string::npos || name.compare(slash + 1, std::string::npos, "step") == 0)
+      return std::nullopt;  // a step counter is whole
+    auto slot = ranges->find(name.substr(0, slash + 1));
+    if (slot == ranges->end()) return std::nullopt;
+    return slot->second;
+  };
+}
+
+detail::CheckedTensors Checkpoint::Reading::verified_tensors(
+    const detail::SafetensorsReader& file, const detail::WantedRanges& wanted) const {
   auto format = meta_.find("format");
   if (format == meta_.end() || format->second != kFormat)
     fail(path_, detail::concat("not a checkpoint of this library (metadata format is '",
                                format == meta_.end() ? "missing" : format->second, "', expected '",
                                kFormat, "')"));
-  const std::string problem = detail::checkpoint_checksum_problem(tensors, meta_);
+  detail::CheckedTensors all;
+  const std::string problem = detail::read_checked_tensors(file, wanted, all);
   if (!problem.empty()) fail(path_, problem);
-  std::map<std::string, at::Tensor> all;
-  for (auto& [name, t] : tensors) all[name] = std::move(t);
   return all;
 }
 
@@ -783,21 +848,52 @@ void Checkpoint::Reading::take_optimizers(const std::map<std::string, FileObject
     OptimizerRestore restore{object->optimizer, {}, {}, model.variables};
     for (const auto& group : optimizer.param_groups())
       for (const auto& p : group.params())
-        restore.slots.emplace_back(
-            p.unsafeGetTensorImpl(),
-            taker.take_all(name + "/" + name_of(p.unsafeGetTensorImpl()) + "/"));
+        take_slots(model, name + "/" + name_of(p.unsafeGetTensorImpl()) + "/", p, taker, restore);
     for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
       restore.learning_rates.push_back(
           parse_learning_rate(path_, meta_, name, saved.learning_rate + std::to_string(g)));
     const auto& variables = model.variables;
+    std::map<const void*, int64_t> share_counts;  // of a model that keeps shares: its slots' too
+    if (model.keeps_shares()) {
+      const auto shares = variables->parameter_shares();
+      const auto params = variables->primary()->parameters();
+      for (size_t i = 0; i < params.size() && i < shares.size(); ++i)
+        share_counts[params[i].unsafeGetTensorImpl()] = shares[i].values.numel();
+    }
     detail::check_slots(
         optimizer, restore.slots, name_of,
         [&](const std::string& message) { fail(path_, "object '" + name + "': " + message); },
-        [&](const at::Tensor& p) {
+        [&](const at::Tensor& p) -> std::vector<int64_t> {
+          if (auto it = share_counts.find(p.unsafeGetTensorImpl()); it != share_counts.end())
+            return {it->second};  // checked whole by take_slots
           return variables ? variables->parameter_sizes(p) : p.sizes().vec();
         });
     optimizers_.push_back(std::move(restore));
   }
+}
+
+// The slots of parameter `p` (their names start with `prefix`). A model that keeps shares
+// reads its share of each but the step counter: each must be of the parameter's whole shape.
+void Checkpoint::Reading::take_slots(const Object& model, const std::string& prefix,
+                                     const at::Tensor& p, TensorTaker& taker,
+                                     OptimizerRestore& restore) const {
+  if (!model.keeps_shares()) {
+    restore.slots.emplace_back(p.unsafeGetTensorImpl(), taker.take_all(prefix));
+    return;
+  }
+  const auto sizes = model.variables->parameter_sizes(p);
+  const auto ranged = taker.ranged_under(prefix);
+  auto slots = taker.take_all(prefix);
+  for (const auto& [slot, t] : slots) {
+    auto whole = ranged.find(slot);
+    if (slot == "step" || (whole != ranged.end() && whole->second == sizes)) continue;
+    fail(path_,
+         detail::concat("tensor '", prefix, slot, "' is ",
+                        at::IntArrayRef(whole != ranged.end() ? whole->second : t.sizes().vec()),
+                        " but its parameter is ", at::IntArrayRef(sizes),
+                        "; was it written for a different model?"));
+  }
+  restore.slots.emplace_back(p.unsafeGetTensorImpl(), std::move(slots));
 }
 
 void Checkpoint::Reading::take_random(TensorTaker& taker) {
@@ -861,6 +957,21 @@ void Checkpoint::Reading::read_state() {
     if (starts_with(key, kValuePrefix)) state.values[key.substr(sizeof(kValuePrefix) - 1)] = value;
 }
 
+namespace {
+
+// The shares of the slots, to the strategy that keeps them, by parameter index.
+void restore_slot_shares(const OptimizerRestore& restore) {
+  const auto params = restore.variables->primary()->parameters();
+  std::map<const void*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
+  std::map<size_t, std::map<std::string, at::Tensor>> shares;
+  for (const auto& [impl, slots] : restore.slots)
+    if (!slots.empty()) shares[index.at(impl)] = slots;
+  restore.variables->restore_slot_shares(*restore.optimizer, shares);
+}
+
+}  // namespace
+
 // To the primary modules, then the strategies' placements follow.
 void Checkpoint::Reading::apply(bool restore_random) const {
   torch::NoGradGuard no_grad;
@@ -876,9 +987,13 @@ void Checkpoint::Reading::apply(bool restore_random) const {
   }
   for (const auto& [destination, value] : values_) destination.copy_(value);
   for (const auto& restore : optimizers_) {
-    detail::import_slots(*restore.optimizer, restore.slots);
     for (size_t g = 0; g < restore.learning_rates.size(); ++g)
       restore.optimizer->param_groups()[g].options().set_lr(restore.learning_rates[g]);
+    if (restore.variables != nullptr && restore.variables->keeps_shares()) {
+      restore_slot_shares(restore);
+      continue;
+    }
+    detail::import_slots(*restore.optimizer, restore.slots);
     if (restore.variables != nullptr) restore.variables->sync_slots_from(*restore.optimizer);
   }
   for (const auto& [hook, state] : hooks_) hook->load_state(state);
@@ -891,8 +1006,8 @@ void Checkpoint::Reading::apply(bool restore_random) const {
 
 void Checkpoint::read(const std::string& path, Env* env) {
   // The file's layout is checked before its tensors are allocated.
-  SafetensorsFile file = load_safetensors(path, env);
-  const Reading reading(*this, path, std::move(file), env);
+  const detail::SafetensorsReader file(path, env);
+  const Reading reading(*this, path, file, env);
   reading.apply(save_random_state);
   state = reading.state;
 }

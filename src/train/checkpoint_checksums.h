@@ -4,6 +4,7 @@
 // and seal it again (a drift between two copies would only show as lost fuzz coverage).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,8 +22,20 @@ inline constexpr char kCheckpointHeaderChecksum[] = "header_crc32c";
 // A tensor's data checksum, as the 8 hex digits stored in the metadata.
 std::string checkpoint_tensor_checksum(const at::Tensor& tensor);
 
+// A checksum's text, 8 hex digits, of a CRC-32C computed elsewhere (a tensor read in pieces).
+std::string checkpoint_checksum_text(uint32_t crc);
+
+// What the header checksum covers of a tensor.
+struct CheckpointTensorHeader {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
 // Over every header entry but the header checksum itself: names, dtypes, shapes (the offsets
 // follow from them; the reader checks the tiling) and the metadata, in a fixed order.
+std::string checkpoint_header_checksum(const std::vector<CheckpointTensorHeader>& tensors,
+                                       const std::map<std::string, std::string>& metadata);
 std::string checkpoint_header_checksum(const CheckpointTensors& tensors,
                                        const std::map<std::string, std::string>& metadata);
 
@@ -30,9 +43,6 @@ std::string checkpoint_header_checksum(const CheckpointTensors& tensors,
 void seal_checkpoint(const CheckpointTensors& tensors,
                      std::map<std::string, std::string>& metadata);
 
-// What is wrong with a sealed file's checksums (a missing or differing header checksum, a
-// tensor without a checksum or whose data differs from it), or empty when they hold.
-std::string checkpoint_checksum_problem(const CheckpointTensors& tensors,
-                                        const std::map<std::string, std::string>& metadata);
+// A reader checks them as it reads (sealed_file.h: whole tensors or in pieces).
 
 }  // namespace dist::detail

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "dist/core/error.h"
 #include "dist/train/safetensors.h"
 #include "train/checkpoint_checksums.h"
+#include "train/safetensors_reader.h"
 
 namespace dist::detail {
 namespace {
@@ -58,9 +60,13 @@ std::vector<int64_t> parse_shape(const std::string& piece, const std::string& te
   return shape;
 }
 
-// One tensor put back together from the pieces' ranges (or a counter every piece holds whole).
-struct Whole {
+// One tensor put back together from the pieces' ranges (or a counter every piece holds whole):
+// whole, or only the range of it the reader keeps.
+struct Assembly {
   bool counter = false;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  std::optional<ElementRange> kept;  // the reader keeps only this range of the elements
   at::Tensor values;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of each piece's range
 };
@@ -75,39 +81,89 @@ int64_t element_count(const std::vector<int64_t>& shape) {
   return count;
 }
 
-// `file_bytes`: the size of all pieces together, which no tensor they hold can exceed.
-void add_piece_tensor(const std::string& piece, const std::string& name, const at::Tensor& t,
-                      const std::map<std::string, std::string>& meta, int64_t file_bytes,
-                      Whole& whole) {
+// Checks a piece's tensor `entry` against the metadata and the pieces before it, and readies
+// `assembly` for its values: returns where its range begins (0 for a counter). `file_bytes`:
+// the size of all pieces together, which no tensor they hold can exceed.
+int64_t add_piece_tensor(const std::string& piece, const SafetensorsReader::Entry& entry,
+                         const std::map<std::string, std::string>& meta, int64_t file_bytes,
+                         const WantedRanges& wanted, Assembly& assembly) {
+  const std::string& name = entry.name;
   const bool counter = meta.count(kBeginPrefix + name) == 0;
-  if ((whole.values.defined() && whole.counter != counter) ||
-      (whole.values.defined() && whole.values.scalar_type() != t.scalar_type()))
-    piece_fail(piece, concat("tensor '", name, "' is ", t.scalar_type(),
-                             counter ? " held whole" : " a range",
-                             " here but not in the pieces before it"));
-  whole.counter = counter;
-  if (counter) {  // a step counter, whole in every piece that has it: the largest
-    whole.values = whole.values.defined() ? at::maximum(whole.values, t) : t;
-    return;
-  }
+  if ((assembly.values.defined() && assembly.counter != counter) ||
+      (assembly.values.defined() && assembly.values.scalar_type() != entry.dtype))
+    piece_fail(piece,
+               concat("tensor '", name, "' is ", entry.dtype, counter ? " held whole" : " a range",
+                      " here but not in the pieces before it"));
+  assembly.counter = counter;
+  if (counter) return 0;  // read whole, the largest kept
   const auto shape = parse_shape(piece, piece_entry(piece, meta, kShapePrefix + name), "its shape");
   const int64_t numel = element_count(shape);
   const int64_t begin =
       piece_number(piece, piece_entry(piece, meta, kBeginPrefix + name), "its begin");
-  if (numel < 0 || numel > file_bytes / static_cast<int64_t>(t.element_size()) || t.dim() != 1 ||
-      begin > numel - t.numel() ||
-      (whole.values.defined() && whole.values.sizes() != at::IntArrayRef(shape)))
-    piece_fail(piece, concat("tensor '", name, "': ", t.numel(), " elements from element ", begin,
+  if (numel < 0 || numel > file_bytes / entry.element_size || entry.shape.size() != 1 ||
+      begin > numel - entry.numel || (assembly.values.defined() && assembly.shape != shape))
+    piece_fail(piece, concat("tensor '", name, "': ", entry.numel, " elements from element ", begin,
                              " of a tensor of shape ", at::IntArrayRef(shape),
                              " do not fit it, or the shape is not the other pieces' or is "
                              "larger than all pieces together"));
-  if (!whole.values.defined()) whole.values = at::empty(shape, t.options());
-  whole.values.view(-1).narrow(0, begin, t.numel()).copy_(t);
-  if (t.numel() > 0) whole.ranges.emplace_back(begin, begin + t.numel());
+  if (!assembly.values.defined()) {
+    assembly.shape = shape;
+    assembly.numel = numel;
+    const auto kept = wanted ? wanted(name) : std::nullopt;
+    if (kept && kept->begin >= 0 && kept->count >= 0 && kept->begin <= numel - kept->count)
+      assembly.kept = kept;
+    const auto options = at::TensorOptions().dtype(entry.dtype);
+    assembly.values = assembly.kept ? at::empty({kept->count}, options) : at::empty(shape, options);
+  }
+  if (entry.numel > 0) assembly.ranges.emplace_back(begin, begin + entry.numel);
+  return begin;
+}
+
+// Reads piece `w` of the save `of`, checked, into the assemblies.
+void read_piece(const std::string& path, const PiecesOf& of, int w, int64_t file_bytes, Env* env,
+                const WantedRanges& wanted, std::map<std::string, Assembly>& assemblies) {
+  const std::string piece = checkpoint_piece_path(path, w, of.pieces);
+  const SafetensorsReader file(piece, env);
+  const auto& meta = file.metadata();
+  if (piece_entry(piece, meta, "format") != kPieceFormat)
+    piece_fail(piece, concat("not a checkpoint piece (format '", piece_entry(piece, meta, "format"),
+                             "')"));
+  if (piece_number(piece, piece_entry(piece, meta, "piece"), "piece") != w ||
+      piece_number(piece, piece_entry(piece, meta, kCheckpointPieces), "pieces") != of.pieces ||
+      piece_number(piece, piece_entry(piece, meta, "step"), "step") != of.step ||
+      piece_entry(piece, meta, kCheckpointSave) != of.save)
+    piece_fail(piece,
+               concat("it is piece ", piece_entry(piece, meta, "piece"), " of ",
+                      piece_entry(piece, meta, kCheckpointPieces), " of the checkpoint of step ",
+                      piece_entry(piece, meta, "step"), " saved as ",
+                      piece_entry(piece, meta, kCheckpointSave), ", not piece ", w, " of ",
+                      of.pieces, " of step ", of.step, " saved as ", of.save));
+  std::map<std::string, int64_t> begins;
+  for (const auto& entry : file.entries())
+    begins[entry.name] =
+        add_piece_tensor(piece, entry, meta, file_bytes, wanted, assemblies[entry.name]);
+  std::map<std::string, at::Tensor> counters;
+  const std::string problem = read_sealed_file(
+      file,
+      [&](const SafetensorsReader::Entry& entry) -> TakeBytes {
+        Assembly& assembly = assemblies[entry.name];
+        if (assembly.counter) return nullptr;
+        const ElementRange range = assembly.kept.value_or(ElementRange{0, assembly.numel});
+        const int64_t begin = begins[entry.name];
+        return [&assembly, range, begin](const char* bytes, size_t size, int64_t first) {
+          copy_range_elements(bytes, size, begin + first, range, assembly.values);
+        };
+      },
+      counters);
+  if (!problem.empty()) piece_fail(piece, problem);
+  for (auto& [name, t] : counters) {
+    Assembly& assembly = assemblies[name];
+    assembly.values = assembly.values.defined() ? at::maximum(assembly.values, t) : t;
+  }
 }
 
 // Every element once: the ranges, sorted, tile [0, numel) without overlapping.
-void check_covered(const std::string& path, const std::string& name, Whole& whole) {
+void check_covered(const std::string& path, const std::string& name, Assembly& whole) {
   if (whole.counter) return;
   std::sort(whole.ranges.begin(), whole.ranges.end());
   int64_t next = 0;
@@ -115,13 +171,13 @@ void check_covered(const std::string& path, const std::string& name, Whole& whol
     if (begin != next)
       throw DataError(concat("checkpoint '", path, "': tensor '", name, "': its pieces ",
                              begin < next ? "overlap" : "leave a gap", " at element ",
-                             std::min(begin, next), " of ", whole.values.numel(),
+                             std::min(begin, next), " of ", whole.numel,
                              "; are the pieces from different checkpoints?"));
     next = end;
   }
-  if (next != whole.values.numel())
+  if (next != whole.numel)
     throw DataError(concat("checkpoint '", path, "': tensor '", name, "': its pieces hold ", next,
-                           " of its ", whole.values.numel(),
+                           " of its ", whole.numel,
                            " elements; are the pieces from different checkpoints?"));
 }
 
@@ -156,7 +212,7 @@ void write_checkpoint_piece(const std::string& path, const PiecesOf& of, int pie
 }
 
 void read_checkpoint_pieces(const std::string& path, const PiecesOf& of, Env* env,
-                            std::map<std::string, at::Tensor>& tensors) {
+                            const WantedRanges& wanted, CheckedTensors& tensors) {
   int64_t file_bytes = 0;
   for (int w = 0; w < of.pieces; ++w) {
     const std::string piece = checkpoint_piece_path(path, w, of.pieces);
@@ -166,35 +222,15 @@ void read_checkpoint_pieces(const std::string& path, const PiecesOf& of, Env* en
                              "' is missing; every piece belongs beside the checkpoint"));
     file_bytes += static_cast<int64_t>(env->new_random_access_file(piece)->size());
   }
-  std::map<std::string, Whole> wholes;
-  for (int w = 0; w < of.pieces; ++w) {
-    const std::string piece = checkpoint_piece_path(path, w, of.pieces);
-    SafetensorsFile file = load_safetensors(piece, env);
-    const auto& meta = file.metadata;
-    if (piece_entry(piece, meta, "format") != kPieceFormat)
-      piece_fail(piece, concat("not a checkpoint piece (format '",
-                               piece_entry(piece, meta, "format"), "')"));
-    const std::string problem = checkpoint_checksum_problem(file.tensors, meta);
-    if (!problem.empty()) piece_fail(piece, problem);
-    if (piece_number(piece, piece_entry(piece, meta, "piece"), "piece") != w ||
-        piece_number(piece, piece_entry(piece, meta, kCheckpointPieces), "pieces") != of.pieces ||
-        piece_number(piece, piece_entry(piece, meta, "step"), "step") != of.step ||
-        piece_entry(piece, meta, kCheckpointSave) != of.save)
-      piece_fail(piece,
-                 concat("it is piece ", piece_entry(piece, meta, "piece"), " of ",
-                        piece_entry(piece, meta, kCheckpointPieces), " of the checkpoint of step ",
-                        piece_entry(piece, meta, "step"), " saved as ",
-                        piece_entry(piece, meta, kCheckpointSave), ", not piece ", w, " of ",
-                        of.pieces, " of step ", of.step, " saved as ", of.save));
-    for (auto& [name, t] : file.tensors)
-      add_piece_tensor(piece, name, t, meta, file_bytes, wholes[name]);
-  }
-  for (auto& [name, whole] : wholes) {
-    check_covered(path, name, whole);
-    if (tensors.count(name) != 0)
+  std::map<std::string, Assembly> assemblies;
+  for (int w = 0; w < of.pieces; ++w) read_piece(path, of, w, file_bytes, env, wanted, assemblies);
+  for (auto& [name, assembly] : assemblies) {
+    check_covered(path, name, assembly);
+    if (tensors.tensors.count(name) != 0)
       throw DataError(concat("checkpoint '", path, "': tensor '", name,
                              "' is both in the checkpoint's file and in its pieces"));
-    tensors[name] = std::move(whole.values);
+    tensors.tensors[name] = std::move(assembly.values);
+    if (assembly.kept) tensors.whole_shapes[name] = assembly.shape;
   }
 }
 

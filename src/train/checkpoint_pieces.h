@@ -16,8 +16,10 @@
 //                              that the pieces of two saves of one step never mix), format
 //                              "dist.checkpoint.piece/1", and a checkpoint's checksums.
 //
-// A reader puts the ranges of every piece back together, whole, and checks that they cover each
-// tensor's elements exactly once: any strategy and worker count reads the pieces of any other.
+// A reader puts the ranges of every piece back together, whole, or, where it keeps only a range
+// of a tensor (a worker at Sharding::kParameters), only that range, and checks that they cover
+// each tensor's elements exactly once: any strategy and worker count reads the pieces of any
+// other.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "dist/core/env.h"
+#include "train/sealed_file.h"
 
 namespace dist::detail {
 
@@ -61,10 +64,11 @@ void write_checkpoint_piece(const std::string& path, const PiecesOf& of, int pie
 
 // Reads the pieces of the save `of` of the checkpoint at `path`, checks each (format,
 // checksums, that it is piece w of this save, ranges that fit) and that together they cover
-// every element of every tensor exactly once, and adds each tensor, whole, to `tensors` (a step
-// counter: the largest of the pieces'). Allocates no tensor larger than all pieces together.
-// DataError naming the piece and the tensor otherwise.
+// every element of every tensor exactly once, and adds each tensor to `tensors`: whole, or the
+// range `wanted` names of it (then its whole shape too), a step counter the largest of the
+// pieces'. A tensor read as a range passes through a bounded buffer, never whole. Allocates no
+// tensor larger than all pieces together. DataError naming the piece and the tensor otherwise.
 void read_checkpoint_pieces(const std::string& path, const PiecesOf& of, Env* env,
-                            std::map<std::string, at::Tensor>& tensors);
+                            const WantedRanges& wanted, CheckedTensors& tensors);
 
 }  // namespace dist::detail

@@ -10,12 +10,14 @@
 
 #include "dist/core/error.h"
 #include "train/atomic_file.h"
+#include "train/safetensors_reader.h"
 
 // The data section is little-endian; writing tensors' memory as is needs a little-endian host.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
 
 namespace dist {
-namespace {
+// Named, not anonymous: SafetensorsReader (safetensors_reader.h) holds its reader and parser.
+namespace safetensors_format {
 
 using nlohmann::json;
 
@@ -96,7 +98,7 @@ std::pair<std::string, std::vector<torch::Tensor>> build_header(
 
 // ---- reading ----------------------------------------------------------------------------
 
-struct Entry {
+struct HeaderEntry {
   std::string name;
   const Dtype* dtype;
   std::vector<int64_t> shape;
@@ -126,7 +128,7 @@ class HeaderParser {
     return out;
   }
 
-  Entry entry(const std::string& name, const json& value) const {
+  HeaderEntry entry(const std::string& name, const json& value) const {
     if (!value.is_object()) fail(name, "must be an object with dtype, shape and data_offsets");
     for (const char* field : {"dtype", "shape", "data_offsets"})
       if (!value.contains(field)) fail(name, detail::concat("missing \"", field, "\""));
@@ -136,7 +138,7 @@ class HeaderParser {
     if (dtype == nullptr)
       fail(name,
            detail::concat("unsupported dtype ", dtype_name.dump(), "; supported: ", kDtypeList));
-    Entry e{name, dtype, {}, 0, 0};
+    HeaderEntry e{name, dtype, {}, 0, 0};
     uint64_t bytes = byte_size(e, value["shape"]);
     offsets(e, value["data_offsets"]);
     if (e.end > data_size_)
@@ -152,7 +154,7 @@ class HeaderParser {
 
  private:
   // Fills e.shape and returns numel * itemsize, refusing anything that overflows.
-  uint64_t byte_size(Entry& e, const json& shape) const {
+  uint64_t byte_size(HeaderEntry& e, const json& shape) const {
     if (!shape.is_array()) fail(e.name, "\"shape\" must be an array, got " + shape.dump());
     uint64_t numel = 1;
     for (const json& dim : shape) {
@@ -174,7 +176,7 @@ class HeaderParser {
     return bytes;
   }
 
-  void offsets(Entry& e, const json& value) const {
+  void offsets(HeaderEntry& e, const json& value) const {
     if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() ||
         !value[1].is_number_unsigned())
       fail(e.name, "\"data_offsets\" must be two non-negative integers, got " + value.dump());
@@ -189,11 +191,11 @@ class HeaderParser {
 };
 
 // Tensors must tile the data section exactly, as the reference implementation requires.
-void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
+void check_layout(const HeaderParser& parser, const std::vector<HeaderEntry>& entries,
                   uint64_t data_size) {
   uint64_t expected = 0;
-  const Entry* previous = nullptr;
-  for (const Entry& e : entries) {
+  const HeaderEntry* previous = nullptr;
+  for (const HeaderEntry& e : entries) {
     if (e.begin < expected)
       parser.fail(e.name, detail::concat("data_offsets [", e.begin, ", ", e.end,
                                          "] overlap those of tensor '", previous->name, "' (",
@@ -235,6 +237,7 @@ class FileReader {
     }
   }
   uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
 
   // The header, a JSON object, and the offset of the data section after it.
   json header(uint64_t* data_start) const {
@@ -264,8 +267,9 @@ class FileReader {
     return header;
   }
 
-  // Entry `e`'s tensor, allocated only now that every size is checked against the file.
-  torch::Tensor tensor(const HeaderParser& parser, const Entry& e, uint64_t data_start) const {
+  // HeaderEntry `e`'s tensor, allocated only now that every size is checked against the file.
+  torch::Tensor tensor(const HeaderParser& parser, const HeaderEntry& e,
+                       uint64_t data_start) const {
     torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
     const uint64_t bytes = e.end - e.begin;
     try {
@@ -287,7 +291,9 @@ class FileReader {
   uint64_t size_ = 0;
 };
 
-}  // namespace
+}  // namespace safetensors_format
+
+using namespace safetensors_format;  // NOLINT(google-build-using-namespace): this file only
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
@@ -306,26 +312,75 @@ void save_safetensors(const std::string& path,
 }
 
 SafetensorsFile load_safetensors(const std::string& path, Env* env) {
-  const FileReader file(path, env);
-  uint64_t data_start = 0;
-  const json header = file.header(&data_start);
-  const uint64_t data_size = file.size() - data_start;
-  HeaderParser parser(path, data_size);
+  const detail::SafetensorsReader file(path, env);
   SafetensorsFile result;
-  std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == kMetadataKey) {
-      result.metadata = parser.metadata(value);
-    } else {
-      entries.push_back(parser.entry(name, value));
-    }
-  }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  check_layout(parser, entries, data_size);
-  for (const Entry& e : entries)
-    result.tensors.emplace_back(e.name, file.tensor(parser, e, data_start));
+  result.metadata = file.metadata();
+  for (const auto& entry : file.entries())
+    result.tensors.emplace_back(entry.name, file.read(entry));
   return result;
 }
 
+namespace detail {
+
+struct SafetensorsReader::File {
+  File(const std::string& path, Env* env) : reader(path, env) {}
+  FileReader reader;
+  std::unique_ptr<HeaderParser> parser;
+  std::vector<HeaderEntry> entries;  // as entries_
+  uint64_t data_start = 0;
+};
+
+SafetensorsReader::SafetensorsReader(const std::string& path, Env* env)
+    : file_(std::make_unique<File>(path, env)) {
+  const json header = file_->reader.header(&file_->data_start);
+  const uint64_t data_size = file_->reader.size() - file_->data_start;
+  file_->parser = std::make_unique<HeaderParser>(path, data_size);
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey) {
+      metadata_ = file_->parser->metadata(value);
+    } else {
+      file_->entries.push_back(file_->parser->entry(name, value));
+    }
+  }
+  std::stable_sort(file_->entries.begin(), file_->entries.end(),
+                   [](const HeaderEntry& a, const HeaderEntry& b) { return a.begin < b.begin; });
+  check_layout(*file_->parser, file_->entries, data_size);
+  for (const HeaderEntry& e : file_->entries) {
+    int64_t numel = 1;
+    for (int64_t d : e.shape) numel *= d;  // checked not to overflow
+    entries_.push_back({e.name, e.dtype->type, e.shape, numel, static_cast<int64_t>(e.dtype->size),
+                        file_->data_start + e.begin});
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() = default;
+
+const std::string& SafetensorsReader::path() const { return file_->reader.path(); }
+uint64_t SafetensorsReader::size() const { return file_->reader.size(); }
+const std::map<std::string, std::string>& SafetensorsReader::metadata() const { return metadata_; }
+const std::vector<SafetensorsReader::Entry>& SafetensorsReader::entries() const { return entries_; }
+
+at::Tensor SafetensorsReader::read(const Entry& entry) const {
+  const auto index = static_cast<size_t>(&entry - entries_.data());
+  DIST_INTERNAL_ASSERT(index < entries_.size(), "read: an entry of another file");
+  return file_->reader.tensor(*file_->parser, file_->entries[index], file_->data_start);
+}
+
+void SafetensorsReader::read_in_pieces(
+    const Entry& entry, size_t bytes_per_piece,
+    const std::function<void(const char*, size_t, int64_t)>& take) const {
+  const auto element = static_cast<size_t>(entry.element_size);
+  DIST_INTERNAL_ASSERT(bytes_per_piece >= element && bytes_per_piece % element == 0,
+                       "read_in_pieces: ", bytes_per_piece, " bytes per piece");
+  const size_t total = static_cast<size_t>(entry.numel) * element;
+  std::vector<char> buffer(std::min(bytes_per_piece, total));
+  for (size_t done = 0; done < total;) {
+    const size_t bytes = std::min(buffer.size(), total - done);
+    file_->reader.read(entry.offset + done, bytes, buffer.data());
+    take(buffer.data(), bytes, static_cast<int64_t>(done / element));
+    done += bytes;
+  }
+}
+
+}  // namespace detail
 }  // namespace dist

@@ -180,13 +180,14 @@ TEST_P(StrategyConformanceTest, ACheckpointWrittenUnderItContinuesUnderEveryStra
 // A checkpoint's tensors by name, with those of its pieces (sharding 'parameters') put together.
 std::map<std::string, torch::Tensor> tensors_of_checkpoint(const std::string& path) {
   SafetensorsFile file = load_safetensors(path);
-  std::map<std::string, torch::Tensor> tensors(file.tensors.begin(), file.tensors.end());
+  detail::CheckedTensors tensors;
+  tensors.tensors.insert(file.tensors.begin(), file.tensors.end());
   if (auto pieces = file.metadata.find("pieces"); pieces != file.metadata.end())
     detail::read_checkpoint_pieces(path,
                                    {std::stoi(pieces->second), std::stoll(file.metadata.at("step")),
                                     file.metadata.at(detail::kCheckpointSave)},
-                                   Env::Default(), tensors);
-  return tensors;
+                                   Env::Default(), nullptr, tensors);
+  return tensors.tensors;
 }
 
 TEST_P(StrategyConformanceTest, ItsCheckpointHoldsWhatOneDeviceWrites) {

@@ -150,9 +150,12 @@ TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
 // process limited to 3.6 GB of address space (RLIMIT_AS, inherited from dist-launch). Measured
 // here: unsharded workers reach 3.97 GB (VmPeak), sharded (gradients) 3.20 GB. Unsharded, every
 // worker fails saying it ran out of memory and naming --sharding; at stage 3 (parameters) the
-// job trains (26 s for both runs on 2026-11-26).
-TEST(LongShardingMemoryTest, AModelWhoseAdamStateExceedsTheLimitTrainsOnlySharded) {
-  auto limited = [](const std::string& sharding) {
+// job trains, writes its checkpoint in pieces, and a second job resumes from it under the same
+// limit: each worker reads only its ranges (the whole state, 1.36 GB of parameters and Adam
+// slots, held for a moment by every worker, would not fit beside the rest).
+TEST(LongShardingMemoryTest, AModelWhoseAdamStateExceedsTheLimitTrainsAndResumesOnlySharded) {
+  testing::TempDir dir;
+  auto limited = [&](const std::string& sharding, const std::string& max_steps) {
     WorkerProcesses process;
     process.start("/usr/bin/prlimit",
                   {"--as=3600000000",
@@ -170,28 +173,38 @@ TEST(LongShardingMemoryTest, AModelWhoseAdamStateExceedsTheLimitTrainsOnlySharde
                    "--global-batch",
                    "16",
                    "--train-examples",
-                   "32",
+                   "64",
                    "--epochs",
                    "1",
                    "--max-steps",
-                   "2",
+                   max_steps,
                    "--test-examples",
                    "16",
                    "--no-progress",
                    "--sharding",
-                   sharding},
+                   sharding,
+                   "--checkpoint-dir",
+                   dir.file("ckpt-" + sharding),
+                   "--checkpoint-every",
+                   "2"},
                   // Pages freed by stage 3 go back to the system at once (sharding.md).
                   {"TCMALLOC_AGGRESSIVE_DECOMMIT=true"});
     return process.wait_all(900s).at(0);
   };
-  auto unsharded = limited("none");
+  auto unsharded = limited("none", "2");
   EXPECT_NE(unsharded.exit_code, 0) << unsharded.output;
   EXPECT_NE(unsharded.output.find("dist-train: out of memory"), std::string::npos)
       << unsharded.output;
   EXPECT_NE(unsharded.output.find("--sharding optimizer or gradients"), std::string::npos)
       << unsharded.output;
-  auto sharded = limited("parameters");
-  EXPECT_EQ(sharded.exit_code, 0) << sharded.output;
+  auto sharded = limited("parameters", "2");
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  const auto files = testing::files_in(dir.file("ckpt-parameters"));
+  EXPECT_EQ(std::count(files.begin(), files.end(), "ckpt-2.safetensors.piece-3-of-4"), 1);
+  auto resumed = limited("parameters", "4");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 2 (epoch 1, batch 2)"), std::string::npos)
+      << resumed.output;
 }
 
 }  // namespace

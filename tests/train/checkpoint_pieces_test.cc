@@ -14,6 +14,7 @@
 #include "dist/distribute/sharding.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
+#include "distribute/optimizer_slots.h"
 #include "test_envs.h"
 #include "test_util.h"
 #include "train/checkpoint_pieces.h"
@@ -34,21 +35,30 @@ torch::nn::Sequential small_model() {
   return torch::nn::Sequential(torch::nn::Linear(8, 6), torch::nn::ReLU(), torch::nn::Linear(6, 4));
 }
 
-// Two Adam steps at stage 3 in one worker, written to `path`; returns the weights then.
-std::vector<torch::Tensor> write_stage_three(const std::string& path, int64_t step = 2) {
-  MirroredStrategy strategy(stage_three());
-  torch::manual_seed(3);
-  auto model = strategy.mirror(small_model());
-  auto optimizer =
-      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
-  for (int s = 0; s < 2; ++s)
+// small_model() with Adam at stage 3 in one worker.
+struct StageThreeAdam {
+  void step() {
     strategy.run(
         [&](const data::Element&) {
           model->forward(torch::ones({2, 8})).sum().backward();
           optimizer->apply_gradients();
         },
         data::Element{torch::zeros({2, 1})});
-  Checkpoint checkpoint(model, optimizer.get());
+  }
+  MirroredStrategy strategy{stage_three()};
+  // Seeded first: every job starts from the same weights.
+  Mirrored<torch::nn::Sequential> model = strategy.mirror((torch::manual_seed(3), small_model()));
+  std::shared_ptr<MirroredOptimizer> optimizer =
+      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
+};
+
+// Two Adam steps at stage 3 in one worker, written to `path`; returns the weights then.
+std::vector<torch::Tensor> write_stage_three(const std::string& path, int64_t step = 2) {
+  StageThreeAdam job;
+  job.step();
+  job.step();
+  auto& model = job.model;
+  Checkpoint checkpoint(model, job.optimizer.get());
   EXPECT_TRUE(checkpoint.written_in_pieces());
   checkpoint.state.step = step;
   checkpoint.write(path);
@@ -154,9 +164,9 @@ TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
     return detail::PieceTensor{"model/w", begin, {2, 4}, torch::arange(length).to(torch::kFloat)};
   };
   auto error = [&] {
-    std::map<std::string, at::Tensor> tensors;
+    detail::CheckedTensors tensors;
     try {
-      detail::read_checkpoint_pieces(path, of, Env::Default(), tensors);
+      detail::read_checkpoint_pieces(path, of, Env::Default(), nullptr, tensors);
     } catch (const DataError& e) {
       return std::string(e.what());
     }
@@ -174,10 +184,32 @@ TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
   detail::write_checkpoint_piece(path, of, 1, {range(4, 5)}, Env::Default());
   EXPECT_NE(error().find("do not fit it"), std::string::npos) << error();
   detail::write_checkpoint_piece(path, of, 1, {range(3, 5)}, Env::Default());
-  std::map<std::string, at::Tensor> tensors;
-  detail::read_checkpoint_pieces(path, of, Env::Default(), tensors);
-  EXPECT_TRUE(torch::equal(tensors.at("model/w").view(-1),
+  detail::CheckedTensors tensors;
+  detail::read_checkpoint_pieces(path, of, Env::Default(), nullptr, tensors);
+  EXPECT_TRUE(torch::equal(tensors.tensors.at("model/w").view(-1),
                            torch::tensor({0, 1, 2, 0, 1, 2, 3, 4}).to(torch::kFloat)));
+  EXPECT_TRUE(tensors.whole_shapes.empty());
+  // A reader that keeps elements [2, 6) reads just those, from both pieces, and the shape.
+  detail::CheckedTensors kept;
+  detail::read_checkpoint_pieces(
+      path, of, Env::Default(),
+      [](const std::string& name) -> std::optional<detail::ElementRange> {
+        if (name == "model/w") return detail::ElementRange{2, 4};
+        return std::nullopt;
+      },
+      kept);
+  EXPECT_TRUE(
+      torch::equal(kept.tensors.at("model/w"), torch::tensor({2, 0, 1, 2}).to(torch::kFloat)));
+  EXPECT_EQ(kept.whole_shapes.at("model/w"), (std::vector<int64_t>{2, 4}));
+  // Still every element once: a gap outside the kept range is found all the same.
+  detail::write_checkpoint_piece(path, of, 1, {range(4, 4)}, Env::Default());
+  EXPECT_THROW(detail::read_checkpoint_pieces(
+                   path, of, Env::Default(),
+                   [](const std::string&) {
+                     return detail::ElementRange{0, 2};
+                   },
+                   kept),
+               DataError);
 }
 
 // What the checkpoint holds is the parameters' current values, whatever happened to them since
@@ -186,11 +218,9 @@ TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
 TEST(CheckpointPiecesTest, AWriteAfterARestoreOrAnInPlaceChangeHoldsTheCurrentValues) {
   testing::TempDir dir;
   const auto weights = write_stage_three(dir.file("first"));
-  MirroredStrategy strategy(stage_three());
-  auto model = strategy.mirror(small_model());
-  auto optimizer =
-      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
-  Checkpoint checkpoint(model, optimizer.get());
+  StageThreeAdam job;
+  auto& model = job.model;
+  Checkpoint checkpoint(model, job.optimizer.get());
   checkpoint.read(dir.file("first"));
   checkpoint.write(dir.file("again"));
   auto plain = [&](const std::string& path) {
@@ -211,6 +241,55 @@ TEST(CheckpointPiecesTest, AWriteAfterARestoreOrAnInPlaceChangeHoldsTheCurrentVa
   checkpoint.write(dir.file("changed"));
   for (const auto& p : plain(dir.file("changed")).first)
     EXPECT_TRUE(torch::equal(p, torch::full_like(p, 7)));
+}
+
+// A stage-3 reader takes only its shares, here of a checkpoint written whole by a plain module:
+// its step then equals the plain module's, its slots wait for the chunk optimizers of the first
+// step (a checkpoint written before it holds them; gathering them then is refused by name), and
+// a slot of another shape than its parameter's is named.
+TEST(CheckpointPiecesTest, AStageThreeReaderTakesItsSharesOfACheckpointWrittenWhole) {
+  testing::TempDir dir;
+  torch::manual_seed(5);
+  auto module = small_model();
+  torch::optim::Adam adam(module->parameters(), torch::optim::AdamOptions(1e-2));
+  auto plain_step = [&] {
+    adam.zero_grad();
+    module->forward(torch::ones({2, 8})).sum().backward();
+    adam.step();
+  };
+  plain_step();
+  Checkpoint(module.ptr(), &adam).write(dir.file("whole"));
+
+  StageThreeAdam job;
+  Checkpoint checkpoint(job.model, job.optimizer.get());
+  checkpoint.read(dir.file("whole"));
+  EXPECT_TRUE(job.optimizer->optimizer().state().empty());  // the shares wait for the step
+  EXPECT_THROW(job.model.variables().gather_slots(job.optimizer->optimizer()), InvalidArgument);
+  checkpoint.write(dir.file("before_step"));
+  auto module_again = small_model();
+  torch::optim::Adam adam_again(module_again->parameters(), torch::optim::AdamOptions(1e-2));
+  Checkpoint(module_again.ptr(), &adam_again).read(dir.file("before_step"));
+  EXPECT_EQ(adam_again.state().size(), module->parameters().size());
+
+  plain_step();
+  job.step();
+  job.model.variables().gather_values();
+  const auto expected = module->parameters(), actual = job.model.primary()->parameters();
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(torch::allclose(actual[i], expected[i], 1e-6, 1e-7)) << i;
+
+  auto& state = adam.state().at(detail::state_key_of(module->parameters()[0]));
+  static_cast<torch::optim::AdamParamState&>(*state).exp_avg(torch::zeros({48}));
+  Checkpoint(module.ptr(), &adam).write(dir.file("wrong"));
+  try {
+    checkpoint.read(dir.file("wrong"));
+    FAIL() << "a slot of another shape was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "tensor 'optimizer/0.weight/exp_avg' is [48] but its parameter is [6, 8]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A 0-dim parameter is a range of one element (its Adam step counter is held whole).

@@ -71,8 +71,10 @@ class DistributedVariables {
   // Restores primary()'s parameters and buffers outside a step (a checkpoint read): the values
   // whole, in parameters() and buffers() order, their shapes those of parameter_sizes() and of
   // the buffers. By default prepare_to_write(), copies into primary(), sync_from_primary().
-  // Parameters kept in shares take this worker's share of each value: no collective, so a
-  // worker that cannot read its checkpoint leaves no other waiting. (Inline, as every virtual
+  // When the strategy keeps shares (keeps_shares()), `parameters` are this worker's shares of
+  // the values instead (parameter_shares()'s ranges, 1-D), which it takes as its own: no
+  // collective, so a worker that cannot read its checkpoint leaves no other waiting, and no
+  // worker ever holds a whole value. (Inline, as every virtual
   // here: the class has no key function, so code that uses it, such as the fuzz targets'
   // checkpoint reader, needs none of the strategies.)
   virtual void restore(const std::vector<at::Tensor>& parameters,
@@ -111,6 +113,13 @@ class DistributedVariables {
       torch::optim::Optimizer& optimizer) {
     return {};
   }
+
+  // Restores `optimizer`'s slots from this worker's shares of them (a checkpoint read, when
+  // keeps_shares()): `shares` as slot_shares() returns them; a parameter without an entry has
+  // no state. The optimizer itself is left without state: the strategy keeps it.
+  virtual void restore_slot_shares(
+      torch::optim::Optimizer& optimizer,
+      const std::map<size_t, std::map<std::string, at::Tensor>>& shares) {}
 
   // The workers among which each keeps its share (keeps_shares()): this one's index, how many,
   // whether this one is the chief, and an in-place all-reduce over them (a collective). A
