@@ -50,10 +50,9 @@ global_batch=$((16 * workers))
 # its ports would then be refused by it (another job token).
 port=7400
 
-dist_train_job() {  # LEVEL LOG MAX_STEPS [ARGS...]
-  local level=$1 log=$2 max_steps=$3
-  shift 3
-  port=$((port + 10))
+dist_train_job() {  # PORT LEVEL LOG MAX_STEPS [ARGS...] (a subshell: the caller moves the port)
+  local port=$1 level=$2 log=$3 max_steps=$4
+  shift 4
   timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" --port-base "$port" \
     --host-command "$netns exec {host} sh -c" -- \
     "$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1 \
@@ -70,10 +69,13 @@ run_dist_train() {  # LEVEL ROUND
   if [[ ${SM_CHECKPOINT:-0} != 0 ]]; then
     saving=(--checkpoint-dir "$out/ckpt-$1-$2" --checkpoint-every 1 --max-to-keep 1)
   fi
-  peak=$(dist_train_job "$1" "$log" "$steps" "${saving[@]}")
+  port=$((port + 10))
+  peak=$(dist_train_job "$port" "$1" "$log" "$steps" "${saving[@]}")
   printf 'dist-train\t%s\t%s\n' "$1" "$peak" >> "$out/results.tsv"
   if [[ ${SM_CHECKPOINT:-0} == resume ]]; then
-    peak=$(dist_train_job "$1" "$out/dist-train-$1-$2-resume.log" $((2 * steps)) "${saving[@]}")
+    port=$((port + 10))
+    peak=$(dist_train_job "$port" "$1" "$out/dist-train-$1-$2-resume.log" $((2 * steps)) \
+      "${saving[@]}")
     printf 'dist-train\t%s\t%s\n' "$1+resume" "$peak" >> "$out/results.tsv"
   fi
   rm -rf "$out/ckpt-$1-$2"

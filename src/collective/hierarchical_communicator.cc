@@ -2,18 +2,17 @@
 
 #include <ATen/ATen.h>
 
+#include "collective/collective_thread.h"
+#include "collective/forwarding_communicator.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
 namespace {
 
 // A communicator whose calls are issued one at a time (c10d pairs calls by issue order).
-class SerializedCommunicator : public Communicator {
+class SerializedCommunicator : public ForwardingCommunicator {
  public:
-  explicit SerializedCommunicator(Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string member_name(int rank) const override { return inner_.member_name(rank); }
+  using ForwardingCommunicator::ForwardingCommunicator;
 
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -35,24 +34,12 @@ class SerializedCommunicator : public Communicator {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.barrier();
   }
-  WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
-    return inner_.send(tensor, to, tag);  // tagged: no order to keep
-  }
-  WorkHandle recv(at::Tensor& tensor, int from, int tag) override {
-    return inner_.recv(tensor, from, tag);
-  }
-  std::vector<std::string> exchange(const std::string& key, const std::string& value) override {
-    return inner_.exchange(key, value);  // the store, out of band
-  }
-  void abort(const std::string& reason) override { inner_.abort(reason); }
   std::shared_ptr<void> share_memory(int64_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.share_memory(bytes);
   }
-  bool completes_in_call() const override { return inner_.completes_in_call(); }
 
  private:
-  Communicator& inner_;
   std::mutex mu_;
 };
 
@@ -90,10 +77,15 @@ LocalGroupOptions placed(LocalGroupOptions local, const Communicator* cross_proc
 }  // namespace
 
 HierarchicalGroup::HierarchicalGroup(const LocalGroupOptions& local,
-                                     std::unique_ptr<Communicator> cross_process)
+                                     std::unique_ptr<Communicator> cross_process,
+                                     bool collective_thread)
     : local_(std::make_shared<LocalGroup>(placed(local, cross_process.get()))),
       cross_(std::move(cross_process)) {
-  ordered_ = std::make_unique<SerializedCommunicator>(*cross_);
+  if (collective_thread) {
+    ordered_ = on_collective_thread(*cross_);
+  } else {
+    ordered_ = std::make_unique<SerializedCommunicator>(*cross_);
+  }
 }
 
 Communicator& HierarchicalGroup::cross_stage() {

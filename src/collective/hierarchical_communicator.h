@@ -31,7 +31,11 @@ namespace dist::collective {
 
 class HierarchicalGroup : public std::enable_shared_from_this<HierarchicalGroup> {
  public:
-  HierarchicalGroup(const LocalGroupOptions& local, std::unique_ptr<Communicator> cross_process);
+  // `collective_thread`: the cross-process collectives run on a thread of their own
+  // (collective_thread.h), so a caller can start one and compute meanwhile; else they run in
+  // the calling thread, behind a mutex.
+  HierarchicalGroup(const LocalGroupOptions& local, std::unique_ptr<Communicator> cross_process,
+                    bool collective_thread = false);
 
   int local_size() const { return local_->size(); }
   int num_processes() const { return cross_->size(); }
@@ -55,7 +59,7 @@ class HierarchicalGroup : public std::enable_shared_from_this<HierarchicalGroup>
   friend class HierarchicalCommunicator;
   std::shared_ptr<LocalGroup> local_;
   std::unique_ptr<Communicator> cross_;
-  std::unique_ptr<Communicator> ordered_;  // cross_ behind a mutex
+  std::unique_ptr<Communicator> ordered_;  // cross_ behind a mutex, or on its thread
   std::vector<std::string> exchanged_;     // written by exchange's completing thread
   std::function<void()> before_cross_stage_;
 };

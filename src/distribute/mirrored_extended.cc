@@ -100,7 +100,7 @@ void MirroredVariables::restore(const std::vector<at::Tensor>& parameters,
   if (step_plan_) step_plan_->prepare_to_write();
   const auto own_parameters = primary()->parameters();
   for (size_t p = 0; p < parameters.size(); ++p)
-    parameter_shards_->restore_share(own_parameters.at(p), parameters[p]);
+    parameter_shards_->restore(own_parameters.at(p), parameters[p]);
   auto own_buffers = primary()->buffers();
   for (size_t b = 0; b < buffers.size(); ++b) own_buffers.at(b).copy_(buffers[b]);
 }
@@ -216,7 +216,10 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   // Decided before the communicator is wrapped: the counter answers completes_in_call alike.
   const bool completes_in_call = cross_process->completes_in_call();
   cross_process = collective::count_bytes(std::move(cross_process), counters_);
-  group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process));
+  // Stage 3 gathers the next layer while this one computes: its rings run on a thread.
+  const bool prefetch = options_.sharding == Sharding::kParameters && cross_process->size() > 1;
+  group_ =
+      std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process), prefetch);
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
   choose_parts(overlap_with_backward && !completes_in_call, share_variables_on_host);
   // Every worker must hold the same number of replicas (equal shares of each batch).

@@ -68,18 +68,60 @@ int64_t ParameterShards::numel(const at::Tensor& param) const {
   return entries_[index_of(param)].numel;
 }
 
-void ParameterShards::gather(Entry& entry) {
+ParameterShards::~ParameterShards() {
+  for (auto& entry : entries_) {
+    if (!entry.gathering) continue;
+    try {
+      entry.gathering->wait();
+    } catch (...) {  // a failed collective: the job is failing already
+    }
+  }
+}
+
+void ParameterShards::start_gather(Entry& entry) {
   c10::StorageImpl* storage = entry.whole.storage().unsafeGetStorageImpl();
   const size_t bytes = static_cast<size_t>(entry.numel) * entry.whole.element_size();
   storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   storage->set_nbytes(bytes);
   at::Tensor flat = entry.whole.view(-1);
-  group_->cross_process().all_gather_into(entry.owned, flat)->wait();
+  entry.gathering = group_->cross_process().all_gather_into(entry.owned, flat);
+}
+
+void ParameterShards::finish_gather(Entry& entry) {
+  const collective::WorkHandle work = std::move(entry.gathering);
+  entry.gathering.reset();
+  work->wait();
   entry.param.set_data(entry.whole);
   entry.is_whole = true;
 }
 
+void ParameterShards::gather(Entry& entry) {
+  if (!entry.gathering) start_gather(entry);
+  finish_gather(entry);
+}
+
+void ParameterShards::prefetch(size_t unit, int step) {
+  // Only where the rings run on a thread of their own (several workers): one worker would
+  // gather in the call, holding two layers whole for nothing.
+  if (group_->num_processes() == 1 || !can_gather_here()) return;
+  for (auto k = static_cast<int64_t>(unit) + step;
+       k >= 0 && k < static_cast<int64_t>(units_.size()); k += step) {
+    const auto& next = units_[static_cast<size_t>(k)];
+    if (next.empty()) continue;
+    for (size_t i : next)
+      if (!entries_[i].is_whole && !entries_[i].gathering) start_gather(entries_[i]);
+    return;
+  }
+}
+
+void ParameterShards::release_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& entry : entries_)
+    if (entry.is_whole || entry.gathering) release(entry);
+}
+
 void ParameterShards::release(Entry& entry) {
+  if (entry.gathering) finish_gather(entry);  // the collective writes into the storage
   // The values go from the storage itself: autograd may hold views of it (linear saves the
   // transposed weight), which find the values again when the next gather fills it in place.
   c10::StorageImpl* storage = entry.whole.storage().unsafeGetStorageImpl();
@@ -106,6 +148,7 @@ void ParameterShards::before_forward(size_t unit) {
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit)) {
     Entry& entry = entries_[i];
+    if (entry.gathering) continue;  // prefetched
     if (entry.is_whole) {
       adopt(entry);
       continue;
@@ -116,8 +159,12 @@ void ParameterShards::before_forward(size_t unit) {
                    " workers, and its layers are in shares that only all of them together can "
                    "gather; call it inside strategy.run() on every worker, or call "
                    "variables().gather_values() on every worker first");
-    gather(entry);
+    start_gather(entry);
   }
+  // The next layer's gather runs while this one computes (FSDP's forward prefetch).
+  prefetch(unit, 1);
+  for (size_t i : units_.at(unit))
+    if (entries_[i].gathering) finish_gather(entries_[i]);
 }
 
 void ParameterShards::after_forward(size_t unit, bool backward_follows) {
@@ -133,7 +180,11 @@ void ParameterShards::before_backward(size_t unit) {
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit))
-    if (!entries_[i].is_whole) gather(entries_[i]);
+    if (!entries_[i].is_whole && !entries_[i].gathering) start_gather(entries_[i]);
+  // The previous layer's gather runs while this one's backward computes.
+  prefetch(unit, -1);
+  for (size_t i : units_.at(unit))
+    if (entries_[i].gathering) finish_gather(entries_[i]);
 }
 
 void ParameterShards::release_parameter(const at::Tensor& param) {
@@ -142,21 +193,27 @@ void ParameterShards::release_parameter(const at::Tensor& param) {
   if (entry.is_whole) release(entry);
 }
 
-void ParameterShards::restore_share(const at::Tensor& param, const at::Tensor& share) {
+void ParameterShards::restore(const at::Tensor& param, const at::Tensor& values) {
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   Entry& entry = entries_[index_of(param)];
-  DIST_INTERNAL_ASSERT(share.numel() == entry.owned.numel(), "restore: a share of ", share.numel(),
-                       " elements where ", entry.owned.numel(), " are kept");
-  entry.owned.copy_(share.reshape(-1));
-  if (entry.is_whole) release(entry);
+  const int64_t kept = entry.owned.numel();
+  DIST_CHECK_ARG(values.numel() == kept || values.numel() == entry.numel, "restore: values of ",
+                 values.numel(), " elements for a parameter of shape ",
+                 at::IntArrayRef(entry.sizes), " of which this worker keeps ", kept,
+                 "; give its whole values or this worker's share of them");
+  if (entry.is_whole || entry.gathering) release(entry);
+  const at::Tensor flat = values.reshape(-1);
+  entry.owned.copy_(flat.numel() == kept ? flat : flat.narrow(0, entry.begin, kept));
 }
 
 void ParameterShards::gather_all() {
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   for (auto& entry : entries_)
-    if (!entry.is_whole) gather(entry);
+    if (!entry.is_whole && !entry.gathering) start_gather(entry);
+  for (auto& entry : entries_)
+    if (entry.gathering) finish_gather(entry);
 }
 
 bool ParameterShards::all_whole() const {

@@ -11,13 +11,16 @@
 // transposed weight) finds the values again once it is gathered back before its layer's
 // backward. Its gradient is final once its
 // accumulator has run, and its layer's backward node ran before that: it is released then
-// (PackExchange::summed), so backward holds at most the layer it is in.
+// (PackExchange::summed), so backward holds at most the layer it is in and the one it gathers
+// next (forward too: the layer that computes and the next).
 //
 //   forward of unit k      gather k (or, if k is already whole, take its values as the chunk:
-//                          a restored checkpoint), compute, release k unless a backward follows
-//                          and k is the last unit (backward starts with it);
+//                          gathered by gather_values, then perhaps changed in place), start
+//                          gathering the next unit (prefetch: the collectives run on a thread of
+//                          their own), compute, release k unless a backward follows and k is the
+//                          last unit (backward starts with it);
 //   before k's backward    gather k again (a hook on k's output: its gradient is about to flow
-//                          into k's node);
+//                          into k's node), start gathering the unit before k;
 //   k's gradients final    release k; its pack is reduce-scattered into this worker's chunk of
 //                          the sums; the sharded step updates owned() in place, no all-gather.
 //
@@ -34,6 +37,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "collective/communicator.h"
+
 namespace dist {
 namespace collective {
 class HierarchicalGroup;
@@ -46,6 +51,7 @@ class ParameterShards {
   // releases them all.
   ParameterShards(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> units,
                   std::shared_ptr<collective::HierarchicalGroup> group);
+  ~ParameterShards();  // waits for gathers in flight: they write into its storage
 
   // This worker's chunk of `param`'s elements (1-D), which the sharded step updates in place.
   at::Tensor owned(const at::Tensor& param) const;
@@ -64,11 +70,15 @@ class ParameterShards {
   void before_backward(size_t unit);
   // `param`'s gradient is final: backward needs its values no more.
   void release_parameter(const at::Tensor& param);
+  // Before the step changes the chunks: a gather started for a layer that then did not
+  // compute (a prefetch whose backward never came) would hold stale values. No collective.
+  void release_all();
 
-  // Takes `share` (this worker's chunk of new values for `param`, 1-D, as owned()) as its
-  // own; whole values held here now are stale then, and released: the next forward gathers
-  // the new ones. No collective.
-  void restore_share(const at::Tensor& param, const at::Tensor& share);
+  // Takes new values for `param`: its whole values, or this worker's share of them (as
+  // owned(); a checkpoint reader reads no more). Whole values held here now are stale then,
+  // and released: the next forward gathers the new ones. No collective. InvalidArgument for
+  // values of another size.
+  void restore(const at::Tensor& param, const at::Tensor& values);
 
   // A collective of every worker: every parameter whole (its current values) until the next
   // forward takes them as the chunks again.
@@ -86,12 +96,19 @@ class ParameterShards {
     // release: one storage for the parameter's life, so views of it keep pointing at it.
     at::Tensor whole;
     bool is_whole = true;
+    collective::WorkHandle gathering;  // a gather in flight (prefetched)
   };
   size_t index_of(const at::Tensor& param) const;
   void gather(Entry& entry);
+  // A gather in two halves: start_gather fills the storage on the collective thread while the
+  // caller goes on; finish_gather waits and makes the parameter whole.
+  void start_gather(Entry& entry);
+  void finish_gather(Entry& entry);
+  // Starts gathering the first unit with parameters after (`step` 1) or before (-1) `unit`.
+  void prefetch(size_t unit, int step);
   void release(Entry& entry);
-  // A whole parameter's values are the current ones (a restore wrote them): its chunk takes
-  // them.
+  // A whole parameter's values are the current ones (gathered, then perhaps changed in place,
+  // as set_weights does): its chunk takes them.
   void adopt(Entry& entry);
   // Whether this call may gather: inside strategy.run(), or a job of one worker.
   bool can_gather_here() const;

@@ -47,10 +47,17 @@ PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sha
   exchange.frees_gradients = sharding != Sharding::kOptimizer;
   // The reduce-scatter only reads the pack: kept gradients can live in it (one copy, not two).
   exchange.gradients_in_pack = sharding == Sharding::kOptimizer;
-  exchange.communicate = [state](collective::Communicator& cross, GradientPack& pack) {
+  const bool wait_in_call = sharding == Sharding::kParameters;
+  exchange.communicate = [state, wait_in_call](collective::Communicator& cross,
+                                               GradientPack& pack) {
     at::Tensor sums = state->chunk(pack.model, pack.index, pack.buffer.numel(),
                                    pack.buffer.options(), cross.rank(), cross.size());
-    return cross.reduce_scatter(pack.buffer, sums, ReduceOp::kSum);
+    auto work = cross.reduce_scatter(pack.buffer, sums, ReduceOp::kSum);
+    // Stage 3's collectives run on a thread of their own (prefetch): waiting here frees each
+    // pack of gradients as soon as it is summed, as when the ring ran in the call, instead of
+    // holding every pack until backward ends.
+    if (wait_in_call) work->wait();
+    return work;
   };
   if (sharding == Sharding::kParameters) {
     exchange.summed = [state](int model, const std::vector<at::Tensor>& params) {
@@ -262,6 +269,8 @@ void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reduc
 
 void ShardedStep::begin_step(Optimizer& optimizer, const GradientReducer& reducer) {
   if (packs_.empty()) build(optimizer, reducer);
+  // The step changes the chunks: no layer may stay gathered from before it.
+  if (shards_) shards_->release_all();
   // The chunk optimizers were cut from the groups of the first step: a parameter added since
   // would silently never be stepped.
   DIST_CHECK_ARG(optimizer_groups_of(optimizer) == groups_at_build_,
@@ -371,8 +380,9 @@ bool ShardedStep::holds_slots() const {
 
 void ShardedStep::gather_slots(Optimizer& optimizer) {
   // Before the first step nothing is sharded, on any worker; a state already in the optimizer
-  // (restored, or gathered, and no step since) is the current one, on every worker.
-  DIST_CHECK_ARG(!restored_slots_ || restored_slots_->empty(),
+  // (restored below stage 3, or gathered, and no step since) is the current one, on every
+  // worker.
+  DIST_CHECK_ARG(!restored_slots_ || restored_slots_->empty() || !optimizer.state().empty(),
                  "sharding 'parameters': the optimizer's slots were restored in shares, which the "
                  "first step hands to the optimizers of the chunks; gather them after a step (a "
                  "checkpoint needs no gathering: every worker writes its piece)");
@@ -432,10 +442,12 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
 }
 
 SlotShares ShardedStep::slot_shares(Optimizer& optimizer, const ParameterShards& shards) {
-  if (restored_slots_) return *restored_slots_;  // restored, and no step since
+  // Restored in shares, no step since, and no whole state given to the optimizer after it.
+  if (restored_slots_ && optimizer.state().empty()) return *restored_slots_;
   SlotShares shares;
   if (packs_.empty() || !optimizer.state().empty()) {
-    // The state is whole in `optimizer` (restored or gathered, no step since) or there is none.
+    // The state is whole in `optimizer` (gathered, or restored below stage 3 or given by the
+    // user, no step since) or there is none.
     for (const auto& group : optimizer.param_groups()) {
       for (const auto& p : group.params()) {
         auto it = optimizer.state().find(detail::state_key_of(p));

@@ -13,9 +13,10 @@
 //
 // The user's optimizer keeps its param groups (learning rates, copied into the chunk
 // optimizers at every step) but no slots: between steps those live in the chunk optimizers. A
-// checkpoint gathers them into it (gather_slots, a collective); a state found in it at the
-// start of a step (restored from a checkpoint of any strategy or worker count, or gathered) is
-// cut into this worker's chunks and dropped from it.
+// checkpoint below stage 3 gathers them into it (gather_slots, a collective); a state found in
+// it at the start of a step (restored from a checkpoint of any strategy or worker count, or
+// gathered) is cut into this worker's chunks and dropped from it. At stage 3 a checkpoint
+// writes and reads each worker's shares of the slots (restore_slot_shares), never whole.
 #pragma once
 
 #include <map>

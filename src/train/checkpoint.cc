@@ -733,7 +733,8 @@ Checkpoint::Reading::Reading(const Checkpoint& checkpoint, std::string path,
 
 // The ranges this worker keeps: of each parameter of a model whose strategy keeps shares
 // ("<model>/<parameter>"), and of its optimizers' slots but the step counters
-// ("<optimizer>/<parameter>/<slot>"), whose ranges are the parameter's.
+// ("<optimizer>/<parameter>/<slot>"), whose ranges are the parameter's; none of a skipped
+// object's tensors.
 detail::WantedRanges Checkpoint::Reading::wanted_ranges() const {
   auto ranges = std::make_shared<std::map<std::string, detail::ElementRange>>();
   for (const auto& object : checkpoint_.objects_) {
@@ -748,8 +749,11 @@ detail::WantedRanges Checkpoint::Reading::wanted_ranges() const {
           (*ranges)[optimizer->name + "/" + named[i].key() + "/"] = range;
     }
   }
-  if (ranges->empty()) return nullptr;
-  return [ranges](const std::string& name) -> std::optional<detail::ElementRange> {
+  // A skipped object's tensors are only checked (their checksums), never held.
+  auto skipped = std::make_shared<std::set<std::string>>(checkpoint_.skipped_);
+  if (ranges->empty() && skipped->empty()) return nullptr;
+  return [ranges, skipped](const std::string& name) -> std::optional<detail::ElementRange> {
+    if (skipped->count(owner_of(name)) != 0) return detail::ElementRange{0, 0};
     if (auto it = ranges->find(name); it != ranges->end()) return it->second;
     const size_t slash = name.rfind('/');
     if (slash == std::string::npos || name.compare(slash + 1, std::string::npos, "step") == 0)

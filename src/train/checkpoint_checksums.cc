@@ -1,5 +1,6 @@
 #include "train/checkpoint_checksums.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -38,8 +39,12 @@ std::string checkpoint_header_checksum(const std::vector<CheckpointTensorHeader>
   return checkpoint_checksum_text(crc32c(bytes.data(), bytes.size()));
 }
 
-void seal_checkpoint(const CheckpointTensors& tensors,
-                     std::map<std::string, std::string>& metadata) {
+void seal_checkpoint(CheckpointTensors& tensors, std::map<std::string, std::string>& metadata) {
+  std::stable_sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    const bool a_empty = a.second.numel() == 0, b_empty = b.second.numel() == 0;
+    if (a_empty != b_empty) return a_empty;
+    return a_empty && a.first < b.first;
+  });
   for (const auto& [name, t] : tensors)
     metadata[kCheckpointChecksumPrefix + name] = checkpoint_tensor_checksum(t);
   metadata[kCheckpointHeaderChecksum] = checkpoint_header_checksum(tensors, metadata);

@@ -39,9 +39,11 @@ std::string checkpoint_header_checksum(const std::vector<CheckpointTensorHeader>
 std::string checkpoint_header_checksum(const CheckpointTensors& tensors,
                                        const std::map<std::string, std::string>& metadata);
 
-// Sets every tensor's checksum, then the header checksum, in `metadata`.
-void seal_checkpoint(const CheckpointTensors& tensors,
-                     std::map<std::string, std::string>& metadata);
+// Orders `tensors` as a reader of the file finds them, then sets every tensor's checksum and
+// the header checksum in `metadata`. A reader orders a file's tensors by their data offsets;
+// empty tensors (a worker's share of a parameter smaller than the worker count) share an offset
+// with a neighbour, and the header's order among them is by name: so they go first, by name.
+void seal_checkpoint(CheckpointTensors& tensors, std::map<std::string, std::string>& metadata);
 
 // A reader checks them as it reads (sealed_file.h: whole tensors or in pieces).
 

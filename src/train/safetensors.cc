@@ -342,8 +342,12 @@ SafetensorsReader::SafetensorsReader(const std::string& path, Env* env)
       file_->entries.push_back(file_->parser->entry(name, value));
     }
   }
+  // By offsets; an empty tensor before a tensor that starts where it does (ties stay in the
+  // header's order, by name).
   std::stable_sort(file_->entries.begin(), file_->entries.end(),
-                   [](const HeaderEntry& a, const HeaderEntry& b) { return a.begin < b.begin; });
+                   [](const HeaderEntry& a, const HeaderEntry& b) {
+                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                   });
   check_layout(*file_->parser, file_->entries, data_size);
   for (const HeaderEntry& e : file_->entries) {
     int64_t numel = 1;

@@ -71,10 +71,11 @@ class DistributedVariables {
   // Restores primary()'s parameters and buffers outside a step (a checkpoint read): the values
   // whole, in parameters() and buffers() order, their shapes those of parameter_sizes() and of
   // the buffers. By default prepare_to_write(), copies into primary(), sync_from_primary().
-  // When the strategy keeps shares (keeps_shares()), `parameters` are this worker's shares of
-  // the values instead (parameter_shares()'s ranges, 1-D), which it takes as its own: no
-  // collective, so a worker that cannot read its checkpoint leaves no other waiting, and no
-  // worker ever holds a whole value. (Inline, as every virtual
+  // When the strategy keeps shares (keeps_shares()), each of `parameters` may also be this
+  // worker's share of the value (parameter_shares()'s range, 1-D: what a checkpoint reads), and
+  // the worker takes its share as its own: no collective, so a worker that cannot read its
+  // checkpoint leaves no other waiting. Values gathered whole (gather_values) are released
+  // then: gather again before reading them outside a step. (Inline, as every virtual
   // here: the class has no key function, so code that uses it, such as the fuzz targets'
   // checkpoint reader, needs none of the strategies.)
   virtual void restore(const std::vector<at::Tensor>& parameters,
@@ -90,7 +91,8 @@ class DistributedVariables {
   virtual void sync_slots_from(torch::optim::Optimizer& optimizer) {}
   // A collective of every worker, before a checkpoint is written (Checkpoint::
   // gather_worker_states): slots the workers keep in shares (Sharding) are gathered whole into
-  // `optimizer`, where prepare_to_read_slots then finds them.
+  // `optimizer`, where prepare_to_read_slots then finds them. Sharding::kParameters refuses it
+  // between a restore and the first step (the slots wait in shares for the step).
   virtual void gather_slots(torch::optim::Optimizer& optimizer) {}
 
   // What a worker keeps of a value when a strategy keeps the values in shares

@@ -152,7 +152,8 @@ class Checkpoint {
   // piece is written the chief writes "<path>" with the rest, which completes it. No worker
   // holds the whole state. The pieces need a file system every worker and every later reader
   // sees (as TensorFlow's multi-worker checkpoints do). read() puts them together, with any
-  // strategy and worker count.
+  // strategy and worker count; a worker that keeps shares reads only its own ranges, of pieces
+  // or of a checkpoint written whole, so no worker holds the whole state then either.
   bool written_in_pieces() const;
 
   // Lets read() leave the object `name` of a file unread if it was not added (an added object

@@ -40,7 +40,8 @@ void save_safetensors(const std::string& path,
                       Env* env = Env::Default());
 
 struct SafetensorsFile {
-  // In the order of their data in the file (ascending data_offsets), which for files written
+  // In the order of their data in the file (ascending data_offsets; an empty tensor before a
+  // tensor at its offset, empty ones at one offset in the header's order), which for files written
   // by save_safetensors is the order they were passed in.
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
