@@ -187,7 +187,10 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.steps = model.global_step();
   if (backup) report_backup(*backup, options, result, out);
   report_scores(model, history, job, *timer, result);
-  if (chief && !options.save_weights.empty()) model.save_weights(options.save_weights);
+  if (!options.save_weights.empty()) {
+    model.gather_weights();  // every worker: --sharding parameters keeps shares
+    if (chief) model.save_weights(options.save_weights);
+  }
   result.train_seconds = timer->seconds;
   result.images_per_sec = timer->images / std::max(timer->seconds, 1e-9);
   report_peak_memory(strategy, result, out);

@@ -106,10 +106,6 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
                  ps ? " (the ps tasks hold the variables and their slots, one share each "
                       "already)"
                     : " (one replica: nothing to split)");
-  DIST_CHECK_ARG(o.sharding != Sharding::kParameters || o.loop == Loop::kCustom,
-                 "--sharding parameters gathers each layer of a torch::nn::Sequential before it "
-                 "computes; the fit loop's Keras model is a graph of its own layers, which it "
-                 "cannot gather yet: use --loop custom, or --sharding gradients");
   DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none", "--sharding ",
                  to_string(o.sharding), " and --gradient-compression ", o.gradient_compression,
                  " both decide how gradients cross the workers; use one of them");
@@ -226,7 +222,7 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "mirrored, central_storage, multi_worker: what the workers split between them "
                  "instead of each keeping it whole (ZeRO): none | optimizer (the optimizer's "
                  "slots) | gradients (and the gradients between steps) | parameters (and the "
-                 "parameters, gathered layer by layer: one replica per worker, --loop custom)")
+                 "parameters, gathered layer by layer: one replica per worker)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->capture_default_str()

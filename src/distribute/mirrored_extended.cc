@@ -25,6 +25,7 @@
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
 #include "distribute/gradients.h"
+#include "distribute/layer_gathering.h"
 #include "distribute/sharded_step.h"
 
 namespace dist {
@@ -176,8 +177,8 @@ void MirroredVariables::prepare_to_read() {
   throw InvalidArgument(detail::concat(
       "the parameters are sharded between the ", owner_->num_workers(),
       " workers (sharding 'parameters') and were not gathered since the last step; call "
-      "variables().gather_values() on every worker before one of them reads them (a "
-      "Checkpoint needs none: every worker writes its piece)"));
+      "variables().gather_values() (a keras::Model's gather_weights()) on every worker before "
+      "one of them reads them (a Checkpoint needs none: every worker writes its piece)"));
 }
 
 void MirroredVariables::prepare_to_write() {

@@ -2,8 +2,6 @@
 #include "distribute/parameter_shards.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/modules/container/any.h>
-#include <torch/nn/modules/container/sequential.h>
 
 #include <string>
 #include <utility>
@@ -221,84 +219,6 @@ bool ParameterShards::all_whole() const {
   for (const auto& entry : entries_)
     if (!entry.is_whole) return false;
   return true;
-}
-
-namespace {
-
-// In front of one child of a Sequential: the child's parameters are whole while it computes
-// (parameter_shards.h).
-class GatheringUnit : public torch::nn::Module {
- public:
-  GatheringUnit(torch::nn::AnyModule child, std::shared_ptr<ParameterShards> shards, size_t unit)
-      : child_(std::move(child)), shards_(std::move(shards)), unit_(unit) {}
-
-  at::Tensor forward(at::Tensor input) {
-    shards_->before_forward(unit_);
-    at::Tensor output = child_.forward<at::Tensor>(std::move(input));
-    const bool backward_follows = at::GradMode::is_enabled() && output.requires_grad();
-    if (backward_follows) {
-      // Runs when the gradient of the output is ready: just before the child's backward.
-      output.register_hook(
-          [shards = shards_, unit = unit_](const at::Tensor&) { shards->before_backward(unit); });
-    }
-    shards_->after_forward(unit_, backward_follows);
-    return output;
-  }
-
- private:
-  torch::nn::AnyModule child_;
-  std::shared_ptr<ParameterShards> shards_;
-  size_t unit_;
-};
-
-torch::nn::SequentialImpl& as_sequential(torch::nn::Module& module) {
-  auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(&module);
-  DIST_CHECK_ARG(sequential != nullptr,
-                 "sharding 'parameters' (ZeRO stage 3) gathers each layer's parameters just "
-                 "before the layer computes, which it can do for the layers of a "
-                 "torch::nn::Sequential (LibTorch's C++ modules have no forward hooks); model '",
-                 module.name(),
-                 "' is not one: build it as a Sequential of its blocks, or use sharding "
-                 "'gradients'");
-  return *sequential;
-}
-
-}  // namespace
-
-std::vector<std::vector<size_t>> parameter_units(torch::nn::Module& module,
-                                                 const std::vector<at::Tensor>& params) {
-  std::unordered_map<const void*, size_t> index;
-  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
-  std::vector<bool> taken(params.size(), false);
-  std::vector<std::vector<size_t>> units;
-  for (auto& child : as_sequential(module)) {
-    std::vector<size_t> unit;
-    for (const auto& p : child.ptr()->parameters()) {
-      const size_t i = index.at(p.unsafeGetTensorImpl());
-      DIST_CHECK_ARG(!taken[i], "sharding 'parameters': a parameter of shape ", p.sizes(),
-                     " belongs to two layers of the Sequential (shared weights); each layer's "
-                     "parameters are gathered and released on their own, so they cannot be "
-                     "shared: use sharding 'gradients'");
-      taken[i] = true;
-      unit.push_back(i);
-    }
-    units.push_back(std::move(unit));  // possibly empty: the layer then computes as it is
-  }
-  for (size_t i = 0; i < params.size(); ++i)
-    DIST_CHECK_ARG(taken[i], "sharding 'parameters': a parameter of shape ", params[i].sizes(),
-                   " is in no layer of the Sequential (registered on the Sequential itself, or "
-                   "the model was placed before, so its layers are gathering units already); "
-                   "give each parameter to one child, and place a model once");
-  return units;
-}
-
-void gather_by_units(torch::nn::Module& module, std::shared_ptr<ParameterShards> shards) {
-  size_t unit = 0;
-  for (auto& child : as_sequential(module)) {
-    const size_t k = unit++;
-    if (child.ptr()->parameters().empty()) continue;
-    child = torch::nn::AnyModule(std::make_shared<GatheringUnit>(child, shards, k));
-  }
 }
 
 }  // namespace dist

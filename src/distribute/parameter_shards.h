@@ -1,9 +1,8 @@
 // ZeRO stage 3 (Sharding::kParameters): every worker keeps chunk w of each parameter; a layer's
 // whole parameters exist only while it computes.
 //
-// The units are the children of a torch::nn::Sequential (LibTorch's C++ modules have no
-// forward hooks, so the strategy puts a GatheringUnit in front of each child that has
-// parameters: the Sequential then calls the unit, which gathers, calls the child and lets go).
+// The units are the model's layers, in the order they compute (layer_gathering.h: the children
+// of a torch::nn::Sequential, or the layers of a dist::LayeredModule such as keras::Functional).
 // A parameter is released by emptying its storage in place (FSDP frees storage the same way)
 // and making the variable an empty tensor (set_data): the same variable, with the same gradient
 // accumulator and the same version, over the same storage once gathered again, so what the
@@ -35,7 +34,6 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <torch/nn/module.h>
 
 #include "collective/communicator.h"
 
@@ -120,15 +118,5 @@ class ParameterShards {
   std::shared_ptr<collective::HierarchicalGroup> group_;
   mutable std::mutex mu_;
 };
-
-// The units of `module`, a torch::nn::Sequential: per child, in forward order, the indices of
-// its parameters in `params` (module.parameters()); a child without parameters is an empty
-// unit. InvalidArgument when `module` is no Sequential or two children share a parameter.
-std::vector<std::vector<size_t>> parameter_units(torch::nn::Module& module,
-                                                 const std::vector<at::Tensor>& params);
-// Puts a GatheringUnit of `shards` in front of each child of `module` that has parameters: the
-// Sequential's forward then goes through it. Registered names, parameters and buffers are
-// unchanged (the child stays registered where it was).
-void gather_by_units(torch::nn::Module& module, std::shared_ptr<ParameterShards> shards);
 
 }  // namespace dist

@@ -108,6 +108,7 @@ void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
     monitor_.set_best(*value);
   }
   const std::string path = path_for(epoch, logs);
+  model().gather_weights();  // every worker: under sharding 'parameters' each keeps shares
   if (model().is_chief()) {
     std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
@@ -142,6 +143,7 @@ void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
     wait_ = 0;
     if (restore_best_weights_) {
       best_weights_.clear();
+      model().gather_weights();  // every worker calls on_epoch_end
       for (const auto& [name, tensor] : model().weights())
         best_weights_.emplace_back(name, tensor.detach().clone());
     }

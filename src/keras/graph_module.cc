@@ -87,6 +87,18 @@ void FunctionalImpl::reset() {
     auto module = graph_->layers[i]->make_module(graph_->layer_inputs[i]);
     if (module) modules_[i] = register_module(graph_->layers[i]->name, std::move(module));
   }
+  hooked_layer_.assign(graph_->steps.size(), -1);
+  int hooked = 0;
+  for (size_t s = 1; s < graph_->steps.size(); ++s)
+    if (modules_[static_cast<size_t>(graph_->steps[s].layer)]) hooked_layer_[s] = hooked++;
+}
+
+std::vector<std::vector<at::Tensor>> FunctionalImpl::layer_parameters() {
+  std::vector<std::vector<at::Tensor>> layers;
+  for (size_t s = 1; s < graph_->steps.size(); ++s)
+    if (hooked_layer_[s] >= 0)
+      layers.push_back(modules_[static_cast<size_t>(graph_->steps[s].layer)]->parameters());
+  return layers;
 }
 
 at::Tensor FunctionalImpl::forward(const at::Tensor& input) {
@@ -110,7 +122,10 @@ at::Tensor FunctionalImpl::forward(const at::Tensor& input) {
     inputs.reserve(step.inputs.size());
     for (int i : step.inputs) inputs.push_back(values[static_cast<size_t>(i)]);
     const size_t layer = static_cast<size_t>(step.layer);
+    const int hooked = hooked_layer_[s];
+    if (hooked >= 0) before_layer(static_cast<size_t>(hooked));
     values[s] = graph_->layers[layer]->call(modules_[layer].get(), inputs, is_training());
+    if (hooked >= 0) after_layer(static_cast<size_t>(hooked), values[s]);
   }
   return values.back();
 }

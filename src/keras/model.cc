@@ -569,6 +569,17 @@ void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& w
   if (state_->mirrored) state_->mirrored->variables().sync_from_primary();
 }
 
+void Model::gather_weights() {
+  if (state_->mirrored) state_->mirrored->variables().gather_values();
+}
+
+int64_t Model::weight_numel(const at::Tensor& weight) const {
+  if (!state_->mirrored) return weight.numel();
+  int64_t numel = 1;
+  for (int64_t size : state_->mirrored->variables().parameter_sizes(weight)) numel *= size;
+  return numel;
+}
+
 void Model::save_weights(const std::string& path) const {
   save_safetensors(path, weights(), {{"format", "dist.keras.weights/1"}, {"model", name()}});
 }

@@ -14,10 +14,11 @@ struct Counts {
 
 // Parameters are trainable; floating-point buffers (BatchNormalization's moving mean and
 // variance) are Keras' non-trainable weights. The step counter is not a weight.
-Counts count(const torch::nn::Module* module) {
+template <typename NumelOf>
+Counts count(const torch::nn::Module* module, const NumelOf& numel_of) {
   Counts c;
   if (module == nullptr) return c;
-  for (const auto& p : module->parameters()) c.trainable += p.numel();
+  for (const auto& p : module->parameters()) c.trainable += numel_of(p);
   for (const auto& b : module->buffers())
     if (b.is_floating_point()) c.non_trainable += b.numel();
   return c;
@@ -44,13 +45,14 @@ std::string cell(const std::string& text, size_t width) {
 }  // namespace
 
 int64_t Model::count_params() const {
-  Counts c = count(module().get());
+  Counts c = count(module().get(), [this](const at::Tensor& p) { return weight_numel(p); });
   return c.trainable + c.non_trainable;
 }
 
 void Model::summary(std::ostream& out) const {
   const auto& module = dynamic_cast<const detail::GraphModuleImpl&>(*this->module());
   const detail::Graph& graph = module.graph();
+  const auto numel_of = [this](const at::Tensor& p) { return weight_numel(p); };
   const bool functional = !graph.sequential;
   std::vector<size_t> widths =
       functional ? std::vector<size_t>{29, 26, 11, 32} : std::vector<size_t>{29, 26, 10};
@@ -82,7 +84,7 @@ void Model::summary(std::ostream& out) const {
     int64_t params = 0;
     if (step.layer >= 0 && !shown[static_cast<size_t>(step.layer)]) {
       shown[static_cast<size_t>(step.layer)] = true;
-      Counts c = count(module.layer_module(static_cast<size_t>(step.layer)));
+      Counts c = count(module.layer_module(static_cast<size_t>(step.layer)), numel_of);
       params = c.trainable + c.non_trainable;
     }
     out << cell(step_name(static_cast<int>(s)) + " (" + type + ")", widths[0])
@@ -94,7 +96,7 @@ void Model::summary(std::ostream& out) const {
     }
     out << "\n";
   }
-  Counts total = count(&module);
+  Counts total = count(&module, numel_of);
   out << std::string(line_width, '=') << "\n"
       << "Total params: " << with_commas(total.trainable + total.non_trainable) << "\n"
       << "Trainable params: " << with_commas(total.trainable) << "\n"

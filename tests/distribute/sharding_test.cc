@@ -9,9 +9,11 @@
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
 #include "dist/distribute/gradient_compression.h"
+#include "dist/distribute/layered_module.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/distribute/sharding.h"
+#include "dist/keras/functional.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
@@ -128,6 +130,7 @@ TEST(ShardingTest, StageThreeRefusesWhatItCannotShardByName) {
     ADD_FAILURE() << "stage 3 of a model that is no Sequential was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("torch::nn::Sequential"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dist::LayeredModule"), std::string::npos) << e.what();
   }
   auto shared = torch::nn::Linear(8, 8);
   try {
@@ -147,7 +150,8 @@ TEST(ShardingTest, StageThreeRefusesWhatItCannotShardByName) {
   }
 }
 
-std::vector<torch::Tensor> values_of(Mirrored<torch::nn::Sequential>& model) {
+template <typename Module>
+std::vector<torch::Tensor> values_of(Mirrored<Module>& model) {
   model.variables().gather_values();  // a collective of one here
   std::vector<torch::Tensor> values;
   for (const auto& p : model.primary()->parameters()) values.push_back(p.detach().clone());
@@ -225,6 +229,79 @@ TEST(ShardingTest, StageThreeReadChecksWholeShapesAndChangesNothingOnAMismatch) 
         << e.what();
   }
   EXPECT_EQ(testing::max_relative_difference(values_of(model), before), 0.0);
+}
+
+// A model of a user's own, no Sequential: a skip connection around its first layer, and its
+// two layers named to the strategy as a dist::LayeredModule.
+struct SkipNetImpl : torch::nn::Cloneable<SkipNetImpl>, LayeredModule {
+  SkipNetImpl() { reset(); }
+  void reset() override {
+    first = register_module("first", torch::nn::Linear(8, 8));
+    last = register_module("last", torch::nn::Linear(8, 4));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    before_layer(0);
+    at::Tensor h = torch::relu(first->forward(x)) + x;
+    after_layer(0, h);
+    before_layer(1);
+    at::Tensor y = last->forward(h);
+    after_layer(1, y);
+    return y;
+  }
+  std::vector<std::vector<at::Tensor>> layer_parameters() override {
+    return {first->parameters(), last->parameters()};
+  }
+  torch::nn::Linear first{nullptr}, last{nullptr};
+};
+TORCH_MODULE(SkipNet);
+
+// Stage 3 gathers a LayeredModule's layers as a Sequential's children: released between steps,
+// whole while they compute, and the steps one device's.
+TEST(ShardingTest, StageThreeGathersTheLayersALayeredModuleNames) {
+  auto train = [&](const Strategy& strategy) {
+    torch::manual_seed(3);
+    auto model = strategy.mirror(SkipNet());
+    auto optimizer =
+        strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
+    for (int step = 0; step < 3; ++step) take_step(strategy, model, *optimizer);
+    const bool released =
+        model.primary()->first->weight.numel() == 0 && model.primary()->last->weight.numel() == 0;
+    return std::make_pair(released, values_of(model));
+  };
+  const auto [released, sharded] = train(MirroredStrategy(one_replica(Sharding::kParameters)));
+  const auto [kept, whole] = train(OneDeviceStrategy("cpu:0"));
+  EXPECT_TRUE(released);
+  EXPECT_FALSE(kept);
+  ASSERT_EQ(sharded.size(), 4U);
+  EXPECT_LT(testing::max_relative_difference(sharded, whole), 1e-6);
+  // A copy (clone()) computes with its own parameters: the hooks stay with the placed model.
+  MirroredStrategy strategy(one_replica(Sharding::kParameters));
+  auto placed = strategy.mirror(SkipNet());
+  EXPECT_TRUE(placed.primary()->has_layer_hooks());
+  EXPECT_FALSE(
+      std::dynamic_pointer_cast<SkipNetImpl>(placed.primary()->clone())->has_layer_hooks());
+}
+
+TEST(ShardingTest, StageThreeRefusesAKerasLayerCalledTwiceOrAModelPlacedTwice) {
+  using namespace keras;  // NOLINT(google-build-using-namespace): layer names
+  MirroredStrategy strategy(one_replica(Sharding::kParameters));
+  KerasTensor input = Input({8});
+  layers::Dense shared(8);
+  try {
+    strategy.mirror(Functional(input, shared(shared(input))));
+    ADD_FAILURE() << "stage 3 of a Keras layer called twice was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("shared weights"), std::string::npos) << e.what();
+  }
+  Functional placed(input, layers::Dense(4)(layers::Dense(8)(input)));
+  strategy.mirror(placed);
+  MirroredStrategy another(one_replica(Sharding::kParameters));
+  try {
+    another.mirror(placed);
+    ADD_FAILURE() << "a Keras model placed at stage 3 was placed again";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("place a model once"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

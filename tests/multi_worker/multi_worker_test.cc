@@ -31,13 +31,15 @@ using testing::WorkerProcesses;
 // Workers on 127.0.0.1: their collectives go through shared memory (kAuto), or with
 // `implementation` "ring" through Gloo over TCP.
 void start_workers(WorkerProcesses& processes, int workers, const std::vector<std::string>& args,
-                   int timeout_ms = 20000, const std::string& implementation = "auto") {
+                   int timeout_ms = 20000, const std::string& implementation = "auto",
+                   const std::string& sharding = "none") {
   auto ports = free_loopback_ports(workers);
   for (int i = 0; i < workers; ++i)
-    processes.start(DIST_TEST_WORKER_BINARY, args,
-                    {"TF_CONFIG=" + local_tf_config(ports, i),
-                     "DIST_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms),
-                     "DIST_TEST_IMPLEMENTATION=" + implementation});
+    processes.start(
+        DIST_TEST_WORKER_BINARY, args,
+        {"TF_CONFIG=" + local_tf_config(ports, i),
+         "DIST_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms),
+         "DIST_TEST_IMPLEMENTATION=" + implementation, "DIST_TEST_SHARDING=" + sharding});
 }
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -148,14 +150,20 @@ TEST(LongMultiWorkerTest, EightWorkersOfTwoReplicasReproduceOneDeviceWeights) {
   expect_workers_reproduce_one_device(8, 2, 300000);
 }
 
-// Batch norm statistics are averaged over every replica of every worker after each step, so
-// 2 workers x 1 replica hold the same statistics (and weights) as 1 process x 2 replicas.
-TEST(MultiWorkerTest, BatchNormStatisticsAreAveragedAcrossWorkers) {
+// keras_batchnorm_fit (a residual block with batch norm) on 2 workers of one replica at
+// `sharding`: each worker's weights and statistics equal those of 1 process of 2 replicas.
+void expect_two_workers_fit_as_two_replicas(const std::string& sharding) {
   testing::TempDir dir;
   WorkerProcesses processes;
-  start_workers(processes, 2, {"batchnorm", dir.file("w")});
+  start_workers(processes, 2, {"batchnorm", dir.file("w")}, 20000, "auto", sharding);
   auto results = processes.wait_all(120s);
-  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << all_output(results);
+    // The residual model has 10 parameters (2 convolutions, 2 batch norms, 1 dense).
+    const std::string released =
+        sharding == "parameters" ? "released 10 of 10" : "released 0 of 10";
+    EXPECT_NE(r.output.find(released), std::string::npos) << r.output;
+  }
   auto expected = testing::keras_batchnorm_fit(MirroredStrategy({"cpu:0", "cpu:1"})).weights();
   for (const char* rank : {"0", "1"}) {
     auto saved = load_safetensors(dir.file(std::string("w.") + rank)).tensors;
@@ -169,6 +177,19 @@ TEST(MultiWorkerTest, BatchNormStatisticsAreAveragedAcrossWorkers) {
     }
     EXPECT_TRUE(has_moving_mean);
   }
+}
+
+// Batch norm statistics are averaged over every replica of every worker after each step, so
+// 2 workers x 1 replica hold the same statistics (and weights) as 1 process x 2 replicas.
+TEST(MultiWorkerTest, BatchNormStatisticsAreAveragedAcrossWorkers) {
+  expect_two_workers_fit_as_two_replicas("none");
+}
+
+// The same fit at sharding 'parameters': the Keras model's layers (a residual branch among
+// them) are gathered one at a time (keras::Functional is a LayeredModule), each worker keeping
+// half of every parameter between steps, and reach the same weights.
+TEST(MultiWorkerTest, AKerasModelWithAResidualBranchFitsAtStageThree) {
+  expect_two_workers_fit_as_two_replicas("parameters");
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerEquivalenceTest,

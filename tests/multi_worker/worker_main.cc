@@ -165,6 +165,13 @@ int cyclegan(const std::string& optimizer, const std::string& out) {
 int batchnorm(const std::string& out_prefix) {
   dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
   auto model = dist::testing::keras_batchnorm_fit(strategy);
+  int released = 0, parameters = 0;  // at sharding 'parameters': every one, between steps
+  for (const auto& p : model.module()->parameters()) {
+    released += p.numel() == 0;
+    ++parameters;
+  }
+  std::cout << "released " << released << " of " << parameters << " parameters" << std::endl;
+  model.gather_weights();  // every worker: at sharding 'parameters' each keeps shares
   model.save_weights(out_prefix + "." + std::to_string(strategy.extended().first_replica_id()));
   std::cout << "fitted" << std::endl;
   return 0;

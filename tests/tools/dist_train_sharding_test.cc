@@ -83,16 +83,35 @@ TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnsh
   EXPECT_LT(difference(dir.file("plain.safetensors"), dir.file("last.safetensors")), 1e-5);
 }
 
-// fit under sharding takes the custom loop's steps bit for bit; bf16 mixed precision trains
-// sharded (stages 2 and 3) where it trains unsharded.
+// fit under sharding takes the custom loop's steps bit for bit (stage 3 gathers the Keras
+// model's layers as it gathers the Sequential's children), and resumes from its pieces; bf16 mixed
+// precision trains sharded (stages 2 and 3) where it trains unsharded.
 TEST(DistTrainShardingTest, FitAndMixedPrecisionTrainShardedAsUnsharded) {
   testing::TempDir dir;
-  for (const std::string loop : {"custom", "fit"}) {
-    auto result = launch(
-        job(2, "gradients", {"--loop", loop, "--epochs", "1", "--save-weights", dir.file(loop)}));
-    ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const std::string sharding : {"gradients", "parameters"}) {
+    for (const std::string loop : {"custom", "fit"}) {
+      auto result = launch(job(
+          2, sharding,
+          {"--loop", loop, "--epochs", "1", "--save-weights", dir.file(loop + "_" + sharding)}));
+      ASSERT_EQ(result.exit_code, 0) << result.output;
+    }
+    testing::expect_same_weights(dir.file("custom_" + sharding), dir.file("fit_" + sharding));
   }
-  testing::expect_same_weights(dir.file("custom"), dir.file("fit"));
+  // fit at stage 3 stopped at step 6 (BackupAndRestore writes pieces) and resumed.
+  const std::vector<std::string> backed_up{"--loop",           "fit",           "--epochs", "1",
+                                           "--checkpoint-dir", dir.file("ckpt")};
+  auto stopped = backed_up;
+  stopped.insert(stopped.end(), {"--max-steps", "6"});
+  auto first = launch(job(2, "parameters", stopped));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/ckpt-6.safetensors.piece-1-of-2")))
+      << first.output;
+  auto resuming = backed_up;
+  resuming.insert(resuming.end(), {"--save-weights", dir.file("fit_resumed")});
+  auto resumed = launch(job(2, "parameters", resuming));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 6"), std::string::npos) << resumed.output;
+  testing::expect_same_weights(dir.file("fit_parameters"), dir.file("fit_resumed"));
   for (const std::string sharding : {"none", "gradients", "parameters"}) {
     auto result = launch(job(2, sharding,
                              {"--mixed-precision", "bf16", "--epochs", "1", "--save-weights",
@@ -132,9 +151,6 @@ TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
   auto stage3 = run_alone({"--sharding", "parameters", "--replicas", "2", "--epochs", "1"});
   EXPECT_EQ(stage3.exit_code, 2) << stage3.output;
   EXPECT_NE(stage3.output.find("one replica"), std::string::npos) << stage3.output;
-  auto fit = run_alone({"--sharding", "parameters", "--loop", "fit", "--strategy", "multi_worker"});
-  EXPECT_EQ(fit.exit_code, 2) << fit.output;
-  EXPECT_NE(fit.output.find("--loop custom"), std::string::npos) << fit.output;
   auto both = run_alone({"--sharding", "optimizer", "--gradient-compression", "bf16"});
   EXPECT_EQ(both.exit_code, 2) << both.output;
   EXPECT_NE(both.output.find("use one of them"), std::string::npos) << both.output;

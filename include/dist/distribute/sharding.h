@@ -17,16 +17,17 @@
 //                for each layer's forward and backward and released after it (ZeRO stage 3,
 //                FSDP): a worker holds 1/N of every parameter plus the layer it computes. The
 //                model must be a torch::nn::Sequential (its children are the layers gathered
-//                one at a time: LibTorch's modules have no forward hooks), of one replica per
-//                worker. Between steps the parameters are empty tensors on every worker (a sum
-//                over one is 0, so read them only after DistributedVariables::gather_values(),
-//                a collective). A Checkpoint gathers nothing: it is written in pieces, every
-//                worker its own ranges (Checkpoint::written_in_pieces), and each worker reads
-//                its own share of one. Every parameter is a gradient pack of
-//                its own (bytes_per_pack does not apply). The model is called inside
-//                strategy.run() on every worker (each call gathers), or after gather_values().
-//                Under bf16 autocast the cast copies of the weights (half their size) live from
-//                forward to backward, so less is saved.
+//                one at a time: LibTorch's modules have no forward hooks) or a
+//                dist::LayeredModule (layered_module.h: keras::Functional, or a module of
+//                your own that names its layers), of one replica per worker. Between steps the
+//                parameters are empty tensors on every worker (a sum over one is 0, so read them
+//                only after DistributedVariables::gather_values(), a collective). A Checkpoint
+//                gathers nothing: it is written in pieces, every worker its own ranges
+//                (Checkpoint::written_in_pieces), and each worker reads its own share of one. Every
+//                parameter is a gradient pack of its own (bytes_per_pack does not apply). The model
+//                is called inside strategy.run() on every worker (each call gathers), or after
+//                gather_values(). Under bf16 autocast the cast copies of the weights (half their
+//                size) live from forward to backward, so less is saved.
 // In one process (MirroredStrategy) there is one worker: its chunk is everything, so a level
 // changes where the state lives, not how much there is.
 //

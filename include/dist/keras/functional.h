@@ -10,7 +10,9 @@
 //
 // It is what a keras::Model runs (Model adds compile, fit and evaluate): weights are named
 // "<layer name>.weight", made by LibTorch's initializers, and the module can be cloned per
-// replica. One input, one output; shapes are per example, channels first.
+// replica. One input, one output; shapes are per example, channels first. Its layers are those
+// of a dist::LayeredModule (each call of a layer with weights, in execution order), so sharding
+// 'parameters' gathers them one at a time.
 #pragma once
 
 #include <memory>
@@ -20,6 +22,7 @@
 #include <torch/nn/cloneable.h>
 #include <torch/nn/pimpl.h>
 
+#include "dist/distribute/layered_module.h"
 #include "dist/keras/layers.h"
 
 namespace dist::keras {
@@ -28,7 +31,7 @@ namespace detail {
 struct Graph;
 }
 
-class FunctionalImpl : public torch::nn::Cloneable<FunctionalImpl> {
+class FunctionalImpl : public torch::nn::Cloneable<FunctionalImpl>, public LayeredModule {
  public:
   // Every layer between `inputs` and `outputs`; InvalidArgument when the output does not
   // depend on `inputs` alone.
@@ -43,10 +46,13 @@ class FunctionalImpl : public torch::nn::Cloneable<FunctionalImpl> {
   const detail::Graph& graph() const { return *graph_; }
   // The child module of layer i, or nullptr for a layer without weights.
   torch::nn::Module* layer_module(size_t i) const { return modules_[i].get(); }
+  // Per call of a layer with weights, in execution order, the layer's parameters.
+  std::vector<std::vector<at::Tensor>> layer_parameters() override;
 
  private:
   std::shared_ptr<const detail::Graph> graph_;
   std::vector<std::shared_ptr<torch::nn::Module>> modules_;  // per layer
+  std::vector<int> hooked_layer_;  // per step: its index among layer_parameters(), or -1
 };
 TORCH_MODULE(Functional);
 

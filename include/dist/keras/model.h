@@ -155,6 +155,11 @@ class Model {
   std::vector<std::pair<std::string, at::Tensor>> weights() const;
   // Copies values into every copy's weights; every name and shape must match.
   void set_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights);
+  // Under sharding 'parameters' with several workers each keeps a share of every weight: this
+  // collective, called by every worker, makes them whole until the next step or forward, so
+  // that weights(), save_weights and operator() can read them (on one worker, or on all).
+  // Otherwise it does nothing. fit, evaluate and predict need none.
+  void gather_weights();
   // Weights as a safetensors file (atomically replaced); load checks names and shapes.
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path);
@@ -177,6 +182,9 @@ class Model {
   friend Model Sequential(const Shape&, const std::vector<Layer>&, std::string);
   // sequential: made by Sequential (summary() then shows no input row and no connections).
   Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name, bool sequential);
+  // A weight's element count, also while the strategy keeps it in shares (sharding
+  // 'parameters'): for summary() and count_params().
+  int64_t weight_numel(const at::Tensor& weight) const;
   std::shared_ptr<detail::ModelState> state_;
 };
 
