@@ -19,14 +19,19 @@
 namespace dist {
 
 at::Tensor ShardingState::chunk(int model, size_t pack, int64_t elements,
-                                const at::TensorOptions& options, int rank, int size) {
+                                const at::TensorOptions& options, int rank, int size, bool zeroed) {
   std::lock_guard<std::mutex> lock(mu_);
   at::Tensor& chunk = chunks_[{model, pack}];
   if (!chunk.defined()) {
     const auto [begin, end] = collective::chunk_range(elements, size, rank);
-    chunk = at::zeros({end - begin}, options);
+    chunk = zeroed ? at::zeros({end - begin}, options) : at::empty({end - begin}, options);
   }
   return chunk;
+}
+
+void ShardingState::drop_chunk(int model, size_t pack) {
+  std::lock_guard<std::mutex> lock(mu_);
+  chunks_.erase({model, pack});
 }
 
 void ShardingState::set_parameter_shards(int model, std::shared_ptr<ParameterShards> shards) {
@@ -51,7 +56,8 @@ PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sha
   exchange.communicate = [state, wait_in_call](collective::Communicator& cross,
                                                GradientPack& pack) {
     at::Tensor sums = state->chunk(pack.model, pack.index, pack.buffer.numel(),
-                                   pack.buffer.options(), cross.rank(), cross.size());
+                                   pack.buffer.options(), cross.rank(), cross.size(),
+                                   /*zeroed=*/false);
     auto work = cross.reduce_scatter(pack.buffer, sums, ReduceOp::kSum);
     // Stage 3's collectives run on a thread of their own (prefetch): waiting here frees each
     // pack of gradients as soon as it is summed, as when the ring ran in the call, instead of
@@ -177,6 +183,10 @@ class ShardedStep : public OptimizerStepPlan {
   // Cuts a whole state found in `optimizer` into the pieces' and drops it from `optimizer`.
   void adopt_slots(Optimizer& optimizer);
   void step_pack(size_t pack);
+  // The pack's chunk of gradient sums (ShardingState) as the gradients of its pieces; the
+  // chunk's buffer goes when dropped.
+  void attach_sums(ShardedPack& shard, size_t pack) const;
+  void drop_sums(ShardedPack& shard, size_t pack) const;
   void write_gathered_chunks();
   // Waits for the pack's gather and writes what it brought into the parameters.
   void finish_gather(ShardedPack& shard);
@@ -223,8 +233,6 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
   if (!shards_) shard.flat = contiguous_buffer_of(shard.params, shard.elements);
   std::tie(shard.begin, shard.end) =
       collective::chunk_range(shard.elements, cross().size(), cross().rank());
-  shard.sums = state_->chunk(inputs_.model, pack, shard.elements, shard.params[0].options(),
-                             cross().rank(), cross().size());
   for (size_t j = 0; j < shard.params.size(); ++j) {
     const int64_t first = std::max(shard.begin, shard.offsets[j]);
     const int64_t last = std::min(shard.end, shard.offsets[j] + numel_of(shard.params[j]));
@@ -235,7 +243,6 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
                 : shard.params[j].detach().view(-1).narrow(0, piece.param_offset, piece.length);
     DIST_INTERNAL_ASSERT(piece.values.numel() == piece.length, "a chunk piece of ",
                          piece.values.numel(), " elements where ", piece.length, " were cut");
-    piece.values.mutable_grad() = shard.sums.narrow(0, piece.chunk_offset, piece.length);
     if (shard.group[j] >= 0) {
       if (!shard.optimizer) {
         shard.optimizer = detail::empty_optimizer_like(optimizer);
@@ -248,7 +255,22 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
     }
     shard.pieces.push_back(std::move(piece));
   }
+  attach_sums(shard, pack);
   return shard;
+}
+
+void ShardedStep::attach_sums(ShardedPack& shard, size_t pack) const {
+  // A pack no reduce-scatter reached (none of it took part in this step's backward) sums to 0.
+  shard.sums = state_->chunk(inputs_.model, pack, shard.elements, shard.params[0].options(),
+                             cross().rank(), cross().size(), /*zeroed=*/true);
+  for (ChunkPiece& piece : shard.pieces)
+    piece.values.mutable_grad() = shard.sums.narrow(0, piece.chunk_offset, piece.length);
+}
+
+void ShardedStep::drop_sums(ShardedPack& shard, size_t pack) const {
+  for (ChunkPiece& piece : shard.pieces) piece.values.mutable_grad() = at::Tensor();
+  shard.sums = at::Tensor();
+  state_->drop_chunk(inputs_.model, pack);
 }
 
 void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reducer) {
@@ -314,8 +336,14 @@ void ShardedStep::adopt_slots(Optimizer& optimizer) {
 
 void ShardedStep::step_pack(size_t pack) {
   ShardedPack& shard = packs_.at(pack);
+  // Stage 3 holds a pack's sums from its reduce-scatter to its step only: a forward then holds
+  // none, and backward only those of the layers it has passed.
+  if (shards_) attach_sums(shard, pack);
   if (shard.optimizer) shard.optimizer->step();
-  if (shards_) return;  // stepped in place in the chunk: the next forward gathers it
+  if (shards_) {
+    drop_sums(shard, pack);
+    return;  // stepped in place in the chunk: the next forward gathers it
+  }
   // One gather in flight at a time: each holds a pack's worth of memory until it is written.
   if (pack > 0) finish_gather(packs_[pack - 1]);
   if (shard.flat.defined()) {

@@ -40,9 +40,12 @@ namespace dist {
 class ShardingState {
  public:
   // The chunk buffer of pack `pack` of model `model`, made on first use: chunk `rank` of
-  // `size` of a pack of `elements` elements of `options`.
+  // `size` of a pack of `elements` elements of `options`, of zeros if `zeroed` (else uninitialized:
+  // for a reduce-scatter, which writes every element).
   at::Tensor chunk(int model, size_t pack, int64_t elements, const at::TensorOptions& options,
-                   int rank, int size);
+                   int rank, int size, bool zeroed);
+  // Lets go of the chunk buffer (stage 3, after the step that read it); chunk() makes another.
+  void drop_chunk(int model, size_t pack);
   void set_parameter_shards(int model, std::shared_ptr<ParameterShards> shards);
   // Null below stage 3.
   std::shared_ptr<ParameterShards> parameter_shards(int model);
