@@ -26,6 +26,12 @@ class SerializedCommunicator : public ForwardingCommunicator {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.all_gather(input, output);
   }
+  // The inner one's own: it writes each member's part in place (the default would gather every
+  // part into a buffer of the output's size, then copy it).
+  WorkHandle all_gather_into(const at::Tensor& input, at::Tensor& output) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_.all_gather_into(input, output);
+  }
   WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.reduce_scatter(input, output, op);

@@ -338,12 +338,18 @@ void ShardedStep::step_pack(size_t pack) {
   ShardedPack& shard = packs_.at(pack);
   // Stage 3 holds a pack's sums from its reduce-scatter to its step only: a forward then holds
   // none, and backward only those of the layers it has passed.
-  if (shards_) attach_sums(shard, pack);
-  if (shard.optimizer) shard.optimizer->step();
   if (shards_) {
+    attach_sums(shard, pack);
+    try {
+      if (shard.optimizer) shard.optimizer->step();
+    } catch (...) {
+      drop_sums(shard, pack);  // a later step must not find these sums as a pack's zeros
+      throw;
+    }
     drop_sums(shard, pack);
     return;  // stepped in place in the chunk: the next forward gathers it
   }
+  if (shard.optimizer) shard.optimizer->step();
   // One gather in flight at a time: each holds a pack's worth of memory until it is written.
   if (pack > 0) finish_gather(packs_[pack - 1]);
   if (shard.flat.defined()) {

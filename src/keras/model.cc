@@ -546,7 +546,9 @@ std::vector<std::pair<std::string, at::Tensor>> Model::weights() const {
 }
 
 void Model::set_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights) {
-  // Check everything before changing anything.
+  // Check everything before changing anything. Every worker calls it (prepare_to_write below is
+  // a collective where the strategy keeps shares), so the shapes may be read whole here.
+  if (state_->mirrored) state_->mirrored->variables().gather_values();
   std::map<std::string, at::Tensor> by_name(weights.begin(), weights.end());
   const auto own = this->weights();
   for (const auto& [name, tensor] : own) {

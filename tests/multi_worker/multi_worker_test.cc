@@ -192,6 +192,30 @@ TEST(MultiWorkerTest, AKerasModelWithAResidualBranchFitsAtStageThree) {
   expect_two_workers_fit_as_two_replicas("parameters");
 }
 
+// At stage 3 the callbacks that read weights gather them on every worker first: ModelCheckpoint
+// writes each epoch's, and EarlyStopping keeps the best and sets them back when it stops.
+TEST(MultiWorkerTest, KerasCallbacksReadAndRestoreWeightsAtStageThree) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"stopped_fit", dir.path()}, 20000, "auto", "parameters");
+  auto results = processes.wait_all(120s);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << all_output(results);
+    EXPECT_NE(r.output.find("stopped after epoch 1"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(testing::files_in(dir.path()), (std::vector<std::string>{"epoch1", "epoch2", "final"}));
+  expect_bit_identical(load_safetensors(dir.file("final")).tensors,
+                       load_safetensors(dir.file("epoch1")).tensors);
+  auto values = [&](const std::string& name) {
+    std::vector<torch::Tensor> out;
+    for (const auto& [key, tensor] : load_safetensors(dir.file(name)).tensors)
+      out.push_back(tensor);
+    return out;
+  };
+  const double moved = testing::max_relative_difference(values("epoch2"), values("epoch1"));
+  EXPECT_GT(moved, 0.0);  // the second epoch trained: the restore went back
+}
+
 INSTANTIATE_TEST_SUITE_P(MultiWorker, MultiWorkerEquivalenceTest,
                          ::testing::Values(Shape{2, 1},
                                            Shape{3, 2}),  // 2x2, 3x1: StrategyConformanceTest

@@ -21,6 +21,11 @@
 //   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
 //                                                    every worker saves its weights and
 //                                                    buffers as OUT_PREFIX.<rank>
+//   dist_test_worker stopped_fit DIR                 keras fit of the same model with
+//                                                    ModelCheckpoint (DIR/epoch<N>) and an
+//                                                    EarlyStopping that stops after epoch 2
+//                                                    and restores epoch 1's weights; the chief
+//                                                    saves them as DIR/final
 //   dist_test_worker train_forever                   trains until killed, prints "step N"
 //   dist_test_worker input_steps ROWS0 ROWS          one epoch of a distributed dataset of
 //                                                    ROWS0 rows (worker 0) or ROWS (the others)
@@ -51,6 +56,7 @@
 
 #include "dist/core/error.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
+#include "dist/keras/callbacks.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
@@ -174,6 +180,30 @@ int batchnorm(const std::string& out_prefix) {
   model.gather_weights();  // every worker: at sharding 'parameters' each keeps shares
   model.save_weights(out_prefix + "." + std::to_string(strategy.extended().first_replica_id()));
   std::cout << "fitted" << std::endl;
+  return 0;
+}
+
+int stopped_fit(const std::string& dir) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
+  torch::manual_seed(3);
+  dist::keras::Model model = dist::testing::keras_residual_model();
+  model.compile(strategy, dist::keras::optimizers::SGD(0.05),
+                dist::SparseCategoricalCrossentropy(true));
+  torch::manual_seed(5);
+  auto x = torch::rand({64, 1, 15, 15});
+  auto y = torch::randint(0, 10, {64});
+  dist::keras::FitOptions options;
+  options.epochs = 4;
+  options.verbose = 0;
+  // The loss never improves by 100: the first epoch is the best, the second stops the fit.
+  auto stopping = std::make_shared<dist::keras::callbacks::EarlyStopping>(
+      "loss", /*patience=*/0, /*min_delta=*/100, "min", /*restore_best_weights=*/true);
+  options.callbacks = {
+      std::make_shared<dist::keras::callbacks::ModelCheckpoint>(dir + "/epoch{epoch}"), stopping};
+  model.fit(dist::data::Dataset::from_tensor_slices({x, y}).batch(16), options);
+  model.gather_weights();
+  if (strategy.is_chief()) model.save_weights(dir + "/final");
+  std::cout << "stopped after epoch " << stopping->stopped_epoch() << std::endl;
   return 0;
 }
 
@@ -366,6 +396,7 @@ int main(int argc, char** argv) {
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
     if (scenario == "centering" && argc == 3) return centering(argv[2]);
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
+    if (scenario == "stopped_fit" && argc == 3) return stopped_fit(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));
     if (scenario == "train_forever") return train_forever();

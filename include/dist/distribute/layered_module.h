@@ -23,6 +23,11 @@
 // A layer is any group of parameters that compute together; the more layers, the less is whole
 // at once. Every parameter of the model belongs to exactly one layer, and a layer computes once
 // per forward (a layer called twice shares its weights between two places: not shardable).
+// The hooks gather across workers: every worker must call them for the same layers in the same
+// order (no branch on data that differs between workers). The tensor given to after_layer must
+// be the one the rest of the model computes from (its gradient is what tells the strategy that
+// the layer's backward is next); a layer whose parameters reach the loss another way finds
+// them released in backward and fails on their shape.
 #pragma once
 
 #include <cstddef>
@@ -51,7 +56,10 @@ class LayeredModule {
   // A copy (clone() per replica, a snapshot) does not keep the hooks: they gather the
   // parameters of this module.
   LayeredModule(const LayeredModule&) {}
-  LayeredModule& operator=(const LayeredModule&) { return *this; }
+  LayeredModule& operator=(const LayeredModule&) {
+    hooks_ = nullptr;
+    return *this;
+  }
   virtual ~LayeredModule() = default;
 
   // Each layer's parameters, in the order the layers compute.

@@ -11,8 +11,8 @@
 // It is what a keras::Model runs (Model adds compile, fit and evaluate): weights are named
 // "<layer name>.weight", made by LibTorch's initializers, and the module can be cloned per
 // replica. One input, one output; shapes are per example, channels first. Its layers are those
-// of a dist::LayeredModule (each call of a layer with weights, in execution order), so sharding
-// 'parameters' gathers them one at a time.
+// of a dist::LayeredModule (each call of a layer that has a module, in execution order), so
+// sharding 'parameters' gathers them one at a time.
 #pragma once
 
 #include <memory>

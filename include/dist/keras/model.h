@@ -158,7 +158,8 @@ class Model {
   // Under sharding 'parameters' with several workers each keeps a share of every weight: this
   // collective, called by every worker, makes them whole until the next step or forward, so
   // that weights(), save_weights and operator() can read them (on one worker, or on all).
-  // Otherwise it does nothing. fit, evaluate and predict need none.
+  // Otherwise it does nothing. fit, evaluate, predict, set_weights and load_weights (called on
+  // every worker), ModelCheckpoint and EarlyStopping need none.
   void gather_weights();
   // Weights as a safetensors file (atomically replaced); load checks names and shapes.
   void save_weights(const std::string& path) const;
