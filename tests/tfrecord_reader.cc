@@ -17,6 +17,19 @@ T read_le(const std::string& bytes, size_t at) {
   return value;
 }
 
+std::string protoc(const std::string& arguments, const std::string& message,
+                   const std::string& work_dir) {
+  const std::string file = work_dir + "/event.bin";
+  write_file(file, message);
+  FILE* pipe = popen(("protoc " + arguments + " < " + file + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  std::string out;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return status == 0 ? out : "protoc failed (install protobuf-compiler): " + out;
+}
+
 }  // namespace
 
 // Bit by bit, straight from the definition (reflected polynomial 0x82F63B78).
@@ -50,15 +63,13 @@ std::vector<std::string> read_tfrecords(const std::string& path, std::string* er
 }
 
 std::string decode_raw(const std::string& message, const std::string& work_dir) {
-  const std::string file = work_dir + "/event.bin";
-  write_file(file, message);
-  FILE* pipe = popen(("protoc --decode_raw < " + file + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return "popen failed";
-  std::string out;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return status == 0 ? out : "protoc failed (install protobuf-compiler): " + out;
+  return protoc("--decode_raw", message, work_dir);
+}
+
+std::string decode_event(const std::string& message, const std::string& work_dir) {
+  const std::string schema = DIST_SOURCE_DIR "/tests/data/tensorboard";
+  return protoc("--decode=tensorflow.Event --proto_path=" + schema + " " + schema + "/event.proto",
+                message, work_dir);
 }
 
 std::vector<ScalarEvent> read_scalar_events(const std::string& path, const std::string& work_dir,
@@ -67,7 +78,8 @@ std::vector<ScalarEvent> read_scalar_events(const std::string& path, const std::
   // Event{2: step, 5: summary{1: value{1: tag, 2: simple_value (fixed32)}}}.
   static const std::regex step(R"re((?:^|\n)2: (\d+)\n)re");
   static const std::regex tag(R"re(1: "([^"]*)")re");
-  static const std::regex value(R"re(2: 0x([0-9a-f]{8}))re");
+  // 8 hex digits: a fixed32 (a histogram's doubles print 16, and are no scalar).
+  static const std::regex value(R"re(2: 0x([0-9a-f]{8})\n)re");
   for (const std::string& record : read_tfrecords(path, error)) {
     const std::string text = decode_raw(record, work_dir);
     std::smatch s, t, v;

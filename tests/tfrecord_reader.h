@@ -18,6 +18,9 @@ std::vector<std::string> read_tfrecords(const std::string& path, std::string* er
 
 // protoc --decode_raw of one message (work_dir holds a temporary file).
 std::string decode_raw(const std::string& message, const std::string& work_dir);
+// One Event decoded as TensorBoard's schema says (tests/data/tensorboard/event.proto), in
+// protoc's text format ("step: 3", "histo { min: ... }"), or "protoc failed: ...".
+std::string decode_event(const std::string& message, const std::string& work_dir);
 
 struct ScalarEvent {
   std::string tag;

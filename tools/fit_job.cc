@@ -105,7 +105,8 @@ keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, 
     fit.callbacks.push_back(backup);
   }
   if (!options.log_dir.empty()) {
-    fit.callbacks.push_back(std::make_shared<keras::callbacks::TensorBoard>(options.log_dir));
+    fit.callbacks.push_back(std::make_shared<keras::callbacks::TensorBoard>(
+        options.log_dir, /*update_freq=*/0, /*histogram_freq=*/1));
     fit.callbacks.push_back(std::make_shared<keras::callbacks::CSVLogger>(
         options.log_dir + "/metrics.csv", ',', /*append=*/true));
   }

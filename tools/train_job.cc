@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -375,6 +376,8 @@ class CustomLoop {
   bool train_epoch(int epoch, const std::optional<data::IteratorPosition>& resume_at,
                    int64_t& epoch_images);
   void report_epoch(int epoch, double epoch_seconds, double images_per_sec);
+  // With --log-dir: a histogram of each weight in <log-dir>/train at step = epoch.
+  void write_weight_histograms(int epoch);
   void report_if_finished(int first_epoch);
   void save_weights();
   std::map<std::string, std::string> metric_values() const;
@@ -599,8 +602,24 @@ void CustomLoop::report_epoch(int epoch, double epoch_seconds, double images_per
     train_summary_->scalar("epoch_accuracy", r.train_accuracy, epoch);
     validation_summary_->scalar("epoch_loss", r.test_loss, epoch);
     validation_summary_->scalar("epoch_accuracy", r.test_accuracy, epoch);
+  }
+  write_weight_histograms(epoch);
+  if (train_summary_) {
     train_summary_->flush();
     validation_summary_->flush();
+  }
+}
+
+void CustomLoop::write_weight_histograms(int epoch) {
+  if (options_.log_dir.empty()) return;
+  model_.variables().gather_values();  // every worker: --sharding parameters keeps shares
+  if (!train_summary_) return;
+  model_.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
+  for (const auto& [name, weight] : named_weights(*model_.primary())) {
+    if (!weight.is_floating_point()) continue;  // a counter is no weight (Keras' weights)
+    std::string tag = name;                     // "0.weight" -> "0/weight": grouped by layer
+    std::replace(tag.begin(), tag.end(), '.', '/');
+    train_summary_->histogram(tag, weight, epoch);
   }
 }
 

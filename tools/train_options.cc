@@ -282,7 +282,8 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
       ->check(CLI::PositiveNumber);
   app.add_option("--log-dir", o.log_dir,
                  "per-epoch metrics as TensorBoard event files in LOG_DIR/train and "
-                 "LOG_DIR/validation, and appended to LOG_DIR/metrics.jsonl (--loop fit: "
+                 "LOG_DIR/validation, a histogram of each weight per epoch in LOG_DIR/train, "
+                 "and the metrics appended to LOG_DIR/metrics.jsonl (--loop fit: "
                  "LOG_DIR/metrics.csv)");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   app.add_flag("--no-progress", s.no_progress, "only print per-epoch lines");

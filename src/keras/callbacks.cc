@@ -1,6 +1,7 @@
 // ModelCheckpoint, EarlyStopping, LearningRateScheduler, CSVLogger and TensorBoard, and the
 // Monitor they share. BackupAndRestore is in backup_and_restore.cc, ProgbarLogger in
 // progbar_logger.cc.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -219,12 +220,16 @@ void CSVLogger::on_train_end(const Logs&) {
 
 void CSVLogger::on_train_abort() { on_train_end({}); }
 
-TensorBoard::TensorBoard(std::string log_dir, int64_t update_freq)
-    : log_dir_(std::move(log_dir)), update_freq_(update_freq) {
+TensorBoard::TensorBoard(std::string log_dir, int64_t update_freq, int histogram_freq)
+    : log_dir_(std::move(log_dir)), update_freq_(update_freq), histogram_freq_(histogram_freq) {
   DIST_CHECK_ARG(update_freq >= 0,
                  "TensorBoard: update_freq must be 0 (epochs only) or a "
                  "number of steps, got ",
                  update_freq);
+  DIST_CHECK_ARG(histogram_freq >= 0,
+                 "TensorBoard: histogram_freq must be 0 (no histograms) or a number of epochs, "
+                 "got ",
+                 histogram_freq);
 }
 TensorBoard::~TensorBoard() = default;
 
@@ -242,6 +247,7 @@ void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
 }
 
 void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
+  if (histogram_freq_ > 0 && epoch % histogram_freq_ == 0) write_histograms(epoch);
   if (!train_) return;
   for (const auto& [key, value] : logs) {
     if (key.rfind("val_", 0) == 0) {
@@ -253,6 +259,16 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
   }
   train_->flush();
   if (validation_) validation_->flush();
+}
+
+void TensorBoard::write_histograms(int epoch) {
+  model().gather_weights();  // every worker: under sharding 'parameters' each keeps shares
+  if (!train_) return;
+  for (const auto& [name, weight] : model().weights()) {
+    std::string tag = name;  // "dense.weight" -> "dense/weight", as Keras groups by layer
+    std::replace(tag.begin(), tag.end(), '.', '/');
+    train_->histogram(tag, weight, epoch);
+  }
 }
 
 void TensorBoard::on_train_end(const Logs&) {

@@ -2,8 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <vector>
+
+#include <ATen/ATen.h>
 
 #include "core/crc32c.h"
 #include "dist/core/error.h"
@@ -42,6 +48,33 @@ void put_bytes(std::string& out, int field, const std::string& bytes) {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void put_double(std::string& out, int field, double value) {
+  put_key(out, field, kFixed64);
+  put_fixed(out, value);
+}
+
+void put_packed_doubles(std::string& out, int field, const std::vector<double>& values) {
+  put_key(out, field, kLengthDelimited);
+  put_varint(out, values.size() * sizeof(double));
+  for (double v : values) put_fixed(out, v);
+}
+
+// TensorBoard's default bucket edges, ascending: -DBL_MAX, the negatives of the positive edges
+// (largest first), 0, the positive edges 1e-12 * 1.1^k below 1e20, DBL_MAX.
+const std::vector<double>& default_bucket_edges() {
+  static const std::vector<double> edges = [] {
+    std::vector<double> positive;
+    for (double v = 1.0e-12; v < 1.0e20; v *= 1.1) positive.push_back(v);
+    positive.push_back(DBL_MAX);
+    std::vector<double> all;
+    for (auto it = positive.rbegin(); it != positive.rend(); ++it) all.push_back(-*it);
+    all.push_back(0.0);
+    all.insert(all.end(), positive.begin(), positive.end());
+    return all;
+  }();
+  return edges;
 }
 
 // Event fields: 1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary.
@@ -110,6 +143,49 @@ void SummaryWriter::image(const std::string& tag, const at::Tensor& image, int64
   std::string summary_value;
   put_bytes(summary_value, 1, tag);
   put_bytes(summary_value, 4, summary_image);
+  write_value(summary_value, step);
+}
+
+void SummaryWriter::histogram(const std::string& tag, const at::Tensor& values, int64_t step) {
+  const at::Tensor flat = values.detach().to(at::kDouble).contiguous().view(-1);
+  const double* v = flat.data_ptr<double>();
+  const int64_t n = flat.numel();
+  const std::vector<double>& edges = default_bucket_edges();
+  std::vector<double> counts(edges.size(), 0.0);
+  double min = DBL_MAX, max = -DBL_MAX, sum = 0, sum_squares = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    DIST_CHECK_ARG(std::isfinite(v[i]), "histogram '", tag, "': value ", i, " of ", n, " is ", v[i],
+                   "; a histogram takes finite values only (the weights diverged?)");
+    min = std::min(min, v[i]);
+    max = std::max(max, v[i]);
+    sum += v[i];
+    sum_squares += v[i] * v[i];
+    // The first edge above the value; DBL_MAX itself goes in the last bucket.
+    const size_t b =
+        static_cast<size_t>(std::upper_bound(edges.begin(), edges.end(), v[i]) - edges.begin());
+    counts[std::min(b, edges.size() - 1)] += 1;
+  }
+  // Runs of empty buckets become one bucket ending where the run ends.
+  std::vector<double> limits, buckets;
+  for (size_t b = 0; b < edges.size(); ++b) {
+    if (counts[b] == 0 && b + 1 < edges.size() && counts[b + 1] == 0) continue;
+    limits.push_back(edges[b]);
+    buckets.push_back(counts[b]);
+  }
+  // HistogramProto: 1 min, 2 max, 3 num, 4 sum, 5 sum_squares (double), 6 bucket_limit, 7 bucket
+  // (packed doubles).
+  std::string histo;
+  put_double(histo, 1, min);
+  put_double(histo, 2, max);
+  put_double(histo, 3, static_cast<double>(n));
+  put_double(histo, 4, sum);
+  put_double(histo, 5, sum_squares);
+  put_packed_doubles(histo, 6, limits);
+  put_packed_doubles(histo, 7, buckets);
+  // Summary.Value: 1 tag (string), 5 histo (HistogramProto).
+  std::string summary_value;
+  put_bytes(summary_value, 1, tag);
+  put_bytes(summary_value, 5, histo);
   write_value(summary_value, step);
 }
 

@@ -1,7 +1,10 @@
 // Callbacks: the order they fire in, and what each standard callback does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
+#include <regex>
 
 #include <torch/torch.h>
 
@@ -228,6 +231,50 @@ TEST(KerasCallbacksTest, TensorBoardEventsHoldTheLoggedValues) {
   // Batch summaries every 2 global steps: steps 2, 4 and 6.
   for (int64_t step : {2, 4, 6}) EXPECT_TRUE(find(train, "batch_loss", step)) << step;
   EXPECT_FALSE(find(train, "batch_loss", 3));
+}
+
+// histogram_freq 2 over 3 epochs: a histogram of every weight at epochs 0 and 2, none at 1,
+// decoded with TensorBoard's schema; the last ones describe the weights fit ends with.
+TEST(KerasCallbacksTest, TensorBoardWritesWeightHistogramsEveryHistogramFreqEpochs) {
+  testing::TempDir dir;
+  Model model = compiled_cnn(MirroredStrategy({"cpu:0", "cpu:1"}));
+  FitOptions options = quiet(3);
+  options.steps_per_epoch = 2;
+  options.callbacks = {std::make_shared<callbacks::TensorBoard>(dir.file("tb"), 0, 2)};
+  model.fit(testing::equivalence_data(), options);
+
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("tb/train")))
+    files.push_back(entry.path().string());
+  ASSERT_EQ(files.size(), 1u);
+  std::string error;
+  const auto records = testing::read_tfrecords(files[0], &error);
+  ASSERT_EQ(error, "");
+  std::map<std::pair<std::string, int64_t>, std::string> histograms;  // (tag, step) -> text
+  static const std::regex tag(R"re(tag: "([^"]*)")re"), step(R"re(step: (\d+))re");
+  for (const auto& record : records) {
+    const std::string text = testing::decode_event(record, dir.path());
+    std::smatch t, s;
+    if (text.find("histo {") == std::string::npos) continue;
+    ASSERT_TRUE(std::regex_search(text, t, tag)) << text;
+    // proto3 leaves a zero out: no "step:" line at step 0.
+    histograms[{t[1], std::regex_search(text, s, step) ? std::stoll(s[1]) : 0}] = text;
+  }
+  const auto weights = model.weights();
+  EXPECT_EQ(histograms.size(), 2 * weights.size());
+  for (const auto& [name, value] : weights) {
+    std::string tag_of = name;
+    std::replace(tag_of.begin(), tag_of.end(), '.', '/');
+    EXPECT_EQ(histograms.count({tag_of, 1}), 0u) << tag_of;
+    ASSERT_EQ(histograms.count({tag_of, 0}), 1u) << tag_of;
+    ASSERT_EQ(histograms.count({tag_of, 2}), 1u) << tag_of;
+    const std::string& last = histograms[{tag_of, 2}];
+    std::smatch num, max;
+    ASSERT_TRUE(std::regex_search(last, num, std::regex(R"re(num: (\S+))re"))) << last;
+    EXPECT_EQ(std::stod(num[1]), static_cast<double>(value.numel())) << tag_of;
+    ASSERT_TRUE(std::regex_search(last, max, std::regex(R"re(max: (\S+))re"))) << last;
+    EXPECT_EQ(std::stod(max[1]), value.max().item<double>()) << tag_of;
+  }
 }
 
 // Throws at a given global step, as a crash would stop the process.

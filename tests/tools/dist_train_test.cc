@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -102,6 +103,23 @@ TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   EXPECT_EQ(validation.at({"epoch_accuracy", 2}),
             static_cast<float>(result["test_accuracy"].get<double>()));
   EXPECT_EQ(train.size(), 6u);
+  // And a histogram of each weight per epoch, decoded with TensorBoard's schema.
+  std::vector<std::string> train_files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("train")))
+    train_files.push_back(entry.path().string());
+  ASSERT_EQ(train_files.size(), 1u);
+  std::string error;
+  std::map<std::string, int> histograms_of;  // tag -> epochs
+  for (const auto& record : testing::read_tfrecords(train_files[0], &error)) {
+    const std::string text = testing::decode_event(record, dir.path());
+    std::smatch tag;
+    if (text.find("histo {") != std::string::npos &&
+        std::regex_search(text, tag, std::regex(R"re(tag: "([^"]*)")re")))
+      ++histograms_of[tag[1]];
+  }
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(histograms_of["conv1/weight"], 3);
+  EXPECT_EQ(histograms_of["dense2/bias"], 3);
 
   auto weights = load_safetensors(dir.file("w.safetensors"));
   std::vector<std::string> names;

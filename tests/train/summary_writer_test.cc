@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -217,6 +219,118 @@ TEST(SummaryWriterTest, ABadImageWritesNothing) {
   EXPECT_THROW(writer.image("x", torch::zeros({2, 4, 4}, torch::kUInt8), 1), InvalidArgument);
   writer.flush();
   EXPECT_EQ(testing::read_file(writer.path()), before);
+}
+
+// A histogram event decoded with TensorBoard's schema (tests/data/tensorboard/event.proto).
+struct DecodedHistogram {
+  std::string text;  // protoc's text format, for messages
+  double min = 0, max = 0, num = -1, sum = 0, sum_squares = 0;
+  std::vector<double> limits, buckets;
+};
+
+DecodedHistogram decode_histogram(const std::string& event, const std::string& work_dir) {
+  DecodedHistogram h;
+  h.text = testing::decode_event(event, work_dir);
+  auto field = [&](const std::string& name) {
+    std::vector<double> values;
+    const std::regex pattern("\\n *" + name + ": (\\S+)");
+    for (std::sregex_iterator it(h.text.begin(), h.text.end(), pattern), end; it != end; ++it)
+      values.push_back(std::stod((*it)[1]));
+    return values;
+  };
+  auto one = [&](const std::string& name) {
+    auto values = field(name);
+    return values.empty() ? 0.0 : values[0];  // proto3 leaves zeros out
+  };
+  h.min = one("min");
+  h.max = one("max");
+  h.num = one("num");
+  h.sum = one("sum");
+  h.sum_squares = one("sum_squares");
+  h.limits = field("bucket_limit");
+  h.buckets = field("bucket");
+  return h;
+}
+
+// Each value lies in the bucket of the first limit above it, that limit is a default edge
+// (0, +-DBL_MAX, or +-1e-12 x 1.1^k) no more than 1.1x away from the value, and the counts sum
+// to the element count.
+void expect_histogram_of(const DecodedHistogram& h, const std::vector<double>& values) {
+  ASSERT_EQ(h.limits.size(), h.buckets.size()) << h.text;
+  ASSERT_FALSE(h.limits.empty()) << h.text;
+  EXPECT_TRUE(std::is_sorted(h.limits.begin(), h.limits.end())) << h.text;
+  EXPECT_EQ(h.num, static_cast<double>(values.size())) << h.text;
+  std::vector<double> expected(h.limits.size(), 0.0);
+  for (double v : values) {
+    const size_t b = std::upper_bound(h.limits.begin(), h.limits.end(), v) - h.limits.begin();
+    ASSERT_LT(b, h.limits.size()) << v;
+    expected[b] += 1;
+  }
+  for (size_t b = 0; b < h.limits.size(); ++b) {
+    if (h.buckets[b] == 0) continue;
+    const double limit = h.limits[b];
+    if (limit != 0 && std::abs(limit) != DBL_MAX) {
+      const double k = std::log(std::abs(limit) / 1e-12) / std::log(1.1);
+      EXPECT_NEAR(k, std::round(k), 1e-6) << "limit " << limit << " is no default edge";
+    }
+  }
+  EXPECT_EQ(h.buckets, expected) << h.text;
+  double in_buckets = 0;
+  for (double c : h.buckets) in_buckets += c;
+  EXPECT_EQ(in_buckets, static_cast<double>(values.size()));
+}
+
+TEST(SummaryWriterTest, HistogramsDecodeWithTensorBoardsSchema) {
+  testing::TempDir dir;
+  torch::manual_seed(11);
+  const auto weights = torch::randn({40, 25}) * 0.05;
+  const auto few = torch::tensor({-2.5, 0.0, 0.0, 1e-13, 0.5, 3.0}, torch::kDouble);
+  std::string path;
+  {
+    SummaryWriter writer(dir.file("logs"));
+    writer.histogram("dense/weight", weights, 3);
+    writer.histogram("few", few.to(torch::kBFloat16), 4);  // any dtype, read as double
+    writer.histogram("empty", torch::zeros({0}), 5);
+    try {
+      writer.histogram("diverged", torch::tensor({1.0, std::nan("")}), 6);
+      ADD_FAILURE() << "a NaN was written";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("'diverged'"), std::string::npos) << e.what();
+    }
+    path = writer.path();
+  }
+  std::string error;
+  const auto events = testing::read_tfrecords(path, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  ASSERT_EQ(events.size(), 4u);  // the file version, then three histograms: none for the NaN
+
+  const auto dense = decode_histogram(events[1], dir.path());
+  EXPECT_NE(dense.text.find("step: 3"), std::string::npos) << dense.text;
+  EXPECT_NE(dense.text.find("tag: \"dense/weight\""), std::string::npos) << dense.text;
+  const auto flat = weights.to(torch::kDouble).reshape(-1);
+  const std::vector<double> values(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+  EXPECT_EQ(dense.min, *std::min_element(values.begin(), values.end()));
+  EXPECT_EQ(dense.max, *std::max_element(values.begin(), values.end()));
+  EXPECT_NEAR(dense.sum, flat.sum().item<double>(), 1e-9);
+  EXPECT_NEAR(dense.sum_squares, (flat * flat).sum().item<double>(), 1e-9);
+  expect_histogram_of(dense, values);
+
+  const auto small = decode_histogram(events[2], dir.path());
+  const auto rounded = few.to(torch::kBFloat16).to(torch::kDouble);
+  const std::vector<double> few_values(rounded.data_ptr<double>(), rounded.data_ptr<double>() + 6);
+  EXPECT_EQ(small.min, -2.5);
+  EXPECT_EQ(small.max, 3.0);
+  expect_histogram_of(small, few_values);
+  // The two zeros and 1e-13 share the bucket below the smallest positive edge, 1e-12.
+  const auto zero_bucket = std::upper_bound(small.limits.begin(), small.limits.end(), 0.0);
+  ASSERT_NE(zero_bucket, small.limits.end());
+  EXPECT_DOUBLE_EQ(*zero_bucket, 1e-12);
+  EXPECT_EQ(small.buckets[zero_bucket - small.limits.begin()], 3.0);
+
+  const auto empty = decode_histogram(events[3], dir.path());
+  EXPECT_EQ(empty.num, 0.0);
+  EXPECT_EQ(empty.limits, (std::vector<double>{DBL_MAX}));
+  EXPECT_EQ(empty.buckets, (std::vector<double>{0.0}));
 }
 
 }  // namespace

@@ -205,10 +205,15 @@ class CSVLogger : public Callback {
 // TensorBoard event files: <log_dir>/train and <log_dir>/validation, scalars "epoch_<key>"
 // per epoch at step = epoch (validation entries without their "val_" prefix, in the
 // validation directory, as Keras writes them), and "batch_<key>" every update_freq steps at
-// the global step when update_freq > 0.
+// the global step when update_freq > 0. With histogram_freq > 0, every histogram_freq epochs
+// (from the first) a histogram of each weight in the train directory at step = epoch, tagged
+// "<layer>/<weight>" ("dense/weight", "batch_normalization/running_mean"). Every worker must
+// have it (at sharding 'parameters' the weights are gathered first, a collective); the chief
+// writes.
 class TensorBoard : public Callback {
  public:
-  explicit TensorBoard(std::string log_dir = "logs", int64_t update_freq = 0);
+  explicit TensorBoard(std::string log_dir = "logs", int64_t update_freq = 0,
+                       int histogram_freq = 0);
   ~TensorBoard() override;
   void on_train_begin(const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
@@ -216,8 +221,11 @@ class TensorBoard : public Callback {
   void on_train_end(const Logs& logs) override;
 
  private:
+  void write_histograms(int epoch);
+
   std::string log_dir_;
   int64_t update_freq_;
+  int histogram_freq_;
   std::unique_ptr<SummaryWriter> train_;
   std::unique_ptr<SummaryWriter> validation_;
 };

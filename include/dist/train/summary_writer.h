@@ -6,8 +6,10 @@
 // its length (uint64 LE), the masked CRC-32C of those 8 bytes, the bytes of one Event protocol
 // buffer, and their masked CRC-32C. The first Event carries file_version "brain.Event:2"; each
 // scalar is an Event{wall_time, step, summary{value{tag, simple_value}}}, each image an
-// Event{wall_time, step, summary{value{tag, image{height, width, colorspace, PNG bytes}}}}.
-// Written by hand in protobuf wire format: four messages need no protobuf library.
+// Event{wall_time, step, summary{value{tag, image{height, width, colorspace, PNG bytes}}}}, each
+// histogram an Event{wall_time, step, summary{value{tag, histo{min, max, num, sum, sum_squares,
+// bucket_limit, bucket}}}} (TensorBoard's HistogramProto).
+// Written by hand in protobuf wire format: five messages need no protobuf library.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,13 @@ class SummaryWriter {
   // mapping float values). InvalidArgument as encode_png, before anything is written;
   // DataError naming the file if the write fails.
   void image(const std::string& tag, const at::Tensor& image, int64_t step);
+  // Appends one histogram event of `values` (any shape and dtype, read as double) over
+  // TensorBoard's default bucket edges (TensorFlow's: 0, then +-1e-12 growing by a factor of
+  // 1.1 up to 1e20, then +-DBL_MAX; a bucket counts the values from the edge before it up to,
+  // not including, its own edge), runs of empty buckets merged into one as TensorFlow writes
+  // them. InvalidArgument naming the tag for a NaN or infinite value (as tf.summary.histogram),
+  // before anything is written.
+  void histogram(const std::string& tag, const at::Tensor& values, int64_t step);
   // Hands what was written to the operating system (TensorBoard reads while training runs).
   void flush();
   const std::string& path() const { return path_; }
