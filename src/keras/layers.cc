@@ -20,6 +20,7 @@
 #include "dist/distribute/batch_split.h"
 #include "dist/distribute/replica_context.h"
 #include "dist/models/channels_last.h"
+#include "distribute/synchronized_batch_norm.h"
 #include "image_layers.h"
 
 namespace dist::keras {
@@ -202,11 +203,28 @@ class BatchNormalizationSpec : public LayerSpec {
     return std::make_shared<torch::nn::BatchNorm2dImpl>(options);
   }
   at::Tensor call(torch::nn::Module* m, const std::vector<at::Tensor>& x, bool) const override {
-    if (auto* bn2 = dynamic_cast<torch::nn::BatchNorm2dImpl*>(m)) return bn2->forward(x[0]);
-    return dynamic_cast<torch::nn::BatchNorm1dImpl*>(m)->forward(x[0]);
+    auto* bn2 = dynamic_cast<torch::nn::BatchNorm2dImpl*>(m);
+    if (!synchronized) return bn2 ? bn2->forward(x[0]) : as_1d(m).forward(x[0]);
+    return bn2 ? synchronized_forward(*bn2, x[0]) : synchronized_forward(as_1d(m), x[0]);
   }
 
   double momentum = 0.99, epsilon = 1e-3;
+  bool synchronized = false;
+
+ private:
+  static torch::nn::BatchNorm1dImpl& as_1d(torch::nn::Module* m) {
+    return *dynamic_cast<torch::nn::BatchNorm1dImpl*>(m);
+  }
+  // Statistics over the global batch (synchronized_batch_norm.h); the module's own forward
+  // otherwise, whose buffers and count it keeps the same way.
+  template <typename BatchNorm>
+  static at::Tensor synchronized_forward(BatchNorm& bn, const at::Tensor& x) {
+    const bool training = bn.is_training();
+    if (training) bn.num_batches_tracked.add_(1);
+    return dist::detail::synchronized_batch_norm(x, bn.weight, bn.bias, bn.running_mean,
+                                                 bn.running_var, training,
+                                                 bn.options.momentum().value(), bn.options.eps());
+  }
 };
 
 class FlattenSpec : public LayerSpec {
@@ -489,6 +507,10 @@ BatchNormalization& BatchNormalization::momentum(double momentum) {
                  "got ",
                  momentum);
   options_of<BatchNormalizationSpec>().momentum = momentum;
+  return *this;
+}
+BatchNormalization& BatchNormalization::synchronized(bool synchronized) {
+  options_of<BatchNormalizationSpec>().synchronized = synchronized;
   return *this;
 }
 BatchNormalization& BatchNormalization::epsilon(double epsilon) {

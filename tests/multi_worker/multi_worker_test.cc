@@ -192,6 +192,26 @@ TEST(MultiWorkerTest, AKerasModelWithAResidualBranchFitsAtStageThree) {
   expect_two_workers_fit_as_two_replicas("parameters");
 }
 
+// Synchronized batch norm on 2 workers x 2 replicas: the statistics of the global batch, so
+// every worker ends with one device's weights and moving statistics.
+TEST(MultiWorkerTest, SynchronizedBatchNormOnTwoWorkersOfTwoReplicasFitsAsOneDevice) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"sync_batchnorm", "2", dir.file("w")});
+  auto results = processes.wait_all(120s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  auto expected = testing::keras_batchnorm_fit(OneDeviceStrategy("cpu:0"), true).weights();
+  for (const char* rank : {"0", "2"}) {  // each worker's first replica id
+    auto saved = load_safetensors(dir.file(std::string("w.") + rank)).tensors;
+    ASSERT_EQ(saved.size(), expected.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      EXPECT_EQ(saved[i].first, expected[i].first);
+      EXPECT_LT(testing::max_relative_difference({saved[i].second}, {expected[i].second}), 1e-5)
+          << "worker " << rank << ": " << saved[i].first;
+    }
+  }
+}
+
 // At stage 3 the callbacks that read weights gather them on every worker first: ModelCheckpoint
 // writes each epoch's, and EarlyStopping keeps the best and sets them back when it stops.
 TEST(MultiWorkerTest, KerasCallbacksReadAndRestoreWeightsAtStageThree) {

@@ -21,6 +21,8 @@
 //   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
 //                                                    every worker saves its weights and
 //                                                    buffers as OUT_PREFIX.<rank>
+//   dist_test_worker sync_batchnorm REPLICAS OUT_PREFIX
+//                                                    the same with synchronized batch norm
 //   dist_test_worker stopped_fit DIR                 keras fit of the same model with
 //                                                    ModelCheckpoint (DIR/epoch<N>) and an
 //                                                    EarlyStopping that stops after epoch 2
@@ -168,9 +170,9 @@ int cyclegan(const std::string& optimizer, const std::string& out) {
   return 0;
 }
 
-int batchnorm(const std::string& out_prefix) {
-  dist::MultiWorkerMirroredStrategy strategy(options_from_env(1));
-  auto model = dist::testing::keras_batchnorm_fit(strategy);
+int batchnorm(const std::string& out_prefix, int replicas = 1, bool synchronized = false) {
+  dist::MultiWorkerMirroredStrategy strategy(options_from_env(replicas));
+  auto model = dist::testing::keras_batchnorm_fit(strategy, synchronized);
   int released = 0, parameters = 0;  // at sharding 'parameters': every one, between steps
   for (const auto& p : model.module()->parameters()) {
     released += p.numel() == 0;
@@ -396,6 +398,8 @@ int main(int argc, char** argv) {
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
     if (scenario == "centering" && argc == 3) return centering(argv[2]);
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
+    if (scenario == "sync_batchnorm" && argc == 4)
+      return batchnorm(argv[3], std::atoi(argv[2]), /*synchronized=*/true);
     if (scenario == "stopped_fit" && argc == 3) return stopped_fit(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));

@@ -165,6 +165,12 @@ class BatchNormalization : public Layer {
   // Keras' momentum: moving = moving * momentum + batch * (1 - momentum).
   BatchNormalization& momentum(double momentum);
   BatchNormalization& epsilon(double epsilon);
+  // Keras' synchronized=True: in training, the mean and variance over the global batch of
+  // every replica of every worker (one all-reduce per call in forward, one in backward), so N
+  // replicas normalize as one device does on the same global batch. Off (the default), each
+  // replica normalizes its own slice with its own statistics, and the moving statistics are
+  // averaged across replicas after each step: N replicas then differ from one device.
+  BatchNormalization& synchronized(bool synchronized);
 };
 
 // Flattens each example to one axis.

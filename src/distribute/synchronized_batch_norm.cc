@@ -1,0 +1,52 @@
+// Batch normalization over the global batch (synchronized_batch_norm.h).
+#include "distribute/synchronized_batch_norm.h"
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "dist/core/error.h"
+#include "dist/distribute/replica_context.h"
+
+namespace dist::detail {
+
+at::Tensor synchronized_batch_norm(const at::Tensor& x, const at::Tensor& weight,
+                                   const at::Tensor& bias, const at::Tensor& running_mean,
+                                   const at::Tensor& running_var, bool training, double momentum,
+                                   double eps) {
+  ReplicaContext* context = get_replica_context();
+  if (!training || context == nullptr || context->num_replicas_in_sync() == 1)
+    return at::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,
+                          /*cudnn_enabled=*/false);
+  DIST_CHECK_ARG(x.dim() >= 2, "synchronized BatchNormalization: input of shape ", x.sizes(),
+                 " has no channel axis (it takes [batch, channels, ...])");
+  const int64_t channels = x.size(1);
+  std::vector<int64_t> over{0};  // every axis but the channels'
+  for (int64_t d = 2; d < x.dim(); ++d) over.push_back(d);
+  const at::Tensor wide = x.to(at::kDouble);
+  const double count_here = static_cast<double>(x.numel() / channels);
+  at::Tensor sums =
+      at::cat({wide.sum(over), (wide * wide).sum(over), at::full({1}, count_here, wide.options())});
+  sums = context->all_reduce(ReduceOp::kSum, sums);  // differentiable: backward all-reduces
+  const at::Tensor count = sums.narrow(0, 2 * channels, 1);
+  const double total = count.item<double>();
+  DIST_CHECK_ARG(total > 0, "synchronized BatchNormalization: the global batch is empty");
+  const at::Tensor mean = sums.narrow(0, 0, channels) / count;
+  const at::Tensor variance = sums.narrow(0, channels, channels) / count - mean * mean;
+  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+  shape[1] = channels;
+  at::Tensor y = ((wide - mean.view(shape)) * (variance + eps).rsqrt().view(shape)).to(x.dtype());
+  if (weight.defined()) y = y * weight.view(shape);
+  if (bias.defined()) y = y + bias.view(shape);
+  if (running_mean.defined()) {
+    at::NoGradGuard no_grad;
+    running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.dtype()), momentum);
+    // One device's running variance is the unbiased one (n / (n - 1)).
+    const double unbias = total > 1 ? total / (total - 1) : 1.0;
+    running_var.mul_(1 - momentum)
+        .add_((variance.detach() * unbias).to(running_var.dtype()), momentum);
+  }
+  return y;
+}
+
+}  // namespace dist::detail
