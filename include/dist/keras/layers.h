@@ -169,7 +169,8 @@ class BatchNormalization : public Layer {
   // every replica of every worker (one all-reduce per call in forward, one in backward), so N
   // replicas normalize as one device does on the same global batch. Off (the default), each
   // replica normalizes its own slice with its own statistics, and the moving statistics are
-  // averaged across replicas after each step: N replicas then differ from one device.
+  // averaged across replicas after each step: N replicas then differ from one device. Under
+  // ParameterServerStrategy a step is one worker's batch, whose statistics it uses either way.
   BatchNormalization& synchronized(bool synchronized);
 };
 
