@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -619,7 +620,12 @@ void CustomLoop::write_weight_histograms(int epoch) {
     if (!weight.is_floating_point()) continue;  // a counter is no weight (Keras' weights)
     std::string tag = name;                     // "0.weight" -> "0/weight": grouped by layer
     std::replace(tag.begin(), tag.end(), '.', '/');
-    train_summary_->histogram(tag, weight, epoch);
+    try {
+      train_summary_->histogram(tag, weight, epoch);
+    } catch (const InvalidArgument& e) {  // a diverged weight: training goes on, as without
+      std::cerr << "dist-train: no histogram of " << tag << " at epoch " << epoch + 1 << ": "
+                << e.what() << std::endl;
+    }
   }
 }
 

@@ -23,28 +23,38 @@ at::Tensor synchronized_batch_norm(const at::Tensor& x, const at::Tensor& weight
   const int64_t channels = x.size(1);
   std::vector<int64_t> over{0};  // every axis but the channels'
   for (int64_t d = 2; d < x.dim(); ++d) over.push_back(d);
-  const at::Tensor wide = x.to(at::kDouble);
+  // Normalized in float32 at least (bfloat16 under autocast is widened, as at::batch_norm
+  // computes), the statistics summed in float64: nothing of the activation's size in float64.
+  const at::Tensor wide = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
   const double count_here = static_cast<double>(x.numel() / channels);
-  at::Tensor sums =
-      at::cat({wide.sum(over), (wide * wide).sum(over), at::full({1}, count_here, wide.options())});
-  sums = context->all_reduce(ReduceOp::kSum, sums);  // differentiable: backward all-reduces
+  at::Tensor sums = at::cat({at::sum(wide, over, /*keepdim=*/false, at::kDouble),
+                             at::sum(wide * wide, over, /*keepdim=*/false, at::kDouble),
+                             at::full({1}, count_here, x.options().dtype(at::kDouble))});
+  // Differentiable: backward all-reduces the gradients of the sums. Every replica must run
+  // this forward and the backward through it (one with no examples too: its output is empty).
+  sums = context->all_reduce(ReduceOp::kSum, sums);
   const at::Tensor count = sums.narrow(0, 2 * channels, 1);
   const double total = count.item<double>();
-  DIST_CHECK_ARG(total > 0, "synchronized BatchNormalization: the global batch is empty");
+  DIST_CHECK_ARG(total > 1, "synchronized BatchNormalization: ", total,
+                 " value(s) per channel in the global batch; training needs more than 1 (as "
+                 "LibTorch's BatchNorm says for one device)");
   const at::Tensor mean = sums.narrow(0, 0, channels) / count;
-  const at::Tensor variance = sums.narrow(0, channels, channels) / count - mean * mean;
+  // E[x^2] - E[x]^2 may round below 0 for a constant channel.
+  const at::Tensor variance =
+      (sums.narrow(0, channels, channels) / count - mean * mean).clamp_min(0);
   std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
   shape[1] = channels;
-  at::Tensor y = ((wide - mean.view(shape)) * (variance + eps).rsqrt().view(shape)).to(x.dtype());
+  at::Tensor y = (wide - mean.to(wide.scalar_type()).view(shape)) *
+                 (variance + eps).rsqrt().to(wide.scalar_type()).view(shape);
   if (weight.defined()) y = y * weight.view(shape);
   if (bias.defined()) y = y + bias.view(shape);
+  y = y.to(x.scalar_type());  // at::batch_norm's output has the input's dtype
   if (running_mean.defined()) {
     at::NoGradGuard no_grad;
     running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.dtype()), momentum);
     // One device's running variance is the unbiased one (n / (n - 1)).
-    const double unbias = total > 1 ? total / (total - 1) : 1.0;
     running_var.mul_(1 - momentum)
-        .add_((variance.detach() * unbias).to(running_var.dtype()), momentum);
+        .add_((variance.detach() * (total / (total - 1))).to(running_var.dtype()), momentum);
   }
   return y;
 }

@@ -9,6 +9,11 @@
 // those sums, the reduction BatchNorm's backward needs across replicas. A replica with no
 // examples takes part with zeros. The moving statistics are updated from the global ones
 // (the variance unbiased by the global count), as one device updates them.
+//
+// Every replica must run the forward and the backward through it in the same order (a replica
+// with no examples too): a replica that skips either leaves the others waiting in the
+// collective until its timeout. Keras' fit and a loop that calls backward on every replica's
+// loss inside strategy.run() do.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,8 +22,8 @@ namespace dist::detail {
 
 // `x` is [N, C] or [N, C, ...]; weight and bias [C] (undefined: none); running_mean and
 // running_var [C], updated in place in training with `momentum` (LibTorch's: the weight of
-// the new batch). Outside training, outside a step, or with one replica in sync: exactly
-// at::batch_norm.
+// the new batch). Outside training, outside a step, or with one replica in sync:
+// at::batch_norm. InvalidArgument when the global batch holds one value per channel.
 at::Tensor synchronized_batch_norm(const at::Tensor& x, const at::Tensor& weight,
                                    const at::Tensor& bias, const at::Tensor& running_mean,
                                    const at::Tensor& running_var, bool training, double momentum,

@@ -267,7 +267,12 @@ void TensorBoard::write_histograms(int epoch) {
   for (const auto& [name, weight] : model().weights()) {
     std::string tag = name;  // "dense.weight" -> "dense/weight", as Keras groups by layer
     std::replace(tag.begin(), tag.end(), '.', '/');
-    train_->histogram(tag, weight, epoch);
+    try {
+      train_->histogram(tag, weight, epoch);
+    } catch (const InvalidArgument& e) {  // a diverged weight: training goes on, as without
+      std::cerr << "TensorBoard: no histogram of " << tag << " at epoch " << epoch << ": "
+                << e.what() << std::endl;
+    }
   }
 }
 

@@ -275,6 +275,13 @@ void expect_histogram_of(const DecodedHistogram& h, const std::vector<double>& v
     }
   }
   EXPECT_EQ(h.buckets, expected) << h.text;
+  // Runs of empty buckets are merged: no two in a row, so at most one between nonempty ones.
+  size_t nonempty = 0;
+  for (size_t b = 0; b < h.buckets.size(); ++b) {
+    nonempty += h.buckets[b] > 0;
+    if (b > 0) EXPECT_FALSE(h.buckets[b] == 0 && h.buckets[b - 1] == 0) << "bucket " << b;
+  }
+  EXPECT_LE(h.buckets.size(), 2 * nonempty + 1) << h.text;
   double in_buckets = 0;
   for (double c : h.buckets) in_buckets += c;
   EXPECT_EQ(in_buckets, static_cast<double>(values.size()));

@@ -207,9 +207,9 @@ class CSVLogger : public Callback {
 // validation directory, as Keras writes them), and "batch_<key>" every update_freq steps at
 // the global step when update_freq > 0. With histogram_freq > 0, every histogram_freq epochs
 // (from the first) a histogram of each weight in the train directory at step = epoch, tagged
-// "<layer>/<weight>" ("dense/weight", "batch_normalization/running_mean"). Every worker must
-// have it (at sharding 'parameters' the weights are gathered first, a collective); the chief
-// writes.
+// "<layer>/<weight>" ("dense/weight", "batch_normalization/running_mean"; a weight with a NaN
+// or infinity gets none, and a warning on stderr). Every worker must have it (at sharding
+// 'parameters' the weights are gathered first, a collective); the chief writes.
 class TensorBoard : public Callback {
  public:
   explicit TensorBoard(std::string log_dir = "logs", int64_t update_freq = 0,

@@ -44,8 +44,8 @@ class SummaryWriter {
   // TensorBoard's default bucket edges (TensorFlow's: 0, then +-1e-12 growing by a factor of
   // 1.1 up to 1e20, then +-DBL_MAX; a bucket counts the values from the edge before it up to,
   // not including, its own edge), runs of empty buckets merged into one as TensorFlow writes
-  // them. InvalidArgument naming the tag for a NaN or infinite value (as tf.summary.histogram),
-  // before anything is written.
+  // them. InvalidArgument naming the tag for a NaN or infinite value (TensorFlow 1's
+  // histogram op refused them too), before anything is written.
   void histogram(const std::string& tag, const at::Tensor& values, int64_t step);
   // Hands what was written to the operating system (TensorBoard reads while training runs).
   void flush();
