@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "dist/distribute/replica_context.h"
+#include "dist/distribute/sync_batch_norm.h"
 #include "dist/models/cyclegan.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
@@ -159,6 +160,63 @@ std::vector<std::pair<std::string, torch::Tensor>> train_cyclegan_steps(const St
       weights.emplace_back(std::string(name) + "." + p.key(), p.value().detach().clone());
   for (const auto& [key, value] : losses) weights.emplace_back("loss/" + key, value.clone());
   return weights;
+}
+
+namespace {
+
+std::vector<std::pair<std::string, torch::Tensor>> named_values(const torch::nn::Module& module,
+                                                                const std::string& prefix = "") {
+  std::vector<std::pair<std::string, torch::Tensor>> values;
+  for (const auto& p : module.named_parameters())
+    values.emplace_back(prefix + p.key(), p.value().detach().clone());
+  for (const auto& b : module.named_buffers())
+    if (b.value().is_floating_point()) values.emplace_back(prefix + b.key(), b.value().clone());
+  return values;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> train_batch_norm_steps(const Strategy& strategy,
+                                                                          bool synchronized,
+                                                                          int steps) {
+  using namespace torch::nn;  // NOLINT(google-build-using-namespace): layer names
+  constexpr double kLearningRate = 0.01;
+  torch::manual_seed(9);
+  // No bias before a batch norm: its gradient is 0 on one device, rounding noise elsewhere.
+  Sequential net(Conv2d(Conv2dOptions(1, 4, 3).stride(2).bias(false)),
+                 BatchNorm2d(BatchNormOptions(4)), ReLU(), Flatten(),
+                 Linear(LinearOptions(4 * 13 * 13, 16).bias(false)),
+                 BatchNorm1d(BatchNormOptions(16)), ReLU(), Linear(16, 10));
+  if (synchronized) net = convert_sync_batchnorm(net);
+  auto model = strategy.mirror(net);
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(kLearningRate));
+  const auto before = named_values(*model.primary());
+  SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
+  std::vector<std::pair<std::string, torch::Tensor>> first_step;
+  int step = 0;
+  for (const auto& batch :
+       strategy.experimental_distribute_dataset(equivalence_data()).iterator()) {
+    if (step++ == steps) break;
+    auto outputs = strategy.run(
+        [&](const data::Element& b) {
+          auto logits = model->forward(b[0]);
+          compute_average_loss(loss_fn(b[1], logits)).backward();
+          optimizer->apply_gradients();
+          return logits.detach();
+        },
+        batch);
+    if (!first_step.empty()) continue;
+    first_step.emplace_back("output/first_step", strategy.gather(outputs, 0));
+    const auto after = named_values(*model.primary());
+    for (size_t i = 0; i < after.size(); ++i)
+      if (model.primary()->named_parameters().contains(after[i].first))
+        first_step.emplace_back("gradient/" + after[i].first,
+                                (before[i].second - after[i].second) / kLearningRate);
+  }
+  auto values = named_values(*model.primary());
+  values.insert(values.end(), first_step.begin(), first_step.end());
+  return values;
 }
 
 double max_relative_difference(const std::vector<torch::Tensor>& a,

@@ -68,6 +68,16 @@ std::vector<std::pair<std::string, torch::Tensor>> train_cyclegan_steps(const St
 std::vector<std::pair<std::string, torch::Tensor>> train_global_centering_steps(
     const Strategy& strategy);
 
+// `steps` (at most 20) SGD(0.01) steps (seed 9) over equivalence_data() of a small CNN with batch
+// normalization over channels (after a convolution) and over features (after a Dense): BatchNorm2d
+// and BatchNorm1d, made SyncBatchNorm by convert_sync_batchnorm when `synchronized`. Returns the
+// primary copy's parameters and moving statistics after the last step, "gradient/<name>": the
+// first step's gradients ((before - after) / learning rate), and "output/first_step": the
+// first step's training-mode outputs of every replica, gathered in global-batch order.
+std::vector<std::pair<std::string, torch::Tensor>> train_batch_norm_steps(const Strategy& strategy,
+                                                                          bool synchronized = true,
+                                                                          int steps = 20);
+
 // max over tensors of ||a - b|| / ||b||.
 double max_relative_difference(const std::vector<torch::Tensor>& a,
                                const std::vector<torch::Tensor>& b);

@@ -94,4 +94,22 @@ std::vector<ScalarEvent> read_scalar_events(const std::string& path, const std::
   return events;
 }
 
+std::vector<HistogramEvent> read_histogram_events(const std::string& path,
+                                                  const std::string& work_dir, std::string* error) {
+  std::vector<HistogramEvent> events;
+  static const std::regex tag(R"re(tag: "([^"]*)")re"), step(R"re((?:^|\n)step: (\d+)\n)re");
+  for (const std::string& record : read_tfrecords(path, error)) {
+    HistogramEvent event;
+    event.text = decode_event(record, work_dir);
+    std::smatch t, s;
+    if (event.text.find("histo {") == std::string::npos || !std::regex_search(event.text, t, tag))
+      continue;
+    event.tag = t[1];
+    // proto3 leaves a zero out: no "step:" line at step 0.
+    if (std::regex_search(event.text, s, step)) event.step = std::stoll(s[1]);
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
 }  // namespace dist::testing

@@ -31,4 +31,13 @@ struct ScalarEvent {
 std::vector<ScalarEvent> read_scalar_events(const std::string& path, const std::string& work_dir,
                                             std::string* error);
 
+struct HistogramEvent {
+  std::string tag;
+  int64_t step = 0;
+  std::string text;  // the whole event as decode_event gives it ("histo { min: ... }")
+};
+// The histogram summaries of an event file, decoded with TensorBoard's schema (decode_event).
+std::vector<HistogramEvent> read_histogram_events(const std::string& path,
+                                                  const std::string& work_dir, std::string* error);
+
 }  // namespace dist::testing

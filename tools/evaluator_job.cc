@@ -42,7 +42,7 @@ struct EvaluatedModel {
 // The custom loop's model and test evaluation (CustomLoop::evaluate, on one device):
 // the same batches and precision, so the chief's last test figures are reproduced.
 EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Dataset& test) {
-  torch::nn::Sequential model = models::make_model(name_of(options.model));
+  torch::nn::Sequential model = models::make_model(name_of(options.model), options.sync_batch_norm);
   const auto precision = options.mixed_precision;
   auto evaluate = [model, test, precision]() mutable {
     SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, Reduction::kNone);
@@ -65,7 +65,7 @@ EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Datase
 // The fit loop's: its checkpoints are BackupAndRestore's (model and optimizer), read into the
 // same Keras model compiled alike on one device.
 EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& test) {
-  keras::Model model = models::make_keras_model(name_of(options.model));
+  keras::Model model = models::make_keras_model(name_of(options.model), options.sync_batch_norm);
   model.compile(get_default_strategy(), make_keras_optimizer(options),
                 SparseCategoricalCrossentropy(true), {"accuracy"});
   model.set_dtype_policy(options.mixed_precision);  // as the chief's fit validates

@@ -158,7 +158,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   std::ostream& out = chief ? chief_out : discard;
 
   torch::manual_seed(options.seed);
-  keras::Model model = models::make_keras_model(name_of(options.model));
+  keras::Model model = models::make_keras_model(name_of(options.model), options.sync_batch_norm);
   model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
                 {"accuracy"});
   model.set_dtype_policy(options.mixed_precision);

@@ -410,7 +410,7 @@ class CustomLoop {
 Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy,
                                              const TrainOptions& options) {
   torch::manual_seed(options.seed);
-  return strategy.mirror(models::make_model(name_of(options.model)));
+  return strategy.mirror(models::make_model(name_of(options.model), options.sync_batch_norm));
 }
 
 CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
@@ -616,17 +616,9 @@ void CustomLoop::write_weight_histograms(int epoch) {
   model_.variables().gather_values();  // every worker: --sharding parameters keeps shares
   if (!train_summary_) return;
   model_.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
-  for (const auto& [name, weight] : named_weights(*model_.primary())) {
-    if (!weight.is_floating_point()) continue;  // a counter is no weight (Keras' weights)
-    std::string tag = name;                     // "0.weight" -> "0/weight": grouped by layer
-    std::replace(tag.begin(), tag.end(), '.', '/');
-    try {
-      train_summary_->histogram(tag, weight, epoch);
-    } catch (const InvalidArgument& e) {  // a diverged weight: training goes on, as without
-      std::cerr << "dist-train: no histogram of " << tag << " at epoch " << epoch + 1 << ": "
-                << e.what() << std::endl;
-    }
-  }
+  for (const std::string& refused :
+       train_summary_->weight_histograms(named_weights(*model_.primary()), epoch))
+    std::cerr << "dist-train: no histogram at epoch " << epoch + 1 << ": " << refused << std::endl;
 }
 
 void CustomLoop::save_weights() {

@@ -31,7 +31,8 @@ const Spellings<OptimizerKind> kOptimizers = {{OptimizerKind::kAdam, "adam"},
 const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"},
                                       {ModelKind::kMlp, "mlp"},
                                       {ModelKind::kMlpWide, "mlp_wide"},
-                                      {ModelKind::kMlpDeep, "mlp_deep"}};
+                                      {ModelKind::kMlpDeep, "mlp_deep"},
+                                      {ModelKind::kResnet, "resnet"}};
 
 template <class E>
 std::string spelling(const Spellings<E>& all, E value) {
@@ -113,6 +114,9 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
 
 void check_combinations(const TrainOptions& o) {
   const bool ps = o.strategy == StrategyKind::kParameterServer;
+  DIST_CHECK_ARG(o.sync_batch_norm || o.model == ModelKind::kResnet,
+                 "--no-sync-batch-norm applies to --model resnet only (the other models have no "
+                 "batch normalization)");
   DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
                  "--steps-per-epoch applies to --strategy parameter_server only (the other "
                  "strategies take whole passes of the data; use --max-steps to stop early)");
@@ -168,7 +172,7 @@ const CLI::Validator kMinusOneOrPositive(
 struct Spelled {
   std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model = "cnn";
   std::string mixed_precision = "float32", cross_device_ops, sharding = "none";
-  bool no_progress = false, unchecked = false;
+  bool no_progress = false, unchecked = false, no_sync_batch_norm = false;
 };
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
@@ -249,8 +253,12 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--optimizer", s.optimizer, "adam | sgd")->capture_default_str();
   app.add_option("--model", s.model,
                  "cnn (tutorial CNN) | mlp (784-4096-4096-10) | mlp_wide (784-10240-10240-10) | "
-                 "mlp_deep (784, 7 x 4096, 10)")
+                 "mlp_deep (784, 7 x 4096, 10) | resnet (the Mirrored Strategy tutorial's, "
+                 "with batch normalization, 32x32)")
       ->capture_default_str();
+  app.add_flag("--no-sync-batch-norm", s.no_sync_batch_norm,
+               "resnet: each replica normalizes by its own slice's statistics (the default "
+               "normalizes over the global batch, as one device does)");
   app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
   app.add_option("--mixed-precision", s.mixed_precision,
                  "float32 | bf16 (compute in bfloat16, variables float32; Keras' "
@@ -298,6 +306,7 @@ void finish(TrainOptions& o, const Spelled& s) {
   o.mixed_precision = mixed_precision::policy_from_name(s.mixed_precision);
   if (!s.cross_device_ops.empty()) o.cross_device_ops = parse_cross_device_ops(s.cross_device_ops);
   o.progress = !s.no_progress;
+  o.sync_batch_norm = !s.no_sync_batch_norm;
   o.check_collectives = !s.unchecked;
   o.communication_hook = gradient_compression(o.gradient_compression);
   o.sharding = parse_sharding(s.sharding);

@@ -28,7 +28,7 @@ enum class StrategyKind {
 enum class OptimizerKind { kAdam, kSgd };
 // the tutorial CNN | the 784-4096-4096-10 MLP (20M parameters) | the 784-10240-10240-10 MLP
 // (113M parameters: the model of the sharding memory bench)
-enum class ModelKind { kCnn, kMlp, kMlpWide, kMlpDeep };
+enum class ModelKind { kCnn, kMlp, kMlpWide, kMlpDeep, kResnet };
 
 // The command-line spelling ("custom", "parameter_server", "adam", "cnn").
 std::string name_of(Loop loop);
@@ -73,6 +73,9 @@ struct TrainOptions {
   double lr = 1e-3;
   OptimizerKind optimizer = OptimizerKind::kAdam;
   ModelKind model = ModelKind::kCnn;
+  // Batch normalization (resnet) over the global batch under every multi-replica strategy;
+  // false: over each replica's slice (--no-sync-batch-norm, to compare).
+  bool sync_batch_norm = true;
   mixed_precision::Policy mixed_precision = mixed_precision::Policy::kFloat32;
   uint64_t seed = 42;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";

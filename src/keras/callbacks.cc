@@ -264,16 +264,8 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
 void TensorBoard::write_histograms(int epoch) {
   model().gather_weights();  // every worker: under sharding 'parameters' each keeps shares
   if (!train_) return;
-  for (const auto& [name, weight] : model().weights()) {
-    std::string tag = name;  // "dense.weight" -> "dense/weight", as Keras groups by layer
-    std::replace(tag.begin(), tag.end(), '.', '/');
-    try {
-      train_->histogram(tag, weight, epoch);
-    } catch (const InvalidArgument& e) {  // a diverged weight: training goes on, as without
-      std::cerr << "TensorBoard: no histogram of " << tag << " at epoch " << epoch << ": "
-                << e.what() << std::endl;
-    }
-  }
+  for (const std::string& refused : train_->weight_histograms(model().weights(), epoch))
+    std::cerr << "TensorBoard: no histogram at epoch " << epoch << ": " << refused << std::endl;
 }
 
 void TensorBoard::on_train_end(const Logs&) {

@@ -22,6 +22,7 @@
 #include "dist/models/channels_last.h"
 #include "distribute/synchronized_batch_norm.h"
 #include "image_layers.h"
+#include "models/same_padding.h"
 
 namespace dist::keras {
 
@@ -78,18 +79,7 @@ int64_t window_output(int64_t in, int64_t window, int64_t stride, const std::str
   if (padding == "same") return (in + stride - 1) / stride;
   return in < window ? 0 : (in - window) / stride + 1;
 }
-std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t window, int64_t stride) {
-  int64_t out = (in + stride - 1) / stride;
-  int64_t total = std::max<int64_t>((out - 1) * stride + window - in, 0);
-  return {total / 2, total - total / 2};
-}
-// Pads [N, C, H, W] for "same" windows; `value` fills (zero for convolutions, -inf for max).
-at::Tensor pad_same(const at::Tensor& x, int64_t window, int64_t stride, double value) {
-  auto [top, bottom] = same_padding(x.size(2), window, stride);
-  auto [left, right] = same_padding(x.size(3), window, stride);
-  if (top + bottom + left + right == 0) return x;
-  return F::pad(x, F::PadFuncOptions({left, right, top, bottom}).value(value));
-}
+using models::pad_same;  // "same" padding: models/same_padding.h
 
 class Conv2DSpec : public LayerSpec {
  public:

@@ -29,12 +29,55 @@ keras::Model keras_mlp(int64_t hidden, int hidden_layers) {
   return keras::Sequential({1, 28, 28}, layers, "mlp");
 }
 
-keras::Model make_keras_model(const std::string& name) {
+namespace {
+
+using keras::KerasTensor;
+
+// The tutorial's resnet_block: two 3x3 convolutions with batch normalization, the second
+// added to the shortcut (a 1x1 convolution with batch normalization when it projects).
+KerasTensor resnet_block(const KerasTensor& input, const std::string& name, int64_t filters,
+                         int64_t strides, bool projection, bool synchronized) {
+  KerasTensor shortcut = input;
+  if (projection) {
+    shortcut = Conv2D(filters, 1).strides(strides).named(name + "_shortcut_conv")(input);
+    shortcut =
+        BatchNormalization().synchronized(synchronized).named(name + "_shortcut_bn")(shortcut);
+  }
+  KerasTensor x = Conv2D(filters, 3).strides(strides).padding("same").named(name + "_conv1")(input);
+  x = BatchNormalization().synchronized(synchronized).named(name + "_bn1")(x);
+  x = ReLU()(x);
+  x = Conv2D(filters, 3).padding("same").named(name + "_conv2")(x);
+  x = BatchNormalization().synchronized(synchronized).named(name + "_bn2")(x);
+  return ReLU()(Add()({x, shortcut}));
+}
+
+}  // namespace
+
+keras::Model keras_tutorial_resnet(bool synchronized_batch_norm) {
+  const bool sync = synchronized_batch_norm;
+  KerasTensor inputs = keras::Input({1, 28, 28});
+  KerasTensor x = ZeroPadding2D(2)(inputs);  // 32x32, the tutorial's CIFAR-10 size
+  x = Conv2D(kResnetFilters[0], 7).strides(2).padding("same").named("conv1")(x);
+  x = BatchNormalization().synchronized(sync).named("bn1")(x);
+  x = ReLU()(x);
+  x = MaxPooling2D(3).strides(2).padding("same")(x);
+  for (size_t stage = 0; stage < 3; ++stage) {
+    const std::string name = "block" + std::to_string(2 * stage + 1);
+    x = resnet_block(x, name, kResnetFilters[stage], stage == 0 ? 1 : 2, true, sync);
+    x = resnet_block(x, "block" + std::to_string(2 * stage + 2), kResnetFilters[stage], 1, false,
+                     sync);
+  }
+  x = GlobalAveragePooling2D()(x);
+  return keras::Model(inputs, Dense(10).named("dense")(x), "tutorial_resnet");
+}
+
+keras::Model make_keras_model(const std::string& name, bool synchronized_batch_norm) {
+  if (name == "resnet") return keras_tutorial_resnet(synchronized_batch_norm);
   if (name == "cnn") return keras_tutorial_cnn();
   if (name == "mlp") return keras_mlp();
   if (name == "mlp_wide") return keras_mlp(kWideMlpHidden);
   if (name == "mlp_deep") return keras_mlp(kDeepMlpHidden, kDeepMlpHiddenLayers);
-  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide or mlp_deep");
+  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide, mlp_deep or resnet");
 }
 
 }  // namespace dist::models

@@ -42,12 +42,13 @@ Sequential make_mlp(int64_t hidden, int hidden_layers) {
   return mlp;
 }
 
-Sequential make_model(const std::string& name) {
+Sequential make_model(const std::string& name, bool synchronized_batch_norm) {
+  if (name == "resnet") return make_tutorial_resnet(synchronized_batch_norm);
   if (name == "cnn") return make_tutorial_cnn();
   if (name == "mlp") return make_mlp();
   if (name == "mlp_wide") return make_mlp(kWideMlpHidden);
   if (name == "mlp_deep") return make_mlp(kDeepMlpHidden, kDeepMlpHiddenLayers);
-  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide or mlp_deep");
+  throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide, mlp_deep or resnet");
 }
 
 }  // namespace dist::models

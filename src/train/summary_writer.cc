@@ -146,6 +146,22 @@ void SummaryWriter::image(const std::string& tag, const at::Tensor& image, int64
   write_value(summary_value, step);
 }
 
+std::vector<std::string> SummaryWriter::weight_histograms(
+    const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t step) {
+  std::vector<std::string> refused;
+  for (const auto& [name, weight] : weights) {
+    if (!weight.is_floating_point()) continue;  // a counter is no weight (Keras' weights)
+    std::string tag = name;
+    std::replace(tag.begin(), tag.end(), '.', '/');
+    try {
+      histogram(tag, weight, step);
+    } catch (const InvalidArgument& e) {
+      refused.emplace_back(e.what());
+    }
+  }
+  return refused;
+}
+
 void SummaryWriter::histogram(const std::string& tag, const at::Tensor& values, int64_t step) {
   const at::Tensor flat = values.detach().to(at::kDouble).contiguous().view(-1);
   const double* v = flat.data_ptr<double>();

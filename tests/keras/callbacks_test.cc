@@ -248,18 +248,10 @@ TEST(KerasCallbacksTest, TensorBoardWritesWeightHistogramsEveryHistogramFreqEpoc
     files.push_back(entry.path().string());
   ASSERT_EQ(files.size(), 1u);
   std::string error;
-  const auto records = testing::read_tfrecords(files[0], &error);
-  ASSERT_EQ(error, "");
   std::map<std::pair<std::string, int64_t>, std::string> histograms;  // (tag, step) -> text
-  static const std::regex tag(R"re(tag: "([^"]*)")re"), step(R"re(step: (\d+))re");
-  for (const auto& record : records) {
-    const std::string text = testing::decode_event(record, dir.path());
-    std::smatch t, s;
-    if (text.find("histo {") == std::string::npos) continue;
-    ASSERT_TRUE(std::regex_search(text, t, tag)) << text;
-    // proto3 leaves a zero out: no "step:" line at step 0.
-    histograms[{t[1], std::regex_search(text, s, step) ? std::stoll(s[1]) : 0}] = text;
-  }
+  for (const auto& event : testing::read_histogram_events(files[0], dir.path(), &error))
+    histograms[{event.tag, event.step}] = event.text;
+  ASSERT_EQ(error, "");
   const auto weights = model.weights();
   EXPECT_EQ(histograms.size(), 2 * weights.size());
   for (const auto& [name, value] : weights) {

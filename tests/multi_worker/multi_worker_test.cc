@@ -212,6 +212,29 @@ TEST(MultiWorkerTest, SynchronizedBatchNormOnTwoWorkersOfTwoReplicasFitsAsOneDev
   }
 }
 
+// SyncBatchNorm modules (convert_sync_batchnorm) in a custom loop on 2 workers x 2 replicas,
+// gradient packs sent during backward, the last global batch of 3 leaving a replica empty: one
+// device's first-step outputs and gradients, weights after 20 steps and moving statistics.
+TEST(MultiWorkerTest, SyncBatchNormModulesOnTwoWorkersOfTwoReplicasTrainAsOneDevice) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {"sync_batchnorm_module", dir.file("w.safetensors")}, 30000, "ring");
+  auto results = processes.wait_all(120s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  const auto expected = testing::train_batch_norm_steps(OneDeviceStrategy());
+  const auto saved = load_safetensors(dir.file("w.safetensors")).tensors;
+  ASSERT_EQ(saved.size(), expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_EQ(saved[i].first, expected[i].first);
+    const double d = testing::max_relative_difference({saved[i].second}, {expected[i].second});
+    EXPECT_LT(d, 1e-5) << saved[i].first;
+    worst = std::max(worst, d);
+  }
+  std::printf("2 workers x 2 replicas, SyncBatchNorm modules: max relative difference %.3g\n",
+              worst);
+}
+
 // At stage 3 the callbacks that read weights gather them on every worker first: ModelCheckpoint
 // writes each epoch's, and EarlyStopping keeps the best and sets them back when it stops.
 TEST(MultiWorkerTest, KerasCallbacksReadAndRestoreWeightsAtStageThree) {

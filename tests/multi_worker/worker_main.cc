@@ -23,6 +23,9 @@
 //                                                    buffers as OUT_PREFIX.<rank>
 //   dist_test_worker sync_batchnorm REPLICAS OUT_PREFIX
 //                                                    the same with synchronized batch norm
+//   dist_test_worker sync_batchnorm_module OUT       train_batch_norm_steps (SyncBatchNorm
+//                                                    modules), 2 replicas, packs sent during
+//                                                    backward; the chief saves the result
 //   dist_test_worker stopped_fit DIR                 keras fit of the same model with
 //                                                    ModelCheckpoint (DIR/epoch<N>) and an
 //                                                    EarlyStopping that stops after epoch 2
@@ -97,6 +100,17 @@ int centering(const std::string& out) {
   dist::MultiWorkerMirroredStrategy strategy(options);
   auto weights = dist::testing::train_global_centering_steps(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, weights);
+  std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
+  return 0;
+}
+
+int sync_batchnorm_module(const std::string& out) {
+  auto options = options_from_env(2);
+  options.communication.bytes_per_pack = 64;  // packs complete, and are sent, during backward
+  options.communication.overlap_with_backward = true;
+  dist::MultiWorkerMirroredStrategy strategy(options);
+  auto values = dist::testing::train_batch_norm_steps(strategy);
+  if (strategy.is_chief()) dist::save_safetensors(out, values);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
   return 0;
 }
@@ -400,6 +414,7 @@ int main(int argc, char** argv) {
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
     if (scenario == "sync_batchnorm" && argc == 4)
       return batchnorm(argv[3], std::atoi(argv[2]), /*synchronized=*/true);
+    if (scenario == "sync_batchnorm_module" && argc == 3) return sync_batchnorm_module(argv[2]);
     if (scenario == "stopped_fit" && argc == 3) return stopped_fit(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));

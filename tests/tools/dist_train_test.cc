@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 
@@ -110,13 +109,8 @@ TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   ASSERT_EQ(train_files.size(), 1u);
   std::string error;
   std::map<std::string, int> histograms_of;  // tag -> epochs
-  for (const auto& record : testing::read_tfrecords(train_files[0], &error)) {
-    const std::string text = testing::decode_event(record, dir.path());
-    std::smatch tag;
-    if (text.find("histo {") != std::string::npos &&
-        std::regex_search(text, tag, std::regex(R"re(tag: "([^"]*)")re")))
-      ++histograms_of[tag[1]];
-  }
+  for (const auto& event : testing::read_histogram_events(train_files[0], dir.path(), &error))
+    ++histograms_of[event.tag];
   EXPECT_EQ(error, "");
   EXPECT_EQ(histograms_of["conv1/weight"], 3);
   EXPECT_EQ(histograms_of["dense2/bias"], 3);

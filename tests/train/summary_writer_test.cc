@@ -279,7 +279,9 @@ void expect_histogram_of(const DecodedHistogram& h, const std::vector<double>& v
   size_t nonempty = 0;
   for (size_t b = 0; b < h.buckets.size(); ++b) {
     nonempty += h.buckets[b] > 0;
-    if (b > 0) EXPECT_FALSE(h.buckets[b] == 0 && h.buckets[b - 1] == 0) << "bucket " << b;
+    if (b > 0) {
+      EXPECT_FALSE(h.buckets[b] == 0 && h.buckets[b - 1] == 0) << "bucket " << b;
+    }
   }
   EXPECT_LE(h.buckets.size(), 2 * nonempty + 1) << h.text;
   double in_buckets = 0;

@@ -15,7 +15,13 @@ namespace dist::models {
 keras::Model keras_tutorial_cnn();
 // Flatten, `hidden_layers` x Dense hidden relu (dense1, dense2, ...), Dense 10 (the last).
 keras::Model keras_mlp(int64_t hidden = 4096, int hidden_layers = 2);
-// "cnn", "mlp", "mlp_wide" or "mlp_deep" (make_mlp's shapes); InvalidArgument for other names.
-keras::Model make_keras_model(const std::string& name);
+// The Mirrored Strategy tutorial's ResNet for Fashion-MNIST ({1, 28, 28}, padded to 32x32 by
+// its first layer): Conv2D 7x7/2 (conv1), BatchNormalization (bn1), ReLU, MaxPooling2D 3/2,
+// six residual blocks (block1..block6, make_tutorial_resnet's), GlobalAveragePooling2D,
+// Dense 10 (dense, logits). Its BatchNormalization layers are synchronized(...) as asked.
+keras::Model keras_tutorial_resnet(bool synchronized_batch_norm = true);
+// "cnn", "mlp", "mlp_wide", "mlp_deep" (make_mlp's shapes) or "resnet" (its batch
+// normalization synchronized as asked); InvalidArgument for other names.
+keras::Model make_keras_model(const std::string& name, bool synchronized_batch_norm = true);
 
 }  // namespace dist::models

@@ -1,6 +1,7 @@
 // The models the tools, benchmarks and examples train.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <torch/nn/modules/container/sequential.h>
@@ -27,7 +28,19 @@ constexpr int64_t kWideMlpHidden = 10240;
 constexpr int64_t kDeepMlpHidden = 4096;
 constexpr int kDeepMlpHiddenLayers = 7;
 
-// "cnn", "mlp", "mlp_wide" or "mlp_deep"; throws InvalidArgument for other names.
-torch::nn::Sequential make_model(const std::string& name);
+// The residual network of the Mirrored Strategy tutorial (seed 003) for Fashion-MNIST: the
+// input [N,1,28,28] padded to 32x32 (pad), Conv2D 7x7/2, batch normalization, ReLU and
+// MaxPooling 3/2 (stem), six residual blocks of two 3x3 convolutions with batch normalization,
+// the first of each stage with a projection shortcut and, in stages 2 and 3, stride 2
+// (block1..block6, kResnetFilters filters), global average pooling (pool), Dense 10 (dense).
+// "same" padding is TensorFlow's, batch normalization has Keras' defaults; with
+// `synchronized_batch_norm` every one is a SyncBatchNorm (sync_batch_norm.h). Channels-last.
+torch::nn::Sequential make_tutorial_resnet(bool synchronized_batch_norm = true);
+// The tutorial's filters per stage (its 32x32 feature maps shrink to 8, 4 and 2).
+constexpr int64_t kResnetFilters[3] = {64, 128, 256};
+
+// "cnn", "mlp", "mlp_wide", "mlp_deep" or "resnet" (its batch normalization synchronized as
+// asked); throws InvalidArgument for other names.
+torch::nn::Sequential make_model(const std::string& name, bool synchronized_batch_norm = true);
 
 }  // namespace dist::models

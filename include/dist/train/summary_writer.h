@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -47,6 +49,11 @@ class SummaryWriter {
   // them. InvalidArgument naming the tag for a NaN or infinite value (TensorFlow 1's
   // histogram op refused them too), before anything is written.
   void histogram(const std::string& tag, const at::Tensor& values, int64_t step);
+  // A histogram of each floating-point weight (integer counters are skipped), tagged by layer
+  // as Keras groups them ("dense.weight" -> "dense/weight"). A weight with a NaN or infinity
+  // gets none: training goes on, and its message is returned (the others are written).
+  std::vector<std::string> weight_histograms(
+      const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t step);
   // Hands what was written to the operating system (TensorBoard reads while training runs).
   void flush();
   const std::string& path() const { return path_; }
