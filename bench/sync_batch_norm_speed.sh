@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Speed of synchronized batch normalization against per-replica batch normalization (issue
-# 36): the Mirrored Strategy tutorial's ResNet (dist-train --model resnet, 13 BatchNormalization
+# 36): the Mirrored Strategy tutorial's ResNet (dist-train --model resnet, 16 BatchNormalization
 # layers, 2.79M parameters), 64 examples per replica, Adam, under
 #   mirrored      one process of 2 replicas (threads)
 #   multi_worker  2 worker processes of 1 replica (dist-launch, shared memory between them)

@@ -22,8 +22,9 @@ namespace dist::detail {
 
 // `x` is [N, C] or [N, C, ...]; weight and bias [C] (undefined: none); running_mean and
 // running_var [C], updated in place in training with `momentum` (LibTorch's: the weight of
-// the new batch). Outside training, outside a step, or with one replica in sync:
-// at::batch_norm. InvalidArgument when the global batch holds one value per channel.
+// the new batch). In training with one replica (or outside a step) the same arithmetic without
+// the all-reduce; in evaluation at::batch_norm. InvalidArgument when the global batch holds one
+// value per channel.
 at::Tensor synchronized_batch_norm(const at::Tensor& x, const at::Tensor& weight,
                                    const at::Tensor& bias, const at::Tensor& running_mean,
                                    const at::Tensor& running_var, bool training, double momentum,

@@ -28,10 +28,18 @@ AnyModule batch_norm(int64_t channels, bool synchronized) {
   return AnyModule(BatchNorm2d(options));
 }
 
-// Conv2D with "same" padding, TensorFlow's way, and a bias.
+// Conv2D with "same" padding, TensorFlow's way, and a bias. At stride 1 an odd kernel pads
+// (kernel - 1) / 2 on every side: the convolution's own padding, no padded copy of the input.
+Conv2d same_conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  auto options = Conv2dOptions(in, out, kernel).stride(stride);
+  if (stride == 1 && kernel % 2 == 1) options.padding(kernel / 2);
+  return Conv2d(options);
+}
 at::Tensor conv_same(Conv2d& conv, const at::Tensor& x) {
   const int64_t kernel = conv->options.kernel_size()->at(0);
-  return conv->forward(pad_same(x, kernel, conv->options.stride()->at(0), 0.0));
+  const int64_t stride = conv->options.stride()->at(0);
+  if (stride == 1 && kernel % 2 == 1) return conv->forward(x);
+  return conv->forward(pad_same(x, kernel, stride, 0.0));
 }
 
 // The tutorial's resnet_block: conv 3x3, BN, ReLU, conv 3x3, BN, plus the shortcut (a 1x1
@@ -55,10 +63,10 @@ class ResidualBlockImpl : public Cloneable<ResidualBlockImpl> {
       shortcut_bn_ = batch_norm(filters_, synchronized_);
       register_module("shortcut_bn", shortcut_bn_.ptr());
     }
-    conv1_ = register_module("conv1", Conv2d(Conv2dOptions(in_, filters_, 3).stride(strides_)));
+    conv1_ = register_module("conv1", same_conv(in_, filters_, 3, strides_));
     bn1_ = batch_norm(filters_, synchronized_);
     register_module("bn1", bn1_.ptr());
-    conv2_ = register_module("conv2", Conv2d(Conv2dOptions(filters_, filters_, 3)));
+    conv2_ = register_module("conv2", same_conv(filters_, filters_, 3, 1));
     bn2_ = batch_norm(filters_, synchronized_);
     register_module("bn2", bn2_.ptr());
   }
@@ -85,7 +93,7 @@ class StemImpl : public Cloneable<StemImpl> {
   explicit StemImpl(bool synchronized) : synchronized_(synchronized) { reset(); }
 
   void reset() override {
-    conv1_ = register_module("conv1", Conv2d(Conv2dOptions(1, kResnetFilters[0], 7).stride(2)));
+    conv1_ = register_module("conv1", same_conv(1, kResnetFilters[0], 7, 2));
     bn1_ = batch_norm(kResnetFilters[0], synchronized_);
     register_module("bn1", bn1_.ptr());
   }

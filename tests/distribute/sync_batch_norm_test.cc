@@ -7,10 +7,13 @@
 #include <torch/torch.h>
 
 #include "dist/core/error.h"
+#include "dist/data/mnist.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/distribute/sync_batch_norm.h"
+#include "dist/models/reference_models.h"
+#include "dist/train/loss.h"
 #include "distribute/local_cluster.h"
 #include "equivalence_data.h"
 
@@ -72,6 +75,60 @@ TEST(SyncBatchNormModuleTest, ReplicasTrainAsOneDeviceInlineAndOverlapped) {
   EXPECT_GT(apart, 1e-2);
 }
 
+// 3 SGD steps of the tutorial's ResNet (SyncBatchNorm throughout) in `dtype` on 36
+// Fashion-MNIST images in global batches of 12: its parameters and moving statistics, as
+// float64.
+std::vector<std::pair<std::string, torch::Tensor>> resnet_steps(const Strategy& strategy,
+                                                                torch::Dtype dtype) {
+  torch::manual_seed(4);
+  auto net = models::make_tutorial_resnet(/*synchronized_batch_norm=*/true);
+  net->to(dtype);
+  auto model = strategy.mirror(net);
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.01));
+  auto images = data::fashion_mnist(data::kFashionMnistDefaultDir, data::Split::kTrain).take(36);
+  auto to_dtype = [dtype](data::Element e) {
+    e[0] = e[0].to(dtype);
+    return e;
+  };
+  SparseCategoricalCrossentropy loss_fn(true, Reduction::kNone);
+  for (const auto& batch :
+       strategy.experimental_distribute_dataset(images.map(to_dtype).batch(12)).iterator())
+    strategy.run(
+        [&](const data::Element& b) {
+          compute_average_loss(loss_fn(b[1], model->forward(b[0]))).backward();
+          optimizer->apply_gradients();
+        },
+        batch);
+  std::vector<std::pair<std::string, torch::Tensor>> values;
+  for (const auto& p : model.primary()->named_parameters())
+    values.emplace_back(p.key(), p.value().detach().to(torch::kDouble));
+  for (const auto& b : model.primary()->named_buffers())
+    if (b.value().is_floating_point()) values.emplace_back(b.key(), b.value().to(torch::kDouble));
+  return values;
+}
+
+// The issue's model end to end: 2 replicas are one device, exactly in float64, and in float32
+// both stay within 1e-5 of float64 (LibTorch's float32 BatchNorm does not: docs/design.md).
+// Global batches of 12: with 32 (16 a replica) the float32 replicas part from float64 by 0.05
+// in 3 steps (9e-4 with oneDNN off) while one device stays within 2e-6 and float64 replicas
+// within 1e-14; an open question (the note of issue 36), so this test states what holds.
+TEST(SyncBatchNormModuleTest, TheTutorialResnetOnReplicasIsOneDeviceAndFloat64) {
+  const auto exact = resnet_steps(OneDeviceStrategy(), torch::kDouble);
+  const auto [in_float64, what64] = worst(resnet_steps(replicas(2), torch::kDouble), exact);
+  const auto one = resnet_steps(OneDeviceStrategy(), torch::kFloat);
+  const auto two = resnet_steps(replicas(2), torch::kFloat);
+  const auto [two_vs_one, what] = worst(two, one);
+  const auto [one_vs_exact, what_one] = worst(one, exact);
+  std::printf(
+      "float64, 2 replicas vs one device: %.3g (%s); float32: %.3g (%s); float32 one "
+      "device vs float64: %.3g (%s)\n",
+      in_float64, what64.c_str(), two_vs_one, what.c_str(), one_vs_exact, what_one.c_str());
+  EXPECT_LT(in_float64, 1e-12) << what64;
+  EXPECT_LT(two_vs_one, 1e-5) << what;
+  EXPECT_LT(one_vs_exact, 1e-5) << what_one;
+}
+
 TEST(SyncBatchNormModuleTest, ConvertKeepsStateAndSharesTheOtherModules) {
   torch::manual_seed(1);
   torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4),
@@ -106,6 +163,54 @@ TEST(SyncBatchNormModuleTest, ConvertKeepsStateAndSharesTheOtherModules) {
   auto x = torch::randn({5, 2, 3, 3});
   EXPECT_TRUE(torch::allclose(converted[3]->as<SyncBatchNormImpl>()->forward(x),
                               net[3]->as<torch::nn::BatchNorm2dImpl>()->forward(x)));
+}
+
+// Without affine weights or moving statistics, as LibTorch's: clones keep the shape of the
+// module, and evaluation without statistics normalizes by the batch's own.
+TEST(SyncBatchNormModuleTest, WithoutWeightsOrStatisticsItClonesAndEvaluatesAsLibTorchs) {
+  const auto options = torch::nn::BatchNormOptions(3).affine(false).track_running_stats(false);
+  SyncBatchNorm bare(options);
+  EXPECT_TRUE(bare->parameters().empty());
+  auto copy = std::dynamic_pointer_cast<SyncBatchNormImpl>(bare->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_FALSE(copy->running_mean.defined());
+  torch::nn::BatchNorm1d reference(options);
+  reference->eval();
+  copy->eval();
+  auto x = torch::randn({6, 3}) * 3 + 2;
+  EXPECT_TRUE(torch::allclose(copy->forward(x), reference(x)));
+  // A double BatchNorm converts to a double SyncBatchNorm, frozen weights stay frozen.
+  torch::nn::BatchNorm1d wide(3);
+  wide->to(torch::kDouble);
+  wide->weight.set_requires_grad(false);
+  auto converted = convert_sync_batchnorm(torch::nn::Sequential(wide));
+  auto synced = converted->ptr<SyncBatchNormImpl>(0);
+  EXPECT_EQ(synced->weight.scalar_type(), torch::kDouble);
+  EXPECT_EQ(synced->running_var.scalar_type(), torch::kDouble);
+  // (LibTorch's Module::to made the counter double too: kept as it was.)
+  EXPECT_EQ(synced->num_batches_tracked.scalar_type(), wide->num_batches_tracked.scalar_type());
+  EXPECT_FALSE(synced->weight.requires_grad());
+  EXPECT_TRUE(synced->bias.requires_grad());
+}
+
+// A BatchNorm that a module holds as a member cannot be replaced: refused, not left per replica.
+struct HoldsABatchNormImpl : torch::nn::Cloneable<HoldsABatchNormImpl> {
+  HoldsABatchNormImpl() { reset(); }
+  void reset() override { bn = register_module("bn", torch::nn::BatchNorm1d(2)); }
+  torch::Tensor forward(const torch::Tensor& x) { return bn(x); }
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(HoldsABatchNorm);
+
+TEST(SyncBatchNormModuleTest, ABatchNormInsideAModuleIsRefusedByName) {
+  try {
+    convert_sync_batchnorm(torch::nn::Sequential(torch::nn::Linear(2, 2), HoldsABatchNorm()));
+    ADD_FAILURE() << "a member BatchNorm was left unsynchronized";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'1.bn' is a BatchNorm inside a module"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SyncBatchNormModuleTest, OutsideAStepItTrainsAsLibTorchsBatchNorm) {

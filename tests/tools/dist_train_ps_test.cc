@@ -8,6 +8,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -111,6 +112,30 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
     for (int step = 21; step < 33; ++step)
       EXPECT_EQ(checkpoints.count("ckpt-" + std::to_string(step) + ".safetensors"), 0u) << step;
   }
+}
+
+// The ResNet's synchronized batch normalization under parameter servers: each worker's step
+// normalizes over its own batch (workers step apart: no global batch), and says so once.
+TEST(DistTrainParameterServerTest, SynchronizedBatchNormIsWorkerLocalWithAWarning) {
+  const CommandResult job =
+      run(std::string(DIST_LAUNCH_BINARY) + " --workers 1 --ps 1 -- " + DIST_TRAIN_BINARY +
+              " --strategy parameter_server --model resnet --train-examples 96"
+              " --test-examples 64 --batch-per-replica 32 --epochs 1 --optimizer sgd --lr 0.01"
+              " --no-progress --collective-timeout 30 --rendezvous-timeout 30",
+          180);
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  const std::string warning =
+      "warning: synchronized batch normalization under ParameterServerStrategy normalizes over "
+      "each worker's own batch";
+  size_t said = 0;
+  for (size_t at = job.output.find(warning); at != std::string::npos;
+       at = job.output.find(warning, at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << job.output;
+  EXPECT_TRUE(testing::contains(job.output, "[worker:0] " + warning)) << job.output;
+  const auto result = nlohmann::json::parse(last_line_of(job.output, "chief"));
+  EXPECT_EQ(result["steps"], 3);
+  EXPECT_TRUE(std::isfinite(result["train_loss"].get<double>())) << job.output;
 }
 
 // The scalars of the one event file in `dir`.

@@ -221,6 +221,33 @@ TEST(NetnsClusterTest, FourHostsTimesOneReplicaOverMpiReproduceOneDeviceWeights)
 }
 #endif
 
+// The tutorial's ResNet on 2 hosts x 2 replicas, its 16 batch normalizations synchronized (each
+// one's statistics all-reduced across the bridge in forward and in backward): one device's
+// weights and moving statistics after 5 SGD steps.
+TEST(NetnsClusterTest, ResnetWithSynchronizedBatchNormOnTwoHostsTimesTwoReplicasIsOneDevice) {
+  MAKE_CLUSTER(cluster, 2);
+  testing::TempDir dir;
+  auto resnet = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"--model", "resnet", "--lr", "0.01", "--test-examples", "128"});
+    return args;
+  };
+  WorkerProcesses one;
+  one.start(DIST_TRAIN_BINARY, resnet(job_args("one_device", dir.file("one.safetensors"), 5)), {});
+  const ProcessResult alone = one.wait_all(240s).at(0);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  Launch launch = by_dist_launch(cluster, 2);
+  for (const auto& a : resnet(job_args("multi_worker", dir.file("hosts.safetensors"), 5)))
+    launch.args.push_back(a);
+  WorkerProcesses launcher;
+  launcher.start(launch.program, launch.args, {});
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  std::printf("resnet, synchronized batch norm: ");
+  testing::expect_workers_reached(result, launch.source, 2, 4, dir.file("hosts.safetensors"),
+                                  dir.file("one.safetensors"));
+  expect_network_between_workers(result.output);
+  EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
+}
+
 // Every sharding level across hosts (each worker in a namespace of its own, so no shared
 // memory: the transport's reduce-scatter and all-gather): 2 hosts after 20 SGD steps and 4 hosts
 // after 20 Adam steps reproduce one device's weights, within 1e-5 and 1e-4 (Adam divides by the

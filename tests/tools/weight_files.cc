@@ -8,7 +8,9 @@ namespace dist::testing {
 
 std::vector<torch::Tensor> weights_in(const std::string& path) {
   std::vector<torch::Tensor> values;
-  for (const auto& [name, tensor] : load_safetensors(path).tensors) values.push_back(tensor);
+  // Counters (batch norm's num_batches_tracked) as doubles: compared like the rest.
+  for (const auto& [name, tensor] : load_safetensors(path).tensors)
+    values.push_back(tensor.is_floating_point() ? tensor : tensor.to(torch::kDouble));
   return values;
 }
 

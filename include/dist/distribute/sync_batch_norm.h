@@ -4,12 +4,16 @@
 // replica's and every worker's examples together, so N replicas normalize as one device does;
 // the moving statistics are updated from the global statistics. One all-reduce per call in
 // forward and one in backward (ReplicaContext::all_reduce's gradient). A replica with no
-// examples takes part. Outside a step, in eval mode, or with one replica: LibTorch's BatchNorm.
+// examples takes part. With one replica, or outside a step, it trains with the same arithmetic
+// (float64 sums of the statistics) without the all-reduce, so one device and N replicas agree;
+// LibTorch's float32 BatchNorm can be far less exact (docs/design.md). In eval mode it is
+// LibTorch's BatchNorm.
 //
 // Every replica must run forward and backward through the module in the same order (one
 // with an empty slice too): a replica that skips either leaves the others waiting in the
 // collective until the strategy's timeout. Under ParameterServerStrategy a step is one
-// replica's, so the statistics are that worker's batch (docs/guide.md).
+// replica's, so the statistics are that worker's batch (worker-local, with a warning on stderr
+// once per process, not refused: the same model runs under every strategy).
 //
 //   auto model = dist::convert_sync_batchnorm(torch::nn::Sequential(
 //       torch::nn::Conv2d(1, 8, 3), torch::nn::BatchNorm2d(8), torch::nn::ReLU()));
@@ -42,9 +46,10 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 TORCH_MODULE(SyncBatchNorm);
 
 // A copy of `model` whose BatchNorm1d/2d/3d children are
-// SyncBatchNorm modules with the same options, parameters and statistics (copied); every
-// other child is shared with `model`. BatchNorm modules that a custom module holds as members
-// are out of reach (its forward calls them directly): build those as SyncBatchNorm.
+// SyncBatchNorm modules with the same options, parameters and statistics (copied, on the same
+// device and dtype, trainable as they were); every other child is shared with `model`.
+// InvalidArgument naming it for a BatchNorm held inside a child module: that module's forward
+// calls its member directly, so no converter can replace it; build it as SyncBatchNorm.
 torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& model);
 
 }  // namespace dist

@@ -170,7 +170,8 @@ class BatchNormalization : public Layer {
   // replicas normalize as one device does on the same global batch. Off (the default), each
   // replica normalizes its own slice with its own statistics, and the moving statistics are
   // averaged across replicas after each step: N replicas then differ from one device. Under
-  // ParameterServerStrategy a step is one worker's batch, whose statistics it uses either way.
+  // ParameterServerStrategy a step is one worker's batch, whose statistics it uses either way
+  // (worker-local, with a warning on stderr once per process: workers step independently).
   BatchNormalization& synchronized(bool synchronized);
 };
 
