@@ -8,6 +8,7 @@
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
+#include "distribute/local_cluster.h"
 
 namespace dist::testing {
 
@@ -217,6 +218,17 @@ std::vector<std::pair<std::string, torch::Tensor>> train_batch_norm_steps(const 
   auto values = named_values(*model.primary());
   values.insert(values.end(), first_step.begin(), first_step.end());
   return values;
+}
+
+MultiWorkerMirroredStrategy overlapped_one_worker() {
+  MultiWorkerOptions options;
+  options.cluster = parse_tf_config(local_tf_config(free_loopback_ports(1), 0));
+  options.replicas_per_worker = 2;
+  options.threads_per_replica = 1;
+  options.communication.timeout = std::chrono::seconds(20);
+  options.communication.bytes_per_pack = 64;
+  options.communication.overlap_with_backward = true;
+  return MultiWorkerMirroredStrategy(options);
 }
 
 double max_relative_difference(const std::vector<torch::Tensor>& a,

@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include "dist/data/dataset.h"
+#include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/strategy.h"
 
 namespace dist::testing {
@@ -77,6 +78,11 @@ std::vector<std::pair<std::string, torch::Tensor>> train_global_centering_steps(
 std::vector<std::pair<std::string, torch::Tensor>> train_batch_norm_steps(const Strategy& strategy,
                                                                           bool synchronized = true,
                                                                           int steps = 20);
+
+// One worker (127.0.0.1) of two replicas whose gradient packs (64 bytes: a tensor or two each)
+// are all-reduced during backward, through the same hooks and cross-process stage as a real
+// job; collectives time out after 20 s.
+MultiWorkerMirroredStrategy overlapped_one_worker();
 
 // max over tensors of ||a - b|| / ||b||.
 double max_relative_difference(const std::vector<torch::Tensor>& a,

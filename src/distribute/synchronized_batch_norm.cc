@@ -41,10 +41,10 @@ at::Tensor synchronized_batch_norm(const at::Tensor& x, const at::Tensor& weight
     return at::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,
                           /*cudnn_enabled=*/false);
   // One replica computes as N do (the statistics' sums in float64), only without the
-  // all-reduce: so one device and N replicas do the same arithmetic. LibTorch's float32
-  // BatchNorm is not that arithmetic, and it is the less exact one: on the tutorial's ResNet
-  // over Fashion-MNIST it is 0.23 from float64 after 3 SGD steps where this is 3e-6
-  // (SyncBatchNormModuleTest.TheTutorialResnetOnReplicasIsOneDeviceAndFloat64).
+  // all-reduce: one device and N replicas do the same arithmetic, so they agree to rounding.
+  // LibTorch's float32 BatchNorm is other arithmetic, and on the tutorial's ResNet over
+  // Fashion-MNIST it ended 0.23 from float64 after 3 SGD steps where this ended 3e-6
+  // (docs/design.md, SyncBatchNormModuleTest.TheTutorialResnetOnReplicasIsOneDeviceAndFloat64).
   const bool across_replicas = context != nullptr && context->num_replicas_in_sync() > 1;
   DIST_CHECK_ARG(x.dim() >= 2, "synchronized BatchNormalization: input of shape ", x.sizes(),
                  " has no channel axis (it takes [batch, channels, ...])");

@@ -7,7 +7,6 @@
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
-#include "distribute/local_cluster.h"
 #include "equivalence_data.h"
 
 namespace dist {
@@ -19,25 +18,12 @@ std::vector<torch::Tensor> values(const std::vector<std::pair<std::string, torch
   return out;
 }
 
-// One worker of two replicas whose gradient packs (64 bytes: a tensor or two each) are
-// all-reduced during backward, through the same hooks and cross-process stage as a real job.
-MultiWorkerMirroredStrategy overlapped_one_worker() {
-  MultiWorkerOptions options;
-  options.cluster = parse_tf_config(local_tf_config(free_loopback_ports(1), 0));
-  options.replicas_per_worker = 2;
-  options.threads_per_replica = 1;
-  options.communication.timeout = std::chrono::seconds(20);
-  options.communication.bytes_per_pack = 64;
-  options.communication.overlap_with_backward = true;
-  return MultiWorkerMirroredStrategy(options);
-}
-
 TEST(CollectiveInBackwardTest, AllReduceInBackwardEqualsOneDeviceUnderEveryStrategy) {
   const auto one_device = values(testing::train_global_centering_steps(OneDeviceStrategy()));
   const std::vector<std::pair<std::string, Strategy>> strategies = {
       {"mirrored x2", MirroredStrategy(std::vector<std::string>{"cpu:0", "cpu:1"})},
       {"mirrored x3", MirroredStrategy(std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2"})},
-      {"1 worker x 2, overlapped", overlapped_one_worker()}};
+      {"1 worker x 2, overlapped", testing::overlapped_one_worker()}};
   for (const auto& [name, strategy] : strategies) {
     const auto trained = values(testing::train_global_centering_steps(strategy));
     const double diff = testing::max_relative_difference(trained, one_device);

@@ -14,7 +14,6 @@
 #include "dist/distribute/sync_batch_norm.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
-#include "distribute/local_cluster.h"
 #include "equivalence_data.h"
 
 namespace dist {
@@ -33,18 +32,6 @@ std::pair<double, std::string> worst(const std::vector<std::pair<std::string, to
   return result;
 }
 
-// One worker of two replicas whose gradient packs are all-reduced during backward.
-MultiWorkerMirroredStrategy overlapped_one_worker() {
-  MultiWorkerOptions options;
-  options.cluster = parse_tf_config(local_tf_config(free_loopback_ports(1), 0));
-  options.replicas_per_worker = 2;
-  options.threads_per_replica = 1;
-  options.communication.timeout = std::chrono::seconds(20);
-  options.communication.bytes_per_pack = 64;
-  options.communication.overlap_with_backward = true;
-  return MultiWorkerMirroredStrategy(options);
-}
-
 MirroredStrategy replicas(int n) {
   std::vector<std::string> devices;
   for (int r = 0; r < n; ++r) devices.push_back("cpu:" + std::to_string(r));
@@ -59,7 +46,7 @@ TEST(SyncBatchNormModuleTest, ReplicasTrainAsOneDeviceInlineAndOverlapped) {
       {"mirrored x2", replicas(2)},
       {"mirrored x3", replicas(3)},
       {"mirrored x4", replicas(4)},
-      {"1 worker x 2, overlapped", overlapped_one_worker()}};
+      {"1 worker x 2, overlapped", testing::overlapped_one_worker()}};
   for (const auto& [name, strategy] : strategies) {
     const auto [d, what] = worst(testing::train_batch_norm_steps(strategy), one);
     std::printf("%s: max relative difference %.3g (%s)\n", name.c_str(), d, what.c_str());

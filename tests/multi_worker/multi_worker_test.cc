@@ -124,19 +124,33 @@ TEST(MultiWorkerTest, CycleGanStepOfTwoWorkersEqualsOneDevice) {
   }
 }
 
+// dist_test_worker `scenario` OUT on 2 workers x 2 replicas over Gloo's ring, gradient packs
+// sent during backward: the chief's tensors are `expected`, name by name, within 1e-5.
+void expect_overlapped_workers_reproduce(const std::string& scenario, const NamedTensors& expected,
+                                         const std::string& what) {
+  testing::TempDir dir;
+  WorkerProcesses processes;
+  start_workers(processes, 2, {scenario, dir.file("w.safetensors")}, 30000, "ring");
+  auto results = processes.wait_all(130s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  const auto saved = load_safetensors(dir.file("w.safetensors")).tensors;
+  ASSERT_EQ(saved.size(), expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_EQ(saved[i].first, expected[i].first);
+    const double d = testing::max_relative_difference({saved[i].second}, {expected[i].second});
+    EXPECT_LT(d, 1e-5) << saved[i].first;
+    worst = std::max(worst, d);
+  }
+  std::printf("2 workers x 2 replicas, %s: max relative difference %.3g\n", what.c_str(), worst);
+}
+
 // A layer that all-reduces in forward and backward (the gradient of ReplicaContext::all_reduce)
 // on 2 workers x 2 replicas, gradient packs sent during backward: one device's weights.
 TEST(MultiWorkerTest, ALayerThatAllReducesInBackwardEqualsOneDevice) {
-  testing::TempDir dir;
-  WorkerProcesses processes;
-  start_workers(processes, 2, {"centering", dir.file("w.safetensors")}, 30000, "ring");
-  auto results = processes.wait_all(130s);
-  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
-  auto expected = testing::train_global_centering_steps(OneDeviceStrategy());
-  const double diff = relative_difference_of_file(dir.file("w.safetensors"), expected);
-  std::printf("2 workers x 2 replicas, all-reduce in backward: max relative difference %.3g\n",
-              diff);
-  EXPECT_LT(diff, 1e-5);
+  expect_overlapped_workers_reproduce("centering",
+                                      testing::train_global_centering_steps(OneDeviceStrategy()),
+                                      "all-reduce in backward");
 }
 
 TEST_P(MultiWorkerEquivalenceTest, WorkersReproduceOneDeviceWeights) {
@@ -216,23 +230,9 @@ TEST(MultiWorkerTest, SynchronizedBatchNormOnTwoWorkersOfTwoReplicasFitsAsOneDev
 // gradient packs sent during backward, the last global batch of 3 leaving a replica empty: one
 // device's first-step outputs and gradients, weights after 20 steps and moving statistics.
 TEST(MultiWorkerTest, SyncBatchNormModulesOnTwoWorkersOfTwoReplicasTrainAsOneDevice) {
-  testing::TempDir dir;
-  WorkerProcesses processes;
-  start_workers(processes, 2, {"sync_batchnorm_module", dir.file("w.safetensors")}, 30000, "ring");
-  auto results = processes.wait_all(120s);
-  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
-  const auto expected = testing::train_batch_norm_steps(OneDeviceStrategy());
-  const auto saved = load_safetensors(dir.file("w.safetensors")).tensors;
-  ASSERT_EQ(saved.size(), expected.size());
-  double worst = 0;
-  for (size_t i = 0; i < saved.size(); ++i) {
-    EXPECT_EQ(saved[i].first, expected[i].first);
-    const double d = testing::max_relative_difference({saved[i].second}, {expected[i].second});
-    EXPECT_LT(d, 1e-5) << saved[i].first;
-    worst = std::max(worst, d);
-  }
-  std::printf("2 workers x 2 replicas, SyncBatchNorm modules: max relative difference %.3g\n",
-              worst);
+  expect_overlapped_workers_reproduce("sync_batchnorm_module",
+                                      testing::train_batch_norm_steps(OneDeviceStrategy()),
+                                      "SyncBatchNorm modules");
 }
 
 // At stage 3 the callbacks that read weights gather them on every worker first: ModelCheckpoint

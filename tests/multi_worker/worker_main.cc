@@ -54,6 +54,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -93,23 +94,17 @@ dist::MultiWorkerOptions options_from_env(int replicas) {
   return options;
 }
 
-int centering(const std::string& out) {
+// 2 replicas whose gradient packs (64 bytes) are sent during backward train with `train`; the
+// chief saves what it returns.
+int overlapped_two_replicas(
+    const std::string& out,
+    const std::function<std::vector<std::pair<std::string, torch::Tensor>>(const dist::Strategy&)>&
+        train) {
   auto options = options_from_env(2);
   options.communication.bytes_per_pack = 64;  // packs complete, and are sent, during backward
   options.communication.overlap_with_backward = true;
   dist::MultiWorkerMirroredStrategy strategy(options);
-  auto weights = dist::testing::train_global_centering_steps(strategy);
-  if (strategy.is_chief()) dist::save_safetensors(out, weights);
-  std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
-  return 0;
-}
-
-int sync_batchnorm_module(const std::string& out) {
-  auto options = options_from_env(2);
-  options.communication.bytes_per_pack = 64;  // packs complete, and are sent, during backward
-  options.communication.overlap_with_backward = true;
-  dist::MultiWorkerMirroredStrategy strategy(options);
-  auto values = dist::testing::train_batch_norm_steps(strategy);
+  auto values = train(strategy);
   if (strategy.is_chief()) dist::save_safetensors(out, values);
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
   return 0;
@@ -410,11 +405,17 @@ int main(int argc, char** argv) {
     if (scenario == "step_by_packs" && argc == 5) return step_by_packs(argv[2], argv[3], argv[4]);
     if (scenario == "conformance" && argc == 9) return conformance(std::atoi(argv[2]), argv + 3);
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
-    if (scenario == "centering" && argc == 3) return centering(argv[2]);
+    if (scenario == "centering" && argc == 3)
+      return overlapped_two_replicas(argv[2], [](const dist::Strategy& strategy) {
+        return dist::testing::train_global_centering_steps(strategy);
+      });
     if (scenario == "batchnorm" && argc == 3) return batchnorm(argv[2]);
     if (scenario == "sync_batchnorm" && argc == 4)
       return batchnorm(argv[3], std::atoi(argv[2]), /*synchronized=*/true);
-    if (scenario == "sync_batchnorm_module" && argc == 3) return sync_batchnorm_module(argv[2]);
+    if (scenario == "sync_batchnorm_module" && argc == 3)
+      return overlapped_two_replicas(argv[2], [](const dist::Strategy& strategy) {
+        return dist::testing::train_batch_norm_steps(strategy);
+      });
     if (scenario == "stopped_fit" && argc == 3) return stopped_fit(argv[2]);
     if (scenario == "collectives" && argc == 3) return collectives(std::atoi(argv[2]));
     if (scenario == "model" && argc == 3) return model(std::atoi(argv[2]));

@@ -223,7 +223,9 @@ TEST(NetnsClusterTest, FourHostsTimesOneReplicaOverMpiReproduceOneDeviceWeights)
 
 // The tutorial's ResNet on 2 hosts x 2 replicas, its 16 batch normalizations synchronized (each
 // one's statistics all-reduced across the bridge in forward and in backward): one device's
-// weights and moving statistics after 5 SGD steps.
+// weights and moving statistics after an SGD step of 64. (One: in float32 this ReLU and
+// max-pooling network on Fashion-MNIST jumps from 2e-6 to 1e-2 apart at some later step, as a
+// near-tie decided the other way would; in float64 it stays within 1e-14. Issue 36's note.)
 TEST(NetnsClusterTest, ResnetWithSynchronizedBatchNormOnTwoHostsTimesTwoReplicasIsOneDevice) {
   MAKE_CLUSTER(cluster, 2);
   testing::TempDir dir;
@@ -232,11 +234,11 @@ TEST(NetnsClusterTest, ResnetWithSynchronizedBatchNormOnTwoHostsTimesTwoReplicas
     return args;
   };
   WorkerProcesses one;
-  one.start(DIST_TRAIN_BINARY, resnet(job_args("one_device", dir.file("one.safetensors"), 5)), {});
+  one.start(DIST_TRAIN_BINARY, resnet(job_args("one_device", dir.file("one.safetensors"), 1)), {});
   const ProcessResult alone = one.wait_all(240s).at(0);
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   Launch launch = by_dist_launch(cluster, 2);
-  for (const auto& a : resnet(job_args("multi_worker", dir.file("hosts.safetensors"), 5)))
+  for (const auto& a : resnet(job_args("multi_worker", dir.file("hosts.safetensors"), 1)))
     launch.args.push_back(a);
   WorkerProcesses launcher;
   launcher.start(launch.program, launch.args, {});

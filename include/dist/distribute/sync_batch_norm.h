@@ -5,8 +5,8 @@
 // the moving statistics are updated from the global statistics. One all-reduce per call in
 // forward and one in backward (ReplicaContext::all_reduce's gradient). A replica with no
 // examples takes part. With one replica, or outside a step, it trains with the same arithmetic
-// (float64 sums of the statistics) without the all-reduce, so one device and N replicas agree;
-// LibTorch's float32 BatchNorm can be far less exact (docs/design.md). In eval mode it is
+// (float64 sums of the statistics) without the all-reduce, so one device and N replicas agree
+// to rounding (LibTorch's float32 BatchNorm rounds otherwise: docs/design.md). In eval mode it is
 // LibTorch's BatchNorm.
 //
 // Every replica must run forward and backward through the module in the same order (one
