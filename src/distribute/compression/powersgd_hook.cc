@@ -166,7 +166,7 @@ Compressed PowerSgdHook::start_compressing(PackState& state, const GradientPack&
                                            size_t position) const {
   const at::Tensor& gradient = pack.gradients[position];
   const Shape s = matrix_shape(gradient);
-  Compressed c{pack.names[position], gradient, gradient.reshape({s.rows, s.columns})};
+  Compressed c{pack.names[position], gradient, gradient.reshape({s.rows, s.columns}), {}, {}};
   // M lives in the error feedback's memory, updated in place (no 80 MB allocations a step on
   // the MLP); without error feedback it is the gradient itself.
   if (options_.error_feedback) {
