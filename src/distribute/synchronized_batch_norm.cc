@@ -35,7 +35,7 @@ at::Tensor synchronized_batch_norm(const at::Tensor& x, const at::Tensor& weight
                                    double eps) {
   ReplicaContext* context = get_replica_context();
   if (training && context != nullptr && context->strategy() != nullptr &&
-      context->strategy()->name() == "parameter_server")
+      context->strategy()->step_schedule().workers_step_apart)
     warn_once_under_parameter_servers();
   if (!training)
     return at::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,

@@ -152,6 +152,7 @@ StepSchedule ParameterServerExtended::step_schedule() const {
   schedule.steps_ahead = ScheduledStepRunner::kStepsInFlight;
   schedule.epoch_is_step_count = true;
   schedule.one_runner_per_job = true;
+  schedule.workers_step_apart = true;
   return schedule;
 }
 

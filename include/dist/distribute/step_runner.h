@@ -117,6 +117,9 @@ struct StepSchedule {
   // The job's other tasks serve one runner until it is destroyed: make one per job and keep
   // it as long as the variables are read (they live on those tasks).
   bool one_runner_per_job = false;
+  // Each step is one worker's, run apart from the other workers' steps: there is no global
+  // batch across workers (a layer that would share statistics over it sees its own batch).
+  bool workers_step_apart = false;
 };
 
 class StepRunner {
