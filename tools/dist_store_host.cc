@@ -24,7 +24,8 @@
 // timeout has passed since the start; it first sets the key "closing" and waits 2 s, so that a
 // next job's member probing this store leaves it first. As a backstop, it exits 2 once the chief
 // (the first member) has been gone for rendezvous + collective timeout + 10 s, the longest the
-// survivors can take to fail and exit.
+// survivors can take to fail and exit. With --elastic (an elastic job, whose survivors go on
+// without the chief) there is no backstop: the store stays up while any member is.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -64,6 +65,7 @@ struct Options {
   int64_t rendezvous_timeout_ms = 120000;
   int64_t collective_timeout_ms = 300000;
   int ready_fd = -1;
+  bool elastic = false;
   std::string job_token;  // from DIST_JOB_TOKEN (the chief sets it; not on the command line)
 };
 
@@ -161,7 +163,7 @@ int watch(dist::collective::StoreServer& store, const Options& options) {
       std::this_thread::sleep_for(kClosingGrace);
       return 0;
     }
-    if (chief_gone && now - *chief_gone > backstop) return 2;
+    if (chief_gone && now - *chief_gone > backstop && !options.elastic) return 2;
     std::this_thread::sleep_for(kPollEvery);
   }
 }
@@ -188,6 +190,8 @@ int main(int argc, char** argv) {
   app.add_option("--ready-fd", options.ready_fd, "write 'ready' or 'error: ...' here")
       ->required()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--elastic", options.elastic,
+               "an elastic job: stay up while any member is, without the chief's backstop");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,6 +34,7 @@
 #include "dist/train/safetensors.h"
 #include "dist/train/summary_writer.h"
 #include "distribute/mirrored_extended.h"
+#include "elastic_job.h"
 #include "train/atomic_file.h"
 
 namespace dist::tools {
@@ -100,7 +101,8 @@ Strategy make_mirrored_strategy(const TrainOptions& options) {
   return MirroredStrategy(mirrored);
 }
 
-Strategy make_multi_worker_strategy(const TrainOptions& options) {
+Strategy make_multi_worker_strategy(const TrainOptions& options,
+                                    const std::optional<WorkerGeneration>& generation) {
   MultiWorkerOptions multi;
   multi.replicas_per_worker = options.replicas > 0 ? options.replicas : 1;
   multi.threads_per_replica = options.threads;
@@ -112,10 +114,11 @@ Strategy make_multi_worker_strategy(const TrainOptions& options) {
   if (options.collective_backend) multi.communication.backend = *options.collective_backend;
   multi.communication.communication_hook = options.communication_hook;
   multi.sharding = options.sharding;
+  multi.generation = generation;
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();
   multi.cluster = resolved.config;
-  if (resolved.config.cluster.collective_rank(resolved.config.task) == 0)
+  if (resolved.config.cluster.collective_rank(resolved.config.task) == 0 && !generation)
     std::cout << "Cluster: " << resolved.config.cluster.collective_tasks().size()
               << " workers from " << resolved.source << std::endl;
   return MultiWorkerMirroredStrategy(multi);
@@ -123,14 +126,15 @@ Strategy make_multi_worker_strategy(const TrainOptions& options) {
 
 }  // namespace
 
-Strategy make_strategy(const TrainOptions& options) {
+Strategy make_strategy(const TrainOptions& options,
+                       const std::optional<WorkerGeneration>& generation) {
   check_options(options);
   switch (options.strategy) {
     case StrategyKind::kMirrored:
     case StrategyKind::kCentralStorage:
       return make_mirrored_strategy(options);
     case StrategyKind::kMultiWorker:
-      return make_multi_worker_strategy(options);
+      return make_multi_worker_strategy(options, generation);
     case StrategyKind::kParameterServer:
       return make_parameter_server_strategy(options);
     case StrategyKind::kDefault:
@@ -289,8 +293,9 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
 
 }  // namespace
 
-JobSetup start_job(const TrainOptions& options, std::ostream& chief_out) {
-  Strategy strategy = make_strategy(options);  // checks the options first
+JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
+                   const std::optional<WorkerGeneration>& generation) {
+  Strategy strategy = make_strategy(options, generation);  // checks the options first
   return failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
 }
 
@@ -359,7 +364,7 @@ void check_same_run(const std::map<std::string, std::string>& values, const std:
 class CustomLoop {
  public:
   CustomLoop(const TrainOptions& options, JobSetup& job, const PreemptionWatcher& preemption,
-             std::ostream& chief_out);
+             std::ostream& chief_out, ElasticRun* elastic);
   TrainResult run(Clock::time_point job_start);
 
  private:
@@ -368,7 +373,17 @@ class CustomLoop {
   void open_logs();
   // Resumes from --resume-from or the directory's latest checkpoint; the first epoch to run.
   int resume();
+  // Elastic: the step every worker of this generation still holds in memory (-1: none), read
+  // into checkpoint_; whether one was.
+  bool restore_committed();
+  void resumed_at(const std::string& from);
+  // The training state at `position` into checkpoint_ (a collective: the metric sums).
+  void fill_state(int64_t epoch, const data::IteratorPosition& position);
   void save(int64_t epoch, const data::IteratorPosition& position);
+  // Elastic: the state at `position` to memory (every worker).
+  void commit(int64_t epoch, const data::IteratorPosition& position);
+  // After each completed step: the test's hook, and the recovery time after a resize.
+  void after_step();
   void report_bytes_sent(int64_t steps_before);
   void evaluate();
   // Starts an epoch's metrics (a resumed epoch's sums on the chief).
@@ -405,6 +420,7 @@ class CustomLoop {
   Checkpoint checkpoint_;
   std::optional<data::IteratorPosition> resume_at_;
   TrainResult result_;
+  ElasticRun* elastic_;
 };
 
 Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy,
@@ -414,7 +430,8 @@ Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy,
 }
 
 CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
-                       const PreemptionWatcher& preemption, std::ostream& chief_out)
+                       const PreemptionWatcher& preemption, std::ostream& chief_out,
+                       ElasticRun* elastic)
     : options_(options),
       job_(job),
       strategy_(job.strategy),
@@ -424,7 +441,8 @@ CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
       model_(seeded_model(job.strategy, options)),
       optimizer_(make_optimizer(job.strategy, model_, options)),
       precision_(options.mixed_precision),
-      checkpoint_(model_, optimizer_.get()) {
+      checkpoint_(model_, optimizer_.get()),
+      elastic_(elastic) {
   result_.chief = job.chief;
   result_.strategy = strategy_.name();
   result_.num_replicas_in_sync = job.replicas;
@@ -475,6 +493,7 @@ void CustomLoop::open_logs() {
 int CustomLoop::resume() {
   if (!options_.checkpoint_dir.empty())
     manager_.emplace(options_.checkpoint_dir, options_.max_to_keep, options_.env);
+  if (elastic_ && restore_committed()) return static_cast<int>(resume_at_->epoch);
   std::optional<std::string> path;
   if (!options_.resume_from.empty())
     path = options_.resume_from;
@@ -483,11 +502,29 @@ int CustomLoop::resume() {
   if (!path) return 0;
   read_for_resume(checkpoint_, *path, manager_ ? &*manager_ : nullptr, options_);
   check_same_run(checkpoint_.state.values, *path, job_, options_);
+  resumed_at(*path);
+  return static_cast<int>(resume_at_->epoch);
+}
+
+void CustomLoop::resumed_at(const std::string& from) {
   result_.steps = result_.resumed_at_step = checkpoint_.state.step;
   resume_at_ = checkpoint_.state.position;
-  out_ << "Resumed from " << *path << " at step " << result_.steps << " (epoch "
+  out_ << "Resumed from " << from << " at step " << result_.steps << " (epoch "
        << resume_at_->epoch + 1 << ", batch " << resume_at_->elements << ")" << std::endl;
-  return static_cast<int>(resume_at_->epoch);
+}
+
+// The survivors' newest committed steps differ by at most one (a loss can end a step on some
+// of them and not on the others); each keeps its last two, so the oldest newest is everyone's.
+bool CustomLoop::restore_committed() {
+  std::vector<at::Tensor> newest{at::tensor({elastic_->committed.latest()}, at::kLong)};
+  strategy_.extended().all_reduce_across_workers(newest, ReduceOp::kMin);
+  const int64_t step = newest[0].item<int64_t>();
+  if (step < 0) return false;  // a worker holds none: the checkpoint directory, or a fresh start
+  DIST_CHECK(elastic_->committed.has(step), InternalError, "the committed state of step ", step,
+             " is no longer in this worker's memory (newest ", elastic_->committed.latest(), ")");
+  elastic_->committed.restore(step, checkpoint_);
+  resumed_at("the state committed in memory");
+  return true;
 }
 
 std::map<std::string, std::string> CustomLoop::metric_values() const {
@@ -500,7 +537,7 @@ std::map<std::string, std::string> CustomLoop::metric_values() const {
   return values;
 }
 
-void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
+void CustomLoop::fill_state(int64_t epoch, const data::IteratorPosition& position) {
   checkpoint_.state.step = result_.steps;
   checkpoint_.state.epoch = epoch;
   checkpoint_.state.position = position;
@@ -510,8 +547,26 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
   checkpoint_.state.values["run.seed"] = std::to_string(options_.seed);
   checkpoint_.state.values["run.train_examples"] = std::to_string(job_.num_train);
   checkpoint_.gather_worker_states();  // every worker: the hook's state is each one's own
+}
+
+void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
+  fill_state(epoch, position);
   if (job_.chief || checkpoint_.written_in_pieces())
     result_.last_checkpoint = manager_->save(checkpoint_);
+}
+
+void CustomLoop::commit(int64_t epoch, const data::IteratorPosition& position) {
+  fill_state(epoch, position);
+  elastic_->committed.commit(result_.steps, checkpoint_);
+}
+
+void CustomLoop::after_step() {
+  if (options_.after_step) options_.after_step(result_.steps);
+  if (!elastic_ || !elastic_->recovering_since) return;
+  out_ << "Elastic: " << elastic_->resize << "; recovered in "
+       << fixed(seconds_since(*elastic_->recovering_since), 2) << " s (from the loss to this step, "
+       << result_.steps << ")" << std::endl;
+  elastic_->recovering_since.reset();
 }
 
 void CustomLoop::evaluate() {
@@ -548,6 +603,7 @@ void CustomLoop::begin_epoch(bool resuming) {
 bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPosition>& resume_at,
                              int64_t& epoch_images) {
   const int64_t every = options_.checkpoint_every, max_steps = options_.max_steps;
+  const int64_t commit_every = elastic_ ? elastic_->commit_every : 0;
   auto steps =
       runner_->epoch(epoch, job_.steps_per_epoch > 0 ? job_.steps_per_epoch : -1, resume_at);
   ProgressBar bar(out_, steps->steps(), job_.chief && ProgressBar::stdout_is_terminal());
@@ -557,6 +613,7 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
     const int64_t after = result_.steps + running;  // the step count once the running complete
     if (max_steps > 0 && after >= max_steps) return NextStep::kStop;
     if (every > 0 && after % every == 0) return NextStep::kAfterRunningSteps;
+    if (commit_every > 0 && after % commit_every == 0) return NextStep::kAfterRunningSteps;
     return NextStep::kStart;
   };
   while (auto done = steps->next(gate, stopping)) {
@@ -576,6 +633,9 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
       save(epoch, steps->position());
       saved_at = result_.steps;
     }
+    if (commit_every > 0 && result_.steps % commit_every == 0 && steps->running() == 0)
+      commit(epoch, steps->position());
+    after_step();
   }
   bar.finish();
   return !stopping;
@@ -704,6 +764,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
                  epoch_images / std::max(epoch_train_seconds, 1e-9));
     // A stop at --max-steps saved its mid-epoch position above; do not skip the epoch's rest.
     if (manager_ && epoch_complete) save(epoch + 1, data::IteratorPosition{epoch + 1, 0});
+    if (elastic_ && epoch_complete) commit(epoch + 1, data::IteratorPosition{epoch + 1, 0});
   }
   report_bytes_sent(steps_before);
   save_weights();
@@ -715,15 +776,23 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
 
 }  // namespace
 
+TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
+                            const PreemptionWatcher& preemption, std::ostream& chief_out,
+                            Clock::time_point job_start, ElasticRun* elastic) {
+  return failing_together(job.strategy, [&] {
+    return CustomLoop(options, job, preemption, chief_out, elastic).run(job_start);
+  });
+}
+
 TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   if (options.loop == Loop::kFit) return run_fit_training(options, chief_out);
+  if (options.min_workers > 0) return run_elastic_training(options, chief_out);
   const auto job_start = Clock::now();
   // From the start: a SIGTERM during start-up (dist-launch stopping the job) then stops after
   // the first step, resumably, instead of killing the process.
   PreemptionWatcher preemption;
   JobSetup job = start_job(options, chief_out);
-  return failing_together(
-      job.strategy, [&] { return CustomLoop(options, job, preemption, chief_out).run(job_start); });
+  return run_custom_loop(options, job, preemption, chief_out, job_start, nullptr);
 }
 
 int64_t peak_resident_bytes() {
@@ -763,6 +832,7 @@ std::string to_json_line(const TrainResult& r) {
                         {"mixed_precision", r.mixed_precision},
                         {"bytes_sent_per_step", r.bytes_sent_per_step},
                         {"peak_rss_bytes", r.peak_rss_bytes},
+                        {"worker_sizes", r.worker_sizes},
                         // What the figures ran on: malloc decides speed (issue 13).
                         {"malloc", malloc_name()}}
       .dump();

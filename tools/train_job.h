@@ -15,8 +15,10 @@
 #include "dist/data/dataset.h"
 #include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/input_context.h"
+#include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/strategy.h"
 #include "dist/train/directory_lock.h"
+#include "dist/train/preemption.h"
 #include "train_options.h"
 
 namespace dist::keras {
@@ -49,6 +51,8 @@ struct TrainResult {
   // The peak resident memory (VmHWM) of the largest worker of a synchronous job, else of this
   // process, in bytes.
   int64_t peak_rss_bytes = 0;
+  // An elastic job: the workers of each generation, in order ([3, 2, 3]); empty otherwise.
+  std::vector<int> worker_sizes;
 };
 
 // This process's peak resident memory so far (VmHWM of /proc/self/status), in bytes; 0 where
@@ -91,8 +95,10 @@ struct JobSetup {
   std::shared_ptr<DirectoryLock> checkpoint_lock;
 };
 // Checks the options, makes the strategy, prints the job's header on the chief, checks that
-// every output path can be written (chief), opens the data.
-JobSetup start_job(const TrainOptions& options, std::ostream& chief_out);
+// every output path can be written (chief), opens the data. `generation`: an elastic job's
+// (multi_worker only); unset: every worker of the cluster.
+JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
+                   const std::optional<WorkerGeneration>& generation = std::nullopt);
 
 // The settings that decide which steps a worker takes, by flag name, for
 // Strategy::check_workers_agree. `resume_step`: the step the run resumes from, -1 if fresh.
@@ -101,7 +107,8 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
                                                                int64_t resume_step);
 
 // The strategy the options choose (also sets the intra-op thread count where needed).
-Strategy make_strategy(const TrainOptions& options);
+Strategy make_strategy(const TrainOptions& options,
+                       const std::optional<WorkerGeneration>& generation = std::nullopt);
 
 // parameter_server: the steps the chief schedules per epoch: --steps-per-epoch, or one pass of
 // the `num_train` examples across all workers (so an epoch means what it means under the other
@@ -123,8 +130,16 @@ keras::Optimizer make_keras_optimizer(const TrainOptions& options);
 TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out);
 
 // Runs the job; the chief writes human-readable progress to `chief_out`. Throws dist::Error on
-// bad options or data, CollectiveError when a worker is lost.
+// bad options or data, CollectiveError when a worker is lost (an elastic job: when fewer than
+// --min-workers remain).
 TrainResult run_training(const TrainOptions& options, std::ostream& chief_out);
+
+struct ElasticRun;
+// The custom loop on a started job; `elastic`: one generation of an elastic job (null
+// otherwise), whose states it commits and restores.
+TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
+                            const PreemptionWatcher& preemption, std::ostream& chief_out,
+                            std::chrono::steady_clock::time_point job_start, ElasticRun* elastic);
 
 // The result as the one-line JSON object dist-train prints last.
 std::string to_json_line(const TrainResult& result);

@@ -82,6 +82,8 @@ void check_ranges(const TrainOptions& o) {
   DIST_CHECK_ARG(o.threads >= 0, "--threads must be at least 1, got ", o.threads);
   DIST_CHECK_ARG(o.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
                  o.checkpoint_every);
+  DIST_CHECK_ARG(o.min_workers >= 0, "--min-workers must be at least 1, got ", o.min_workers);
+  DIST_CHECK_ARG(o.commit_every >= 1, "--commit-every must be at least 1, got ", o.commit_every);
   DIST_CHECK_ARG(o.max_to_keep >= 1, "--max-to-keep must be at least 1, got ", o.max_to_keep);
   whole_milliseconds("--collective-timeout", o.collective_timeout);
   whole_milliseconds("--rendezvous-timeout", o.rendezvous_timeout);
@@ -112,6 +114,27 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
                  " both decide how gradients cross the workers; use one of them");
 }
 
+// --min-workers: what an elastic job needs to end where a fixed-size one would.
+void check_elastic_flags(const TrainOptions& o) {
+  if (o.min_workers == 0) return;
+  const std::string elastic = "--min-workers " + std::to_string(o.min_workers);
+  DIST_CHECK_ARG(o.strategy == StrategyKind::kMultiWorker, elastic,
+                 " (an elastic job) applies to --strategy multi_worker only, not to --strategy ",
+                 name_of(o.strategy));
+  DIST_CHECK_ARG(o.global_batch > 0, elastic,
+                 " needs --global-batch: the global batch must stay the same when the job "
+                 "resizes (--batch-per-replica would change it with the number of replicas)");
+  DIST_CHECK_ARG(o.loop == Loop::kCustom, elastic,
+                 " applies to --loop custom (an elastic fit is not built yet)");
+  DIST_CHECK_ARG(o.sharding == Sharding::kNone, elastic, " and --sharding ", to_string(o.sharding),
+                 ": a sharded state is split by the number of workers, which a resize changes; "
+                 "use one of them");
+  DIST_CHECK_ARG(o.gradient_compression == "none", elastic, " and --gradient-compression ",
+                 o.gradient_compression,
+                 ": compression keeps per-worker state that a resize would not carry over "
+                 "exactly; use one of them");
+}
+
 void check_combinations(const TrainOptions& o) {
   const bool ps = o.strategy == StrategyKind::kParameterServer;
   DIST_CHECK_ARG(o.sync_batch_norm || o.model == ModelKind::kResnet,
@@ -136,6 +159,7 @@ void check_combinations(const TrainOptions& o) {
                  "--strategy ",
                  name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
   check_gradient_flags(o, ps);
+  check_elastic_flags(o);
   const bool one_replica =
       o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
   if (ps) {
@@ -295,6 +319,16 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "LOG_DIR/metrics.csv)");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
   app.add_flag("--no-progress", s.no_progress, "only print per-epoch lines");
+  app.add_option("--min-workers", o.min_workers,
+                 "multi_worker: an elastic job: when workers are lost, the others go on at the "
+                 "new size from the last state kept in memory while at least this many remain "
+                 "(needs --global-batch; docs/elastic.md)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--commit-every", o.commit_every,
+                 "elastic: keep the training state in memory every K steps (a resize goes back "
+                 "to the last one kept)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 // The spelled values as types, then the launcher's environment, then every check.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -88,6 +89,15 @@ struct TrainOptions {
   std::string log_dir;           // per-epoch metrics as JSON lines
   std::string save_weights;      // final weights as safetensors
   bool progress = true;          // progress bar / lines within each epoch
+  // multi_worker: > 0 makes the job elastic (docs/elastic.md): when workers are lost, the others
+  // go on at the new size while at least this many remain; 0: a lost worker ends the job.
+  int min_workers = 0;
+  // Elastic: the training state is kept in memory every K steps (and at epoch ends); a resize
+  // goes back to the last one kept.
+  int64_t commit_every = 1;
+  // Called after each completed step with the global step count (tests: a worker that kills
+  // itself at a given step); empty: nothing.
+  std::function<void(int64_t)> after_step;
   // The custom loop's checkpoints and --save-weights go through it (not owned); the crash tests
   // pass one that kills the process mid-save. The fit loop's Keras callbacks use the default.
   Env* env = Env::Default();

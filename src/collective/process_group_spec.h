@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,19 @@ struct ProcessGroupSpec {
   // anything of the job; empty: a job without one (the store then admits any client that
   // speaks its protocol).
   std::string job_token;
+  // An elastic job, whose workers may change between generations (docs/elastic.md): which
+  // generation this group is. Its keys in the store live under store_key_scope(); the job keeps
+  // one store for its whole life, hosted by generation 0's rank 0 (whose store host then stays
+  // up while any worker of the job is, not only while that worker is); later generations
+  // connect to it. Unset: a fixed group, the job's only one.
+  std::optional<int> elastic_generation;
 };
+
+// Where the group's keys live in the store: "generation/<n>/" in an elastic job, else the top.
+inline std::string store_key_scope(const ProcessGroupSpec& spec) {
+  return spec.elastic_generation ? "generation/" + std::to_string(*spec.elastic_generation) + "/"
+                                 : std::string();
+}
 
 // Member `rank` of `spec` for messages: "worker:1 (127.0.0.1:2223)".
 inline std::string member_name(const ProcessGroupSpec& spec, int rank) {

@@ -21,7 +21,8 @@ const std::string& self_name(const ProcessGroupSpec& spec) {
 
 c10::intrusive_ptr<StoreClient> connect_to_store(const ProcessGroupSpec& spec,
                                                  std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<StoreClient>(spec.store_address, timeout, spec.job_token);
+  return c10::make_intrusive<StoreClient>(spec.store_address, timeout, spec.job_token,
+                                          store_key_scope(spec));
 }
 
 std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
@@ -36,7 +37,8 @@ std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
 }
 
 Rendezvous::Rendezvous(const ProcessGroupSpec& spec) : spec_(spec) {
-  if (spec_.rank == 0) host_store();
+  // A later generation of an elastic job meets in the store its first generation started.
+  if (spec_.rank == 0 && spec_.elastic_generation.value_or(0) == 0) host_store();
   connect();
 }
 
@@ -62,7 +64,7 @@ void Rendezvous::host_store() {
     std::vector<std::string> names;
     for (const auto& member : spec_.members) names.push_back(member.name);
     start_store_host({host.binary, at, names, spec_.rendezvous_timeout, spec_.collective_timeout,
-                      self_name(spec_), spec_.job_token});
+                      self_name(spec_), spec_.job_token, spec_.elastic_generation.has_value()});
     return;
   }
   try {

@@ -3,6 +3,8 @@
 // address here; the collective layer knows nothing of task types.
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 
+#include <algorithm>
+
 #include "collective/factory.h"
 #include "dist/distribute/cluster_resolver.h"
 #include "dist/distribute/mirrored_strategy.h"
@@ -45,12 +47,32 @@ MirroredOptions local_options(const MultiWorkerOptions& options) {
   return local;
 }
 
+// The members of the group: the cluster's workers, or those of the elastic generation.
+void add_members(const ClusterConfig& config, const std::optional<WorkerGeneration>& generation,
+                 collective::ProcessGroupSpec& spec) {
+  spec.rank = -1;
+  for (const auto& task : config.cluster.collective_tasks()) {
+    const std::string name = task.name();
+    if (generation && std::find(generation->members.begin(), generation->members.end(), name) ==
+                          generation->members.end())
+      continue;
+    if (name == config.task.name()) spec.rank = static_cast<int>(spec.members.size());
+    spec.members.push_back({name, config.cluster.address(task)});
+  }
+  if (!generation) return;
+  DIST_CHECK_ARG(spec.members.size() == generation->members.size(),
+                 "WorkerGeneration::members names a task that is not a worker of the cluster");
+  DIST_CHECK_ARG(spec.rank >= 0, "this task, ", config.task.name(),
+                 ", is not a member of elastic generation ", generation->number);
+  spec.elastic_generation = generation->number;
+}
+
 collective::ProcessGroupSpec process_group(const ClusterConfig& config,
+                                           const std::optional<WorkerGeneration>& generation,
                                            const CommunicationOptions& communication) {
   collective::ProcessGroupSpec spec;
-  spec.rank = config.cluster.collective_rank(config.task);
-  for (const auto& task : config.cluster.collective_tasks())
-    spec.members.push_back({task.name(), config.cluster.address(task)});
+  add_members(config, generation, spec);
+  // The job's one store stays where its first generation's chief started it.
   spec.store_address = config.cluster.store_address();
   spec.collective_timeout = communication.timeout;
   spec.rendezvous_timeout = communication.rendezvous_timeout;
@@ -76,8 +98,9 @@ std::shared_ptr<StrategyExtended> make_extended(const MultiWorkerOptions& option
   }
   return std::make_shared<MirroredExtended>(
       "multi_worker", std::move(local),
-      collective::make_process_communicator(options.communication.backend,
-                                            process_group(config, options.communication)),
+      collective::make_process_communicator(
+          options.communication.backend,
+          process_group(config, options.generation, options.communication)),
       options.communication.overlap_with_backward, options.communication.share_variables_on_host);
 }
 

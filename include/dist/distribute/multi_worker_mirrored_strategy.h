@@ -79,6 +79,16 @@ struct CommunicationOptions {
   std::string job_token;
 };
 
+// One generation of an elastic job (docs/elastic.md): the workers of the cluster that train
+// together until one is lost or one joins, and the generation's number, which keeps its
+// rendezvous apart from the others' in the job's one store.
+struct WorkerGeneration {
+  int number = 0;
+  // Task names of the cluster's workers ("worker:0", "worker:2"); this task must be one. The
+  // first of them in the cluster's order is the generation's chief (collective rank 0).
+  std::vector<std::string> members;
+};
+
 struct MultiWorkerOptions {
   // The cluster and this task; empty: resolve_cluster() (TF_CONFIG, MPI or Slurm).
   std::optional<ClusterConfig> cluster;
@@ -93,6 +103,9 @@ struct MultiWorkerOptions {
   // then travel reduce-scattered and parameters all-gathered. Needs overlap_with_backward, and
   // replaces share_variables_on_host.
   Sharding sharding = Sharding::kNone;
+  // Set: an elastic job's generation (a part of the cluster, a rendezvous of its own); unset:
+  // every worker of the cluster, for the whole job.
+  std::optional<WorkerGeneration> generation;
 };
 
 class MultiWorkerMirroredStrategy : public Strategy {

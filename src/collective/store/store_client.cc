@@ -63,8 +63,9 @@ int connect_once(const HostPort& at, Clock::time_point deadline, std::string* wh
 
 }  // namespace
 
-StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::string& job_token)
-    : Store(timeout), at_(at) {
+StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::string& job_token,
+                         std::string key_scope)
+    : Store(timeout), at_(at), key_scope_(std::move(key_scope)) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "no address";
   while (true) {
@@ -163,9 +164,14 @@ store::Bytes value(const store::Bytes& body) {
 
 }  // namespace
 
+std::string StoreClient::scoped(const std::string& key) const {
+  if (key_scope_.empty() || key.rfind(kProcessKeyPrefix, 0) == 0) return key;
+  return key_scope_ + key;
+}
+
 void StoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
   store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kSet)).str(key).bytes(value);
+  w.u8(static_cast<uint8_t>(Op::kSet)).str(scoped(key)).bytes(value);
   call(w, timeout_);
 }
 
@@ -173,14 +179,14 @@ std::vector<uint8_t> StoreClient::compareSet(const std::string& key,
                                              const std::vector<uint8_t>& expected,
                                              const std::vector<uint8_t>& desired) {
   store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kCompareSet)).str(key).bytes(expected).bytes(desired);
+  w.u8(static_cast<uint8_t>(Op::kCompareSet)).str(scoped(key)).bytes(expected).bytes(desired);
   return value(call(w, timeout_).body);
 }
 
 std::vector<uint8_t> StoreClient::get(const std::string& key) {
   wait({key}, timeout_);
   store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kGet)).str(key);
+  w.u8(static_cast<uint8_t>(Op::kGet)).str(scoped(key));
   Reply r = call(w, timeout_);
   DIST_CHECK(r.status == Status::kOk, CollectiveError, "the key '", key,
              "' vanished from the rendezvous store at ", at_.to_string());
@@ -189,7 +195,7 @@ std::vector<uint8_t> StoreClient::get(const std::string& key) {
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kAdd)).str(key).i64(delta);
+  w.u8(static_cast<uint8_t>(Op::kAdd)).str(scoped(key)).i64(delta);
   Reply r = call(w, timeout_);
   DIST_CHECK(r.status == Status::kOk, CollectiveError, "add to '", key,
              "' in the rendezvous store at ", at_.to_string(), " failed: ", error_text(r.body));
@@ -198,14 +204,14 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
 
 bool StoreClient::deleteKey(const std::string& key) {
   store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kDelete)).str(key);
+  w.u8(static_cast<uint8_t>(Op::kDelete)).str(scoped(key));
   return call(w, timeout_).status == Status::kOk;
 }
 
 bool StoreClient::check(const std::vector<std::string>& keys) {
   store::Writer w;
   w.u8(static_cast<uint8_t>(Op::kCheck)).u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
+  for (const auto& k : keys) w.str(scoped(k));
   return call(w, timeout_).status == Status::kOk;
 }
 
@@ -224,7 +230,7 @@ void StoreClient::wait(const std::vector<std::string>& keys, const milliseconds&
   w.u8(static_cast<uint8_t>(Op::kWait))
       .i64(timeout.count())
       .u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
+  for (const auto& k : keys) w.str(scoped(k));
   if (call(w, timeout).status == Status::kOk) return;
   std::string names;
   for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";

@@ -24,7 +24,13 @@ class StoreClient : public c10d::Store {
   // says hello with `job_token`. `timeout` is also how long get() and wait() wait for keys.
   // Throws CollectiveError naming the address (and, when the server refuses the token, saying
   // so).
-  StoreClient(const HostPort& at, std::chrono::milliseconds timeout, const std::string& job_token);
+  //
+  // `key_scope`, when not empty, goes before every key this client names (the members of one
+  // generation of an elastic job keep to "generation/<n>/"), except the keys of a process
+  // rather than of a group, which begin with kProcessKeyPrefix (the heartbeat's counter, which
+  // the store's host watches for the whole job).
+  StoreClient(const HostPort& at, std::chrono::milliseconds timeout, const std::string& job_token,
+              std::string key_scope = "");
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -41,6 +47,9 @@ class StoreClient : public c10d::Store {
             const std::chrono::milliseconds& timeout) override;
 
   const HostPort& address() const { return at_; }
+  const std::string& key_scope() const { return key_scope_; }
+
+  static constexpr const char* kProcessKeyPrefix = "alive/";
 
  private:
   struct Reply {
@@ -52,8 +61,10 @@ class StoreClient : public c10d::Store {
   void send_all(const store::Bytes& frame, std::chrono::steady_clock::time_point deadline);
   void receive(uint8_t* data, size_t size, std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void fail(const std::string& why);
+  std::string scoped(const std::string& key) const;
 
   HostPort at_;
+  std::string key_scope_;
   std::mutex mu_;
   int fd_ = -1;
 };

@@ -93,19 +93,21 @@ namespace {
 
 // dist-store-host's command line, reporting on `ready_fd`.
 std::vector<std::string> store_host_arguments(const StoreHostRequest& request, int ready_fd) {
-  return {request.binary,
-          "--host",
-          request.at.host,
-          "--port",
-          std::to_string(request.at.port),
-          "--members",
-          compact_member_list(request.members),
-          "--rendezvous-timeout-ms",
-          std::to_string(request.rendezvous_timeout.count()),
-          "--collective-timeout-ms",
-          std::to_string(request.collective_timeout.count()),
-          "--ready-fd",
-          std::to_string(ready_fd)};
+  std::vector<std::string> arguments{request.binary,
+                                     "--host",
+                                     request.at.host,
+                                     "--port",
+                                     std::to_string(request.at.port),
+                                     "--members",
+                                     compact_member_list(request.members),
+                                     "--rendezvous-timeout-ms",
+                                     std::to_string(request.rendezvous_timeout.count()),
+                                     "--collective-timeout-ms",
+                                     std::to_string(request.collective_timeout.count()),
+                                     "--ready-fd",
+                                     std::to_string(ready_fd)};
+  if (request.elastic) arguments.emplace_back("--elastic");
+  return arguments;
 }
 
 // This process's environment with DIST_JOB_TOKEN set to the job's token (the command line would

@@ -39,6 +39,9 @@ struct StoreHostRequest {
   std::chrono::milliseconds collective_timeout;
   std::string requested_by;  // for messages: "worker:0"
   std::string job_token;     // reaches the host in its environment, never on its command line
+  // An elastic job's store: it stays up while any member is, the chief included or not
+  // (dist-store-host --elastic).
+  bool elastic = false;
 };
 
 // Starts dist-store-host and returns once its store accepts connections. Throws

@@ -1,0 +1,65 @@
+// ElasticMembership: how the workers of an elastic job agree, through the job's rendezvous
+// store, on who trains in the next generation after one was lost (docs/elastic.md).
+//
+// Store keys (outside every generation's scope):
+//   elastic/<g>/staying/<name>  worker <name> of generation g goes on to generation g+1
+//   elastic/<g>/next            the members of generation g+1, comma-separated: written once,
+//                               by compare-and-set, by the first worker to decide
+//   alive/<name>                its heartbeat counter, which this class bumps for the whole job
+//                               (a generation's own heartbeat stops with its communicator)
+// A member of generation g is gone once its counter has not moved for kGoneAfter; the next
+// generation is the members that said they stay, decided when every member of g either said so
+// or is gone. Every survivor reads the same decision, so they all build the same group.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "dist/core/host_port.h"
+
+namespace dist::collective {
+class StoreClient;
+}
+
+namespace dist::detail {
+
+class ElasticMembership {
+ public:
+  // Connects to the job's store at `store` (the first generation started it) as `self`.
+  ElasticMembership(const HostPort& store, const std::string& job_token, std::string self,
+                    std::chrono::milliseconds timeout);
+  ~ElasticMembership();
+  ElasticMembership(const ElasticMembership&) = delete;
+  ElasticMembership& operator=(const ElasticMembership&) = delete;
+
+  // After generation `generation` of `members` failed on this worker: the members of the
+  // next generation, agreed by every survivor (this worker among them unless the others decided
+  // without it). Waits at most `wait_for_members` for a member that is alive but has not said
+  // it stays (it may still be in the failed collective); then decides without it.
+  std::vector<std::string> next_after_loss(int generation, const std::vector<std::string>& members,
+                                           std::chrono::milliseconds wait_for_members);
+
+  // A member stops counting as alive when its heartbeat has not moved for this long (four
+  // missed beats).
+  static constexpr std::chrono::milliseconds kGoneAfter{2000};
+
+ private:
+  void beat();
+
+  std::string self_;
+  std::string job_token_;
+  c10::intrusive_ptr<collective::StoreClient> store_;
+  std::atomic<bool> stopping_{false};
+  std::thread heartbeat_;
+};
+
+// "worker:0,worker:2" and back.
+std::string join_names(const std::vector<std::string>& names);
+std::vector<std::string> split_names(const std::string& text);
+
+}  // namespace dist::detail
