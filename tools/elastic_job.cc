@@ -1,8 +1,10 @@
 #include "elastic_job.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
@@ -27,6 +29,19 @@ std::vector<std::string> missing_from(const std::vector<std::string>& before,
   return missing;
 }
 
+// What a joining worker must share with the job ("flag=value" lines): what decides its steps.
+std::string elastic_settings(const TrainOptions& o) {
+  std::ostringstream out;
+  out << "--loop=" << name_of(o.loop) << "\n--model=" << name_of(o.model)
+      << "\n--optimizer=" << name_of(o.optimizer) << "\n--lr=" << std::setprecision(17) << o.lr
+      << "\n--seed=" << o.seed << "\n--epochs=" << o.epochs << "\n--max-steps=" << o.max_steps
+      << "\n--global-batch=" << o.global_batch << "\n--train-examples=" << o.train_examples
+      << "\n--test-examples=" << o.test_examples
+      << "\n--mixed-precision=" << mixed_precision::policy_name(o.mixed_precision)
+      << "\n--min-workers=" << o.min_workers << "\n--commit-every=" << o.commit_every << "\n";
+  return out.str();
+}
+
 // The job between generations: who trains next, or why the job stops.
 class Generations {
  public:
@@ -34,6 +49,7 @@ class Generations {
       : options_(options),
         config_(config),
         self_(config.task.name()),
+        settings_(elastic_settings(options)),
         members_(worker_names(config.cluster)) {
     DIST_CHECK_ARG(options.min_workers <= static_cast<int>(members_.size()), "--min-workers ",
                    options.min_workers, " is more than the ", members_.size(),
@@ -41,25 +57,51 @@ class Generations {
   }
 
   const std::vector<std::string>& members() const { return members_; }
+  int number() const { return number_; }
 
-  // Once the first generation formed (its chief started the job's store).
-  void joined() {
-    if (membership_) return;
-    membership_ = std::make_unique<detail::ElasticMembership>(
-        config_.cluster.store_address(), job_token_from_environment(), self_,
-        whole_milliseconds("--rendezvous-timeout", options_.rendezvous_timeout));
+  // A worker that starts while the job runs joins it: the generation it joins, and its
+  // members, come from the chief that admits it. Otherwise the job starts with every worker.
+  void join_if_running() {
+    const std::string token = job_token_from_environment();
+    if (!detail::ElasticMembership::job_running(config_.cluster.store_address(), token,
+                                                std::chrono::seconds(2)))
+      return;
+    connect();
+    std::cout << self_ << ": the elastic job runs already; asking to join" << std::endl;
+    const auto admission = membership_->ask_to_join(settings_, rendezvous_timeout());
+    number_ = admission.generation;
+    members_ = admission.members;
   }
 
-  // After generation `number` failed with `error` on this worker: the next members, or throws
-  // the reason the job stops. `resize` gets "sizes 3 -> 2 (lost worker:1)".
-  void after_loss(int number, const CollectiveError& error, int64_t committed,
-                  std::string& resize) {
+  // Once a generation formed (its first chief started the job's store).
+  void formed(bool chief) {
+    connect();
+    if (chief) membership_->mark_running();
+  }
+  bool join_requested() { return membership_->join_requested(); }
+
+  // At a step boundary where workers join: the next members. `resize` gets "sizes 2 -> 3
+  // (joined worker:1)".
+  void regroup(bool chief, std::string& resize) {
+    const std::vector<std::string> next =
+        chief ? membership_->admit_joiners(number_, members_, settings_)
+              : membership_->next_members(number_);
+    const std::vector<std::string> joined = missing_from(next, members_);
+    resize = detail::concat("sizes ", members_.size(), " -> ", next.size(),
+                            joined.empty() ? "" : " (joined " + detail::join_names(joined) + ")");
+    members_ = next;
+    ++number_;
+  }
+
+  // After the generation failed with `error` on this worker: the next members, or throws the
+  // reason the job stops. `resize` gets "sizes 3 -> 2 (lost worker:1)".
+  void after_loss(const CollectiveError& error, int64_t committed, std::string& resize) {
     if (!membership_) throw error;  // lost before the job formed: nothing to go on from
     const auto wait = whole_milliseconds("--collective-timeout", options_.collective_timeout) +
                       std::chrono::seconds(10);
-    const std::vector<std::string> next = membership_->next_after_loss(number, members_, wait);
+    const std::vector<std::string> next = membership_->next_after_loss(number_, members_, wait);
     const std::vector<std::string> lost = missing_from(members_, next);
-    if (lost.empty()) throw error;  // everyone is still here: not a loss a resize mends
+    if (lost.empty() && next.size() <= members_.size()) throw error;  // no loss to mend
     const std::string names = detail::join_names(lost);
     DIST_CHECK(std::find(next.begin(), next.end(), self_) != next.end(), CollectiveError, self_,
                " was left out of the job's next generation by the other workers (",
@@ -72,12 +114,24 @@ class Generations {
                " (start the job again with --checkpoint-dir to resume from a checkpoint)");
     resize = detail::concat("sizes ", members_.size(), " -> ", next.size(), " (lost ", names, ")");
     members_ = next;
+    ++number_;
   }
 
  private:
+  std::chrono::milliseconds rendezvous_timeout() const {
+    return whole_milliseconds("--rendezvous-timeout", options_.rendezvous_timeout);
+  }
+  void connect() {
+    if (membership_) return;
+    membership_ = std::make_unique<detail::ElasticMembership>(
+        config_.cluster.store_address(), job_token_from_environment(), self_, rendezvous_timeout());
+  }
+
   const TrainOptions& options_;
   const ClusterConfig& config_;
   std::string self_;
+  std::string settings_;
+  int number_ = 0;
   std::vector<std::string> members_;
   std::unique_ptr<detail::ElasticMembership> membership_;
 };
@@ -105,28 +159,52 @@ void CommittedStates::restore(int64_t step, Checkpoint& checkpoint) {
   checkpoint.read(path_of(step), &env_);
 }
 
+std::string CommittedStates::bytes_of(int64_t step) const {
+  auto file = env_.new_random_access_file(path_of(step));
+  std::string bytes(file->size(), '\0');
+  file->read(0, bytes.size(), bytes.data());
+  return bytes;
+}
+
+void CommittedStates::adopt(int64_t step, const std::string& bytes) {
+  auto file = env_.new_writable_file(path_of(step));
+  file->append(bytes.data(), bytes.size());
+  file->close();
+  steps_ = {step};
+}
+
 TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out) {
   const auto job_start = Clock::now();
   PreemptionWatcher preemption;
   const ClusterConfig config = resolve_cluster().config;
   Generations generations(options, config);
+  generations.join_if_running();
   ElasticRun elastic;
   elastic.commit_every = options.commit_every;
-  for (int number = 0;; ++number) {
+  while (true) {
     elastic.sizes.push_back(static_cast<int>(generations.members().size()));
+    bool chief = false;
     try {
-      JobSetup job = start_job(options, chief_out, WorkerGeneration{number, generations.members()});
-      generations.joined();
+      JobSetup job = start_job(options, chief_out,
+                               WorkerGeneration{generations.number(), generations.members()});
+      chief = job.chief;
+      generations.formed(chief);
+      elastic.join_requested = [&] { return generations.join_requested(); };
       TrainResult result =
           run_custom_loop(options, job, preemption, chief_out, job_start, &elastic);
-      result.worker_sizes = elastic.sizes;
-      return result;
+      if (!result.regroup) {
+        result.worker_sizes = elastic.sizes;
+        return result;
+      }
     } catch (const CollectiveError& e) {
       elastic.recovering_since = Clock::now();
-      std::cerr << "dist-train: " << config.task.name() << ": generation " << number
+      std::cerr << "dist-train: " << config.task.name() << ": generation " << generations.number()
                 << " failed: " << e.what() << std::endl;
-      generations.after_loss(number, e, elastic.committed.latest(), elastic.resize);
+      generations.after_loss(e, elastic.committed.latest(), elastic.resize);
+      continue;
     }
+    elastic.recovering_since = Clock::now();
+    generations.regroup(chief, elastic.resize);
   }
 }
 

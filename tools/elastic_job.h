@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -30,6 +31,9 @@ class CommittedStates {
   bool has(int64_t step) const;
   // Reads the state committed at `step` (has(step) must hold) into `checkpoint`.
   void restore(int64_t step, Checkpoint& checkpoint);
+  // The state of `step` as bytes, to send to a worker that joins; and taking one received.
+  std::string bytes_of(int64_t step) const;
+  void adopt(int64_t step, const std::string& bytes);
   int64_t bytes() const { return env_.bytes(); }
 
  private:
@@ -46,6 +50,9 @@ struct ElasticRun {
   std::optional<std::chrono::steady_clock::time_point> recovering_since;
   std::string resize;      // "sizes 3 -> 2 (lost worker:1)", said with the recovery time
   std::vector<int> sizes;  // the workers of each generation so far
+  // Whether a worker waits to join: the generation's chief asks at each commit, and the group
+  // then regroups at that step boundary.
+  std::function<bool()> join_requested;
 };
 
 // The elastic job (options.min_workers > 0); the chief writes progress to `chief_out`. Throws

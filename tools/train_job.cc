@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -423,6 +424,24 @@ class CustomLoop {
   ElasticRun* elastic_;
 };
 
+int64_t min_across_workers(int64_t value, const Strategy& strategy) {
+  std::vector<at::Tensor> values{at::tensor({value}, at::kLong)};
+  strategy.extended().all_reduce_across_workers(values, ReduceOp::kMin);
+  return values[0].item<int64_t>();
+}
+
+// `bytes` of the one worker that passes any (the others pass none), on every worker: its size
+// and then its words in two all-reduces, where the others add zeros.
+std::string send_bytes(const std::string& bytes, const Strategy& strategy) {
+  std::vector<at::Tensor> size{at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong)};
+  strategy.extended().all_reduce_across_workers(size, ReduceOp::kMax);
+  const int64_t length = size[0].item<int64_t>();
+  std::vector<at::Tensor> words{at::zeros({(length + 7) / 8}, at::kLong)};
+  if (!bytes.empty()) std::memcpy(words[0].data_ptr(), bytes.data(), bytes.size());
+  strategy.extended().all_reduce_across_workers(words, ReduceOp::kSum);
+  return std::string(static_cast<const char*>(words[0].data_ptr()), static_cast<size_t>(length));
+}
+
 Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy,
                                              const TrainOptions& options) {
   torch::manual_seed(options.seed);
@@ -515,14 +534,25 @@ void CustomLoop::resumed_at(const std::string& from) {
 
 // The survivors' newest committed steps differ by at most one (a loss can end a step on some
 // of them and not on the others); each keeps its last two, so the oldest newest is everyone's.
+// A worker that joins holds none: it receives the state from the first worker that does.
 bool CustomLoop::restore_committed() {
-  std::vector<at::Tensor> newest{at::tensor({elastic_->committed.latest()}, at::kLong)};
-  strategy_.extended().all_reduce_across_workers(newest, ReduceOp::kMin);
-  const int64_t step = newest[0].item<int64_t>();
-  if (step < 0) return false;  // a worker holds none: the checkpoint directory, or a fresh start
-  DIST_CHECK(elastic_->committed.has(step), InternalError, "the committed state of step ", step,
-             " is no longer in this worker's memory (newest ", elastic_->committed.latest(), ")");
-  elastic_->committed.restore(step, checkpoint_);
+  CommittedStates& committed = elastic_->committed;
+  const int64_t none = std::numeric_limits<int64_t>::max();
+  const int64_t step =
+      min_across_workers(committed.latest() < 0 ? none : committed.latest(), strategy_);
+  if (step == none) return false;  // nobody holds one: the checkpoint directory, or a fresh start
+  const bool held = committed.has(step);
+  DIST_CHECK(held || committed.latest() < 0, InternalError, "the committed state of step ", step,
+             " is no longer in this worker's memory (newest ", committed.latest(), ")");
+  const int64_t sender = min_across_workers(held ? strategy_.worker_index() : none, strategy_);
+  if (strategy_.any_worker(!held)) {
+    const std::string bytes =
+        send_bytes(strategy_.worker_index() == sender ? committed.bytes_of(step) : "", strategy_);
+    if (!held) committed.adopt(step, bytes);
+    out_ << "Sent the state of step " << step << " (" << bytes.size() << " bytes) to the "
+         << "joining workers" << std::endl;
+  }
+  committed.restore(step, checkpoint_);
   resumed_at("the state committed in memory");
   return true;
 }
@@ -633,8 +663,12 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
       save(epoch, steps->position());
       saved_at = result_.steps;
     }
-    if (commit_every > 0 && result_.steps % commit_every == 0 && steps->running() == 0)
+    if (commit_every > 0 && result_.steps % commit_every == 0 && steps->running() == 0) {
       commit(epoch, steps->position());
+      // Workers waiting to join take part from the next step: every worker stops here.
+      result_.regroup = !stopping && strategy_.any_worker(job_.chief && elastic_->join_requested());
+      stopping = stopping || result_.regroup;
+    }
     after_step();
   }
   bar.finish();
@@ -744,6 +778,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
     const bool epoch_complete =
         train_epoch(epoch, resuming ? resume_at_ : std::nullopt, epoch_images);
     train_bytes_sent_ += strategy_.extended().communication_counters().bytes_sent - bytes_before;
+    if (result_.regroup) return result_;  // the next generation goes on from this step
     if (result_.interrupted) {
       out_ << "Stopped by signal " << preemption_.signal_number() << " after step " << result_.steps
            << (manager_ ? "; checkpoint saved, rerun the same command to resume"

@@ -53,6 +53,9 @@ struct TrainResult {
   int64_t peak_rss_bytes = 0;
   // An elastic job: the workers of each generation, in order ([3, 2, 3]); empty otherwise.
   std::vector<int> worker_sizes;
+  // An elastic generation that ended at a step boundary because workers join (the job goes on
+  // in the next generation).
+  bool regroup = false;
 };
 
 // This process's peak resident memory so far (VmHWM of /proc/self/status), in bytes; 0 where

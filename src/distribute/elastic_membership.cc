@@ -114,4 +114,102 @@ std::vector<std::string> ElasticMembership::next_after_loss(
   return split_names(to_text(store_->get(at + "next")));
 }
 
+void ElasticMembership::mark_running() { store_->set("elastic/running", to_bytes("1")); }
+
+bool ElasticMembership::join_requested() {
+  return store_->add("elastic/join-requests", 0) > store_->add("elastic/join-handled", 0);
+}
+
+namespace {
+
+// Why a joiner with `theirs` may not join a job with `ours` ("flag=value" lines), or empty.
+std::string settings_refusal(const std::string& ours, const std::string& theirs) {
+  std::map<std::string, std::string> mine, other;
+  auto read = [](const std::string& text, std::map<std::string, std::string>& into) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      const auto eq = line.find('=');
+      if (eq != std::string::npos) into[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  };
+  read(ours, mine);
+  read(theirs, other);
+  for (const auto& [flag, value] : mine) {
+    const auto it = other.find(flag);
+    const std::string given = it == other.end() ? "(none)" : it->second;
+    if (given != value)
+      return detail::concat("its ", flag, " is ", given, ", the running job's is ", value,
+                            "; start it with the job's settings");
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> ElasticMembership::admit_joiners(int generation,
+                                                          const std::vector<std::string>& members,
+                                                          const std::string& settings) {
+  std::vector<std::string> next = members;
+  const int64_t requests = store_->add("elastic/join-requests", 0);
+  const int64_t handled = store_->add("elastic/join-handled", 0);
+  std::vector<std::pair<int64_t, std::string>> answers;
+  for (int64_t n = handled + 1; n <= requests; ++n) {
+    const std::string ticket = to_text(store_->get("elastic/join/" + std::to_string(n)));
+    const std::string name = ticket.substr(0, ticket.find('\n'));
+    const std::string theirs = ticket.substr(std::min(ticket.size(), name.size() + 1));
+    std::string refusal = settings_refusal(settings, theirs);
+    if (refusal.empty() && std::find(next.begin(), next.end(), name) != next.end())
+      refusal = detail::concat(name, " is a member of the running job already (was a second ",
+                               "process started as ", name, "?)");
+    if (refusal.empty()) next.push_back(name);
+    answers.emplace_back(n, refusal.empty() ? "" : "refused: " + refusal);
+  }
+  const std::string decided =
+      to_text(store_->compareSet(prefix(generation) + "next", {}, to_bytes(join_names(next))));
+  for (const auto& [n, refusal] : answers)
+    store_->set(
+        "elastic/admitted/" + std::to_string(n),
+        to_bytes(refusal.empty() ? std::to_string(generation + 1) + " " + decided : refusal));
+  store_->add("elastic/join-handled", requests - handled);
+  return split_names(decided);
+}
+
+std::vector<std::string> ElasticMembership::next_members(int generation) {
+  return split_names(to_text(store_->get(prefix(generation) + "next")));
+}
+
+bool ElasticMembership::job_running(const HostPort& store, const std::string& job_token,
+                                    std::chrono::milliseconds timeout) {
+  try {
+    collective::StoreClient client(store, timeout, job_token);
+    return client.check({"elastic/running"});
+  } catch (const CollectiveError&) {
+    return false;  // no store yet: the job starts now
+  }
+}
+
+ElasticMembership::Admission ElasticMembership::ask_to_join(const std::string& settings,
+                                                            std::chrono::milliseconds wait) {
+  const int64_t ticket = store_->add("elastic/join-requests", 1);
+  store_->set("elastic/join/" + std::to_string(ticket), to_bytes(self_ + "\n" + settings));
+  const std::string key = "elastic/admitted/" + std::to_string(ticket);
+  try {
+    store_->wait({key}, wait);
+  } catch (const CollectiveError&) {
+    throw CollectiveError(detail::concat(
+        self_, " asked to join the running job but no step boundary answered within ",
+        wait.count() / 1000.0, " s (--rendezvous-timeout); is the job still training?"));
+  }
+  const std::string answer = to_text(store_->get(key));
+  DIST_CHECK_ARG(answer.rfind("refused: ", 0) != 0, "the running job refused ", self_, ": ",
+                 answer.substr(9));
+  const auto space = answer.find(' ');
+  Admission admission{std::stoi(answer.substr(0, space)), split_names(answer.substr(space + 1))};
+  DIST_CHECK(std::find(admission.members.begin(), admission.members.end(), self_) !=
+                 admission.members.end(),
+             CollectiveError, "the running job lost a worker while admitting ", self_,
+             " and went on without it; start ", self_, " again");
+  return admission;
+}
+
 }  // namespace dist::detail

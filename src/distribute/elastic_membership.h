@@ -7,6 +7,12 @@
 //                               by compare-and-set, by the first worker to decide
 //   alive/<name>                its heartbeat counter, which this class bumps for the whole job
 //                               (a generation's own heartbeat stops with its communicator)
+//   elastic/running             set by the first generation's chief: a worker that starts later
+//                               joins instead of starting the job
+//   elastic/join-requests       a counter: the tickets handed to workers asking to join
+//   elastic/join/<n>            ticket n: the joiner's name, a newline, its settings
+//   elastic/join-handled        the tickets a chief has answered
+//   elastic/admitted/<n>        the answer: "<generation> <members>" or "refused: <why>"
 // A member of generation g is gone once its counter has not moved for kGoneAfter; the next
 // generation is the members that said they stay, decided when every member of g either said so
 // or is gone. Every survivor reads the same decision, so they all build the same group.
@@ -43,6 +49,30 @@ class ElasticMembership {
   // it stays (it may still be in the failed collective); then decides without it.
   std::vector<std::string> next_after_loss(int generation, const std::vector<std::string>& members,
                                            std::chrono::milliseconds wait_for_members);
+
+  // A generation's chief, once it formed: later workers join instead of starting the job.
+  void mark_running();
+  // Whether a worker asked to join that no chief has answered yet (a store round trip).
+  bool join_requested();
+  // The chief of generation `generation` at a step boundary where the group regroups: answers
+  // the waiting joiners (admitted when their settings equal `settings` and their name is not a
+  // member already) and writes the next members. Returns them.
+  std::vector<std::string> admit_joiners(int generation, const std::vector<std::string>& members,
+                                         const std::string& settings);
+  // The other members at that boundary: the next members the chief wrote.
+  std::vector<std::string> next_members(int generation);
+
+  struct Admission {
+    int generation = 0;
+    std::vector<std::string> members;
+  };
+  // Whether the job at `store` already runs (its first generation formed), within `timeout`.
+  static bool job_running(const HostPort& store, const std::string& job_token,
+                          std::chrono::milliseconds timeout);
+  // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines)
+  // and waits up to `wait` for the answer. Throws InvalidArgument with the chief's reason when
+  // refused, CollectiveError when no answer comes.
+  Admission ask_to_join(const std::string& settings, std::chrono::milliseconds wait);
 
   // A member stops counting as alive when its heartbeat has not moved for this long (four
   // missed beats).
