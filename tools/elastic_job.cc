@@ -67,8 +67,9 @@ class Generations {
                                                 std::chrono::seconds(2)))
       return;
     connect();
-    std::cout << self_ << ": the elastic job runs already; asking to join" << std::endl;
-    const auto admission = membership_->ask_to_join(settings_, rendezvous_timeout());
+    const int64_t ticket = membership_->ask_to_join(settings_);
+    std::cout << self_ << ": the elastic job runs already; asked to join" << std::endl;
+    const auto admission = membership_->await_admission(ticket, rendezvous_timeout());
     number_ = admission.generation;
     members_ = admission.members;
   }
@@ -78,7 +79,7 @@ class Generations {
     connect();
     if (chief) membership_->mark_running();
   }
-  bool join_requested() { return membership_->join_requested(); }
+  bool join_requested() { return membership_->join_requested(members_, settings_); }
 
   // At a step boundary where workers join: the next members. `resize` gets "sizes 2 -> 3
   // (joined worker:1)".
@@ -200,6 +201,7 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       elastic.recovering_since = Clock::now();
       std::cerr << "dist-train: " << config.task.name() << ": generation " << generations.number()
                 << " failed: " << e.what() << std::endl;
+      if (options.after_loss) options.after_loss();
       generations.after_loss(e, elastic.committed.latest(), elastic.resize);
       continue;
     }

@@ -116,10 +116,6 @@ std::vector<std::string> ElasticMembership::next_after_loss(
 
 void ElasticMembership::mark_running() { store_->set("elastic/running", to_bytes("1")); }
 
-bool ElasticMembership::join_requested() {
-  return store_->add("elastic/join-requests", 0) > store_->add("elastic/join-handled", 0);
-}
-
 namespace {
 
 // Why a joiner with `theirs` may not join a job with `ours` ("flag=value" lines), or empty.
@@ -146,31 +142,60 @@ std::string settings_refusal(const std::string& ours, const std::string& theirs)
 
 }  // namespace
 
+ElasticMembership::Ticket ElasticMembership::read_ticket(int64_t n,
+                                                         const std::vector<std::string>& members,
+                                                         const std::string& settings) {
+  const std::string text = to_text(store_->get("elastic/join/" + std::to_string(n)));
+  Ticket ticket;
+  ticket.name = text.substr(0, text.find('\n'));
+  ticket.refusal =
+      settings_refusal(settings, text.substr(std::min(text.size(), ticket.name.size() + 1)));
+  if (ticket.refusal.empty() &&
+      std::find(members.begin(), members.end(), ticket.name) != members.end())
+    ticket.refusal = detail::concat(ticket.name, " is a member of the running job already (was ",
+                                    "a second process started as ", ticket.name, "?)");
+  return ticket;
+}
+
+void ElasticMembership::answer(int64_t n, const std::string& text) {
+  store_->set("elastic/admitted/" + std::to_string(n), to_bytes(text));
+  store_->add("elastic/join-handled", 1);
+}
+
+// Joiners that may not join are answered at once: the group goes on undisturbed.
+bool ElasticMembership::join_requested(const std::vector<std::string>& members,
+                                       const std::string& settings) {
+  while (true) {
+    const int64_t handled = store_->add("elastic/join-handled", 0);
+    if (store_->add("elastic/join-requests", 0) <= handled) return false;
+    const Ticket ticket = read_ticket(handled + 1, members, settings);
+    if (ticket.refusal.empty()) return true;
+    answer(handled + 1, "refused: " + ticket.refusal);
+  }
+}
+
 std::vector<std::string> ElasticMembership::admit_joiners(int generation,
                                                           const std::vector<std::string>& members,
                                                           const std::string& settings) {
   std::vector<std::string> next = members;
   const int64_t requests = store_->add("elastic/join-requests", 0);
   const int64_t handled = store_->add("elastic/join-handled", 0);
-  std::vector<std::pair<int64_t, std::string>> answers;
+  std::vector<std::pair<int64_t, std::string>> refusals;
   for (int64_t n = handled + 1; n <= requests; ++n) {
-    const std::string ticket = to_text(store_->get("elastic/join/" + std::to_string(n)));
-    const std::string name = ticket.substr(0, ticket.find('\n'));
-    const std::string theirs = ticket.substr(std::min(ticket.size(), name.size() + 1));
-    std::string refusal = settings_refusal(settings, theirs);
-    if (refusal.empty() && std::find(next.begin(), next.end(), name) != next.end())
-      refusal = detail::concat(name, " is a member of the running job already (was a second ",
-                               "process started as ", name, "?)");
-    if (refusal.empty()) next.push_back(name);
-    answers.emplace_back(n, refusal.empty() ? "" : "refused: " + refusal);
+    const Ticket ticket = read_ticket(n, next, settings);
+    if (ticket.refusal.empty())
+      next.push_back(ticket.name);
+    else
+      refusals.emplace_back(n, "refused: " + ticket.refusal);
   }
   const std::string decided =
       to_text(store_->compareSet(prefix(generation) + "next", {}, to_bytes(join_names(next))));
-  for (const auto& [n, refusal] : answers)
-    store_->set(
-        "elastic/admitted/" + std::to_string(n),
-        to_bytes(refusal.empty() ? std::to_string(generation + 1) + " " + decided : refusal));
-  store_->add("elastic/join-handled", requests - handled);
+  for (int64_t n = handled + 1; n <= requests; ++n) {
+    auto refused =
+        std::find_if(refusals.begin(), refusals.end(), [n](const auto& r) { return r.first == n; });
+    answer(n, refused != refusals.end() ? refused->second
+                                        : std::to_string(generation + 1) + " " + decided);
+  }
   return split_names(decided);
 }
 
@@ -188,10 +213,16 @@ bool ElasticMembership::job_running(const HostPort& store, const std::string& jo
   }
 }
 
-ElasticMembership::Admission ElasticMembership::ask_to_join(const std::string& settings,
-                                                            std::chrono::milliseconds wait) {
-  const int64_t ticket = store_->add("elastic/join-requests", 1);
+int64_t ElasticMembership::ask_to_join(const std::string& settings) {
+  // The ticket's text first: a chief that sees the counter move reads it at once.
+  const int64_t ticket = store_->add("elastic/join-tickets", 1);
   store_->set("elastic/join/" + std::to_string(ticket), to_bytes(self_ + "\n" + settings));
+  store_->add("elastic/join-requests", 1);
+  return ticket;
+}
+
+ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
+                                                                std::chrono::milliseconds wait) {
   const std::string key = "elastic/admitted/" + std::to_string(ticket);
   try {
     store_->wait({key}, wait);

@@ -9,8 +9,9 @@
 //                               (a generation's own heartbeat stops with its communicator)
 //   elastic/running             set by the first generation's chief: a worker that starts later
 //                               joins instead of starting the job
-//   elastic/join-requests       a counter: the tickets handed to workers asking to join
+//   elastic/join-tickets        a counter: the tickets handed to workers asking to join
 //   elastic/join/<n>            ticket n: the joiner's name, a newline, its settings
+//   elastic/join-requests       a counter: the tickets whose text is written
 //   elastic/join-handled        the tickets a chief has answered
 //   elastic/admitted/<n>        the answer: "<generation> <members>" or "refused: <why>"
 // A member of generation g is gone once its counter has not moved for kGoneAfter; the next
@@ -52,8 +53,9 @@ class ElasticMembership {
 
   // A generation's chief, once it formed: later workers join instead of starting the job.
   void mark_running();
-  // Whether a worker asked to join that no chief has answered yet (a store round trip).
-  bool join_requested();
+  // Whether a worker that may join the group of `members` with `settings` waits (store round
+  // trips); those that may not are refused on the way.
+  bool join_requested(const std::vector<std::string>& members, const std::string& settings);
   // The chief of generation `generation` at a step boundary where the group regroups: answers
   // the waiting joiners (admitted when their settings equal `settings` and their name is not a
   // member already) and writes the next members. Returns them.
@@ -69,10 +71,12 @@ class ElasticMembership {
   // Whether the job at `store` already runs (its first generation formed), within `timeout`.
   static bool job_running(const HostPort& store, const std::string& job_token,
                           std::chrono::milliseconds timeout);
-  // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines)
-  // and waits up to `wait` for the answer. Throws InvalidArgument with the chief's reason when
-  // refused, CollectiveError when no answer comes.
-  Admission ask_to_join(const std::string& settings, std::chrono::milliseconds wait);
+  // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines);
+  // the ticket to wait on.
+  int64_t ask_to_join(const std::string& settings);
+  // Waits up to `wait` for the answer to `ticket`. Throws InvalidArgument with the chief's
+  // reason when refused, CollectiveError when no answer comes.
+  Admission await_admission(int64_t ticket, std::chrono::milliseconds wait);
 
   // A member stops counting as alive when its heartbeat has not moved for this long (four
   // missed beats).
@@ -80,6 +84,14 @@ class ElasticMembership {
 
  private:
   void beat();
+  struct Ticket {
+    std::string name;
+    std::string refusal;  // why it may not join; empty: it may
+  };
+  Ticket read_ticket(int64_t n, const std::vector<std::string>& members,
+                     const std::string& settings);
+  // Answers ticket n with `text` and counts it handled.
+  void answer(int64_t n, const std::string& text);
 
   std::string self_;
   std::string job_token_;

@@ -1,44 +1,82 @@
-// killed_train (test only): dist-train, except that the process kills itself with SIGKILL once
-// its training completes step N, as a lost machine or kill -9 would. The elastic tests
-// (dist_train_elastic_test.cc) start one worker of a job with it.
+// killed_train (test only): dist-train with faults and pauses at chosen points, for the elastic
+// tests (dist_train_elastic_test.cc), which start some workers of a job with it:
 //
-//   killed_train --kill-at-step N [any dist-train flags]
+//   killed_train [--kill-at-step N] [--kill-on-loss] [--hold-at-step N --until-file PATH]
+//                [any dist-train flags]
 //
-// Exits as dist-train does if the job ends before step N.
+// --kill-at-step N   SIGKILL itself once its training completes step N (a lost machine)
+// --kill-on-loss     SIGKILL itself when its generation fails, before agreeing on the next
+//                    (a second failure during the resize)
+// --hold-at-step N   once step N completes, wait until PATH exists (60 s at most), so that a
+//                    worker the test starts meanwhile joins before the job ends
+// Otherwise it exits as dist-train does.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/core/error.h"
 #include "train_job.h"
 #include "train_options.h"
 
+namespace {
+
+struct Faults {
+  int64_t kill_at = -1;
+  bool kill_on_loss = false;
+  int64_t hold_at = -1;
+  std::string until_file;
+};
+
+void hold_until(const std::string& path) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::vector<char*> rest{argv[0]};
-  int64_t kill_at = -1;
+  Faults faults;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--kill-at-step" && i + 1 < argc)
-      kill_at = std::atoll(argv[++i]);
+    const std::string flag = argv[i];
+    const bool valued = i + 1 < argc;
+    if (flag == "--kill-at-step" && valued)
+      faults.kill_at = std::atoll(argv[++i]);
+    else if (flag == "--hold-at-step" && valued)
+      faults.hold_at = std::atoll(argv[++i]);
+    else if (flag == "--until-file" && valued)
+      faults.until_file = argv[++i];
+    else if (flag == "--kill-on-loss")
+      faults.kill_on_loss = true;
     else
       rest.push_back(argv[i]);
   }
-  if (kill_at < 1) {
-    std::cerr << "killed_train: --kill-at-step N (N >= 1) is required" << std::endl;
+  if ((faults.hold_at > 0) != !faults.until_file.empty()) {
+    std::cerr << "killed_train: --hold-at-step and --until-file go together" << std::endl;
     return 2;
   }
   dist::tools::CommandLine line =
       dist::tools::parse_command_line(static_cast<int>(rest.size()), rest.data());
   if (line.exit_code) return *line.exit_code;
-  line.options.after_step = [kill_at](int64_t step) {
-    if (step == kill_at) ::raise(SIGKILL);
+  line.options.after_step = [faults](int64_t step) {
+    if (step == faults.kill_at) ::raise(SIGKILL);
+    if (step == faults.hold_at) hold_until(faults.until_file);
   };
+  if (faults.kill_on_loss) line.options.after_loss = [] { ::raise(SIGKILL); };
   try {
     auto result = dist::tools::run_training(line.options, std::cout);
     if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;
     return 0;
+  } catch (const dist::InvalidArgument& e) {
+    std::cerr << "killed_train: " << e.what() << std::endl;
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 1;

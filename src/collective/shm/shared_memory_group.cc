@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -139,6 +141,22 @@ SharedMemoryGroup SharedMemoryGroup::open(const std::string& name, int rank) {
   return group;
 }
 
+namespace {
+
+// Gone, or a zombie its parent has not reaped yet (a launcher busy elsewhere, a test that reaps
+// later): either way it will never arrive. kill(pid, 0) alone counts a zombie as alive.
+bool process_ended(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');  // the command may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
+  const char state = text[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
 std::string SharedMemoryGroup::lost_members(
     const std::function<std::string(int)>& member_name) const {
   std::string lost;
@@ -147,7 +165,7 @@ std::string SharedMemoryGroup::lost_members(
     const Control& c = control(m);
     const auto pid = static_cast<pid_t>(c.pid.load());
     if (m == rank_ || pid <= 0 || c.pid_namespace.load() != mine) continue;
-    if (::kill(pid, 0) != 0 && errno == ESRCH)
+    if (process_ended(pid))
       lost +=
           detail::concat(lost.empty() ? "" : ", ", member_name(m), " (process ", pid, " ended)");
   }
