@@ -280,6 +280,9 @@ std::string new_job_token() {
 struct JobSetup {
   std::vector<std::string> command;
   int workers = 2;
+  // --workers MIN:MAX: an elastic job of MAX workers that goes on while MIN remain; 0: not one.
+  int min_workers = 0;
+  std::string workers_text = "2";  // --workers as given
   int replicas = 1;
   int grace_seconds = 10;
   std::string job_token;
@@ -306,9 +309,11 @@ struct JobResult {
 
 // The environment of every task but TF_CONFIG; the token last (host_launch leaves it out).
 std::vector<std::string> job_env(const JobSetup& setup) {
-  return {"DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
-          "DIST_RESTART_COUNT=" + std::to_string(setup.restart),
-          "DIST_JOB_TOKEN=" + setup.job_token};
+  std::vector<std::string> env{"DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
+                               "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
+  if (setup.min_workers > 0) env.push_back("DIST_MIN_WORKERS=" + std::to_string(setup.min_workers));
+  env.push_back("DIST_JOB_TOKEN=" + setup.job_token);
+  return env;
 }
 
 // A task on this machine: the command itself, TF_CONFIG and job_env in its environment.
@@ -376,12 +381,65 @@ std::vector<Launch> worker_launches(const JobSetup& setup) {
   return launches;
 }
 
+// dist-train's exit codes that a restart cannot cure: bad flags (2) and bad data (3).
+bool worth_restarting(int exit_code) { return exit_code != 2 && exit_code != 3; }
+
+// An elastic job (--workers MIN:MAX): a worker that fails is started again with the same
+// TF_CONFIG and joins the running job (at most kMaxWorkerRestarts times per worker), while the
+// others go on without it; nothing is stopped. Once a worker has finished (exit 0) none is
+// started again, and the ones still running get --grace-seconds to end by themselves (a joiner
+// still waiting for admission) before SIGTERM. Exit code: 0 once a worker finished, else the
+// last failure's (the job stopped below its minimum).
+JobResult run_elastic_job(const JobSetup& setup, std::vector<Task>& workers,
+                          const std::vector<Launch>& launches) {
+  int result = 0;
+  bool finished = false;
+  auto stop_deadline = Clock::time_point::max();
+  while (count_running(workers) > 0) {
+    if (forwarded_signal != 0 && stop_deadline == Clock::time_point::max()) {
+      signal_all(workers, forwarded_signal == SIGHUP ? SIGTERM : int(forwarded_signal));
+      stop_deadline = Clock::now() + std::chrono::seconds(setup.grace_seconds);
+    }
+    pump_output(workers);
+    const size_t before = workers.size();  // restarted ones are appended
+    for (size_t i = 0; i < before; ++i) {
+      Task& w = workers[i];
+      if (!reap(w)) continue;
+      std::cout << "[dist-launch] " << w.name << " exited with " << w.ending;
+      finished = finished || w.exit_code == 0;
+      if (w.exit_code != 0 && !finished) result = w.exit_code;
+      const bool again = !finished && forwarded_signal == 0 && w.exit_code != 0 &&
+                         worth_restarting(w.exit_code) && w.restarts < kMaxWorkerRestarts;
+      if (finished && stop_deadline == Clock::time_point::max())
+        stop_deadline = Clock::now() + std::chrono::seconds(setup.grace_seconds);
+      if (!again) {
+        std::cout << std::endl;
+        continue;
+      }
+      std::cout << "; starting it again to join the running job (restart " << w.restarts + 1
+                << " of at most " << kMaxWorkerRestarts << ")" << std::endl;
+      const size_t index = static_cast<size_t>(std::stoi(w.name.substr(w.name.find(':') + 1)));
+      Task replacement = start(launches.at(index), w.name, w.type, w.config);
+      replacement.restarts = w.restarts + 1;
+      workers.push_back(std::move(replacement));
+    }
+    if (Clock::now() > stop_deadline) {
+      signal_all(workers, SIGTERM);
+      if (Clock::now() > stop_deadline + std::chrono::seconds(setup.grace_seconds))
+        signal_all(workers, SIGKILL);
+    }
+  }
+  drain_output(workers);
+  return {finished ? 0 : result, forwarded_signal != 0};
+}
+
 // Runs a multi-worker job's workers until all have exited: the exit code rules of the top
 // comment.
 JobResult run_workers_job(const JobSetup& setup) {
   std::vector<Task> workers;
+  std::vector<Launch> launches;
   try {
-    const std::vector<Launch> launches = worker_launches(setup);
+    launches = worker_launches(setup);
     for (int i = 0; i < setup.workers; ++i)
       workers.push_back(
           start(launches[static_cast<size_t>(i)], "worker:" + std::to_string(i), "worker", ""));
@@ -390,6 +448,7 @@ JobResult run_workers_job(const JobSetup& setup) {
     signal_all(workers, SIGKILL);
     return {1, false};
   }
+  if (setup.min_workers > 0) return run_elastic_job(setup, workers, launches);
 
   int result = 0;
   std::string failed;
@@ -595,9 +654,6 @@ JobResult run_ps_job(const JobSetup& setup) {
   return {result, signalled};
 }
 
-// dist-train's exit codes that a restart cannot cure: bad flags (2) and bad data (3).
-bool worth_restarting(int exit_code) { return exit_code != 2 && exit_code != 3; }
-
 // The error for flags that make no job, or "" when they make one.
 std::string check_setup(const JobSetup& setup, int max_restarts) {
   const std::string ps_only = " needs --ps: only a parameter-server job has ";
@@ -613,6 +669,12 @@ std::string check_setup(const JobSetup& setup, int max_restarts) {
            std::to_string(setup.workers);
   if (setup.workers < 1 || setup.replicas < 1)
     return "--workers and --replicas-per-worker must be at least 1";
+  if (setup.min_workers > 0 && setup.ps > 0)
+    return "--workers MIN:MAX (an elastic job) is for multi-worker jobs, not --ps jobs (use "
+           "--restart-workers there)";
+  if (setup.min_workers > setup.workers)
+    return "--workers MIN:MAX needs MIN <= MAX, got " + std::to_string(setup.min_workers) + ":" +
+           std::to_string(setup.workers);
   if (!setup.hosts.empty() && setup.ps > 0)
     return "--hosts runs multi-worker jobs only (every task the same command), not --ps jobs";
   if (max_restarts < 0)
@@ -622,7 +684,11 @@ std::string check_setup(const JobSetup& setup, int max_restarts) {
 
 // dist-launch's flags, into `setup` and `max_restarts`.
 void add_flags(CLI::App& app, JobSetup& setup, int& max_restarts) {
-  app.add_option("--workers", setup.workers, "worker processes")->capture_default_str();
+  app.add_option("--workers", setup.workers_text,
+                 "worker processes; MIN:MAX starts an elastic job of MAX workers that goes on "
+                 "while MIN remain and starts lost ones again to join it (dist-train "
+                 "--min-workers, docs/elastic.md)")
+      ->capture_default_str();
   app.add_option("--replicas-per-worker", setup.replicas, "replicas in each worker")
       ->capture_default_str();
   app.add_option("--grace-seconds", setup.grace_seconds,
@@ -664,6 +730,26 @@ void add_flags(CLI::App& app, JobSetup& setup, int& max_restarts) {
                      std::to_string(kDefaultPortBase) + ")")
       ->check(CLI::Range(1, 65535));
   app.add_option("command", setup.command, "the worker command, after --")->required();
+}
+
+// --workers N or MIN:MAX into setup.workers and setup.min_workers. The error, or "".
+std::string parse_workers(JobSetup& setup) {
+  const std::string& text = setup.workers_text;
+  const auto colon = text.find(':');
+  try {
+    size_t used = 0;
+    setup.workers = std::stoi(text.substr(colon == std::string::npos ? 0 : colon + 1), &used);
+    if (colon != std::string::npos) {
+      size_t min_used = 0;
+      setup.min_workers = std::stoi(text.substr(0, colon), &min_used);
+      if (min_used != colon || setup.min_workers < 1) throw std::invalid_argument(text);
+      used += colon + 1;
+    }
+    if (used != text.size()) throw std::invalid_argument(text);
+  } catch (const std::exception&) {
+    return "--workers must be a count (2) or MIN:MAX (2:4), got '" + text + "'";
+  }
+  return "";
 }
 
 // --hosts: the port base from --port-base, DIST_PORT_BASE or the default, and --workers from
@@ -717,7 +803,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  std::string error = apply_hosts(setup, app.count("--workers") > 0);
+  std::string error = parse_workers(setup);
+  if (error.empty()) error = apply_hosts(setup, app.count("--workers") > 0);
   if (error.empty()) error = check_setup(setup, max_restarts);
   if (!error.empty()) {
     std::cerr << "dist-launch: " << error << std::endl;

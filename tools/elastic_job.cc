@@ -61,24 +61,30 @@ class Generations {
 
   // A worker that starts while the job runs joins it: the generation it joins, and its
   // members, come from the chief that admits it. Otherwise the job starts with every worker.
-  void join_if_running() {
+  bool join_if_running(std::string& resize) {
     const std::string token = job_token_from_environment();
     if (!detail::ElasticMembership::job_running(config_.cluster.store_address(), token,
                                                 std::chrono::seconds(2)))
-      return;
+      return false;
     connect();
     const int64_t ticket = membership_->ask_to_join(settings_);
     std::cout << self_ << ": the elastic job runs already; asked to join" << std::endl;
     const auto admission = membership_->await_admission(ticket, rendezvous_timeout());
     number_ = admission.generation;
     members_ = admission.members;
+    resize =
+        detail::concat("sizes ", admission.previous.size(), " -> ", members_.size(), " (joined ",
+                       detail::join_names(missing_from(members_, admission.previous)), ")");
+    return true;
   }
 
   // Once a generation formed (its first chief started the job's store).
   void formed(bool chief) {
     connect();
-    if (chief) membership_->mark_running();
+    membership_->start_heartbeat();
+    if (chief) membership_->mark_running(number_, static_cast<int>(members_.size()));
   }
+  std::vector<int> sizes() { return membership_->sizes(number_); }
   bool join_requested() { return membership_->join_requested(members_, settings_); }
 
   // At a step boundary where workers join: the next members. `resize` gets "sizes 2 -> 3
@@ -179,11 +185,13 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
   PreemptionWatcher preemption;
   const ClusterConfig config = resolve_cluster().config;
   Generations generations(options, config);
-  generations.join_if_running();
   ElasticRun elastic;
+  if (generations.join_if_running(elastic.resize)) {
+    elastic.recovering_since = Clock::now();
+    elastic.recovering_from = "this worker was admitted";
+  }
   elastic.commit_every = options.commit_every;
   while (true) {
-    elastic.sizes.push_back(static_cast<int>(generations.members().size()));
     bool chief = false;
     try {
       JobSetup job = start_job(options, chief_out,
@@ -194,11 +202,12 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       TrainResult result =
           run_custom_loop(options, job, preemption, chief_out, job_start, &elastic);
       if (!result.regroup) {
-        result.worker_sizes = elastic.sizes;
+        result.worker_sizes = generations.sizes();
         return result;
       }
     } catch (const CollectiveError& e) {
       elastic.recovering_since = Clock::now();
+      elastic.recovering_from = "this worker saw the loss";
       std::cerr << "dist-train: " << config.task.name() << ": generation " << generations.number()
                 << " failed: " << e.what() << std::endl;
       if (options.after_loss) options.after_loss();
@@ -206,6 +215,7 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       continue;
     }
     elastic.recovering_since = Clock::now();
+    elastic.recovering_from = "the step boundary where the workers regrouped";
     generations.regroup(chief, elastic.resize);
   }
 }

@@ -46,10 +46,10 @@ class CommittedStates {
 struct ElasticRun {
   CommittedStates committed;
   int64_t commit_every = 1;
-  // Set from a loss until the next step completes: then "recovered in X s" is printed.
+  // Set from a resize until the next step completes: then the time between is printed.
   std::optional<std::chrono::steady_clock::time_point> recovering_since;
-  std::string resize;      // "sizes 3 -> 2 (lost worker:1)", said with the recovery time
-  std::vector<int> sizes;  // the workers of each generation so far
+  std::string recovering_from;  // "this worker saw the loss", ...
+  std::string resize;           // "sizes 3 -> 2 (lost worker:1)", said with the recovery time
   // Whether a worker waits to join: the generation's chief asks at each commit, and the group
   // then regroups at that step boundary.
   std::function<bool()> join_requested;

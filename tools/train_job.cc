@@ -593,9 +593,9 @@ void CustomLoop::commit(int64_t epoch, const data::IteratorPosition& position) {
 void CustomLoop::after_step() {
   if (options_.after_step) options_.after_step(result_.steps);
   if (!elastic_ || !elastic_->recovering_since) return;
-  out_ << "Elastic: " << elastic_->resize << "; recovered in "
-       << fixed(seconds_since(*elastic_->recovering_since), 2) << " s (from the loss to this step, "
-       << result_.steps << ")" << std::endl;
+  out_ << "Elastic: " << elastic_->resize << "; step " << result_.steps << " done "
+       << fixed(seconds_since(*elastic_->recovering_since), 2) << " s after "
+       << elastic_->recovering_from << std::endl;
   elastic_->recovering_since.reset();
 }
 

@@ -380,17 +380,28 @@ void check_options(const TrainOptions& options) {
   check_combinations(options);
 }
 
-void apply_launcher_environment(TrainOptions& options) {
-  if (options.strategy != StrategyKind::kMultiWorker || options.replicas != 0) return;
-  const char* text = std::getenv("DIST_REPLICAS_PER_WORKER");
-  if (text == nullptr || *text == '\0') return;
+namespace {
+
+// The count in environment variable `name`, set by dist-launch's `flag`; 0 when unset or empty.
+int launcher_count(const char* name, const char* flag) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return 0;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  DIST_CHECK_ARG(*end == '\0' && value >= 1 && value <= 4096,
-                 "DIST_REPLICAS_PER_WORKER must be a whole number from 1 to 4096 (dist-launch "
-                 "--replicas-per-worker sets it), got '",
+  DIST_CHECK_ARG(*end == '\0' && value >= 1 && value <= 4096, name,
+                 " must be a whole number from 1 to 4096 (dist-launch ", flag, " sets it), got '",
                  text, "'");
-  options.replicas = static_cast<int>(value);
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+void apply_launcher_environment(TrainOptions& options) {
+  if (options.strategy != StrategyKind::kMultiWorker) return;
+  if (options.replicas == 0)
+    options.replicas = launcher_count("DIST_REPLICAS_PER_WORKER", "--replicas-per-worker");
+  if (options.min_workers == 0)
+    options.min_workers = launcher_count("DIST_MIN_WORKERS", "--workers MIN:MAX");
 }
 
 CommandLine parse_command_line(int argc, char** argv) {

@@ -113,7 +113,8 @@ struct TrainOptions {
 void check_options(const TrainOptions& options);
 
 // What the launcher says through the environment, where the command line left the default:
-// DIST_REPLICAS_PER_WORKER (dist-launch --replicas-per-worker) for multi_worker's --replicas.
+// DIST_REPLICAS_PER_WORKER (dist-launch --replicas-per-worker) for multi_worker's --replicas,
+// DIST_MIN_WORKERS (dist-launch --workers MIN:MAX) for its --min-workers.
 // InvalidArgument naming the variable when its value is not a count.
 void apply_launcher_environment(TrainOptions& options);
 

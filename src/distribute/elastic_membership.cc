@@ -60,12 +60,15 @@ ElasticMembership::ElasticMembership(const HostPort& store, const std::string& j
                                      std::string self, std::chrono::milliseconds timeout)
     : self_(std::move(self)),
       job_token_(job_token),
-      store_(c10::make_intrusive<collective::StoreClient>(store, timeout, job_token)),
-      heartbeat_([this] { beat(); }) {}
+      store_(c10::make_intrusive<collective::StoreClient>(store, timeout, job_token)) {}
 
 ElasticMembership::~ElasticMembership() {
   stopping_ = true;
-  heartbeat_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void ElasticMembership::start_heartbeat() {
+  if (!heartbeat_.joinable()) heartbeat_ = std::thread([this] { beat(); });
 }
 
 // Its own connection: the agreement's calls on store_ must not wait behind a beat.
@@ -114,7 +117,18 @@ std::vector<std::string> ElasticMembership::next_after_loss(
   return split_names(to_text(store_->get(at + "next")));
 }
 
-void ElasticMembership::mark_running() { store_->set("elastic/running", to_bytes("1")); }
+void ElasticMembership::mark_running(int generation, int size) {
+  store_->set(prefix(generation) + "size", to_bytes(std::to_string(size)));
+  store_->set("elastic/running", to_bytes("1"));
+}
+
+std::vector<int> ElasticMembership::sizes(int generation) {
+  std::vector<int> sizes;
+  for (int g = 0; g <= generation; ++g)
+    if (store_->check({prefix(g) + "size"}))
+      sizes.push_back(std::stoi(to_text(store_->get(prefix(g) + "size"))));
+  return sizes;
+}
 
 namespace {
 
@@ -150,10 +164,7 @@ ElasticMembership::Ticket ElasticMembership::read_ticket(int64_t n,
   ticket.name = text.substr(0, text.find('\n'));
   ticket.refusal =
       settings_refusal(settings, text.substr(std::min(text.size(), ticket.name.size() + 1)));
-  if (ticket.refusal.empty() &&
-      std::find(members.begin(), members.end(), ticket.name) != members.end())
-    ticket.refusal = detail::concat(ticket.name, " is a member of the running job already (was ",
-                                    "a second process started as ", ticket.name, "?)");
+  ticket.member = std::find(members.begin(), members.end(), ticket.name) != members.end();
   return ticket;
 }
 
@@ -169,7 +180,7 @@ bool ElasticMembership::join_requested(const std::vector<std::string>& members,
     const int64_t handled = store_->add("elastic/join-handled", 0);
     if (store_->add("elastic/join-requests", 0) <= handled) return false;
     const Ticket ticket = read_ticket(handled + 1, members, settings);
-    if (ticket.refusal.empty()) return true;
+    if (ticket.refusal.empty()) return !ticket.member;
     answer(handled + 1, "refused: " + ticket.refusal);
   }
 }
@@ -181,8 +192,10 @@ std::vector<std::string> ElasticMembership::admit_joiners(int generation,
   const int64_t requests = store_->add("elastic/join-requests", 0);
   const int64_t handled = store_->add("elastic/join-handled", 0);
   std::vector<std::pair<int64_t, std::string>> refusals;
-  for (int64_t n = handled + 1; n <= requests; ++n) {
+  int64_t last = handled;  // tickets answered now: up to one that waits
+  for (int64_t n = handled + 1; n <= requests; ++n, ++last) {
     const Ticket ticket = read_ticket(n, next, settings);
+    if (ticket.member && ticket.refusal.empty()) break;  // waits until its namesake is gone
     if (ticket.refusal.empty())
       next.push_back(ticket.name);
     else
@@ -190,11 +203,12 @@ std::vector<std::string> ElasticMembership::admit_joiners(int generation,
   }
   const std::string decided =
       to_text(store_->compareSet(prefix(generation) + "next", {}, to_bytes(join_names(next))));
-  for (int64_t n = handled + 1; n <= requests; ++n) {
+  for (int64_t n = handled + 1; n <= last; ++n) {
     auto refused =
         std::find_if(refusals.begin(), refusals.end(), [n](const auto& r) { return r.first == n; });
-    answer(n, refused != refusals.end() ? refused->second
-                                        : std::to_string(generation + 1) + " " + decided);
+    answer(n, refused != refusals.end()
+                  ? refused->second
+                  : std::to_string(generation + 1) + " " + decided + " " + join_names(members));
   }
   return split_names(decided);
 }
@@ -229,13 +243,18 @@ ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
   } catch (const CollectiveError&) {
     throw CollectiveError(detail::concat(
         self_, " asked to join the running job but no step boundary answered within ",
-        wait.count() / 1000.0, " s (--rendezvous-timeout); is the job still training?"));
+        wait.count() / 1000.0,
+        " s (--rendezvous-timeout); is the job still training, and is no other process running "
+        "as ",
+        self_, "?"));
   }
   const std::string answer = to_text(store_->get(key));
   DIST_CHECK_ARG(answer.rfind("refused: ", 0) != 0, "the running job refused ", self_, ": ",
                  answer.substr(9));
-  const auto space = answer.find(' ');
-  Admission admission{std::stoi(answer.substr(0, space)), split_names(answer.substr(space + 1))};
+  std::istringstream words(answer);
+  std::string generation, members, previous;
+  words >> generation >> members >> previous;
+  Admission admission{std::stoi(generation), split_names(members), split_names(previous)};
   DIST_CHECK(std::find(admission.members.begin(), admission.members.end(), self_) !=
                  admission.members.end(),
              CollectiveError, "the running job lost a worker while admitting ", self_,

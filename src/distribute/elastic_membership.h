@@ -13,7 +13,8 @@
 //   elastic/join/<n>            ticket n: the joiner's name, a newline, its settings
 //   elastic/join-requests       a counter: the tickets whose text is written
 //   elastic/join-handled        the tickets a chief has answered
-//   elastic/admitted/<n>        the answer: "<generation> <members>" or "refused: <why>"
+//   elastic/admitted/<n>        the answer: "<generation> <members> <previous members>" or
+//                               "refused: <why>"
 // A member of generation g is gone once its counter has not moved for kGoneAfter; the next
 // generation is the members that said they stay, decided when every member of g either said so
 // or is gone. Every survivor reads the same decision, so they all build the same group.
@@ -37,7 +38,8 @@ namespace dist::detail {
 
 class ElasticMembership {
  public:
-  // Connects to the job's store at `store` (the first generation started it) as `self`.
+  // Connects to the job's store at `store` (the first generation started it) as `self`; no
+  // heartbeat until start_heartbeat().
   ElasticMembership(const HostPort& store, const std::string& job_token, std::string self,
                     std::chrono::milliseconds timeout);
   ~ElasticMembership();
@@ -51,14 +53,21 @@ class ElasticMembership {
   std::vector<std::string> next_after_loss(int generation, const std::vector<std::string>& members,
                                            std::chrono::milliseconds wait_for_members);
 
-  // A generation's chief, once it formed: later workers join instead of starting the job.
-  void mark_running();
+  // Beats alive/<self> from now on, for the whole job (nothing if it does already). A worker
+  // that joins starts once admitted: its namesake's beat must stop first, or the others could
+  // not tell that the lost worker is gone.
+  void start_heartbeat();
+  // A generation's chief, once it formed with `size` workers: later workers join instead of
+  // starting the job, and the job's sizes read on (elastic/sizes/<g>).
+  void mark_running(int generation, int size);
+  // The size of each generation up to `generation`, as their chiefs recorded them.
+  std::vector<int> sizes(int generation);
   // Whether a worker that may join the group of `members` with `settings` waits (store round
   // trips); those that may not are refused on the way.
   bool join_requested(const std::vector<std::string>& members, const std::string& settings);
   // The chief of generation `generation` at a step boundary where the group regroups: answers
-  // the waiting joiners (admitted when their settings equal `settings` and their name is not a
-  // member already) and writes the next members. Returns them.
+  // the waiting joiners (admitted when their settings equal `settings`; one whose name is a
+  // member's waits, and those after it) and writes the next members. Returns them.
   std::vector<std::string> admit_joiners(int generation, const std::vector<std::string>& members,
                                          const std::string& settings);
   // The other members at that boundary: the next members the chief wrote.
@@ -67,6 +76,7 @@ class ElasticMembership {
   struct Admission {
     int generation = 0;
     std::vector<std::string> members;
+    std::vector<std::string> previous;  // the members of the generation before
   };
   // Whether the job at `store` already runs (its first generation formed), within `timeout`.
   static bool job_running(const HostPort& store, const std::string& job_token,
@@ -87,6 +97,10 @@ class ElasticMembership {
   struct Ticket {
     std::string name;
     std::string refusal;  // why it may not join; empty: it may
+    // Its name is a member's: it waits until that member is gone (a worker started again
+    // before the others noticed the loss of its namesake; or a second process by mistake,
+    // which then waits until its rendezvous timeout).
+    bool member = false;
   };
   Ticket read_ticket(int64_t n, const std::vector<std::string>& members,
                      const std::string& settings);

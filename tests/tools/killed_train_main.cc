@@ -1,10 +1,13 @@
 // killed_train (test only): dist-train with faults and pauses at chosen points, for the elastic
 // tests (dist_train_elastic_test.cc), which start some workers of a job with it:
 //
-//   killed_train [--kill-at-step N] [--kill-on-loss] [--hold-at-step N --until-file PATH]
+//   killed_train [--kill-at-step N [--kill-worker I]] [--kill-on-loss] [--hold-at-step N
+//   --until-file PATH]
 //                [any dist-train flags]
 //
 // --kill-at-step N   SIGKILL itself once its training completes step N (a lost machine)
+// --kill-worker I    only if it is worker I of TF_CONFIG (when a launcher starts every worker
+//                    with the same command)
 // --kill-on-loss     SIGKILL itself when its generation fails, before agreeing on the next
 //                    (a second failure during the resize)
 // --hold-at-step N   once step N completes, wait until PATH exists (60 s at most), so that a
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "dist/core/error.h"
+#include "dist/distribute/cluster_resolver.h"
 #include "train_job.h"
 #include "train_options.h"
 
@@ -28,6 +32,7 @@ namespace {
 
 struct Faults {
   int64_t kill_at = -1;
+  int kill_worker = -1;  // -1: any
   bool kill_on_loss = false;
   int64_t hold_at = -1;
   std::string until_file;
@@ -49,6 +54,8 @@ int main(int argc, char** argv) {
     const bool valued = i + 1 < argc;
     if (flag == "--kill-at-step" && valued)
       faults.kill_at = std::atoll(argv[++i]);
+    else if (flag == "--kill-worker" && valued)
+      faults.kill_worker = std::atoi(argv[++i]);
     else if (flag == "--hold-at-step" && valued)
       faults.hold_at = std::atoll(argv[++i]);
     else if (flag == "--until-file" && valued)
@@ -65,6 +72,8 @@ int main(int argc, char** argv) {
   dist::tools::CommandLine line =
       dist::tools::parse_command_line(static_cast<int>(rest.size()), rest.data());
   if (line.exit_code) return *line.exit_code;
+  if (faults.kill_worker >= 0 && dist::resolve_cluster().config.task.index != faults.kill_worker)
+    faults.kill_at = -1;
   line.options.after_step = [faults](int64_t step) {
     if (step == faults.kill_at) ::raise(SIGKILL);
     if (step == faults.hold_at) hold_until(faults.until_file);
