@@ -10,6 +10,9 @@
 //                    with the same command)
 // --kill-on-loss     SIGKILL itself when its generation fails, before agreeing on the next
 //                    (a second failure during the resize)
+// --print-steps      print "killed_train: step N done at T" after each step and "killed_train:
+//                    killed at step N at T" before the kill (T: Unix time in ms), for
+//                    bench/elastic_recovery.sh to time a recovery from the kill
 // --hold-at-step N   once step N completes, wait until PATH exists (60 s at most), so that a
 //                    worker the test starts meanwhile joins before the job ends
 // Otherwise it exits as dist-train does.
@@ -34,9 +37,16 @@ struct Faults {
   int64_t kill_at = -1;
   int kill_worker = -1;  // -1: any
   bool kill_on_loss = false;
+  bool print_steps = false;
   int64_t hold_at = -1;
   std::string until_file;
 };
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 void hold_until(const std::string& path) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -60,6 +70,8 @@ int main(int argc, char** argv) {
       faults.hold_at = std::atoll(argv[++i]);
     else if (flag == "--until-file" && valued)
       faults.until_file = argv[++i];
+    else if (flag == "--print-steps")
+      faults.print_steps = true;
     else if (flag == "--kill-on-loss")
       faults.kill_on_loss = true;
     else
@@ -75,6 +87,10 @@ int main(int argc, char** argv) {
   if (faults.kill_worker >= 0 && dist::resolve_cluster().config.task.index != faults.kill_worker)
     faults.kill_at = -1;
   line.options.after_step = [faults](int64_t step) {
+    if (faults.print_steps)
+      std::cout << "killed_train: " << (step == faults.kill_at ? "killed at" : "step") << " "
+                << step << (step == faults.kill_at ? "" : " done") << " at " << unix_ms()
+                << std::endl;
     if (step == faults.kill_at) ::raise(SIGKILL);
     if (step == faults.hold_at) hold_until(faults.until_file);
   };

@@ -1,0 +1,94 @@
+// What the workers of an elastic job agree on through the rendezvous store
+// (src/distribute/elastic_membership.h), with an in-process store: the survivors' next members,
+// joiners admitted or refused, and generation-scoped keys that leave the heartbeat alone.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "collective/store/store_client.h"
+#include "collective/store/store_server.h"
+#include "dist/core/error.h"
+#include "distribute/elastic_membership.h"
+
+namespace dist::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using collective::StoreClient;
+using collective::StoreServer;
+using collective::to_bytes;
+
+std::unique_ptr<ElasticMembership> member(const StoreServer& server, const std::string& name) {
+  return std::make_unique<ElasticMembership>(server.address(), "", name, 10s);
+}
+
+const std::string kSettings = "--lr=0.001\n--global-batch=64\n";
+
+TEST(ElasticMembershipTest, AScopedClientKeepsGenerationsApartButNotTheHeartbeat) {
+  StoreServer server({"127.0.0.1", 0});
+  StoreClient top(server.address(), 5s, "");
+  StoreClient generation(server.address(), 5s, "", "generation/1/");
+  generation.set("joined/worker:0", to_bytes("1"));
+  generation.add("alive/worker:0", 1);
+  EXPECT_TRUE(top.check({"generation/1/joined/worker:0"}));
+  EXPECT_FALSE(top.check({"joined/worker:0"}));
+  EXPECT_TRUE(top.check({"alive/worker:0"}));  // a process's key: the store's host watches it
+  EXPECT_TRUE(generation.check({"joined/worker:0"}));
+}
+
+TEST(ElasticMembershipTest, SurvivorsAgreeOnTheMembersWhoseHeartbeatGoesOn) {
+  StoreServer server({"127.0.0.1", 0});
+  auto w0 = member(server, "worker:0");
+  auto w1 = member(server, "worker:1");
+  w0->start_heartbeat();
+  w1->start_heartbeat();
+  // worker:2 never beats (it was lost): after kGoneAfter it is left out.
+  const std::vector<std::string> members{"worker:0", "worker:1", "worker:2"};
+  auto first = std::async(std::launch::async, [&] { return w0->next_after_loss(0, members, 30s); });
+  std::this_thread::sleep_for(500ms);  // worker:1 says it stays later, while worker:0 waits
+  const auto second = w1->next_after_loss(0, members, 30s);
+  const std::vector<std::string> expected{"worker:0", "worker:1"};
+  EXPECT_EQ(first.get(), expected);
+  EXPECT_EQ(second, expected);
+}
+
+TEST(ElasticMembershipTest, AJoinerIsAdmittedAtARegroupAndOneWithOtherSettingsAtOnceRefused) {
+  StoreServer server({"127.0.0.1", 0});
+  auto chief = member(server, "worker:0");
+  chief->mark_running(0, 1);
+  EXPECT_TRUE(ElasticMembership::job_running(server.address(), "", 2s));
+  const std::vector<std::string> members{"worker:0"};
+  EXPECT_FALSE(chief->join_requested(members, kSettings));
+  auto other = member(server, "worker:2");
+  const int64_t refused = other->ask_to_join("--lr=0.01\n--global-batch=64\n");
+  auto joiner = member(server, "worker:1");
+  const int64_t admitted = joiner->ask_to_join(kSettings);
+  EXPECT_TRUE(chief->join_requested(members, kSettings));  // refuses worker:2 on the way
+  try {
+    other->await_admission(refused, 5s);
+    FAIL() << "admitted with another --lr";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("its --lr is 0.01, the running job's is 0.001"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto next = chief->admit_joiners(0, members, kSettings);
+  EXPECT_EQ(next, (std::vector<std::string>{"worker:0", "worker:1"}));
+  const auto admission = joiner->await_admission(admitted, 5s);
+  EXPECT_EQ(admission.generation, 1);
+  EXPECT_EQ(admission.members, next);
+  EXPECT_EQ(admission.previous, members);
+  EXPECT_EQ(chief->sizes(0), std::vector<int>{1});
+}
+
+TEST(ElasticMembershipTest, AJoinerNamedLikeAMemberWaitsUntilThatMemberIsGone) {
+  StoreServer server({"127.0.0.1", 0});
+  auto chief = member(server, "worker:0");
+  auto again = member(server, "worker:1");  // started again before the loss was seen
+  again->ask_to_join(kSettings);
+  EXPECT_FALSE(chief->join_requested({"worker:0", "worker:1"}, kSettings));
+  EXPECT_TRUE(chief->join_requested({"worker:0"}, kSettings));
+}
+
+}  // namespace
+}  // namespace dist::detail
