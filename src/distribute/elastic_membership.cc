@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "collective/store/store_client.h"
+#include "core/process_state.h"
 #include "dist/core/error.h"
 
 namespace dist::detail {
@@ -24,6 +25,10 @@ class GoneWatch {
  public:
   explicit GoneWatch(collective::StoreClient& store) : store_(store) {}
   bool gone(const std::string& name) {
+    // A process of this machine that ended is gone at once; others when their beat stops.
+    const std::string process = "elastic/process/" + name;
+    if (store_.check({process}) && identified_process_ended(to_text(store_.get(process))))
+      return true;
     const std::string key = "alive/" + name;
     const int64_t beats = store_.check({key}) ? store_.add(key, 0) : -1;
     auto [it, first] = seen_.try_emplace(name, Seen{beats, Clock::now()});
@@ -79,6 +84,11 @@ void ElasticMembership::beat() {
                                                          job_token_);
   } catch (...) {
     return;  // the store is gone: the next agreement reports it
+  }
+  try {
+    store->set("elastic/process/" + self_, to_bytes(process_identity()));
+  } catch (...) {
+    return;
   }
   while (!stopping_) {
     try {
@@ -219,6 +229,7 @@ std::vector<std::string> ElasticMembership::next_members(int generation) {
 
 bool ElasticMembership::job_running(const HostPort& store, const std::string& job_token,
                                     std::chrono::milliseconds timeout) {
+  if (!collective::store_listening(store, timeout)) return false;  // the job starts now
   try {
     collective::StoreClient client(store, timeout, job_token);
     return client.check({"elastic/running"});

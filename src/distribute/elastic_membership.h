@@ -7,6 +7,8 @@
 //                               by compare-and-set, by the first worker to decide
 //   alive/<name>                its heartbeat counter, which this class bumps for the whole job
 //                               (a generation's own heartbeat stops with its communicator)
+//   elastic/process/<name>      the process behind it (process_state.h): on the same machine its
+//                               end is seen at once, without waiting for its beat to go stale
 //   elastic/running             set by the first generation's chief: a worker that starts later
 //                               joins instead of starting the job
 //   elastic/join-tickets        a counter: the tickets handed to workers asking to join
@@ -15,7 +17,8 @@
 //   elastic/join-handled        the tickets a chief has answered
 //   elastic/admitted/<n>        the answer: "<generation> <members> <previous members>" or
 //                               "refused: <why>"
-// A member of generation g is gone once its counter has not moved for kGoneAfter; the next
+// A member of generation g is gone once its process ended (same machine) or its counter has not
+// moved for kGoneAfter; the next
 // generation is the members that said they stay, decided when every member of g either said so
 // or is gone. Every survivor reads the same decision, so they all build the same group.
 #pragma once

@@ -8,11 +8,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <thread>
 
+#include "core/process_state.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -32,10 +31,6 @@ constexpr size_t kReasonBytes = 512;
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // This process's pid namespace: process ids of members in another one mean nothing here.
-uint64_t pid_namespace() {
-  struct stat s {};
-  return ::stat("/proc/self/ns/pid", &s) == 0 ? static_cast<uint64_t>(s.st_ino) : 0;
-}
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds at_most) {
   timespec ts{};
@@ -115,7 +110,7 @@ SharedMemoryGroup SharedMemoryGroup::create(int members, int64_t slot_bytes) {
   header->magic = kMagic;  // last: an opener that sees it sees the rest
   std::atomic_thread_fence(std::memory_order_release);
   group.control(0).pid = getpid();
-  group.control(0).pid_namespace = pid_namespace();
+  group.control(0).pid_namespace = dist::detail::pid_namespace();
   return group;
 }
 
@@ -137,25 +132,9 @@ SharedMemoryGroup SharedMemoryGroup::open(const std::string& name, int rank) {
                                             group.members_, " members; rank ", rank,
                                             " does not fit"));
   group.control(rank).pid = getpid();
-  group.control(rank).pid_namespace = pid_namespace();
+  group.control(rank).pid_namespace = dist::detail::pid_namespace();
   return group;
 }
-
-namespace {
-
-// Gone, or a zombie its parent has not reaped yet (a launcher busy elsewhere, a test that reaps
-// later): either way it will never arrive. kill(pid, 0) alone counts a zombie as alive.
-bool process_ended(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');  // the command may hold spaces and parentheses
-  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
-  const char state = text[paren + 2];
-  return state == 'Z' || state == 'X';
-}
-
-}  // namespace
 
 std::string SharedMemoryGroup::lost_members(
     const std::function<std::string(int)>& member_name) const {
@@ -165,7 +144,7 @@ std::string SharedMemoryGroup::lost_members(
     const Control& c = control(m);
     const auto pid = static_cast<pid_t>(c.pid.load());
     if (m == rank_ || pid <= 0 || c.pid_namespace.load() != mine) continue;
-    if (process_ended(pid))
+    if (dist::detail::process_ended(pid))
       lost +=
           detail::concat(lost.empty() ? "" : ", ", member_name(m), " (process ", pid, " ended)");
   }

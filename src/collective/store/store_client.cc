@@ -63,6 +63,14 @@ int connect_once(const HostPort& at, Clock::time_point deadline, std::string* wh
 
 }  // namespace
 
+bool store_listening(const HostPort& at, milliseconds timeout) {
+  std::string why;
+  const int fd = connect_once(at, Clock::now() + timeout, &why);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
 StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::string& job_token,
                          std::string key_scope)
     : Store(timeout), at_(at), key_scope_(std::move(key_scope)) {

@@ -69,6 +69,10 @@ class StoreClient : public c10d::Store {
   int fd_ = -1;
 };
 
+// Whether anything accepts a connection at `at`, in one attempt of at most `timeout` (a port
+// nobody listens on refuses at once; the constructor would retry until its timeout).
+bool store_listening(const HostPort& at, std::chrono::milliseconds timeout);
+
 // Store values are bytes; the library's are text.
 inline std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 inline std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
