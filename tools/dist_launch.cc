@@ -381,8 +381,9 @@ std::vector<Launch> worker_launches(const JobSetup& setup) {
   return launches;
 }
 
-// dist-train's exit codes that a restart cannot cure: bad flags (2) and bad data (3).
-bool worth_restarting(int exit_code) { return exit_code != 2 && exit_code != 3; }
+// dist-train's exit codes that a restart cannot cure: bad flags (2), bad data (3), an elastic
+// job that ended below its minimum (5).
+bool worth_restarting(int exit_code) { return exit_code != 2 && exit_code != 3 && exit_code != 5; }
 
 // An elastic job (--workers MIN:MAX): a worker that fails is started again with the same
 // TF_CONFIG and joins the running job (at most kMaxWorkerRestarts times per worker), while the

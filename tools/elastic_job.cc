@@ -67,9 +67,14 @@ class Generations {
                                                 std::chrono::seconds(2)))
       return false;
     connect();
+    if (const auto stopped = membership_->stopped())
+      throw ElasticJobStopped(self_ + " has no job to join: " + *stopped);
     const int64_t ticket = membership_->ask_to_join(settings_);
     std::cout << self_ << ": the elastic job runs already; asked to join" << std::endl;
     const auto admission = membership_->await_admission(ticket, rendezvous_timeout());
+    // Its namesake is out of the group now: beat at once, or the members waiting for it in the
+    // next rendezvous would see a heartbeat that stopped (rendezvous.cc, StalledMembers).
+    membership_->start_heartbeat();
     number_ = admission.generation;
     members_ = admission.members;
     resize =
@@ -94,8 +99,9 @@ class Generations {
         chief ? membership_->admit_joiners(number_, members_, settings_)
               : membership_->next_members(number_);
     const std::vector<std::string> joined = missing_from(next, members_);
-    resize = detail::concat("sizes ", members_.size(), " -> ", next.size(),
-                            joined.empty() ? "" : " (joined " + detail::join_names(joined) + ")");
+    resize += detail::concat(resize.empty() ? "" : ", then ", "sizes ", members_.size(), " -> ",
+                             next.size(),
+                             joined.empty() ? "" : " (joined " + detail::join_names(joined) + ")");
     members_ = next;
     ++number_;
   }
@@ -114,12 +120,17 @@ class Generations {
                " was left out of the job's next generation by the other workers (",
                detail::join_names(next), "): it did not say it stays within ", wait.count() / 1000,
                " s of the loss of ", names, "; the job goes on without it");
-    DIST_CHECK(static_cast<int>(next.size()) >= options_.min_workers, CollectiveError,
-               "the elastic job stops: lost ", names, "; ", next.size(),
-               " worker(s) remain, fewer than --min-workers ", options_.min_workers,
-               "; the last committed step is ", committed,
-               " (start the job again with --checkpoint-dir to resume from a checkpoint)");
-    resize = detail::concat("sizes ", members_.size(), " -> ", next.size(), " (lost ", names, ")");
+    if (static_cast<int>(next.size()) < options_.min_workers) {
+      const std::string why = detail::concat(
+          "the elastic job stops: lost ", names, "; ", next.size(),
+          " worker(s) remain, fewer than --min-workers ", options_.min_workers,
+          "; the last committed step is ", committed,
+          " (start the job again with --checkpoint-dir to resume from a checkpoint)");
+      membership_->mark_stopped(why);  // a worker started later must not wait to join
+      throw ElasticJobStopped(why);
+    }
+    resize += detail::concat(resize.empty() ? "" : ", then ", "sizes ", members_.size(), " -> ",
+                             next.size(), " (lost ", names, ")");
     members_ = next;
     ++number_;
   }
@@ -145,39 +156,49 @@ class Generations {
 
 }  // namespace
 
-std::string CommittedStates::path_of(int64_t step) {
-  return "/committed/step-" + std::to_string(step) + ".safetensors";
+std::string CommittedStates::path_of(int64_t number) {
+  return "/committed/" + std::to_string(number) + ".safetensors";
 }
 
-void CommittedStates::commit(int64_t step, const Checkpoint& checkpoint) {
-  checkpoint.write(path_of(step), &env_);
-  if (steps_.empty() || steps_.back() != step) steps_.push_back(step);
-  while (steps_.size() > 2) {
-    env_.remove_file(path_of(steps_.front()));
-    steps_.pop_front();
+void CommittedStates::forget_front() {
+  env_.remove_file(path_of(commits_.front().number));
+  commits_.pop_front();
+}
+
+void CommittedStates::commit(const Checkpoint& checkpoint) {
+  const int64_t number = latest() < 0 ? 1 : latest() + 1;
+  checkpoint.write(path_of(number), &env_);
+  commits_.push_back({number, checkpoint.state.step});
+  while (commits_.size() > 2) forget_front();
+}
+
+bool CommittedStates::has(int64_t number) const {
+  return std::any_of(commits_.begin(), commits_.end(),
+                     [number](const Commit& c) { return c.number == number; });
+}
+
+void CommittedStates::restore(int64_t number, Checkpoint& checkpoint) {
+  checkpoint.read(path_of(number), &env_);
+  while (commits_.back().number != number) {
+    env_.remove_file(path_of(commits_.back().number));
+    commits_.pop_back();
   }
+  commits_.back().step = checkpoint.state.step;  // unknown for a commit adopted as bytes
 }
 
-bool CommittedStates::has(int64_t step) const {
-  return std::find(steps_.begin(), steps_.end(), step) != steps_.end();
-}
-
-void CommittedStates::restore(int64_t step, Checkpoint& checkpoint) {
-  checkpoint.read(path_of(step), &env_);
-}
-
-std::string CommittedStates::bytes_of(int64_t step) const {
-  auto file = env_.new_random_access_file(path_of(step));
+std::string CommittedStates::bytes_of(int64_t number) const {
+  auto file = env_.new_random_access_file(path_of(number));
   std::string bytes(file->size(), '\0');
   file->read(0, bytes.size(), bytes.data());
   return bytes;
 }
 
-void CommittedStates::adopt(int64_t step, const std::string& bytes) {
-  auto file = env_.new_writable_file(path_of(step));
+void CommittedStates::adopt(int64_t number, const std::string& bytes) {
+  while (!commits_.empty()) forget_front();
+  auto file = env_.new_writable_file(path_of(number));
   file->append(bytes.data(), bytes.size());
   file->close();
-  steps_ = {step};
+  commits_.push_back({number, -1});  // the step is read with it
 }
 
 TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out) {
@@ -206,12 +227,15 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
         return result;
       }
     } catch (const CollectiveError& e) {
-      elastic.recovering_since = Clock::now();
-      elastic.recovering_from = "this worker saw the loss";
+      if (!elastic.recovering_since) {  // else a second loss before the first was mended
+        elastic.recovering_since = Clock::now();
+        elastic.recovering_from = "this worker saw the loss";
+      }
       std::cerr << "dist-train: " << config.task.name() << ": generation " << generations.number()
                 << " failed: " << e.what() << std::endl;
-      if (options.after_loss) options.after_loss();
-      generations.after_loss(e, elastic.committed.latest(), elastic.resize);
+      if (options.on_loss) options.on_loss("seen");
+      generations.after_loss(e, elastic.committed.latest_step(), elastic.resize);
+      if (options.on_loss) options.on_loss("agreed");
       continue;
     }
     elastic.recovering_since = Clock::now();

@@ -20,26 +20,37 @@
 
 namespace dist::tools {
 
-// The training states this worker committed, in memory: the last two, so that whichever step
-// the survivors agree on (one of them may have completed one step more than another before the
-// loss) every one of them still has it.
+// The training states this worker committed, in memory. Commits are numbered 1, 2, ... in the
+// order every worker makes them (a commit is a collective), across generations: the number, not
+// the step, names a state, because a step can be committed twice (mid-epoch, then at the epoch's
+// end with the next epoch's position). The last two are kept: a loss can end a commit on some
+// survivors and not on others, so their newest numbers differ by at most one, and the older of
+// them is then held by every survivor.
 class CommittedStates {
  public:
-  void commit(int64_t step, const Checkpoint& checkpoint);
-  // The newest committed step; -1 if none.
-  int64_t latest() const { return steps_.empty() ? -1 : steps_.back(); }
-  bool has(int64_t step) const;
-  // Reads the state committed at `step` (has(step) must hold) into `checkpoint`.
-  void restore(int64_t step, Checkpoint& checkpoint);
-  // The state of `step` as bytes, to send to a worker that joins; and taking one received.
-  std::string bytes_of(int64_t step) const;
-  void adopt(int64_t step, const std::string& bytes);
-  int64_t bytes() const { return env_.bytes(); }
+  // Commits `checkpoint` (its state.step says the step) as the next number.
+  void commit(const Checkpoint& checkpoint);
+  // The newest commit's number; -1 if none.
+  int64_t latest() const { return commits_.empty() ? -1 : commits_.back().number; }
+  // The newest commit's step; -1 if none.
+  int64_t latest_step() const { return commits_.empty() ? -1 : commits_.back().step; }
+  bool has(int64_t number) const;
+  // Reads commit `number` (has(number) must hold) into `checkpoint`, and forgets the newer ones:
+  // the job goes on from it.
+  void restore(int64_t number, Checkpoint& checkpoint);
+  // Commit `number` as bytes, to send to a worker that joins; and taking one received.
+  std::string bytes_of(int64_t number) const;
+  void adopt(int64_t number, const std::string& bytes);
 
  private:
-  static std::string path_of(int64_t step);
+  struct Commit {
+    int64_t number;
+    int64_t step;
+  };
+  static std::string path_of(int64_t number);
+  void forget_front();
   mutable MemoryEnv env_;
-  std::deque<int64_t> steps_;
+  std::deque<Commit> commits_;
 };
 
 // What the custom loop of one generation needs from the elastic job.
@@ -55,8 +66,15 @@ struct ElasticRun {
   std::function<bool()> join_requested;
 };
 
+// The elastic job ended below --min-workers, or a worker found it so when it came to join:
+// dist-train exits 5, which dist-launch does not start again.
+class ElasticJobStopped : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
 // The elastic job (options.min_workers > 0); the chief writes progress to `chief_out`. Throws
-// CollectiveError naming the lost workers and the last committed step once fewer than
+// ElasticJobStopped naming the lost workers and the last committed step once fewer than
 // --min-workers remain.
 TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out);
 

@@ -532,28 +532,28 @@ void CustomLoop::resumed_at(const std::string& from) {
        << resume_at_->epoch + 1 << ", batch " << resume_at_->elements << ")" << std::endl;
 }
 
-// The survivors' newest committed steps differ by at most one (a loss can end a step on some
-// of them and not on the others); each keeps its last two, so the oldest newest is everyone's.
-// A worker that joins holds none: it receives the state from the first worker that does.
+// The newest commit every survivor holds (CommittedStates says why it exists). A worker that
+// joins holds none: it receives the commit from the first worker that does.
 bool CustomLoop::restore_committed() {
   CommittedStates& committed = elastic_->committed;
   const int64_t none = std::numeric_limits<int64_t>::max();
-  const int64_t step =
+  const int64_t number =
       min_across_workers(committed.latest() < 0 ? none : committed.latest(), strategy_);
-  if (step == none) return false;  // nobody holds one: the checkpoint directory, or a fresh start
-  const bool held = committed.has(step);
-  DIST_CHECK(held || committed.latest() < 0, InternalError, "the committed state of step ", step,
+  if (number == none) return false;  // nobody holds one: the checkpoint directory, or afresh
+  const bool held = committed.has(number);
+  DIST_CHECK(held || committed.latest() < 0, InternalError, "commit ", number,
              " is no longer in this worker's memory (newest ", committed.latest(), ")");
   const int64_t sender = min_across_workers(held ? strategy_.worker_index() : none, strategy_);
+  int64_t sent = 0;
   if (strategy_.any_worker(!held)) {
     const std::string bytes =
-        send_bytes(strategy_.worker_index() == sender ? committed.bytes_of(step) : "", strategy_);
-    if (!held) committed.adopt(step, bytes);
-    out_ << "Sent the state of step " << step << " (" << bytes.size() << " bytes) to the "
-         << "joining workers" << std::endl;
+        send_bytes(strategy_.worker_index() == sender ? committed.bytes_of(number) : "", strategy_);
+    if (!held) committed.adopt(number, bytes);
+    sent = static_cast<int64_t>(bytes.size());
   }
-  committed.restore(step, checkpoint_);
+  committed.restore(number, checkpoint_);
   resumed_at("the state committed in memory");
+  if (sent > 0) out_ << "(sent to the joining workers: " << sent << " bytes)" << std::endl;
   return true;
 }
 
@@ -587,7 +587,7 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
 
 void CustomLoop::commit(int64_t epoch, const data::IteratorPosition& position) {
   fill_state(epoch, position);
-  elastic_->committed.commit(result_.steps, checkpoint_);
+  elastic_->committed.commit(checkpoint_);
 }
 
 void CustomLoop::after_step() {
@@ -597,6 +597,7 @@ void CustomLoop::after_step() {
        << fixed(seconds_since(*elastic_->recovering_since), 2) << " s after "
        << elastic_->recovering_from << std::endl;
   elastic_->recovering_since.reset();
+  elastic_->resize.clear();
 }
 
 void CustomLoop::evaluate() {

@@ -129,6 +129,10 @@ void check_elastic_flags(const TrainOptions& o) {
   DIST_CHECK_ARG(o.sharding == Sharding::kNone, elastic, " and --sharding ", to_string(o.sharding),
                  ": a sharded state is split by the number of workers, which a resize changes; "
                  "use one of them");
+  DIST_CHECK_ARG(!o.collective_backend || *o.collective_backend == "gloo", elastic,
+                 " and --collective-backend ", o.collective_backend.value_or(""),
+                 ": an MPI communicator's members are fixed at mpirun; an elastic job needs the "
+                 "gloo backend, whose groups are made again at each resize");
   DIST_CHECK_ARG(o.gradient_compression == "none", elastic, " and --gradient-compression ",
                  o.gradient_compression,
                  ": compression keeps per-worker state that a resize would not carry over "

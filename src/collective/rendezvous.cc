@@ -1,6 +1,7 @@
 #include "collective/rendezvous.h"
 
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "collective/store/store_client.h"
@@ -16,6 +17,35 @@ using Clock = std::chrono::steady_clock;
 const std::string& self_name(const ProcessGroupSpec& spec) {
   return spec.members[static_cast<size_t>(spec.rank)].name;
 }
+
+// In a later generation of an elastic job every member has beaten before: one whose heartbeat
+// stopped while the others wait for it will not come (it died after the survivors agreed on the
+// generation). The others then fail at once instead of after the rendezvous timeout.
+class StalledMembers {
+ public:
+  StalledMembers(StoreClient& store, const ProcessGroupSpec& spec) : store_(store), spec_(spec) {}
+
+  // The member `rank`, missing now, whose heartbeat has not moved for kStale: its name, or "".
+  std::string stalled(int rank) {
+    if (!spec_.elastic_generation.value_or(0)) return "";
+    const std::string key = "alive/" + spec_.members[static_cast<size_t>(rank)].name;
+    if (!store_.check({key})) return "";
+    const int64_t beats = store_.add(key, 0);
+    auto [it, first] = seen_.try_emplace(rank, Seen{beats, Clock::now()});
+    if (!first && it->second.beats != beats) it->second = Seen{beats, Clock::now()};
+    return Clock::now() - it->second.since > kStale ? member_name(spec_, rank) : "";
+  }
+
+ private:
+  static constexpr std::chrono::seconds kStale{3};  // six missed beats
+  struct Seen {
+    int64_t beats;
+    Clock::time_point since;
+  };
+  StoreClient& store_;
+  const ProcessGroupSpec& spec_;
+  std::map<int, Seen> seen_;
+};
 
 }  // namespace
 
@@ -149,14 +179,17 @@ void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
                                           "; is every worker started with the same TF_CONFIG "
                                           "cluster?"));
   };
+  StalledMembers stalled_members(*store_, spec_);
   while (true) {
     std::string now_missing;
     std::string failures;
+    std::string stalled;
     try {
       failures = failure_reports(*store_, spec_);
       for (int r = 0; r < static_cast<int>(spec_.members.size()); ++r) {
-        if (!store_->check({prefix + spec_.members[static_cast<size_t>(r)].name}))
-          now_missing += (now_missing.empty() ? "" : ", ") + member_name(spec_, r);
+        if (store_->check({prefix + spec_.members[static_cast<size_t>(r)].name})) continue;
+        now_missing += (now_missing.empty() ? "" : ", ") + member_name(spec_, r);
+        if (stalled.empty()) stalled = stalled_members.stalled(r);
       }
     } catch (const std::exception& e) {
       // The store's host gave up first (its own rendezvous timeout): report what was missing.
@@ -174,6 +207,8 @@ void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
                                            " stops too (it was waiting until every worker ", what,
                                            ")"));
     }
+    DIST_CHECK(stalled.empty(), CollectiveError, "lost worker: ", stalled,
+               " stopped (its heartbeat has not moved for 3 s) before it ", what);
     missing = now_missing;
     if (Clock::now() > deadline) throw never("");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -132,6 +132,19 @@ void ElasticMembership::mark_running(int generation, int size) {
   store_->set("elastic/running", to_bytes("1"));
 }
 
+void ElasticMembership::mark_stopped(const std::string& why) {
+  try {
+    store_->set("elastic/stopped", to_bytes(why));
+  } catch (const CollectiveError&) {
+    // The store is gone: so is the job, and nobody can come to join it.
+  }
+}
+
+std::optional<std::string> ElasticMembership::stopped() {
+  if (!store_->check({"elastic/stopped"})) return std::nullopt;
+  return to_text(store_->get("elastic/stopped"));
+}
+
 std::vector<int> ElasticMembership::sizes(int generation) {
   std::vector<int> sizes;
   for (int g = 0; g <= generation; ++g)

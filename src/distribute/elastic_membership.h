@@ -11,6 +11,7 @@
 //                               end is seen at once, without waiting for its beat to go stale
 //   elastic/running             set by the first generation's chief: a worker that starts later
 //                               joins instead of starting the job
+//   elastic/stopped             why the job stopped below its minimum (nobody to join)
 //   elastic/join-tickets        a counter: the tickets handed to workers asking to join
 //   elastic/join/<n>            ticket n: the joiner's name, a newline, its settings
 //   elastic/join-requests       a counter: the tickets whose text is written
@@ -25,6 +26,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +65,10 @@ class ElasticMembership {
   // A generation's chief, once it formed with `size` workers: later workers join instead of
   // starting the job, and the job's sizes read on (elastic/sizes/<g>).
   void mark_running(int generation, int size);
+  // The job stopped below its minimum, for `why`: a worker that comes to join learns it at once.
+  void mark_stopped(const std::string& why);
+  // Why the job stopped, if it did.
+  std::optional<std::string> stopped();
   // The size of each generation up to `generation`, as their chiefs recorded them.
   std::vector<int> sizes(int generation);
   // Whether a worker that may join the group of `members` with `settings` waits (store round

@@ -1,15 +1,17 @@
 // killed_train (test only): dist-train with faults and pauses at chosen points, for the elastic
 // tests (dist_train_elastic_test.cc), which start some workers of a job with it:
 //
-//   killed_train [--kill-at-step N [--kill-worker I]] [--kill-on-loss] [--hold-at-step N
+//   killed_train [--kill-at-step N [--kill-worker I]] [--kill-on-loss seen|agreed] [--hold-at-step
+//   N
 //   --until-file PATH]
 //                [any dist-train flags]
 //
 // --kill-at-step N   SIGKILL itself once its training completes step N (a lost machine)
 // --kill-worker I    only if it is worker I of TF_CONFIG (when a launcher starts every worker
 //                    with the same command)
-// --kill-on-loss     SIGKILL itself when its generation fails, before agreeing on the next
-//                    (a second failure during the resize)
+// --kill-on-loss S  SIGKILL itself when its generation fails: S = seen (before agreeing on the
+//                    next) or agreed (after, before the next forms): a second failure during
+//                    the resize
 // --print-steps      print "killed_train: step N done at T" after each step and "killed_train:
 //                    killed at step N at T" before the kill (T: Unix time in ms), for
 //                    bench/elastic_recovery.sh to time a recovery from the kill
@@ -28,6 +30,7 @@
 
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
+#include "elastic_job.h"
 #include "train_job.h"
 #include "train_options.h"
 
@@ -35,8 +38,8 @@ namespace {
 
 struct Faults {
   int64_t kill_at = -1;
-  int kill_worker = -1;  // -1: any
-  bool kill_on_loss = false;
+  int kill_worker = -1;      // -1: any
+  std::string kill_on_loss;  // "seen" or "agreed"; empty: never
   bool print_steps = false;
   int64_t hold_at = -1;
   std::string until_file;
@@ -72,8 +75,8 @@ int main(int argc, char** argv) {
       faults.until_file = argv[++i];
     else if (flag == "--print-steps")
       faults.print_steps = true;
-    else if (flag == "--kill-on-loss")
-      faults.kill_on_loss = true;
+    else if (flag == "--kill-on-loss" && valued)
+      faults.kill_on_loss = argv[++i];
     else
       rest.push_back(argv[i]);
   }
@@ -94,7 +97,10 @@ int main(int argc, char** argv) {
     if (step == faults.kill_at) ::raise(SIGKILL);
     if (step == faults.hold_at) hold_until(faults.until_file);
   };
-  if (faults.kill_on_loss) line.options.after_loss = [] { ::raise(SIGKILL); };
+  if (!faults.kill_on_loss.empty())
+    line.options.on_loss = [stage = faults.kill_on_loss](const std::string& now) {
+      if (now == stage) ::raise(SIGKILL);
+    };
   try {
     auto result = dist::tools::run_training(line.options, std::cout);
     if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;
@@ -102,6 +108,9 @@ int main(int argc, char** argv) {
   } catch (const dist::InvalidArgument& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 2;
+  } catch (const dist::tools::ElasticJobStopped& e) {
+    std::cerr << "killed_train: " << e.what() << std::endl;
+    return 5;
   } catch (const std::exception& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 1;

@@ -17,9 +17,11 @@
 
 #include "collective/backends_built.h"
 #include "distribute/local_cluster.h"
+#include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 #include "tools/train_runs.h"
+#include "tools/weight_files.h"
 
 namespace dist {
 namespace {
@@ -247,6 +249,36 @@ TEST(NetnsClusterTest, ResnetWithSynchronizedBatchNormOnTwoHostsTimesTwoReplicas
   testing::expect_workers_reached(result, launch.source, 2, 4, dir.file("hosts.safetensors"),
                                   dir.file("one.safetensors"));
   expect_network_between_workers(result.output);
+  EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
+}
+
+// An elastic job across 2 hosts (3 workers: hosts A, B, A): worker:1, alone on host B, kills
+// itself after step 50 of 150; the two on host A go on between themselves (shared memory: one
+// address), dist-launch starts worker:1 again on B, and it joins (the job holds at step 100
+// until it asked), back to the network. The weights equal one device's.
+TEST(NetnsClusterTest, ElasticJobLosesTheWorkerOfOneHostAndTakesItBackAsOneDevice) {
+  MAKE_CLUSTER(cluster, 2);
+  testing::TempDir dir;
+  const std::string expected = testing::one_device_weights(dir, 150);
+  const std::string go_on = dir.file("joiner-asked");
+  std::vector<std::string> args = launch_args(cluster, 1);
+  args.insert(args.end(), {"--workers", "2:3", "--", KILLED_TRAIN_BINARY, "--kill-at-step", "50",
+                           "--kill-worker", "1", "--hold-at-step", "100", "--until-file", go_on});
+  for (const auto& a : job_args("multi_worker", dir.file("hosts.safetensors"), 150))
+    args.push_back(a);
+  WorkerProcesses launcher;
+  launcher.start(DIST_LAUNCH_BINARY, args, {});
+  ASSERT_TRUE(launcher.wait_for_output(0, "asked to join", 180s));
+  testing::write_file(go_on, "");
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("sizes 3 -> 2 (lost worker:1)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("sizes 2 -> 3 (joined worker:1)"), std::string::npos)
+      << result.output;
+  const double diff = testing::max_relative_difference(
+      testing::weights_in(dir.file("hosts.safetensors")), testing::weights_in(expected));
+  std::printf("elastic across 2 hosts, 3 -> 2 -> 3: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
   EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
 }
 

@@ -34,10 +34,11 @@ std::vector<std::string> job_args(const std::string& strategy, const std::string
           weights};
 }
 
-std::string one_device_weights(const TempDir& dir) {
+std::string one_device_weights(const TempDir& dir, int max_steps) {
   using namespace std::chrono_literals;
   WorkerProcesses process;
-  process.start(DIST_TRAIN_BINARY, job_args("one_device", dir.file("one.safetensors")), {});
+  process.start(DIST_TRAIN_BINARY, job_args("one_device", dir.file("one.safetensors"), max_steps),
+                {});
   const auto result = process.wait_all(240s).at(0);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return dir.file("one.safetensors");

@@ -16,8 +16,9 @@ namespace dist::testing {
 std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
                                   int max_steps = 20);
 
-// Trains job_args on one device and returns where the weights are (in `dir`).
-std::string one_device_weights(const TempDir& dir);
+// Trains job_args (`max_steps` steps) on one device and returns where the weights are (in
+// `dir`).
+std::string one_device_weights(const TempDir& dir, int max_steps = 20);
 
 // A launcher's run of job_args with `workers` workers and `devices` replicas in all found its
 // cluster through `source` ("TF_CONFIG", "Slurm") and ended with the weights of `expected`
