@@ -20,6 +20,7 @@
 #include "distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/train_runs.h"
 
 namespace dist {
 namespace {
@@ -67,14 +68,6 @@ ProcessResult one_process_with(const std::string& flag, const std::string& value
   WorkerProcesses process;
   process.start(DIST_TRAIN_BINARY, args, {});
   return process.wait_all(240s).at(0);
-}
-
-nlohmann::json last_json(const std::string& output) {
-  std::istringstream lines(output);
-  std::string line, last;
-  while (std::getline(lines, line))
-    if (!line.empty() && line[0] == '{') last = line;
-  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
 }
 
 TEST(HostileUserTest, WorkersWithDifferentMaxStepsFailTogetherNamingTheSetting) {
@@ -312,10 +305,10 @@ TEST(HostileUserTest, AFinishedJobRunAgainSaysSoAndReportsRealTestAccuracy) {
   auto again = one_process({"--strategy", "default", "--checkpoint-dir", ckpt});
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_TRUE(testing::contains(again.output, "Nothing left to train")) << again.output;
-  const auto json = last_json(again.output);
+  const auto json = testing::last_json(again.output);
   ASSERT_FALSE(json.is_null()) << again.output;
   EXPECT_DOUBLE_EQ(json["test_accuracy"].get<double>(),
-                   last_json(first.output)["test_accuracy"].get<double>());
+                   testing::last_json(first.output)["test_accuracy"].get<double>());
 }
 
 TEST(HostileUserTest, ADamagedLatestCheckpointPointsToTheOlderOneAndResumeFromUsesIt) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <regex>
+#include <sstream>
 
 #include "equivalence_data.h"
 #include "tools/weight_files.h"
@@ -32,6 +33,14 @@ std::vector<std::string> job_args(const std::string& strategy, const std::string
           "60",
           "--save-weights",
           weights};
+}
+
+nlohmann::json last_json(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty() && line[0] == '{') last = line;
+  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
 }
 
 std::string one_device_weights(const TempDir& dir, int max_steps) {

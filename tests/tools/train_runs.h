@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 
@@ -15,6 +17,10 @@ namespace dist::testing {
 // saving the weights to `weights`: the same for one device and for any workers x replicas.
 std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
                                   int max_steps = 20);
+
+// The last line of `output` that starts with '{' (dist-train's JSON result), parsed; null if
+// there is none.
+nlohmann::json last_json(const std::string& output);
 
 // Trains job_args (`max_steps` steps) on one device and returns where the weights are (in
 // `dir`).
