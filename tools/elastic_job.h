@@ -57,6 +57,9 @@ class CommittedStates {
 struct ElasticRun {
   CommittedStates committed;
   int64_t commit_every = 1;
+  // The checkpoint step the job itself resumed from (--checkpoint-dir), -1 if it started afresh:
+  // what the JSON's resumed_at_step says in every generation.
+  int64_t resumed_at_step = -1;
   // Set from a resize until the next step completes: then the time between is printed.
   std::optional<std::chrono::steady_clock::time_point> recovering_since;
   std::string recovering_from;  // "this worker saw the loss", ...

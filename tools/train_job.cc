@@ -374,8 +374,8 @@ class CustomLoop {
   void open_logs();
   // Resumes from --resume-from or the directory's latest checkpoint; the first epoch to run.
   int resume();
-  // Elastic: the step every worker of this generation still holds in memory (-1: none), read
-  // into checkpoint_; whether one was.
+  // Elastic: the newest commit every worker of this generation holds (sent to those that hold
+  // none), read into checkpoint_; false when no worker holds one.
   bool restore_committed();
   void resumed_at(const std::string& from);
   // The training state at `position` into checkpoint_ (a collective: the metric sums).
@@ -522,6 +522,7 @@ int CustomLoop::resume() {
   read_for_resume(checkpoint_, *path, manager_ ? &*manager_ : nullptr, options_);
   check_same_run(checkpoint_.state.values, *path, job_, options_);
   resumed_at(*path);
+  if (elastic_) elastic_->resumed_at_step = result_.resumed_at_step;
   return static_cast<int>(resume_at_->epoch);
 }
 
@@ -553,6 +554,7 @@ bool CustomLoop::restore_committed() {
   }
   committed.restore(number, checkpoint_);
   resumed_at("the state committed in memory");
+  result_.resumed_at_step = elastic_->resumed_at_step;  // a commit is no resume of the job
   if (sent > 0) out_ << "(sent to the joining workers: " << sent << " bytes)" << std::endl;
   return true;
 }

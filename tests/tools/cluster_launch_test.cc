@@ -65,35 +65,91 @@ TEST(ClusterLaunchTest, MpirunStartsTwoWorkersThatReproduceOneDeviceWeights) {
                              expected);
 }
 
-TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWeights) {
-  if (find_program("srun").empty() || find_program("slurmctld").empty())
-    GTEST_SKIP() << "Slurm is not installed (apt-get install slurm-wlm munge)";
-  testing::TempDir dir;
-  const std::string script = std::string(DIST_SOURCE_DIR) + "/tests/tools/slurm_cluster.sh";
-  const std::string slurm_dir = dir.file("slurm");
-  std::filesystem::create_directories(slurm_dir);
-  // The daemons are stopped whatever happens below.
-  struct Stop {
-    std::string command;
-    ~Stop() { std::system(command.c_str()); }
-  } stop{"timeout -s KILL 30 " + script + " stop " + slurm_dir + " >/dev/null 2>&1"};
-  const int started = std::system(("timeout -s KILL 60 " + script + " start " + slurm_dir + " > " +
-                                   dir.file("slurm_start.log") + " 2>&1")
-                                      .c_str());
-  const std::string start_log = testing::read_file(dir.file("slurm_start.log"));
-  if (WIFEXITED(started) && WEXITSTATUS(started) == 77) GTEST_SKIP() << start_log;
-  ASSERT_EQ(started, 0) << start_log;
+// A real single-node Slurm for one test: its daemons started in `dir` (stopped when this goes
+// out of scope, whatever happens); skipped() says why not where it cannot run.
+class SlurmCluster {
+ public:
+  explicit SlurmCluster(const testing::TempDir& dir) : slurm_dir_(dir.file("slurm")) {
+    if (find_program("srun").empty() || find_program("slurmctld").empty()) {
+      skipped_ = "Slurm is not installed (apt-get install slurm-wlm munge)";
+      return;
+    }
+    std::filesystem::create_directories(slurm_dir_);
+    started_ = true;
+    const int status = std::system(("timeout -s KILL 60 " + script() + " start " + slurm_dir_ +
+                                    " > " + dir.file("slurm_start.log") + " 2>&1")
+                                       .c_str());
+    log_ = testing::read_file(dir.file("slurm_start.log"));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) skipped_ = log_;
+    failed_ = status != 0 && skipped_.empty();
+  }
+  ~SlurmCluster() {
+    if (started_)
+      std::system(
+          ("timeout -s KILL 30 " + script() + " stop " + slurm_dir_ + " >/dev/null 2>&1").c_str());
+  }
+  SlurmCluster(const SlurmCluster&) = delete;
+  SlurmCluster& operator=(const SlurmCluster&) = delete;
 
+  const std::string& skipped() const { return skipped_; }
+  bool failed() const { return failed_; }
+  const std::string& log() const { return log_; }
+  std::string conf() const { return "SLURM_CONF=" + slurm_dir_ + "/slurm.conf"; }
+
+ private:
+  static std::string script() {
+    return std::string(DIST_SOURCE_DIR) + "/tests/tools/slurm_cluster.sh";
+  }
+  std::string slurm_dir_, skipped_, log_;
+  bool started_ = false, failed_ = false;
+};
+
+#define START_SLURM(slurm, dir)                                  \
+  SlurmCluster slurm(dir);                                       \
+  if (!slurm.skipped().empty()) GTEST_SKIP() << slurm.skipped(); \
+  ASSERT_FALSE(slurm.failed()) << slurm.log()
+
+TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWeights) {
+  testing::TempDir dir;
+  START_SLURM(slurm, dir);
   const std::string expected = one_device_weights(dir);
   const int port = free_loopback_ports(1).at(0);
   std::vector<std::string> args{"-n", "2", "--time", "5", DIST_TRAIN_BINARY};
   for (const auto& a : job_args("multi_worker", dir.file("slurm.safetensors"))) args.push_back(a);
   WorkerProcesses launcher;
-  launcher.start(find_program("srun"), args,
-                 {"SLURM_CONF=" + slurm_dir + "/slurm.conf",
-                  "DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
+  launcher.start(
+      find_program("srun"), args,
+      {slurm.conf(), "DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
   expect_two_workers_reached(launcher.wait_all(240s).at(0), "Slurm", dir.file("slurm.safetensors"),
                              expected);
+}
+
+// An elastic job under srun (docs/elastic.md): the job's 3 tasks are the most it can have; task 1
+// SIGKILLs itself after step 50 of 150 and the other two finish at one device's weights. Slurm
+// does not start a task again, and srun's own exit code reports the killed task (137).
+TEST(ClusterLaunchTest, SrunElasticJobGoesOnWithoutALostTaskToOneDeviceWeights) {
+  testing::TempDir dir;
+  START_SLURM(slurm, dir);
+  const std::string expected = one_device_weights(dir, 150);
+  const int port = free_loopback_ports(1).at(0);
+  std::vector<std::string> args{
+      "-n", "3", "-O", "--time", "5", KILLED_TRAIN_BINARY, "--kill-at-step", "50", "--kill-worker",
+      "1"};
+  for (const auto& a : job_args("multi_worker", dir.file("slurm.safetensors"), 150))
+    args.push_back(a);
+  args.insert(args.end(), {"--min-workers", "2"});
+  WorkerProcesses launcher;
+  launcher.start(
+      find_program("srun"), args,
+      {slurm.conf(), "DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  EXPECT_TRUE(testing::contains(result.output, "sizes 3 -> 2 (lost worker:1)")) << result.output;
+  EXPECT_EQ(testing::last_json(result.output)["worker_sizes"], nlohmann::json({3, 2}))
+      << result.output;
+  const double diff = testing::max_relative_difference(weights_in(dir.file("slurm.safetensors")),
+                                                       weights_in(expected));
+  std::printf("srun, elastic 3 -> 2: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
 }
 
 // The child of `parent` whose TF_CONFIG makes it task worker:`index` (dist-launch's workers).

@@ -211,25 +211,28 @@ TEST(ElasticJobTest, AJoinerWithOtherSettingsIsRefusedNamingTheSetting) {
   expect_nothing_left(processes, ports);
 }
 
-// dist-launch --workers MIN:MAX starts a lost worker again, and it joins the running job.
-TEST(ElasticJobTest, DistLaunchStartsALostWorkerAgainAndItJoins) {
+// dist-launch --workers 2:3 runs killed_train on every worker; worker `victim` SIGKILLs itself
+// after step 50 of 150, the launcher starts it again and it joins (the job holds at step 100
+// until it asked). The weights equal one device's.
+void expect_launcher_takes_back(int victim) {
   TempDir dir;
   const std::string weights = dir.file("elastic.safetensors");
   const std::string go_on = dir.file("joiner-asked");
   auto job = elastic_args(weights, 150, 2);
   job.resize(job.size() - 2);  // --min-workers comes from the launcher (DIST_MIN_WORKERS)
-  std::vector<std::string> args{"--workers",
-                                "2:3",
-                                "--",
-                                KILLED_TRAIN_BINARY,
-                                "--kill-at-step",
-                                "50",
-                                "--kill-worker",
-                                "1",
-                                "--hold-at-step",
-                                "100",
-                                "--until-file",
-                                go_on};
+  const std::string name = "worker:" + std::to_string(victim);
+  const std::vector<std::string> args{"--workers",
+                                      "2:3",
+                                      "--",
+                                      KILLED_TRAIN_BINARY,
+                                      "--kill-at-step",
+                                      "50",
+                                      "--kill-worker",
+                                      std::to_string(victim),
+                                      "--hold-at-step",
+                                      "100",
+                                      "--until-file",
+                                      go_on};
   WorkerProcesses launcher;
   launcher.start(DIST_LAUNCH_BINARY, with(args, job), {});
   ASSERT_TRUE(launcher.wait_for_output(0, "asked to join", 120s));
@@ -237,14 +240,23 @@ TEST(ElasticJobTest, DistLaunchStartsALostWorkerAgainAndItJoins) {
   const ProcessResult result = launcher.wait_all(240s).at(0);
   const std::string& out = result.output;
   ASSERT_EQ(result.exit_code, 0) << out;
-  EXPECT_TRUE(testing::contains(out, "worker:1 exited with signal 9")) << out;
+  EXPECT_TRUE(testing::contains(out, name + " exited with signal 9")) << out;
   EXPECT_TRUE(testing::contains(out, "starting it again to join the running job")) << out;
-  EXPECT_TRUE(testing::contains(out, "sizes 3 -> 2 (lost worker:1)")) << out;
-  EXPECT_TRUE(testing::contains(out, "sizes 2 -> 3 (joined worker:1)")) << out;
+  EXPECT_TRUE(testing::contains(out, "sizes 3 -> 2 (lost " + name + ")")) << out;
+  EXPECT_TRUE(testing::contains(out, "sizes 2 -> 3 (joined " + name + ")")) << out;
   EXPECT_TRUE(testing::contains(out, "\"worker_sizes\":[3,2,3]")) << out;
   const double diff = difference_from_one_device(weights, dir, 150);
-  std::printf("dist-launch --workers 2:3, 3 -> 2 -> 3: max relative difference %.3g\n", diff);
+  std::printf("dist-launch --workers 2:3, %s lost and back: max relative difference %.3g\n",
+              name.c_str(), diff);
   EXPECT_LT(diff, 1e-5);
+}
+
+TEST(ElasticJobTest, DistLaunchStartsALostWorkerAgainAndItJoins) { expect_launcher_takes_back(1); }
+
+// worker:0 started the job's store (in dist-store-host, which outlives it): the job goes on
+// without it, and it comes back as a joiner.
+TEST(ElasticJobTest, TheFirstChiefLostAndStartedAgainJoinsTheJobItStarted) {
+  expect_launcher_takes_back(0);
 }
 
 TEST(ElasticJobTest, FlagsThatCannotKeepTheGlobalBatchAreRefused) {

@@ -32,6 +32,13 @@ stop() {
   done
   if [[ -f $dir/started-munged ]]; then
     pkill -x munged 2>/dev/null || true
+    # Gone before returning: a start right after (the next test) would find it still exiting,
+    # take it for running, and wait for a node that cannot authenticate.
+    for _ in $(seq 50); do
+      pgrep -x munged >/dev/null || break
+      sleep 0.1
+    done
+    pkill -9 -x munged 2>/dev/null || true
     rm -f "$dir/started-munged"
   fi
 }
