@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 
+#include "collective/store/store_host.h"
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
 #include "distribute/elastic_membership.h"
@@ -38,7 +39,9 @@ std::string elastic_settings(const TrainOptions& o) {
       << "\n--global-batch=" << o.global_batch << "\n--train-examples=" << o.train_examples
       << "\n--test-examples=" << o.test_examples
       << "\n--mixed-precision=" << mixed_precision::policy_name(o.mixed_precision)
-      << "\n--min-workers=" << o.min_workers << "\n--commit-every=" << o.commit_every << "\n";
+      << "\n--min-workers=" << o.min_workers << "\n--commit-every=" << o.commit_every
+      << "\n--checkpoint-dir=" << (o.checkpoint_dir.empty() ? "off" : "on")
+      << "\n--checkpoint-every=" << o.checkpoint_every << "\n";
   return out.str();
 }
 
@@ -54,6 +57,13 @@ class Generations {
     DIST_CHECK_ARG(options.min_workers <= static_cast<int>(members_.size()), "--min-workers ",
                    options.min_workers, " is more than the ", members_.size(),
                    " workers of the cluster; the job could never start");
+    // The job's one store must outlive every generation, generation 0's chief included.
+    const collective::StoreHostChoice host = collective::locate_store_host();
+    DIST_CHECK_ARG(!host.binary.empty(), "--min-workers ", options.min_workers,
+                   " needs the rendezvous store in a process of its own (dist-store-host), which "
+                   "outlives the generations and their chiefs; ",
+                   host.missing ? "it was not found: set DIST_STORE_HOST to its path"
+                                : "DIST_STORE_HOST=chief would keep it inside the chief: unset it");
   }
 
   const std::vector<std::string>& members() const { return members_; }
@@ -71,7 +81,13 @@ class Generations {
       throw ElasticJobStopped(self_ + " has no job to join: " + *stopped);
     const int64_t ticket = membership_->ask_to_join(settings_);
     std::cout << self_ << ": the elastic job runs already; asked to join" << std::endl;
-    const auto admission = membership_->await_admission(ticket, rendezvous_timeout());
+    detail::ElasticMembership::Admission admission;
+    try {
+      admission = membership_->await_admission(ticket, rendezvous_timeout());
+    } catch (const CollectiveError& e) {
+      if (membership_->stopped()) throw ElasticJobStopped(e.what());  // exit 5: no restart
+      throw;
+    }
     // Its namesake is out of the group now: beat at once, or the members waiting for it in the
     // next rendezvous would see a heartbeat that stopped (rendezvous.cc, StalledMembers).
     membership_->start_heartbeat();
@@ -93,11 +109,19 @@ class Generations {
   bool join_requested() { return membership_->join_requested(members_, settings_); }
 
   // At a step boundary where workers join: the next members. `resize` gets "sizes 2 -> 3
-  // (joined worker:1)".
+  // (joined worker:1)". Throws CollectiveError when the chief is lost before it decides, or
+  // when this worker is not among the next members (the others took the boundary as a loss:
+  // the vote that led here failed on them), for the caller to treat as a loss.
   void regroup(bool chief, std::string& resize) {
-    const std::vector<std::string> next =
+    std::optional<std::vector<std::string>> decided =
         chief ? membership_->admit_joiners(number_, members_, settings_)
-              : membership_->next_members(number_);
+              : membership_->next_members(number_, members_.front());
+    DIST_CHECK(decided.has_value(), CollectiveError, "lost worker: ", members_.front(),
+               " (the chief) before it admitted the workers waiting to join");
+    const std::vector<std::string> next = *decided;
+    DIST_CHECK(std::find(next.begin(), next.end(), self_) != next.end(), CollectiveError, self_,
+               " is not among the next members (", detail::join_names(next),
+               "): the others took this step boundary as a loss");
     const std::vector<std::string> joined = missing_from(next, members_);
     resize += detail::concat(resize.empty() ? "" : ", then ", "sizes ", members_.size(), " -> ",
                              next.size(),
@@ -108,18 +132,19 @@ class Generations {
 
   // After the generation failed with `error` on this worker: the next members, or throws the
   // reason the job stops. `resize` gets "sizes 3 -> 2 (lost worker:1)".
-  void after_loss(const CollectiveError& error, int64_t committed, std::string& resize) {
-    if (!membership_) throw error;  // lost before the job formed: nothing to go on from
+  // Called from the handler of the generation's CollectiveError, which `throw;` passes on.
+  void after_loss(int64_t committed, std::string& resize) {
+    if (!membership_) throw;  // lost before the job formed: nothing to go on from
     const auto wait = whole_milliseconds("--collective-timeout", options_.collective_timeout) +
                       std::chrono::seconds(10);
     const std::vector<std::string> next = membership_->next_after_loss(number_, members_, wait);
     const std::vector<std::string> lost = missing_from(members_, next);
-    if (lost.empty() && next.size() <= members_.size()) throw error;  // no loss to mend
-    const std::string names = detail::join_names(lost);
+    if (lost.empty() && next.size() <= members_.size()) throw;  // no loss to mend
     DIST_CHECK(std::find(next.begin(), next.end(), self_) != next.end(), CollectiveError, self_,
                " was left out of the job's next generation by the other workers (",
                detail::join_names(next), "): it did not say it stays within ", wait.count() / 1000,
-               " s of the loss of ", names, "; the job goes on without it");
+               " s of the loss; the job goes on without it");
+    const std::string names = detail::join_names(lost);
     if (static_cast<int>(next.size()) < options_.min_workers) {
       const std::string why = detail::concat(
           "the elastic job stops: lost ", names, "; ", next.size(),
@@ -213,12 +238,10 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
   }
   elastic.commit_every = options.commit_every;
   while (true) {
-    bool chief = false;
     try {
       JobSetup job = start_job(options, chief_out,
                                WorkerGeneration{generations.number(), generations.members()});
-      chief = job.chief;
-      generations.formed(chief);
+      generations.formed(job.chief);
       elastic.join_requested = [&] { return generations.join_requested(); };
       TrainResult result =
           run_custom_loop(options, job, preemption, chief_out, job_start, &elastic);
@@ -226,6 +249,9 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
         result.worker_sizes = generations.sizes();
         return result;
       }
+      elastic.recovering_since = Clock::now();
+      elastic.recovering_from = "the step boundary where the workers regrouped";
+      generations.regroup(job.chief, elastic.resize);  // a loss meanwhile: the handler below
     } catch (const CollectiveError& e) {
       if (!elastic.recovering_since) {  // else a second loss before the first was mended
         elastic.recovering_since = Clock::now();
@@ -234,13 +260,9 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       std::cerr << "dist-train: " << config.task.name() << ": generation " << generations.number()
                 << " failed: " << e.what() << std::endl;
       if (options.on_loss) options.on_loss("seen");
-      generations.after_loss(e, elastic.committed.latest_step(), elastic.resize);
+      generations.after_loss(elastic.committed.latest_step(), elastic.resize);
       if (options.on_loss) options.on_loss("agreed");
-      continue;
     }
-    elastic.recovering_since = Clock::now();
-    elastic.recovering_from = "the step boundary where the workers regrouped";
-    generations.regroup(chief, elastic.resize);
   }
 }
 

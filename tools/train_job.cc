@@ -554,7 +554,11 @@ bool CustomLoop::restore_committed() {
   }
   committed.restore(number, checkpoint_);
   resumed_at("the state committed in memory");
-  result_.resumed_at_step = elastic_->resumed_at_step;  // a commit is no resume of the job
+  // A commit is no resume of the job: it keeps saying the checkpoint the job resumed from.
+  const auto resumed = checkpoint_.state.values.find("elastic.resumed_at_step");
+  if (resumed != checkpoint_.state.values.end())
+    elastic_->resumed_at_step = std::stoll(resumed->second);
+  result_.resumed_at_step = elastic_->resumed_at_step;
   if (sent > 0) out_ << "(sent to the joining workers: " << sent << " bytes)" << std::endl;
   return true;
 }
@@ -589,6 +593,9 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
 
 void CustomLoop::commit(int64_t epoch, const data::IteratorPosition& position) {
   fill_state(epoch, position);
+  // A worker that joins learns it from the commit: every worker must say the same step in
+  // check_workers_agree's "the step resumed from".
+  checkpoint_.state.values["elastic.resumed_at_step"] = std::to_string(elastic_->resumed_at_step);
   elastic_->committed.commit(checkpoint_);
 }
 

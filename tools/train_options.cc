@@ -82,7 +82,8 @@ void check_ranges(const TrainOptions& o) {
   DIST_CHECK_ARG(o.threads >= 0, "--threads must be at least 1, got ", o.threads);
   DIST_CHECK_ARG(o.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
                  o.checkpoint_every);
-  DIST_CHECK_ARG(o.min_workers >= 0, "--min-workers must be at least 1, got ", o.min_workers);
+  DIST_CHECK_ARG(o.min_workers >= 0, "--min-workers must be at least 1 (or 0: not elastic), got ",
+                 o.min_workers);
   DIST_CHECK_ARG(o.commit_every >= 1, "--commit-every must be at least 1, got ", o.commit_every);
   DIST_CHECK_ARG(o.max_to_keep >= 1, "--max-to-keep must be at least 1, got ", o.max_to_keep);
   whole_milliseconds("--collective-timeout", o.collective_timeout);

@@ -6,7 +6,8 @@
 
 namespace dist {
 
-// Collects the bytes and hands them to the Env on close(): a reader never sees half a file.
+// Collects the bytes and hands them to the Env on close(), or on destruction without close()
+// (a POSIX file keeps what was written too): a reader never sees a file mid-append.
 class MemoryWritableFile : public WritableFile {
  public:
   MemoryWritableFile(MemoryEnv* env, std::string path) : env_(env), path_(std::move(path)) {}

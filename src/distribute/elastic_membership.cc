@@ -76,25 +76,21 @@ void ElasticMembership::start_heartbeat() {
   if (!heartbeat_.joinable()) heartbeat_ = std::thread([this] { beat(); });
 }
 
-// Its own connection: the agreement's calls on store_ must not wait behind a beat.
+// Its own connection: the agreement's calls on store_ must not wait behind a beat. A failed
+// beat connects again (a beat that stopped for good would make this worker look gone at the
+// next resize); the thread ends only with the membership.
 void ElasticMembership::beat() {
   c10::intrusive_ptr<collective::StoreClient> store;
-  try {
-    store = c10::make_intrusive<collective::StoreClient>(store_->address(), std::chrono::seconds(5),
-                                                         job_token_);
-  } catch (...) {
-    return;  // the store is gone: the next agreement reports it
-  }
-  try {
-    store->set("elastic/process/" + self_, to_bytes(process_identity()));
-  } catch (...) {
-    return;
-  }
   while (!stopping_) {
     try {
+      if (!store) {
+        store = c10::make_intrusive<collective::StoreClient>(store_->address(),
+                                                             std::chrono::seconds(5), job_token_);
+        store->set("elastic/process/" + self_, to_bytes(process_identity()));
+      }
       store->add("alive/" + self_, 1);
     } catch (...) {
-      return;
+      store.reset();  // the store is unreachable now: try again at the next beat
     }
     for (auto slept = std::chrono::milliseconds(0); slept < kBeatEvery && !stopping_;
          slept += std::chrono::milliseconds(50))
@@ -182,11 +178,21 @@ std::string settings_refusal(const std::string& ours, const std::string& theirs)
 ElasticMembership::Ticket ElasticMembership::read_ticket(int64_t n,
                                                          const std::vector<std::string>& members,
                                                          const std::string& settings) {
-  const std::string text = to_text(store_->get("elastic/join/" + std::to_string(n)));
   Ticket ticket;
-  ticket.name = text.substr(0, text.find('\n'));
-  ticket.refusal =
-      settings_refusal(settings, text.substr(std::min(text.size(), ticket.name.size() + 1)));
+  const std::string key = "elastic/join/" + std::to_string(n);
+  if (!store_->check({key})) {  // its joiner counted it but has not written it yet
+    ticket.pending = true;
+    return ticket;
+  }
+  std::istringstream text(to_text(store_->get(key)));
+  std::string process;
+  std::getline(text, ticket.name);
+  std::getline(text, process);
+  const std::string theirs((std::istreambuf_iterator<char>(text)),
+                           std::istreambuf_iterator<char>());
+  ticket.refusal = settings_refusal(settings, theirs);
+  if (identified_process_ended(process))
+    ticket.refusal = "its process ended before it was admitted";
   ticket.member = std::find(members.begin(), members.end(), ticket.name) != members.end();
   return ticket;
 }
@@ -203,6 +209,7 @@ bool ElasticMembership::join_requested(const std::vector<std::string>& members,
     const int64_t handled = store_->add("elastic/join-handled", 0);
     if (store_->add("elastic/join-requests", 0) <= handled) return false;
     const Ticket ticket = read_ticket(handled + 1, members, settings);
+    if (ticket.pending) return false;
     if (ticket.refusal.empty()) return !ticket.member;
     answer(handled + 1, "refused: " + ticket.refusal);
   }
@@ -218,6 +225,7 @@ std::vector<std::string> ElasticMembership::admit_joiners(int generation,
   int64_t last = handled;  // tickets answered now: up to one that waits
   for (int64_t n = handled + 1; n <= requests; ++n, ++last) {
     const Ticket ticket = read_ticket(n, next, settings);
+    if (ticket.pending) break;
     if (ticket.member && ticket.refusal.empty()) break;  // waits until its namesake is gone
     if (ticket.refusal.empty())
       next.push_back(ticket.name);
@@ -236,8 +244,15 @@ std::vector<std::string> ElasticMembership::admit_joiners(int generation,
   return split_names(decided);
 }
 
-std::vector<std::string> ElasticMembership::next_members(int generation) {
-  return split_names(to_text(store_->get(prefix(generation) + "next")));
+std::optional<std::vector<std::string>> ElasticMembership::next_members(int generation,
+                                                                        const std::string& chief) {
+  const std::string key = prefix(generation) + "next";
+  GoneWatch watch(*store_);
+  while (!store_->check({key})) {
+    if (watch.gone(chief)) return std::nullopt;
+    std::this_thread::sleep_for(kPollEvery);
+  }
+  return split_names(to_text(store_->get(key)));
 }
 
 bool ElasticMembership::job_running(const HostPort& store, const std::string& job_token,
@@ -245,7 +260,8 @@ bool ElasticMembership::job_running(const HostPort& store, const std::string& jo
   if (!collective::store_listening(store, timeout)) return false;  // the job starts now
   try {
     collective::StoreClient client(store, timeout, job_token);
-    return client.check({"elastic/running"});
+    // A store that is closing is a finished job's (its host exits within seconds).
+    return client.check({"elastic/running"}) && !client.check({"closing"});
   } catch (const CollectiveError&) {
     return false;  // no store yet: the job starts now
   }
@@ -254,7 +270,8 @@ bool ElasticMembership::job_running(const HostPort& store, const std::string& jo
 int64_t ElasticMembership::ask_to_join(const std::string& settings) {
   // The ticket's text first: a chief that sees the counter move reads it at once.
   const int64_t ticket = store_->add("elastic/join-tickets", 1);
-  store_->set("elastic/join/" + std::to_string(ticket), to_bytes(self_ + "\n" + settings));
+  store_->set("elastic/join/" + std::to_string(ticket),
+              to_bytes(self_ + "\n" + process_identity() + "\n" + settings));
   store_->add("elastic/join-requests", 1);
   return ticket;
 }
@@ -262,9 +279,14 @@ int64_t ElasticMembership::ask_to_join(const std::string& settings) {
 ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
                                                                 std::chrono::milliseconds wait) {
   const std::string key = "elastic/admitted/" + std::to_string(ticket);
-  try {
-    store_->wait({key}, wait);
-  } catch (const CollectiveError&) {
+  const auto give_up = std::chrono::steady_clock::now() + wait;
+  while (!store_->check({key}) && std::chrono::steady_clock::now() < give_up) {
+    if (const auto why = stopped())
+      throw CollectiveError(
+          detail::concat("the elastic job stopped before it admitted ", self_, ": ", *why));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!store_->check({key})) {
     throw CollectiveError(detail::concat(
         self_, " asked to join the running job but no step boundary answered within ",
         wait.count() / 1000.0,

@@ -13,7 +13,9 @@
 //                               joins instead of starting the job
 //   elastic/stopped             why the job stopped below its minimum (nobody to join)
 //   elastic/join-tickets        a counter: the tickets handed to workers asking to join
-//   elastic/join/<n>            ticket n: the joiner's name, a newline, its settings
+//   elastic/join/<n>            ticket n: the joiner's name, its process (process_state.h) and
+//                               its settings, one per line (a ticket whose process ended is
+//                               refused, not admitted)
 //   elastic/join-requests       a counter: the tickets whose text is written
 //   elastic/join-handled        the tickets a chief has answered
 //   elastic/admitted/<n>        the answer: "<generation> <members> <previous members>" or
@@ -79,8 +81,9 @@ class ElasticMembership {
   // member's waits, and those after it) and writes the next members. Returns them.
   std::vector<std::string> admit_joiners(int generation, const std::vector<std::string>& members,
                                          const std::string& settings);
-  // The other members at that boundary: the next members the chief wrote.
-  std::vector<std::string> next_members(int generation);
+  // The other members at that boundary: the next members the chief wrote; none if `chief` is
+  // gone first (then the boundary becomes a loss: next_after_loss).
+  std::optional<std::vector<std::string>> next_members(int generation, const std::string& chief);
 
   struct Admission {
     int generation = 0;
@@ -110,6 +113,8 @@ class ElasticMembership {
     // before the others noticed the loss of its namesake; or a second process by mistake,
     // which then waits until its rendezvous timeout).
     bool member = false;
+    // Counted by its joiner but not written yet: it and the tickets after it wait.
+    bool pending = false;
   };
   Ticket read_ticket(int64_t n, const std::vector<std::string>& members,
                      const std::string& settings);

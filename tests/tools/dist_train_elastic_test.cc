@@ -66,14 +66,18 @@ void expect_nothing_left(WorkerProcesses& processes, const std::vector<int>& por
 
 // 3 workers of `steps` steps: worker:1 SIGKILLs itself after step `kill_at`, a new worker:1
 // joins (worker:0 holds after step `hold_at` until it asked, so that it joins mid-run). The
-// weights end within `tolerance` of one device's.
+// weights end within `tolerance` of one device's. `resumed_at`: the checkpoint step the job
+// resumes from (in `checkpoints`, written by an earlier run), -1 for none.
 void expect_loss_and_join_end_at_one_device(const std::string& optimizer, int steps, int kill_at,
-                                            int hold_at, double tolerance) {
+                                            int hold_at, double tolerance,
+                                            const std::string& checkpoints = "",
+                                            int resumed_at = -1) {
   TempDir dir;
   const auto ports = free_loopback_ports(3);
   const std::string weights = dir.file("elastic.safetensors");
   const std::string go_on = dir.file("joiner-asked");
-  const auto args = elastic_args(weights, steps, 2, optimizer);
+  auto args = elastic_args(weights, steps, 2, optimizer);
+  if (!checkpoints.empty()) args.insert(args.end(), {"--checkpoint-dir", checkpoints});
   WorkerProcesses processes;
   processes.start(KILLED_TRAIN_BINARY,
                   with({"--hold-at-step", std::to_string(hold_at), "--until-file", go_on}, args),
@@ -93,6 +97,7 @@ void expect_loss_and_join_end_at_one_device(const std::string& optimizer, int st
   EXPECT_TRUE(testing::contains(chief, "s after this worker saw the loss")) << chief;
   EXPECT_EQ(testing::last_json(chief)["worker_sizes"], nlohmann::json({3, 2, 3})) << chief;
   EXPECT_EQ(testing::last_json(chief)["steps"], steps);
+  EXPECT_EQ(testing::last_json(chief)["resumed_at_step"], resumed_at);
   const double diff = difference_from_one_device(weights, dir, steps, optimizer);
   std::printf("3 -> 2 -> 3 workers, %s, %d steps: max relative difference from one device %.3g\n",
               optimizer.c_str(), steps, diff);
@@ -102,6 +107,21 @@ void expect_loss_and_join_end_at_one_device(const std::string& optimizer, int st
 
 TEST(ElasticJobTest, LosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) {
   expect_loss_and_join_end_at_one_device("sgd", 150, 50, 100, 1e-5);
+}
+
+// A job resumed from a checkpoint: a joiner learns the step it resumed from with the commit, so
+// every worker of the new generation agrees on "the step resumed from".
+TEST(ElasticJobTest, AJobResumedFromACheckpointLosesAndTakesBackAWorker) {
+  TempDir dir;
+  const auto ports = free_loopback_ports(3);
+  auto first = elastic_args(dir.file("first.safetensors"), 20, 2);
+  first.insert(first.end(), {"--checkpoint-dir", dir.file("ckpt")});
+  WorkerProcesses processes;
+  for (int i = 0; i < 3; ++i)
+    processes.start(DIST_TRAIN_BINARY, first, {"TF_CONFIG=" + local_tf_config(ports, i)});
+  for (const auto& result : processes.wait_all(120s))
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+  expect_loss_and_join_end_at_one_device("sgd", 60, 30, 45, 1e-5, dir.file("ckpt"), 20);
 }
 
 // Adam divides by the root of its second moments, which amplifies the rounding of a sum taken
@@ -279,6 +299,17 @@ TEST(ElasticJobTest, FlagsThatCannotKeepTheGlobalBatchAreRefused) {
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_TRUE(testing::contains(result.output, c.says)) << result.output;
   }
+  // A store inside the chief would end with generation 0.
+  WorkerProcesses process;
+  process.start(
+      DIST_TRAIN_BINARY,
+      {"--strategy", "multi_worker", "--min-workers", "1", "--global-batch", "64"},
+      {"TF_CONFIG=" + local_tf_config(free_loopback_ports(1), 0), "DIST_STORE_HOST=chief"});
+  const ProcessResult result = process.wait_all(60s).at(0);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_TRUE(
+      testing::contains(result.output, "needs the rendezvous store in a process of its own"))
+      << result.output;
 }
 
 }  // namespace

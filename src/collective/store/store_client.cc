@@ -173,7 +173,7 @@ store::Bytes value(const store::Bytes& body) {
 }  // namespace
 
 std::string StoreClient::scoped(const std::string& key) const {
-  if (key_scope_.empty() || key.rfind(kProcessKeyPrefix, 0) == 0) return key;
+  if (key_scope_.empty() || key == "closing" || key.rfind(kProcessKeyPrefix, 0) == 0) return key;
   return key_scope_ + key;
 }
 

@@ -26,9 +26,9 @@ class StoreClient : public c10d::Store {
   // so).
   //
   // `key_scope`, when not empty, goes before every key this client names (the members of one
-  // generation of an elastic job keep to "generation/<n>/"), except the keys of a process
-  // rather than of a group, which begin with kProcessKeyPrefix (the heartbeat's counter, which
-  // the store's host watches for the whole job).
+  // generation of an elastic job keep to "generation/<n>/"), except the keys of the store or of
+  // a process rather than of a group: "closing" (set by the store's host) and those beginning
+  // with kProcessKeyPrefix (the heartbeat's counter, which the host watches for the whole job).
   StoreClient(const HostPort& at, std::chrono::milliseconds timeout, const std::string& job_token,
               std::string key_scope = "");
   ~StoreClient() override;
