@@ -9,6 +9,15 @@
 
 namespace dist::collective {
 
+std::chrono::steady_clock::duration HeartbeatWatch::still_for(const std::string& name) {
+  const std::string key = "alive/" + name;
+  const int64_t beats = store_.check({key}) ? store_.add(key, 0) : -1;
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, first] = seen_.try_emplace(name, Seen{beats, now});
+  if (!first && it->second.beats != beats) it->second = Seen{beats, now};
+  return now - it->second.since;
+}
+
 Heartbeat::Heartbeat(const ProcessGroupSpec& spec, const std::atomic<int64_t>& issued)
     : spec_(spec), issued_(issued), thread_([this] { loop(); }) {}
 

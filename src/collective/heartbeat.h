@@ -7,13 +7,37 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "collective/process_group_spec.h"
 
 namespace dist::collective {
+
+class StoreClient;
+
+// How long members' heartbeats have stood still, as seen through `store`: each counter
+// ("alive/<name>") against what it was when this watch first read it or last saw it move. The
+// elastic membership tells a lost member by it, and a later generation's rendezvous one that
+// will not come.
+class HeartbeatWatch {
+ public:
+  explicit HeartbeatWatch(StoreClient& store) : store_(store) {}
+  // Since when member `name`'s counter has not moved; a missing counter counts as one that
+  // does not move.
+  std::chrono::steady_clock::duration still_for(const std::string& name);
+
+ private:
+  struct Seen {
+    int64_t beats;
+    std::chrono::steady_clock::time_point since;
+  };
+  StoreClient& store_;
+  std::map<std::string, Seen> seen_;
+};
 
 class Heartbeat {
  public:

@@ -1,9 +1,9 @@
 #include "collective/rendezvous.h"
 
 #include <iostream>
-#include <map>
 #include <thread>
 
+#include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
 #include "collective/store/store_host.h"
 #include "collective/store/store_server.h"
@@ -23,28 +23,22 @@ const std::string& self_name(const ProcessGroupSpec& spec) {
 // generation). The others then fail at once instead of after the rendezvous timeout.
 class StalledMembers {
  public:
-  StalledMembers(StoreClient& store, const ProcessGroupSpec& spec) : store_(store), spec_(spec) {}
+  StalledMembers(StoreClient& store, const ProcessGroupSpec& spec)
+      : store_(store), spec_(spec), beats_(store) {}
 
   // The member `rank`, missing now, whose heartbeat has not moved for kStale: its name, or "".
   std::string stalled(int rank) {
     if (!spec_.elastic_generation.value_or(0)) return "";
-    const std::string key = "alive/" + spec_.members[static_cast<size_t>(rank)].name;
-    if (!store_.check({key})) return "";
-    const int64_t beats = store_.add(key, 0);
-    auto [it, first] = seen_.try_emplace(rank, Seen{beats, Clock::now()});
-    if (!first && it->second.beats != beats) it->second = Seen{beats, Clock::now()};
-    return Clock::now() - it->second.since > kStale ? member_name(spec_, rank) : "";
+    const std::string& name = spec_.members[static_cast<size_t>(rank)].name;
+    if (!store_.check({"alive/" + name})) return "";  // never beat: not this watch's to judge
+    return beats_.still_for(name) > kStale ? member_name(spec_, rank) : "";
   }
 
  private:
   static constexpr std::chrono::seconds kStale{3};  // six missed beats
-  struct Seen {
-    int64_t beats;
-    Clock::time_point since;
-  };
   StoreClient& store_;
   const ProcessGroupSpec& spec_;
-  std::map<int, Seen> seen_;
+  HeartbeatWatch beats_;
 };
 
 }  // namespace

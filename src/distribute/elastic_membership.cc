@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
 #include "core/process_state.h"
 #include "dist/core/error.h"
@@ -23,26 +24,18 @@ std::string prefix(int generation) { return "elastic/" + std::to_string(generati
 // Tells, for each member it is asked about, whether its heartbeat stopped.
 class GoneWatch {
  public:
-  explicit GoneWatch(collective::StoreClient& store) : store_(store) {}
+  explicit GoneWatch(collective::StoreClient& store) : store_(store), beats_(store) {}
   bool gone(const std::string& name) {
     // A process of this machine that ended is gone at once; others when their beat stops.
     const std::string process = "elastic/process/" + name;
     if (store_.check({process}) && identified_process_ended(to_text(store_.get(process))))
       return true;
-    const std::string key = "alive/" + name;
-    const int64_t beats = store_.check({key}) ? store_.add(key, 0) : -1;
-    auto [it, first] = seen_.try_emplace(name, Seen{beats, Clock::now()});
-    if (!first && it->second.beats != beats) it->second = Seen{beats, Clock::now()};
-    return Clock::now() - it->second.since > ElasticMembership::kGoneAfter;
+    return beats_.still_for(name) > ElasticMembership::kGoneAfter;
   }
 
  private:
-  struct Seen {
-    int64_t beats;
-    Clock::time_point since;
-  };
   collective::StoreClient& store_;
-  std::map<std::string, Seen> seen_;
+  collective::HeartbeatWatch beats_;
 };
 
 }  // namespace
