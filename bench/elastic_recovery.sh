@@ -14,6 +14,9 @@
 # after step KILL) to the first later step any worker completes (killed_train --print-steps); "lost"
 # is the run's wall time minus the fixed run's of the same round. Medians over REPEATS rounds.
 #
+# LOOP=fit runs every variant through dist-train --loop fit (default: custom); MODELS picks the
+# models as model:steps:kill (default "cnn:600:200 mlp:60:20").
+#
 #   bench/elastic_recovery.sh [build-dir=build] [repeats=3]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -25,6 +28,7 @@ median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[
 now() { date +%s.%N; }
 
 lscpu | grep -E '^Model name|^CPU\(s\)' | sed 's/  */ /g'
+echo "loop: ${LOOP:-custom}"
 echo "flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_tile|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 # recovery seconds from the log of a run with a kill: first "step N done at T" after the kill.
@@ -36,7 +40,7 @@ recovery() {
 
 run() {  # variant model steps kill log
   local variant=$1 model=$2 steps=$3 kill=$4 log=$5
-  local job=(--strategy multi_worker --model "$model" --optimizer sgd --global-batch 60
+  local job=(--strategy multi_worker --loop "${LOOP:-custom}" --model "$model" --optimizer sgd --global-batch 60
     --train-examples $((60 * steps)) --test-examples 500 --epochs 1 --no-progress
     --collective-timeout 60 --print-steps)
   local launch=(--workers 3) faults=()

@@ -1,8 +1,10 @@
 #include "elastic_job.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -31,18 +33,17 @@ std::vector<std::string> missing_from(const std::vector<std::string>& before,
 }
 
 // What a joining worker must share with the job ("flag=value" lines): what decides its steps.
+// The job's derived sizes come from these flags: an elastic job has --global-batch.
 std::string elastic_settings(const TrainOptions& o) {
-  std::ostringstream out;
-  out << "--loop=" << name_of(o.loop) << "\n--model=" << name_of(o.model)
-      << "\n--optimizer=" << name_of(o.optimizer) << "\n--lr=" << std::setprecision(17) << o.lr
-      << "\n--seed=" << o.seed << "\n--epochs=" << o.epochs << "\n--max-steps=" << o.max_steps
-      << "\n--global-batch=" << o.global_batch << "\n--train-examples=" << o.train_examples
-      << "\n--test-examples=" << o.test_examples
-      << "\n--mixed-precision=" << mixed_precision::policy_name(o.mixed_precision)
-      << "\n--min-workers=" << o.min_workers << "\n--commit-every=" << o.commit_every
-      << "\n--checkpoint-dir=" << (o.checkpoint_dir.empty() ? "off" : "on")
-      << "\n--checkpoint-every=" << o.checkpoint_every << "\n";
-  return out.str();
+  auto settings = option_settings(o);
+  settings.insert(settings.end(), {{"--global-batch", std::to_string(o.global_batch)},
+                                   {"--train-examples", std::to_string(o.train_examples)},
+                                   {"--test-examples", std::to_string(o.test_examples)},
+                                   {"--min-workers", std::to_string(o.min_workers)},
+                                   {"--commit-every", std::to_string(o.commit_every)}});
+  std::string lines;
+  for (const auto& [flag, value] : settings) lines += flag + "=" + value + "\n";
+  return lines;
 }
 
 // The job between generations: who trains next, or why the job stops.
@@ -179,6 +180,24 @@ class Generations {
   std::unique_ptr<detail::ElasticMembership> membership_;
 };
 
+int64_t min_across_workers(int64_t value, const Strategy& strategy) {
+  std::vector<at::Tensor> values{at::tensor({value}, at::kLong)};
+  strategy.extended().all_reduce_across_workers(values, ReduceOp::kMin);
+  return values[0].item<int64_t>();
+}
+
+// `bytes` of the one worker that passes any (the others pass none), on every worker: its size
+// and then its words in two all-reduces, where the others add zeros.
+std::string send_bytes(const std::string& bytes, const Strategy& strategy) {
+  std::vector<at::Tensor> size{at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong)};
+  strategy.extended().all_reduce_across_workers(size, ReduceOp::kMax);
+  const int64_t length = size[0].item<int64_t>();
+  std::vector<at::Tensor> words{at::zeros({(length + 7) / 8}, at::kLong)};
+  if (!bytes.empty()) std::memcpy(words[0].data_ptr(), bytes.data(), bytes.size());
+  strategy.extended().all_reduce_across_workers(words, ReduceOp::kSum);
+  return std::string(static_cast<const char*>(words[0].data_ptr()), static_cast<size_t>(length));
+}
+
 }  // namespace
 
 std::string CommittedStates::path_of(int64_t number) {
@@ -226,9 +245,60 @@ void CommittedStates::adopt(int64_t number, const std::string& bytes) {
   commits_.push_back({number, -1});  // the step is read with it
 }
 
-TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out) {
-  const auto job_start = Clock::now();
-  PreemptionWatcher preemption;
+void ElasticRun::commit(Checkpoint& checkpoint) {
+  // A worker that joins learns it from the commit: every worker must say the same step in
+  // check_workers_agree's "the step resumed from".
+  checkpoint.state.values["elastic.resumed_at_step"] = std::to_string(resumed_at_step);
+  committed.commit(checkpoint);
+}
+
+bool ElasticRun::regroup_now(const Strategy& strategy, bool chief, bool stopping) {
+  // Workers waiting to join take part from the next step: every worker stops here.
+  return !stopping && strategy.any_worker(chief && join_requested && join_requested());
+}
+
+// The newest commit every survivor holds (CommittedStates says why it exists). A worker that
+// joins holds none: it receives the commit from the first worker that does.
+bool ElasticRun::restore_committed(const Strategy& strategy, Checkpoint& checkpoint,
+                                   std::ostream& out) {
+  const int64_t none = std::numeric_limits<int64_t>::max();
+  const int64_t number =
+      min_across_workers(committed.latest() < 0 ? none : committed.latest(), strategy);
+  if (number == none) return false;  // nobody holds one: the checkpoint directory, or afresh
+  const bool held = committed.has(number);
+  DIST_CHECK(held || committed.latest() < 0, InternalError, "commit ", number,
+             " is no longer in this worker's memory (newest ", committed.latest(), ")");
+  const int64_t sender = min_across_workers(held ? strategy.worker_index() : none, strategy);
+  int64_t sent = 0;
+  if (strategy.any_worker(!held)) {
+    const std::string bytes =
+        send_bytes(strategy.worker_index() == sender ? committed.bytes_of(number) : "", strategy);
+    if (!held) committed.adopt(number, bytes);
+    sent = static_cast<int64_t>(bytes.size());
+  }
+  committed.restore(number, checkpoint);
+  // A commit is no resume of the job: it keeps saying the checkpoint the job resumed from.
+  const auto resumed = checkpoint.state.values.find("elastic.resumed_at_step");
+  if (resumed != checkpoint.state.values.end()) resumed_at_step = std::stoll(resumed->second);
+  out << "Resumed from the state committed in memory at step " << checkpoint.state.step
+      << " (epoch " << checkpoint.state.position.epoch + 1 << ", batch "
+      << checkpoint.state.position.elements << ")" << std::endl;
+  if (sent > 0) out << "(sent to the joining workers: " << sent << " bytes)" << std::endl;
+  return true;
+}
+
+void ElasticRun::report_recovery(std::ostream& out, int64_t step) {
+  if (!recovering_since) return;
+  const double seconds = std::chrono::duration<double>(Clock::now() - *recovering_since).count();
+  out << "Elastic: " << resize << "; step " << step << " done " << std::fixed
+      << std::setprecision(2) << seconds << std::defaultfloat << " s after " << recovering_from
+      << std::endl;
+  recovering_since.reset();
+  resize.clear();
+}
+
+TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out,
+                                 const GenerationTraining& train) {
   const ClusterConfig config = resolve_cluster().config;
   Generations generations(options, config);
   ElasticRun elastic;
@@ -243,8 +313,7 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
                                WorkerGeneration{generations.number(), generations.members()});
       generations.formed(job.chief);
       elastic.join_requested = [&] { return generations.join_requested(); };
-      TrainResult result =
-          run_custom_loop(options, job, preemption, chief_out, job_start, &elastic);
+      TrainResult result = train(job, elastic);
       if (!result.regroup) {
         result.worker_sizes = generations.sizes();
         return result;

@@ -1,6 +1,6 @@
-// dist-train's elastic job (--min-workers, docs/elastic.md): the custom loop run generation
-// after generation. When a worker is lost, the survivors agree on who goes on (through the
-// job's rendezvous store), build a new strategy, model and optimizer among themselves, restore
+// dist-train's elastic job (--min-workers, docs/elastic.md): the custom loop or fit run
+// generation after generation. When a worker is lost, the survivors agree on who goes on (through
+// the job's rendezvous store), build a new strategy, model and optimizer among themselves, restore
 // the last training state each of them committed to memory, and go on with the same global
 // batch, so the job ends with the weights of a run that never changed size.
 #pragma once
@@ -53,7 +53,8 @@ class CommittedStates {
   std::deque<Commit> commits_;
 };
 
-// What the custom loop of one generation needs from the elastic job.
+// What one generation's training (the custom loop, or fit through ElasticFitCallback) needs
+// from the elastic job, and the steps both take at a step boundary.
 struct ElasticRun {
   CommittedStates committed;
   int64_t commit_every = 1;
@@ -67,7 +68,25 @@ struct ElasticRun {
   // Whether a worker waits to join: the generation's chief asks at each commit, and the group
   // then regroups at that step boundary.
   std::function<bool()> join_requested;
+
+  // Whether `step` (completed) is a step boundary where the workers commit.
+  bool commit_due(int64_t step) const { return commit_every > 0 && step % commit_every == 0; }
+  // Commits `checkpoint`, whose state is filled (every worker, at the same step).
+  void commit(Checkpoint& checkpoint);
+  // After a commit: whether the workers regroup here because workers wait to join (a
+  // collective: every worker asks, the chief decides). Never while `stopping` (all agree).
+  bool regroup_now(const Strategy& strategy, bool chief, bool stopping);
+  // Reads the newest commit every worker of this generation holds into `checkpoint` (sent to
+  // those that hold none, said on `out`), and takes the job's resumed step from it; false when
+  // no worker holds one (a collective).
+  bool restore_committed(const Strategy& strategy, Checkpoint& checkpoint, std::ostream& out);
+  // After each completed step: after a resize, "Elastic: sizes 3 -> 2 (lost worker:1); step 51
+  // done 0.62 s after this worker saw the loss" on `out`, once.
+  void report_recovery(std::ostream& out, int64_t step);
 };
+
+// One generation's training on its started job: the custom loop or fit.
+using GenerationTraining = std::function<TrainResult(JobSetup& job, ElasticRun& elastic)>;
 
 // The elastic job ended below --min-workers, or a worker found it so when it came to join:
 // dist-train exits 5, which dist-launch does not start again.
@@ -76,9 +95,10 @@ class ElasticJobStopped : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
 
-// The elastic job (options.min_workers > 0); the chief writes progress to `chief_out`. Throws
-// ElasticJobStopped naming the lost workers and the last committed step once fewer than
-// --min-workers remain.
-TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out);
+// The elastic job (options.min_workers > 0), `train` once per generation; the chief writes
+// progress to `chief_out`. Throws ElasticJobStopped naming the lost workers and the last
+// committed step once fewer than --min-workers remain.
+TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out,
+                                 const GenerationTraining& train);
 
 }  // namespace dist::tools

@@ -11,6 +11,7 @@
 #include "dist/models/keras_models.h"
 #include "dist/train/mixed_precision.h"
 #include "dist/train/preemption.h"
+#include "elastic_job.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -82,28 +83,111 @@ class StopAtStep : public keras::Callback {
   int64_t epoch_begin_step_ = 0, first_batch_ = -1;
 };
 
+// An elastic job's generation (elastic_job.h) inside fit: it restores the newest commit as
+// BackupAndRestore restores a backup (after it, so a commit wins over the directory), commits
+// at step boundaries and epoch ends, and stops fit where workers wait to join.
+class ElasticFitCallback : public keras::Callback {
+ public:
+  ElasticFitCallback(ElasticRun& elastic, bool chief, std::ostream& out,
+                     std::shared_ptr<keras::callbacks::BackupAndRestore> backup,
+                     std::string backup_dir)
+      : elastic_(elastic),
+        chief_(chief),
+        out_(out),
+        backup_(std::move(backup)),
+        backup_dir_(std::move(backup_dir)) {}
+
+  void on_train_begin(const keras::Logs&) override {
+    Checkpoint checkpoint = model().checkpoint();
+    if (elastic_.restore_committed(model().strategy(), checkpoint, out_))
+      model().resume_training_at(checkpoint.state);
+    else  // the job's first generation: it goes on from the directory's backup, if any
+      elastic_.resumed_at_step = backup_ ? backup_->resumed_at_step() : -1;
+    if (elastic_.committed.latest() < 0 && elastic_.resumed_at_step >= 0)
+      out_ << "Resumed from " << backup_dir_ << " at step " << elastic_.resumed_at_step
+           << std::endl;
+  }
+  void on_train_batch_end(int64_t, const keras::Logs&) override {
+    const int64_t step = model().global_step();
+    if (elastic_.commit_due(step)) {
+      commit();
+      regroup = elastic_.regroup_now(model().strategy(), chief_, model().stop_training());
+      if (regroup) model().set_stop_training(true);
+    }
+  }
+  // The next epoch's start: a loss during its first steps then repeats no validation.
+  void on_epoch_end(int, keras::Logs&) override { commit(); }
+
+  bool regroup = false;  // fit stopped where workers join
+
+ private:
+  void commit() {
+    Checkpoint checkpoint = model().checkpoint();
+    checkpoint.state = model().training_state();  // a collective: every worker calls it
+    checkpoint.gather_worker_states();
+    elastic_.commit(checkpoint);
+  }
+
+  ElasticRun& elastic_;
+  bool chief_;
+  std::ostream& out_;
+  std::shared_ptr<keras::callbacks::BackupAndRestore> backup_;
+  std::string backup_dir_;
+};
+
+// After each training step (and after its commit): the test's hook (TrainOptions::after_step),
+// and the recovery time of an elastic job after a resize.
+class AfterStep : public keras::Callback {
+ public:
+  AfterStep(const TrainOptions& options, ElasticRun* elastic, std::ostream& out)
+      : options_(options), elastic_(elastic), out_(out) {}
+  void on_train_batch_end(int64_t, const keras::Logs&) override {
+    if (options_.after_step) options_.after_step(model().global_step());
+    if (elastic_) elastic_->report_recovery(out_, model().global_step());
+  }
+
+ private:
+  const TrainOptions& options_;
+  ElasticRun* elastic_;
+  std::ostream& out_;
+};
+
+// The callbacks fit_options makes that the job reads after fit.
+struct JobCallbacks {
+  std::shared_ptr<TrainTimer> timer;
+  std::shared_ptr<keras::callbacks::BackupAndRestore> backup;  // --checkpoint-dir; else null
+  std::shared_ptr<ElasticFitCallback> elastic;                 // an elastic generation; else null
+};
+
 // fit's options for the job: the test set as validation data, and the callbacks the flags ask
-// for. `backup` gets the BackupAndRestore callback of --checkpoint-dir, if any.
+// for; `elastic`: the generation of an elastic job this fit runs (null otherwise).
 keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, std::ostream& out,
-                              const std::shared_ptr<TrainTimer>& timer,
-                              std::shared_ptr<keras::callbacks::BackupAndRestore>& backup) {
+                              ElasticRun* elastic, JobCallbacks& made) {
   keras::FitOptions fit;
   fit.epochs = options.epochs;
   if (job.steps_per_epoch > 0) fit.steps_per_epoch = job.steps_per_epoch;  // parameter_server
   fit.validation_data = job.test;
   fit.verbose = options.progress ? 1 : 2;
   fit.out = &out;
-  fit.callbacks.push_back(timer);
+  made.timer = std::make_shared<TrainTimer>(job.global_batch, job.num_train);
+  fit.callbacks.push_back(made.timer);
   // Before BackupAndRestore: a stop at --max-steps is then saved by it.
   if (options.max_steps > 0)
     fit.callbacks.push_back(std::make_shared<StopAtStep>(options.max_steps));
   if (!options.checkpoint_dir.empty()) {
     // Kept after a complete run, as the custom loop keeps its checkpoints.
-    backup = std::make_shared<keras::callbacks::BackupAndRestore>(
+    made.backup = std::make_shared<keras::callbacks::BackupAndRestore>(
         options.checkpoint_dir, options.checkpoint_every, /*delete_checkpoint=*/false,
         options.max_to_keep);
-    fit.callbacks.push_back(backup);
+    fit.callbacks.push_back(made.backup);
   }
+  if (elastic) {
+    made.elastic = std::make_shared<ElasticFitCallback>(*elastic, job.chief, out, made.backup,
+                                                        options.checkpoint_dir);
+    fit.callbacks.push_back(made.elastic);
+  }
+  if (options.after_step || elastic)
+    fit.callbacks.push_back(std::make_shared<AfterStep>(options, elastic, out));
   if (!options.log_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<keras::callbacks::TensorBoard>(
         options.log_dir, /*update_freq=*/0, /*histogram_freq=*/1));
@@ -115,11 +199,13 @@ keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, 
 
 // What BackupAndRestore did (a resume, a stop by a signal) into `result`, said on `out`.
 void report_backup(const keras::callbacks::BackupAndRestore& backup, const TrainOptions& options,
-                   TrainResult& result, std::ostream& out) {
-  result.resumed_at_step = backup.resumed_at_step();
+                   TrainResult& result, std::ostream& out, const ElasticRun* elastic) {
+  // An elastic job's later generations restore the backup too, before the newer commit: the
+  // job resumed where its first generation did.
+  result.resumed_at_step = elastic ? elastic->resumed_at_step : backup.resumed_at_step();
   result.interrupted = backup.interrupted();
   result.last_checkpoint = backup.last_saved();
-  if (result.resumed_at_step >= 0)
+  if (result.resumed_at_step >= 0 && !elastic)  // an elastic job said it as it resumed
     out << "Resumed from " << options.checkpoint_dir << " at step " << result.resumed_at_step
         << std::endl;
   if (result.interrupted)
@@ -147,8 +233,9 @@ void report_scores(keras::Model& model, const keras::History& history, const Job
   }
 }
 
+// `elastic`: the generation of an elastic job this fit runs (null otherwise).
 TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
-                    Clock::time_point job_start) {
+                    Clock::time_point job_start, ElasticRun* elastic) {
   const Strategy& strategy = job.strategy;
   // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
   // it: each worker restores inside fit; the directory must be shared.)
@@ -164,18 +251,19 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   model.set_dtype_policy(options.mixed_precision);
   if (chief) model.summary(out);
 
-  auto timer = std::make_shared<TrainTimer>(job.global_batch, job.num_train);
-  std::shared_ptr<keras::callbacks::BackupAndRestore> backup;
+  JobCallbacks made;
   // A ps or worker task only serves the chief inside fit, where no callback runs: a watcher of
   // its own makes a SIGTERM end the serving at once with exit 4, as in the custom loop.
   std::optional<PreemptionWatcher> serving_preemption;
   if (job.steps_per_epoch > 0 && !chief) serving_preemption.emplace();
   const keras::History history =
-      model.fit(job.train, fit_options(options, job, out, timer, backup));
+      model.fit(job.train, fit_options(options, job, out, elastic, made));
 
   TrainResult result;
   result.chief = chief;
   result.strategy = strategy.name();
+  result.regroup = made.elastic && made.elastic->regroup;
+  if (result.regroup) return result;  // the next generation goes on from this step
   // A ps or worker task: fit served the chief until it ended the job; the results are the
   // chief's (and the ps tasks are gone, so nothing more can be read here).
   if (job.steps_per_epoch > 0 && !chief) {
@@ -186,14 +274,14 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.global_batch = job.global_batch;
   result.mixed_precision = mixed_precision::policy_name(options.mixed_precision);
   result.steps = model.global_step();
-  if (backup) report_backup(*backup, options, result, out);
-  report_scores(model, history, job, *timer, result);
+  if (made.backup) report_backup(*made.backup, options, result, out, elastic);
+  report_scores(model, history, job, *made.timer, result);
   if (!options.save_weights.empty()) {
     model.gather_weights();  // every worker: --sharding parameters keeps shares
     if (chief) model.save_weights(options.save_weights);
   }
-  result.train_seconds = timer->seconds;
-  result.images_per_sec = timer->images / std::max(timer->seconds, 1e-9);
+  result.train_seconds = made.timer->seconds;
+  result.images_per_sec = made.timer->images / std::max(made.timer->seconds, 1e-9);
   report_peak_memory(strategy, result, out);
   result.seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
   return result;
@@ -210,7 +298,13 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
   const auto job_start = Clock::now();
   JobSetup job = start_job(options, chief_out);
   return failing_together(job.strategy,
-                          [&] { return fit_job(options, job, chief_out, job_start); });
+                          [&] { return fit_job(options, job, chief_out, job_start, nullptr); });
+}
+
+TrainResult run_fit_generation(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
+                               Clock::time_point job_start, ElasticRun& elastic) {
+  return failing_together(job.strategy,
+                          [&] { return fit_job(options, job, chief_out, job_start, &elastic); });
 }
 
 }  // namespace dist::tools

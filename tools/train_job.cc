@@ -205,9 +205,7 @@ std::string exact(double value) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
-                                                               const JobSetup& job,
-                                                               int64_t resume_step) {
+std::vector<std::pair<std::string, std::string>> option_settings(const TrainOptions& options) {
   return {{"--loop", name_of(options.loop)},
           {"--model", name_of(options.model)},
           {"--optimizer", name_of(options.optimizer)},
@@ -215,16 +213,24 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
           {"--seed", std::to_string(options.seed)},
           {"--epochs", std::to_string(options.epochs)},
           {"--max-steps", std::to_string(options.max_steps)},
-          {"--steps-per-epoch", std::to_string(job.steps_per_epoch)},
           {"--mixed-precision", mixed_precision::policy_name(options.mixed_precision)},
           {"--gradient-compression", options.gradient_compression},
-          {"the global batch", std::to_string(job.global_batch)},
-          {"the training examples", std::to_string(job.num_train)},
-          {"the test examples", std::to_string(job.test.cardinality())},
           {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
-          {"--checkpoint-every", std::to_string(options.checkpoint_every)},
-          {"the step resumed from",
-           resume_step < 0 ? "none (a fresh start)" : std::to_string(resume_step)}};
+          {"--checkpoint-every", std::to_string(options.checkpoint_every)}};
+}
+
+std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
+                                                               const JobSetup& job,
+                                                               int64_t resume_step) {
+  auto settings = option_settings(options);
+  settings.insert(settings.end(),
+                  {{"--steps-per-epoch", std::to_string(job.steps_per_epoch)},
+                   {"the global batch", std::to_string(job.global_batch)},
+                   {"the training examples", std::to_string(job.num_train)},
+                   {"the test examples", std::to_string(job.test.cardinality())},
+                   {"the step resumed from",
+                    resume_step < 0 ? "none (a fresh start)" : std::to_string(resume_step)}});
+  return settings;
 }
 
 namespace {
@@ -374,9 +380,6 @@ class CustomLoop {
   void open_logs();
   // Resumes from --resume-from or the directory's latest checkpoint; the first epoch to run.
   int resume();
-  // Elastic: the newest commit every worker of this generation holds (sent to those that hold
-  // none), read into checkpoint_; false when no worker holds one.
-  bool restore_committed();
   void resumed_at(const std::string& from);
   // The training state at `position` into checkpoint_ (a collective: the metric sums).
   void fill_state(int64_t epoch, const data::IteratorPosition& position);
@@ -423,24 +426,6 @@ class CustomLoop {
   TrainResult result_;
   ElasticRun* elastic_;
 };
-
-int64_t min_across_workers(int64_t value, const Strategy& strategy) {
-  std::vector<at::Tensor> values{at::tensor({value}, at::kLong)};
-  strategy.extended().all_reduce_across_workers(values, ReduceOp::kMin);
-  return values[0].item<int64_t>();
-}
-
-// `bytes` of the one worker that passes any (the others pass none), on every worker: its size
-// and then its words in two all-reduces, where the others add zeros.
-std::string send_bytes(const std::string& bytes, const Strategy& strategy) {
-  std::vector<at::Tensor> size{at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong)};
-  strategy.extended().all_reduce_across_workers(size, ReduceOp::kMax);
-  const int64_t length = size[0].item<int64_t>();
-  std::vector<at::Tensor> words{at::zeros({(length + 7) / 8}, at::kLong)};
-  if (!bytes.empty()) std::memcpy(words[0].data_ptr(), bytes.data(), bytes.size());
-  strategy.extended().all_reduce_across_workers(words, ReduceOp::kSum);
-  return std::string(static_cast<const char*>(words[0].data_ptr()), static_cast<size_t>(length));
-}
 
 Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy,
                                              const TrainOptions& options) {
@@ -512,7 +497,12 @@ void CustomLoop::open_logs() {
 int CustomLoop::resume() {
   if (!options_.checkpoint_dir.empty())
     manager_.emplace(options_.checkpoint_dir, options_.max_to_keep, options_.env);
-  if (elastic_ && restore_committed()) return static_cast<int>(resume_at_->epoch);
+  if (elastic_ && elastic_->restore_committed(strategy_, checkpoint_, out_)) {
+    result_.steps = checkpoint_.state.step;
+    result_.resumed_at_step = elastic_->resumed_at_step;
+    resume_at_ = checkpoint_.state.position;
+    return static_cast<int>(resume_at_->epoch);
+  }
   std::optional<std::string> path;
   if (!options_.resume_from.empty())
     path = options_.resume_from;
@@ -531,36 +521,6 @@ void CustomLoop::resumed_at(const std::string& from) {
   resume_at_ = checkpoint_.state.position;
   out_ << "Resumed from " << from << " at step " << result_.steps << " (epoch "
        << resume_at_->epoch + 1 << ", batch " << resume_at_->elements << ")" << std::endl;
-}
-
-// The newest commit every survivor holds (CommittedStates says why it exists). A worker that
-// joins holds none: it receives the commit from the first worker that does.
-bool CustomLoop::restore_committed() {
-  CommittedStates& committed = elastic_->committed;
-  const int64_t none = std::numeric_limits<int64_t>::max();
-  const int64_t number =
-      min_across_workers(committed.latest() < 0 ? none : committed.latest(), strategy_);
-  if (number == none) return false;  // nobody holds one: the checkpoint directory, or afresh
-  const bool held = committed.has(number);
-  DIST_CHECK(held || committed.latest() < 0, InternalError, "commit ", number,
-             " is no longer in this worker's memory (newest ", committed.latest(), ")");
-  const int64_t sender = min_across_workers(held ? strategy_.worker_index() : none, strategy_);
-  int64_t sent = 0;
-  if (strategy_.any_worker(!held)) {
-    const std::string bytes =
-        send_bytes(strategy_.worker_index() == sender ? committed.bytes_of(number) : "", strategy_);
-    if (!held) committed.adopt(number, bytes);
-    sent = static_cast<int64_t>(bytes.size());
-  }
-  committed.restore(number, checkpoint_);
-  resumed_at("the state committed in memory");
-  // A commit is no resume of the job: it keeps saying the checkpoint the job resumed from.
-  const auto resumed = checkpoint_.state.values.find("elastic.resumed_at_step");
-  if (resumed != checkpoint_.state.values.end())
-    elastic_->resumed_at_step = std::stoll(resumed->second);
-  result_.resumed_at_step = elastic_->resumed_at_step;
-  if (sent > 0) out_ << "(sent to the joining workers: " << sent << " bytes)" << std::endl;
-  return true;
 }
 
 std::map<std::string, std::string> CustomLoop::metric_values() const {
@@ -593,20 +553,12 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
 
 void CustomLoop::commit(int64_t epoch, const data::IteratorPosition& position) {
   fill_state(epoch, position);
-  // A worker that joins learns it from the commit: every worker must say the same step in
-  // check_workers_agree's "the step resumed from".
-  checkpoint_.state.values["elastic.resumed_at_step"] = std::to_string(elastic_->resumed_at_step);
-  elastic_->committed.commit(checkpoint_);
+  elastic_->commit(checkpoint_);
 }
 
 void CustomLoop::after_step() {
   if (options_.after_step) options_.after_step(result_.steps);
-  if (!elastic_ || !elastic_->recovering_since) return;
-  out_ << "Elastic: " << elastic_->resize << "; step " << result_.steps << " done "
-       << fixed(seconds_since(*elastic_->recovering_since), 2) << " s after "
-       << elastic_->recovering_from << std::endl;
-  elastic_->recovering_since.reset();
-  elastic_->resize.clear();
+  if (elastic_) elastic_->report_recovery(out_, result_.steps);
 }
 
 void CustomLoop::evaluate() {
@@ -643,7 +595,6 @@ void CustomLoop::begin_epoch(bool resuming) {
 bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPosition>& resume_at,
                              int64_t& epoch_images) {
   const int64_t every = options_.checkpoint_every, max_steps = options_.max_steps;
-  const int64_t commit_every = elastic_ ? elastic_->commit_every : 0;
   auto steps =
       runner_->epoch(epoch, job_.steps_per_epoch > 0 ? job_.steps_per_epoch : -1, resume_at);
   ProgressBar bar(out_, steps->steps(), job_.chief && ProgressBar::stdout_is_terminal());
@@ -653,7 +604,7 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
     const int64_t after = result_.steps + running;  // the step count once the running complete
     if (max_steps > 0 && after >= max_steps) return NextStep::kStop;
     if (every > 0 && after % every == 0) return NextStep::kAfterRunningSteps;
-    if (commit_every > 0 && after % commit_every == 0) return NextStep::kAfterRunningSteps;
+    if (elastic_ && elastic_->commit_due(after)) return NextStep::kAfterRunningSteps;
     return NextStep::kStart;
   };
   while (auto done = steps->next(gate, stopping)) {
@@ -673,10 +624,9 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
       save(epoch, steps->position());
       saved_at = result_.steps;
     }
-    if (commit_every > 0 && result_.steps % commit_every == 0 && steps->running() == 0) {
+    if (elastic_ && elastic_->commit_due(result_.steps) && steps->running() == 0) {
       commit(epoch, steps->position());
-      // Workers waiting to join take part from the next step: every worker stops here.
-      result_.regroup = !stopping && strategy_.any_worker(job_.chief && elastic_->join_requested());
+      result_.regroup = elastic_->regroup_now(strategy_, job_.chief, stopping);
       stopping = stopping || result_.regroup;
     }
     after_step();
@@ -830,12 +780,21 @@ TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
 }
 
 TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
-  if (options.loop == Loop::kFit) return run_fit_training(options, chief_out);
-  if (options.min_workers > 0) return run_elastic_training(options, chief_out);
   const auto job_start = Clock::now();
+  if (options.loop == Loop::kFit) {
+    if (options.min_workers == 0) return run_fit_training(options, chief_out);
+    // fit's BackupAndRestore watches for signals itself (one watcher at a time).
+    return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticRun& elastic) {
+      return run_fit_generation(options, job, chief_out, job_start, elastic);
+    });
+  }
   // From the start: a SIGTERM during start-up (dist-launch stopping the job) then stops after
   // the first step, resumably, instead of killing the process.
   PreemptionWatcher preemption;
+  if (options.min_workers > 0)
+    return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticRun& elastic) {
+      return run_custom_loop(options, job, preemption, chief_out, job_start, &elastic);
+    });
   JobSetup job = start_job(options, chief_out);
   return run_custom_loop(options, job, preemption, chief_out, job_start, nullptr);
 }

@@ -103,8 +103,13 @@ struct JobSetup {
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
                    const std::optional<WorkerGeneration>& generation = std::nullopt);
 
+// What of `options` alone decides which steps a worker takes, by flag name: part of
+// step_settings, and what a worker joining an elastic job (which has no JobSetup yet) must share.
+std::vector<std::pair<std::string, std::string>> option_settings(const TrainOptions& options);
+
 // The settings that decide which steps a worker takes, by flag name, for
-// Strategy::check_workers_agree. `resume_step`: the step the run resumes from, -1 if fresh.
+// Strategy::check_workers_agree: option_settings and what the job derived from them.
+// `resume_step`: the step the run resumes from, -1 if fresh.
 std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
                                                                const JobSetup& job,
                                                                int64_t resume_step);
@@ -138,6 +143,10 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
 TrainResult run_training(const TrainOptions& options, std::ostream& chief_out);
 
 struct ElasticRun;
+// fit on a started job, as one generation of an elastic job (--loop fit --min-workers).
+TrainResult run_fit_generation(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
+                               std::chrono::steady_clock::time_point job_start,
+                               ElasticRun& elastic);
 // The custom loop on a started job; `elastic`: one generation of an elastic job (null
 // otherwise), whose states it commits and restores.
 TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,

@@ -125,8 +125,6 @@ void check_elastic_flags(const TrainOptions& o) {
   DIST_CHECK_ARG(o.global_batch > 0, elastic,
                  " needs --global-batch: the global batch must stay the same when the job "
                  "resizes (--batch-per-replica would change it with the number of replicas)");
-  DIST_CHECK_ARG(o.loop == Loop::kCustom, elastic,
-                 " applies to --loop custom (an elastic fit is not built yet)");
   DIST_CHECK_ARG(o.sharding == Sharding::kNone, elastic, " and --sharding ", to_string(o.sharding),
                  ": a sharded state is split by the number of workers, which a resize changes; "
                  "use one of them");

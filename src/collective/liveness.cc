@@ -1,10 +1,10 @@
 #include "collective/liveness.h"
 
 #include <chrono>
-#include <map>
 #include <thread>
 #include <vector>
 
+#include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
 #include "dist/core/error.h"
 
@@ -21,13 +21,15 @@ const std::string& name_of(const ProcessGroupSpec& spec, int rank) {
 // go to *alive.
 std::string lost_by_heartbeat(StoreClient& store, const ProcessGroupSpec& spec,
                               std::vector<int>* alive) {
-  std::map<int, int64_t> first;
+  const auto quiet = std::chrono::milliseconds(1500);
+  HeartbeatWatch watch(store);
   for (int r = 0; r < static_cast<int>(spec.members.size()); ++r)
-    if (r != spec.rank) first[r] = store.add("alive/" + name_of(spec, r), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (r != spec.rank) watch.still_for(name_of(spec, r));  // where each counter stands now
+  std::this_thread::sleep_for(quiet);
   std::string lost;
-  for (const auto& [r, beats] : first) {
-    if (store.add("alive/" + name_of(spec, r), 0) == beats)
+  for (int r = 0; r < static_cast<int>(spec.members.size()); ++r) {
+    if (r == spec.rank) continue;
+    if (watch.still_for(name_of(spec, r)) >= quiet)
       lost += (lost.empty() ? "" : ", ") + member_name(spec, r);
     else
       alive->push_back(r);

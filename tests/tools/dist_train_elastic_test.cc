@@ -27,13 +27,22 @@ using testing::ProcessResult;
 using testing::TempDir;
 using testing::WorkerProcesses;
 
-// job_args (global batch 64 of 1280 examples, seed 5, SGD unless `optimizer`) as an elastic
-// multi-worker job going on with at least `min_workers`.
-std::vector<std::string> elastic_args(const std::string& weights, int max_steps, int min_workers,
-                                      const std::string& optimizer = "sgd") {
-  auto args = testing::job_args("multi_worker", weights, max_steps);
+// job_args (global batch 64 of 1280 examples, seed 5, SGD unless `optimizer`) under `strategy`.
+// Evaluated on 1000 test images (the epochs are 20 steps; the whole test set would take more
+// time than the training): the test set does not touch the weights.
+std::vector<std::string> small_job(const std::string& strategy, const std::string& weights,
+                                   int max_steps, const std::string& optimizer) {
+  auto args = testing::job_args(strategy, weights, max_steps);
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--optimizer") args[i + 1] = optimizer;
+  args.insert(args.end(), {"--test-examples", "1000"});
+  return args;
+}
+
+// An elastic multi-worker job going on with at least `min_workers`.
+std::vector<std::string> elastic_args(const std::string& weights, int max_steps, int min_workers,
+                                      const std::string& optimizer = "sgd") {
+  auto args = small_job("multi_worker", weights, max_steps, optimizer);
   args.insert(args.end(), {"--min-workers", std::to_string(min_workers)});
   return args;
 }
@@ -44,13 +53,24 @@ std::vector<std::string> with(std::vector<std::string> front,
   return front;
 }
 
+// Starts one worker per port with `args`: worker i under killed_train with `faults[i]` when it
+// has any (its faults come first), else dist-train.
+void start_workers(WorkerProcesses& processes, const std::vector<int>& ports,
+                   const std::vector<std::string>& args,
+                   const std::vector<std::vector<std::string>>& faults) {
+  for (size_t i = 0; i < ports.size(); ++i) {
+    const bool faulty = i < faults.size() && !faults[i].empty();
+    processes.start(faulty ? KILLED_TRAIN_BINARY : DIST_TRAIN_BINARY,
+                    faulty ? with(faults[i], args) : args,
+                    {"TF_CONFIG=" + local_tf_config(ports, static_cast<int>(i))});
+  }
+}
+
 double difference_from_one_device(const std::string& weights, const TempDir& dir, int max_steps,
                                   const std::string& optimizer = "sgd") {
-  auto args = testing::job_args("one_device", dir.file("one.safetensors"), max_steps);
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--optimizer") args[i + 1] = optimizer;
   WorkerProcesses one;
-  one.start(DIST_TRAIN_BINARY, args, {});
+  one.start(DIST_TRAIN_BINARY,
+            small_job("one_device", dir.file("one.safetensors"), max_steps, optimizer), {});
   const ProcessResult result = one.wait_all(240s).at(0);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return testing::max_relative_difference(testing::weights_in(weights),
@@ -64,27 +84,26 @@ void expect_nothing_left(WorkerProcesses& processes, const std::vector<int>& por
   EXPECT_TRUE(testing::wait_until_store_host_gone(ports[0], 20s));
 }
 
-// 3 workers of `steps` steps: worker:1 SIGKILLs itself after step `kill_at`, a new worker:1
-// joins (worker:0 holds after step `hold_at` until it asked, so that it joins mid-run). The
-// weights end within `tolerance` of one device's. `resumed_at`: the checkpoint step the job
-// resumes from (in `checkpoints`, written by an earlier run), -1 for none.
-void expect_loss_and_join_end_at_one_device(const std::string& optimizer, int steps, int kill_at,
-                                            int hold_at, double tolerance,
-                                            const std::string& checkpoints = "",
-                                            int resumed_at = -1) {
+// A job of 3 workers and `steps` steps: worker:1 SIGKILLs itself after step `kill_at`, a new
+// worker:1 joins (worker:0 holds after step `hold_at` until it asked, so that it joins mid-run).
+struct LossAndJoin {
+  std::string optimizer = "sgd";
+  int steps = 150, kill_at = 50, hold_at = 100;
+  double tolerance = 1e-5;        // of the final weights from one device's
+  std::vector<std::string> more;  // flags: --loop fit, --checkpoint-dir of an earlier run
+  int resumed_at = -1;            // the checkpoint step the job resumes from; -1 for none
+};
+
+void expect_loss_and_join_end_at_one_device(const LossAndJoin& job) {
   TempDir dir;
   const auto ports = free_loopback_ports(3);
   const std::string weights = dir.file("elastic.safetensors");
   const std::string go_on = dir.file("joiner-asked");
-  auto args = elastic_args(weights, steps, 2, optimizer);
-  if (!checkpoints.empty()) args.insert(args.end(), {"--checkpoint-dir", checkpoints});
+  const auto args = with(elastic_args(weights, job.steps, 2, job.optimizer), job.more);
   WorkerProcesses processes;
-  processes.start(KILLED_TRAIN_BINARY,
-                  with({"--hold-at-step", std::to_string(hold_at), "--until-file", go_on}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 0)});
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-at-step", std::to_string(kill_at)}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 1)});
-  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 2)});
+  start_workers(processes, ports, args,
+                {{"--hold-at-step", std::to_string(job.hold_at), "--until-file", go_on},
+                 {"--kill-at-step", std::to_string(job.kill_at)}});
   ASSERT_TRUE(processes.wait_for_output(0, "sizes 3 -> 2 (lost worker:1)", 120s));
   processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 1)});
   ASSERT_TRUE(processes.wait_for_output(3, "asked to join", 60s));
@@ -96,53 +115,98 @@ void expect_loss_and_join_end_at_one_device(const std::string& optimizer, int st
   EXPECT_TRUE(testing::contains(chief, "sizes 2 -> 3 (joined worker:1)")) << chief;
   EXPECT_TRUE(testing::contains(chief, "s after this worker saw the loss")) << chief;
   EXPECT_EQ(testing::last_json(chief)["worker_sizes"], nlohmann::json({3, 2, 3})) << chief;
-  EXPECT_EQ(testing::last_json(chief)["steps"], steps);
-  EXPECT_EQ(testing::last_json(chief)["resumed_at_step"], resumed_at);
-  const double diff = difference_from_one_device(weights, dir, steps, optimizer);
-  std::printf("3 -> 2 -> 3 workers, %s, %d steps: max relative difference from one device %.3g\n",
-              optimizer.c_str(), steps, diff);
-  EXPECT_LT(diff, tolerance);
+  EXPECT_EQ(testing::last_json(chief)["steps"], job.steps);
+  EXPECT_EQ(testing::last_json(chief)["resumed_at_step"], job.resumed_at);
+  const double diff = difference_from_one_device(weights, dir, job.steps, job.optimizer);
+  std::string flags;
+  for (const auto& flag : job.more) flags += " " + flag;
+  std::printf("3 -> 2 -> 3 workers, %s, %d steps%s: max relative difference from one device %.3g\n",
+              job.optimizer.c_str(), job.steps, flags.c_str(), diff);
+  EXPECT_LT(diff, job.tolerance);
   expect_nothing_left(processes, ports);
 }
 
 TEST(ElasticJobTest, LosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) {
-  expect_loss_and_join_end_at_one_device("sgd", 150, 50, 100, 1e-5);
+  expect_loss_and_join_end_at_one_device({});
+}
+
+// fit (--loop fit) goes through the same generations: ElasticFitCallback commits and restores
+// as BackupAndRestore does. Its steps are the custom loop's bit for bit, so one device's custom
+// loop is the reference.
+TEST(ElasticJobTest, FitLosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) {
+  LossAndJoin fit;
+  fit.more = {"--loop", "fit"};
+  expect_loss_and_join_end_at_one_device(fit);
+}
+
+// worker:1 dies after the last step of fit's first epoch, as the others validate it: they go on
+// from the commit of that step, which ends the epoch (its validation is taken again), not from
+// the next epoch's start.
+TEST(ElasticJobTest, FitLosesAWorkerDuringAnEpochsValidationAndValidatesItAgain) {
+  TempDir dir;
+  const auto ports = free_loopback_ports(2);
+  const std::string weights = dir.file("elastic.safetensors");
+  WorkerProcesses processes;
+  start_workers(processes, ports, with(elastic_args(weights, 40, 1), {"--loop", "fit"}),
+                {{}, {"--kill-at-step", "20"}});
+  const auto results = processes.wait_all(240s);
+  const std::string& out = results[0].output;
+  ASSERT_EQ(results[0].exit_code, 0) << out;
+  EXPECT_TRUE(testing::contains(out, "at step 20 (epoch 1, batch 20)")) << out;
+  EXPECT_TRUE(testing::contains(out, "sizes 2 -> 1 (lost worker:1); step 21 done")) << out;
+  EXPECT_EQ(testing::last_json(out)["epochs"], 2) << out;
+  const double diff = difference_from_one_device(weights, dir, 40);
+  std::printf("fit, 2 -> 1 workers during validation: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
+  expect_nothing_left(processes, ports);
 }
 
 // A job resumed from a checkpoint: a joiner learns the step it resumed from with the commit, so
-// every worker of the new generation agrees on "the step resumed from".
-TEST(ElasticJobTest, AJobResumedFromACheckpointLosesAndTakesBackAWorker) {
+// every worker of the new generation agrees on "the step resumed from". `loop`: --loop's value.
+void expect_resumed_job_to_lose_and_take_back_a_worker(const std::string& loop) {
   TempDir dir;
   const auto ports = free_loopback_ports(3);
-  auto first = elastic_args(dir.file("first.safetensors"), 20, 2);
-  first.insert(first.end(), {"--checkpoint-dir", dir.file("ckpt")});
+  const std::vector<std::string> flags{"--loop", loop, "--checkpoint-dir", dir.file("ckpt")};
+  const auto first = with(elastic_args(dir.file("first.safetensors"), 20, 2), flags);
   WorkerProcesses processes;
-  for (int i = 0; i < 3; ++i)
-    processes.start(DIST_TRAIN_BINARY, first, {"TF_CONFIG=" + local_tf_config(ports, i)});
+  start_workers(processes, ports, first, {});
   for (const auto& result : processes.wait_all(120s))
     ASSERT_EQ(result.exit_code, 0) << result.output;
-  expect_loss_and_join_end_at_one_device("sgd", 60, 30, 45, 1e-5, dir.file("ckpt"), 20);
+  LossAndJoin resumed;
+  resumed.steps = 60, resumed.kill_at = 30, resumed.hold_at = 45;
+  resumed.more = flags;
+  resumed.resumed_at = 20;
+  expect_loss_and_join_end_at_one_device(resumed);
+}
+
+TEST(ElasticJobTest, AJobResumedFromACheckpointLosesAndTakesBackAWorker) {
+  expect_resumed_job_to_lose_and_take_back_a_worker("custom");
+}
+
+// fit resumes through BackupAndRestore in its first generation, from commits in the others.
+TEST(ElasticJobTest, AFitResumedFromItsBackupLosesAndTakesBackAWorker) {
+  expect_resumed_job_to_lose_and_take_back_a_worker("fit");
 }
 
 // Adam divides by the root of its second moments, which amplifies the rounding of a sum taken
 // in another order (2 or 3 replicas instead of one): an unresized 3-worker run also drifts from
 // one device (docs/elastic.md has the figures), so Adam runs 40 steps, not 150.
 TEST(ElasticJobTest, AdamThroughALossAndAJoinEndsAtTheWeightsOfOneDevice) {
-  expect_loss_and_join_end_at_one_device("adam", 40, 15, 25, 1e-4);
+  LossAndJoin adam;
+  adam.optimizer = "adam";
+  adam.steps = 40, adam.kill_at = 15, adam.hold_at = 25;
+  adam.tolerance = 1e-4;
+  expect_loss_and_join_end_at_one_device(adam);
 }
 
 TEST(ElasticJobTest, ASecondLossDuringTheResizeLeavesTheLastWorkerTrainingAlone) {
   TempDir dir;
   const auto ports = free_loopback_ports(3);
   const std::string weights = dir.file("elastic.safetensors");
-  const auto args = elastic_args(weights, 40, 1);
   WorkerProcesses processes;
-  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 0)});
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-at-step", "10"}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 1)});
   // worker:2 dies as it learns of the first loss, before it says it stays.
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-on-loss", "seen"}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 2)});
+  start_workers(processes, ports, elastic_args(weights, 40, 1),
+                {{}, {"--kill-at-step", "10"}, {"--kill-on-loss", "seen"}});
   const auto results = processes.wait_all(240s);
   ASSERT_EQ(results[0].exit_code, 0) << results[0].output;
   EXPECT_EQ(results[2].exit_code, 128 + 9);
@@ -165,11 +229,8 @@ TEST(ElasticJobTest, ALossAfterTheAgreementIsSeenWhileTheNextGenerationForms) {
   auto args = elastic_args(weights, 40, 1);
   args.insert(args.end(), {"--rendezvous-timeout", "100"});
   WorkerProcesses processes;
-  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 0)});
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-at-step", "10"}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 1)});
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-on-loss", "agreed"}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 2)});
+  start_workers(processes, ports, args,
+                {{}, {"--kill-at-step", "10"}, {"--kill-on-loss", "agreed"}});
   const auto results = processes.wait_all(240s);
   const std::string& out = results[0].output;
   ASSERT_EQ(results[0].exit_code, 0) << out;
@@ -191,11 +252,9 @@ TEST(ElasticJobTest, ALossAfterTheAgreementIsSeenWhileTheNextGenerationForms) {
 TEST(ElasticJobTest, BelowTheMinimumStopsNamingTheLostWorkerAndTheLastCommittedStep) {
   TempDir dir;
   const auto ports = free_loopback_ports(2);
-  const auto args = elastic_args(dir.file("w.safetensors"), 40, 2);
   WorkerProcesses processes;
-  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 0)});
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-at-step", "5"}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 1)});
+  start_workers(processes, ports, elastic_args(dir.file("w.safetensors"), 40, 2),
+                {{}, {"--kill-at-step", "5"}});
   const auto results = processes.wait_all(120s);
   const std::string& out = results[0].output;
   EXPECT_EQ(results[0].exit_code, 5) << out;
@@ -211,10 +270,8 @@ TEST(ElasticJobTest, AJoinerWithOtherSettingsIsRefusedNamingTheSetting) {
   const std::string go_on = dir.file("joiner-refused");
   const auto args = elastic_args(dir.file("w.safetensors"), 30, 1);
   WorkerProcesses processes;
-  processes.start(KILLED_TRAIN_BINARY, with({"--hold-at-step", "10", "--until-file", go_on}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 0)});
-  processes.start(KILLED_TRAIN_BINARY, with({"--kill-at-step", "5"}, args),
-                  {"TF_CONFIG=" + local_tf_config(ports, 1)});
+  start_workers(processes, ports, args,
+                {{"--hold-at-step", "10", "--until-file", go_on}, {"--kill-at-step", "5"}});
   ASSERT_TRUE(processes.wait_for_output(0, "sizes 2 -> 1 (lost worker:1)", 120s));
   processes.start(DIST_TRAIN_BINARY, with(args, {"--lr", "0.01"}),
                   {"TF_CONFIG=" + local_tf_config(ports, 1)});

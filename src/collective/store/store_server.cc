@@ -311,17 +311,8 @@ bool StoreServer::answer(Client& c, Op op, store::Reader& in) {
       c.out = it == data_.end() ? reply(Status::kNotFound) : reply(Status::kOk, it->second);
       return true;
     }
-    case Op::kAdd: {
-      const std::string key = in.str(store::kMaxKeyBytes);
-      const int64_t delta = in.i64();
-      if (!in.ok() || !in.at_end()) return false;
-      try {
-        c.out = reply_number(add_to(data_[key], delta));
-      } catch (const std::exception&) {
-        c.out = reply_error("the value of '" + key + "' is not a number");
-      }
-      return true;
-    }
+    case Op::kAdd:
+      return add(c, in);
     case Op::kCheck: {
       const auto wanted = read_keys(in);
       if (!in.ok() || !in.at_end()) return false;
@@ -354,6 +345,18 @@ bool StoreServer::answer(Client& c, Op op, store::Reader& in) {
       return false;
   }
   return false;
+}
+
+bool StoreServer::add(Client& c, store::Reader& in) {
+  const std::string key = in.str(store::kMaxKeyBytes);
+  const int64_t delta = in.i64();
+  if (!in.ok() || !in.at_end()) return false;
+  try {
+    c.out = reply_number(add_to(data_[key], delta));
+  } catch (const std::exception&) {
+    c.out = reply_error("the value of '" + key + "' is not a number");
+  }
+  return true;
 }
 
 bool StoreServer::compare_set(Client& c, store::Reader& in) {

@@ -63,6 +63,7 @@ class StoreServer {
   bool greet(Client& client, store::Op op, store::Reader& in);
   // With mu_ held: answers a well-formed request into client.out (a wait: later).
   bool answer(Client& client, store::Op op, store::Reader& in);
+  bool add(Client& client, store::Reader& in);
   bool compare_set(Client& client, store::Reader& in);
   bool flush(Client& client);
   void answer_waits();
