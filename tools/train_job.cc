@@ -119,7 +119,9 @@ Strategy make_multi_worker_strategy(const TrainOptions& options,
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();
   multi.cluster = resolved.config;
-  if (resolved.config.cluster.collective_rank(resolved.config.task) == 0 && !generation)
+  // An elastic job says it once, as it starts (a joiner's generation is a later one).
+  if (resolved.config.cluster.collective_rank(resolved.config.task) == 0 &&
+      (!generation || generation->number == 0))
     std::cout << "Cluster: " << resolved.config.cluster.collective_tasks().size()
               << " workers from " << resolved.source << std::endl;
   return MultiWorkerMirroredStrategy(multi);

@@ -152,6 +152,39 @@ TEST(ClusterLaunchTest, SrunElasticJobGoesOnWithoutALostTaskToOneDeviceWeights) 
   EXPECT_LT(diff, 1e-5);
 }
 
+// Under mpirun an elastic job needs --enable-recovery (otherwise Open MPI ends every rank when
+// one dies) and the gloo backend. Rank 1 kills itself after step 50 of 150; mpirun does not
+// start it again, so the others finish at 2, with one device's weights.
+TEST(ClusterLaunchTest, MpirunWithRecoveryElasticJobGoesOnWithoutALostRankToOneDeviceWeights) {
+  const std::string mpirun = find_program("mpirun");
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
+  testing::TempDir dir;
+  const std::string expected = one_device_weights(dir, 150);
+  const int port = free_loopback_ports(1).at(0);
+  std::vector<std::string> args;
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"--oversubscribe", "--enable-recovery", "-np", "3", "-x",
+                           "DIST_PORT_BASE", "-x", "DIST_JOB_TOKEN", KILLED_TRAIN_BINARY,
+                           "--kill-at-step", "50", "--kill-worker", "1"});
+  for (const auto& a : job_args("multi_worker", dir.file("mpi.safetensors"), 150))
+    args.push_back(a);
+  args.insert(args.end(), {"--min-workers", "2"});
+  WorkerProcesses launcher;
+  launcher.start(mpirun, args,
+                 {"DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
+  const ProcessResult result = launcher.wait_all(240s).at(0);
+  EXPECT_TRUE(testing::contains(result.output, "Cluster: 3 workers from Open MPI"))
+      << result.output;
+  EXPECT_TRUE(testing::contains(result.output, "sizes 3 -> 2 (lost worker:1)")) << result.output;
+  EXPECT_EQ(testing::last_json(result.output)["worker_sizes"], nlohmann::json({3, 2}))
+      << result.output;
+  const double diff = testing::max_relative_difference(weights_in(dir.file("mpi.safetensors")),
+                                                       weights_in(expected));
+  std::printf("mpirun --enable-recovery, elastic 3 -> 2: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_TRUE(testing::wait_until_store_host_gone(port, 20s));
+}
+
 // The child of `parent` whose TF_CONFIG makes it task worker:`index` (dist-launch's workers).
 pid_t worker_of(pid_t parent, int index) {
   const std::string task = "\"index\": " + std::to_string(index) + "}";
