@@ -70,16 +70,21 @@ class Generations {
   const std::vector<std::string>& members() const { return members_; }
   int number() const { return number_; }
 
+  enum class Start { kWithEveryWorker, kJoined, kJobFinished };
+
   // A worker that starts while the job runs joins it: the generation it joins, and its
   // members, come from the chief that admits it. Otherwise the job starts with every worker.
-  bool join_if_running(std::string& resize) {
+  // kJobFinished: the job completed before a step boundary could admit this worker (said on
+  // standard output).
+  Start join_if_running(std::string& resize) {
     const std::string token = job_token_from_environment();
     if (!detail::ElasticMembership::job_running(config_.cluster.store_address(), token,
                                                 std::chrono::seconds(2)))
-      return false;
+      return Start::kWithEveryWorker;
     connect();
     if (const auto stopped = membership_->stopped())
       throw ElasticJobStopped(self_ + " has no job to join: " + *stopped);
+    if (const auto finished = membership_->finished()) return job_finished(*finished);
     const int64_t ticket = membership_->ask_to_join(settings_);
     std::cout << self_ << ": the elastic job runs already; asked to join" << std::endl;
     detail::ElasticMembership::Admission admission;
@@ -89,6 +94,7 @@ class Generations {
       if (membership_->stopped()) throw ElasticJobStopped(e.what());  // exit 5: no restart
       throw;
     }
+    if (admission.finished) return job_finished(*admission.finished);
     // Its namesake is out of the group now: beat at once, or the members waiting for it in the
     // next rendezvous would see a heartbeat that stopped (rendezvous.cc, StalledMembers).
     membership_->start_heartbeat();
@@ -97,7 +103,12 @@ class Generations {
     resize =
         detail::concat("sizes ", admission.previous.size(), " -> ", members_.size(), " (joined ",
                        detail::join_names(missing_from(members_, admission.previous)), ")");
-    return true;
+    return Start::kJoined;
+  }
+
+  // The job completed (`chief`: this worker is the last generation's chief) at `step`.
+  void finished(bool chief, int64_t step) {
+    if (chief) membership_->mark_finished(step);
   }
 
   // Once a generation formed (its first chief started the job's store).
@@ -162,6 +173,11 @@ class Generations {
   }
 
  private:
+  Start job_finished(const std::string& how) {
+    std::cout << self_ << ": the elastic job finished (" << how
+              << ") before a step boundary could admit it; nothing to do" << std::endl;
+    return Start::kJobFinished;
+  }
   std::chrono::milliseconds rendezvous_timeout() const {
     return whole_milliseconds("--rendezvous-timeout", options_.rendezvous_timeout);
   }
@@ -289,10 +305,11 @@ bool ElasticRun::restore_committed(const Strategy& strategy, Checkpoint& checkpo
 
 void ElasticRun::report_recovery(std::ostream& out, int64_t step) {
   if (!recovering_since) return;
-  const double seconds = std::chrono::duration<double>(Clock::now() - *recovering_since).count();
-  out << "Elastic: " << resize << "; step " << step << " done " << std::fixed
-      << std::setprecision(2) << seconds << std::defaultfloat << " s after " << recovering_from
-      << std::endl;
+  std::ostringstream seconds;  // not on `out`, whose precision would stay changed
+  seconds << std::fixed << std::setprecision(2)
+          << std::chrono::duration<double>(Clock::now() - *recovering_since).count();
+  out << "Elastic: " << resize << "; step " << step << " done " << seconds.str() << " s after "
+      << recovering_from << std::endl;
   recovering_since.reset();
   resize.clear();
 }
@@ -302,9 +319,18 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
   const ClusterConfig config = resolve_cluster().config;
   Generations generations(options, config);
   ElasticRun elastic;
-  if (generations.join_if_running(elastic.resize)) {
-    elastic.recovering_since = Clock::now();
-    elastic.recovering_from = "this worker was admitted";
+  switch (generations.join_if_running(elastic.resize)) {
+    case Generations::Start::kJobFinished: {
+      TrainResult nothing;
+      nothing.chief = false;  // no result line: the job's chief printed it
+      return nothing;
+    }
+    case Generations::Start::kJoined:
+      elastic.recovering_since = Clock::now();
+      elastic.recovering_from = "this worker was admitted";
+      break;
+    case Generations::Start::kWithEveryWorker:
+      break;
   }
   elastic.commit_every = options.commit_every;
   while (true) {
@@ -316,6 +342,7 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       TrainResult result = train(job, elastic);
       if (!result.regroup) {
         result.worker_sizes = generations.sizes();
+        generations.finished(job.chief, result.steps);
         return result;
       }
       elastic.recovering_since = Clock::now();

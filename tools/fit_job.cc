@@ -83,9 +83,10 @@ class StopAtStep : public keras::Callback {
   int64_t epoch_begin_step_ = 0, first_batch_ = -1;
 };
 
-// An elastic job's generation (elastic_job.h) inside fit: it restores the newest commit as
-// BackupAndRestore restores a backup (after it, so a commit wins over the directory), commits
-// at step boundaries and epoch ends, and stops fit where workers wait to join.
+// An elastic job's generation (elastic_job.h) inside fit: it restores the newest commit every
+// worker holds as BackupAndRestore restores a backup (after it, so a commit wins over the
+// directory), commits at step boundaries and epoch ends, and stops fit where workers wait to
+// join.
 class ElasticFitCallback : public keras::Callback {
  public:
   ElasticFitCallback(ElasticRun& elastic, bool chief, std::ostream& out,
@@ -101,7 +102,9 @@ class ElasticFitCallback : public keras::Callback {
     Checkpoint checkpoint = model().checkpoint();
     if (elastic_.restore_committed(model().strategy(), checkpoint, out_))
       model().resume_training_at(checkpoint.state);
-    else  // the job's first generation: it goes on from the directory's backup, if any
+    else  // no worker holds a commit (the first generation, or a loss before the first
+          // commit): fit goes on from the directory's latest backup, if any (so does the
+          // custom loop)
       elastic_.resumed_at_step = backup_ ? backup_->resumed_at_step() : -1;
     if (elastic_.committed.latest() < 0 && elastic_.resumed_at_step >= 0)
       out_ << "Resumed from " << backup_dir_ << " at step " << elastic_.resumed_at_step
@@ -111,7 +114,8 @@ class ElasticFitCallback : public keras::Callback {
     const int64_t step = model().global_step();
     if (elastic_.commit_due(step)) {
       commit();
-      regroup = elastic_.regroup_now(model().strategy(), chief_, model().stop_training());
+      regroup = elastic_.regroup_now(model().strategy(), chief_,
+                                     model().stop_training() || is_last_step(step));
       if (regroup) model().set_stop_training(true);
     }
   }
@@ -121,6 +125,12 @@ class ElasticFitCallback : public keras::Callback {
   bool regroup = false;  // fit stopped where workers join
 
  private:
+  // The job's last step admits no joiner: fit would still end the epoch (its validation and
+  // commit), and the next generation would then run no epoch to report.
+  bool is_last_step(int64_t step) const {
+    const double steps_per_epoch = params().at("steps");
+    return steps_per_epoch > 0 && step >= params().at("epochs") * steps_per_epoch;
+  }
   void commit() {
     Checkpoint checkpoint = model().checkpoint();
     checkpoint.state = model().training_state();  // a collective: every worker calls it
@@ -201,7 +211,7 @@ keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, 
 void report_backup(const keras::callbacks::BackupAndRestore& backup, const TrainOptions& options,
                    TrainResult& result, std::ostream& out, const ElasticRun* elastic) {
   // An elastic job's later generations restore the backup too, before the newer commit: the
-  // job resumed where its first generation did.
+  // step the job resumed from is the one its commits carry (ElasticFitCallback).
   result.resumed_at_step = elastic ? elastic->resumed_at_step : backup.resumed_at_step();
   result.interrupted = backup.interrupted();
   result.last_checkpoint = backup.last_saved();
@@ -223,6 +233,20 @@ void report_scores(keras::Model& model, const keras::History& history, const Job
     result.train_accuracy = history.history.at("accuracy").back();
     result.test_loss = history.history.at("val_loss").back();
     result.test_accuracy = history.history.at("val_accuracy").back();
+  } else {
+    // This fit completed no epoch (it resumed within its last one: a backup, or an elastic
+    // generation): the epochs done before, and the training figures of the epoch so far.
+    const TrainingState state = model.training_state();  // a collective, as evaluate below
+    auto mean = [&](const std::string& metric) {
+      const auto total = state.values.find(metric + ".total");
+      const auto count = state.values.find(metric + ".count");
+      if (total == state.values.end() || count == state.values.end()) return 0.0;
+      const double n = std::stod(count->second);
+      return n > 0 ? std::stod(total->second) / n : 0.0;
+    };
+    result.epochs = static_cast<int>(state.epoch);
+    result.train_loss = mean("loss");
+    result.train_accuracy = mean("accuracy");
   }
   if (!result.interrupted && timer.last_epoch_end_step != result.steps) {
     keras::EvaluateOptions evaluate;

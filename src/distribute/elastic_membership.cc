@@ -134,6 +134,15 @@ std::optional<std::string> ElasticMembership::stopped() {
   return to_text(store_->get("elastic/stopped"));
 }
 
+void ElasticMembership::mark_finished(int64_t step) {
+  store_->set("elastic/finished", to_bytes("at step " + std::to_string(step)));
+}
+
+std::optional<std::string> ElasticMembership::finished() {
+  if (!store_->check({"elastic/finished"})) return std::nullopt;
+  return to_text(store_->get("elastic/finished"));
+}
+
 std::vector<int> ElasticMembership::sizes(int generation) {
   std::vector<int> sizes;
   for (int g = 0; g <= generation; ++g)
@@ -277,6 +286,11 @@ ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
     if (const auto why = stopped())
       throw CollectiveError(
           detail::concat("the elastic job stopped before it admitted ", self_, ": ", *why));
+    if (auto done = finished()) {
+      Admission none;
+      none.finished = std::move(done);
+      return none;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!store_->check({key})) {
@@ -293,7 +307,8 @@ ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
   std::istringstream words(answer);
   std::string generation, members, previous;
   words >> generation >> members >> previous;
-  Admission admission{std::stoi(generation), split_names(members), split_names(previous)};
+  Admission admission{std::stoi(generation), split_names(members), split_names(previous),
+                      std::nullopt};
   DIST_CHECK(std::find(admission.members.begin(), admission.members.end(), self_) !=
                  admission.members.end(),
              CollectiveError, "the running job lost a worker while admitting ", self_,

@@ -71,6 +71,12 @@ class ElasticMembership {
   void mark_stopped(const std::string& why);
   // Why the job stopped, if it did.
   std::optional<std::string> stopped();
+  // The last generation's chief, once the job completed at `step`: a worker still waiting to
+  // join (it asked after the last step boundary that could admit it) learns it has nothing to
+  // do.
+  void mark_finished(int64_t step);
+  // How the job finished ("at step 150"), if it did.
+  std::optional<std::string> finished();
   // The size of each generation up to `generation`, as their chiefs recorded them.
   std::vector<int> sizes(int generation);
   // Whether a worker that may join the group of `members` with `settings` waits (store round
@@ -89,6 +95,8 @@ class ElasticMembership {
     int generation = 0;
     std::vector<std::string> members;
     std::vector<std::string> previous;  // the members of the generation before
+    // Set instead when the job finished before a step boundary admitted this worker.
+    std::optional<std::string> finished;
   };
   // Whether the job at `store` already runs (its first generation formed), within `timeout`.
   static bool job_running(const HostPort& store, const std::string& job_token,
@@ -96,8 +104,9 @@ class ElasticMembership {
   // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines);
   // the ticket to wait on.
   int64_t ask_to_join(const std::string& settings);
-  // Waits up to `wait` for the answer to `ticket`. Throws InvalidArgument with the chief's
-  // reason when refused, CollectiveError when no answer comes.
+  // Waits up to `wait` for the answer to `ticket` (or the job's end: Admission::finished).
+  // Throws InvalidArgument with the chief's reason when refused, CollectiveError when no answer
+  // comes or the job stopped.
   Admission await_admission(int64_t ticket, std::chrono::milliseconds wait);
 
   // A member stops counting as alive when its heartbeat has not moved for this long (four

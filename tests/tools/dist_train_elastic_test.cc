@@ -135,7 +135,9 @@ TEST(ElasticJobTest, LosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) 
 // loop is the reference.
 TEST(ElasticJobTest, FitLosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) {
   LossAndJoin fit;
-  fit.more = {"--loop", "fit"};
+  // Commits every 7 steps: the loss at step 50 goes back to step 49, and the join waits for
+  // step 105.
+  fit.more = {"--loop", "fit", "--commit-every", "7"};
   expect_loss_and_join_end_at_one_device(fit);
 }
 
@@ -155,6 +157,12 @@ TEST(ElasticJobTest, FitLosesAWorkerDuringAnEpochsValidationAndValidatesItAgain)
   EXPECT_TRUE(testing::contains(out, "at step 20 (epoch 1, batch 20)")) << out;
   EXPECT_TRUE(testing::contains(out, "sizes 2 -> 1 (lost worker:1); step 21 done")) << out;
   EXPECT_EQ(testing::last_json(out)["epochs"], 2) << out;
+  EXPECT_EQ(testing::last_json(out)["steps"], 40) << out;
+  // Epoch 1's line (which carries its validation) comes from the generation after the loss.
+  size_t epoch_lines = 0;
+  for (size_t at = out.find("val_loss"); at != std::string::npos; at = out.find("val_loss", at + 1))
+    ++epoch_lines;
+  EXPECT_EQ(epoch_lines, 2u) << out;
   const double diff = difference_from_one_device(weights, dir, 40);
   std::printf("fit, 2 -> 1 workers during validation: max relative difference %.3g\n", diff);
   EXPECT_LT(diff, 1e-5);
@@ -245,6 +253,45 @@ TEST(ElasticJobTest, ALossAfterTheAgreementIsSeenWhileTheNextGenerationForms) {
   EXPECT_EQ(testing::last_json(out)["worker_sizes"], nlohmann::json({3, 1}));
   const double diff = difference_from_one_device(weights, dir, 40);
   std::printf("3 -> 2 -> 1 workers, SGD, 40 steps: max relative difference %.3g\n", diff);
+  EXPECT_LT(diff, 1e-5);
+  expect_nothing_left(processes, ports);
+}
+
+// A worker that asks to join at the job's last step: no step boundary admits it (under fit the
+// last one may not: the next generation would have nothing to run). The job finishes at its
+// size, and the joiner learns it and exits 0.
+TEST(ElasticJobTest, AJoinerThatAsksAtTheLastStepIsToldTheJobFinished) {
+  TempDir dir;
+  const auto ports = free_loopback_ports(2);
+  const std::string weights = dir.file("elastic.safetensors");
+  const std::string go_on = dir.file("joiner-asked");
+  // Two epochs of 20 steps and no --max-steps: fit's own end is the last step.
+  auto args = with(elastic_args(weights, -1, 1), {"--loop", "fit"});
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--epochs") args[i + 1] = "2";
+  WorkerProcesses processes;
+  start_workers(
+      processes, ports, args,
+      {{"--hold-at-step", "39", "--until-file", go_on, "--print-steps"}, {"--kill-at-step", "10"}});
+  // The joiner starts once worker:0 holds after step 39, so it asks before step 40.
+  ASSERT_TRUE(processes.wait_for_output(0, "killed_train: step 39 done", 120s));
+  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 1)});
+  ASSERT_TRUE(processes.wait_for_output(2, "asked to join", 60s));
+  testing::write_file(go_on, "");
+  const auto results = processes.wait_all(120s);
+  const std::string& chief = results[0].output;
+  ASSERT_EQ(results[0].exit_code, 0) << chief;
+  EXPECT_EQ(results[2].exit_code, 0) << results[2].output;
+  EXPECT_TRUE(testing::contains(results[2].output,
+                                "the elastic job finished (at step 40) before a step boundary "
+                                "could admit it; nothing to do"))
+      << results[2].output;
+  EXPECT_EQ(testing::last_json(chief)["worker_sizes"], nlohmann::json({2, 1})) << chief;
+  EXPECT_EQ(testing::last_json(chief)["steps"], 40);
+  EXPECT_EQ(testing::last_json(chief)["epochs"], 2);
+  const double diff = difference_from_one_device(weights, dir, 40);
+  std::printf("fit, 2 -> 1 workers, a joiner at the last step: max relative difference %.3g\n",
+              diff);
   EXPECT_LT(diff, 1e-5);
   expect_nothing_left(processes, ports);
 }

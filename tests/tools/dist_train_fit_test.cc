@@ -45,6 +45,11 @@ std::vector<std::string> small_job(const std::string& loop, const std::string& w
           weights};
 }
 
+std::vector<std::string> with(std::vector<std::string> args, const std::string& last) {
+  args.push_back(last);
+  return args;
+}
+
 ProcessResult run(const std::vector<std::string>& args) {
   WorkerProcesses process;
   process.start(DIST_TRAIN_BINARY, args, {});
@@ -216,6 +221,31 @@ TEST(DistTrainFitTest, SigtermStopsFitAfterTheStepSavesAndExits4) {
   EXPECT_TRUE(json["interrupted"].get<bool>());
   EXPECT_EQ(latest_name(dir.file("backup")),
             "ckpt-" + std::to_string(json["steps"].get<int64_t>()) + ".safetensors");
+}
+
+// A fit resumed within its last epoch that stops before the epoch ends completes no epoch: the
+// JSON then says the epochs done before and the training figures of the epoch so far, which
+// are the custom loop's at the same step (it reports a partial epoch so), not zeros.
+TEST(DistTrainFitTest, AFitResumedWithinItsLastEpochReportsTheEpochSoFar) {
+  testing::TempDir dir;
+  auto job = small_job("fit", dir.file("fit.safetensors"), 3);
+  job.insert(job.end(), {"--checkpoint-dir", dir.file("backup"), "--max-steps"});
+  ASSERT_EQ(run(with(job, "22")).exit_code, 0);  // stops in epoch 3 (steps 21-30), saved
+  const auto resumed = run(with(job, "26"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto fit = last_json(resumed.output);
+  EXPECT_EQ(fit["resumed_at_step"], 22) << resumed.output;
+  EXPECT_EQ(fit["steps"], 26);
+  EXPECT_EQ(fit["epochs"], 2);
+  auto custom_job = small_job("custom", dir.file("custom.safetensors"), 3);
+  custom_job.insert(custom_job.end(), {"--max-steps", "26"});
+  const auto custom_run = run(custom_job);
+  ASSERT_EQ(custom_run.exit_code, 0) << custom_run.output;
+  const auto custom = last_json(custom_run.output);
+  EXPECT_GT(fit["train_loss"].get<double>(), 0.0);
+  EXPECT_NEAR(fit["train_loss"].get<double>(), custom["train_loss"].get<double>(), 1e-6);
+  EXPECT_NEAR(fit["train_accuracy"].get<double>(), custom["train_accuracy"].get<double>(), 1e-9);
+  expect_same_weights(dir.file("fit.safetensors"), dir.file("custom.safetensors"));
 }
 
 }  // namespace
