@@ -106,9 +106,11 @@ class Generations {
     return Start::kJoined;
   }
 
-  // The job completed (`chief`: this worker is the last generation's chief) at `step`.
-  void finished(bool chief, int64_t step) {
-    if (chief) membership_->mark_finished(step);
+  // The job ended with `result` (`chief`: this worker is the last generation's chief).
+  void finished(bool chief, const TrainResult& result) {
+    if (!chief) return;
+    membership_->mark_finished(detail::concat(
+        result.interrupted ? "stopped by a signal after step " : "at step ", result.steps));
   }
 
   // Once a generation formed (its first chief started the job's store).
@@ -342,7 +344,7 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       TrainResult result = train(job, elastic);
       if (!result.regroup) {
         result.worker_sizes = generations.sizes();
-        generations.finished(job.chief, result.steps);
+        generations.finished(job.chief, result);
         return result;
       }
       elastic.recovering_since = Clock::now();

@@ -134,8 +134,12 @@ std::optional<std::string> ElasticMembership::stopped() {
   return to_text(store_->get("elastic/stopped"));
 }
 
-void ElasticMembership::mark_finished(int64_t step) {
-  store_->set("elastic/finished", to_bytes("at step " + std::to_string(step)));
+void ElasticMembership::mark_finished(const std::string& how) {
+  try {
+    store_->set("elastic/finished", to_bytes(how));
+  } catch (const CollectiveError&) {
+    // The store is gone: a worker waiting to join fails on it and names it.
+  }
 }
 
 std::optional<std::string> ElasticMembership::finished() {

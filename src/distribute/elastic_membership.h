@@ -71,10 +71,10 @@ class ElasticMembership {
   void mark_stopped(const std::string& why);
   // Why the job stopped, if it did.
   std::optional<std::string> stopped();
-  // The last generation's chief, once the job completed at `step`: a worker still waiting to
+  // The last generation's chief, once the job ended ("at step 150"): a worker still waiting to
   // join (it asked after the last step boundary that could admit it) learns it has nothing to
   // do.
-  void mark_finished(int64_t step);
+  void mark_finished(const std::string& how);
   // How the job finished ("at step 150"), if it did.
   std::optional<std::string> finished();
   // The size of each generation up to `generation`, as their chiefs recorded them.

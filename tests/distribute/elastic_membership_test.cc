@@ -90,5 +90,21 @@ TEST(ElasticMembershipTest, AJoinerNamedLikeAMemberWaitsUntilThatMemberIsGone) {
   EXPECT_TRUE(chief->join_requested({"worker:0"}, kSettings));
 }
 
+// A joiner still waiting when the job ends is answered by the end, not left to its timeout.
+TEST(ElasticMembershipTest, AJoinerWaitingWhenTheJobFinishesLearnsIt) {
+  StoreServer server({"127.0.0.1", 0});
+  auto chief = member(server, "worker:0");
+  chief->mark_running(0, 1);
+  auto joiner = member(server, "worker:1");
+  const int64_t ticket = joiner->ask_to_join(kSettings);
+  EXPECT_FALSE(joiner->finished());
+  chief->mark_finished("at step 40");
+  const auto start = std::chrono::steady_clock::now();
+  const auto admission = joiner->await_admission(ticket, 5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(admission.finished, std::optional<std::string>("at step 40"));
+  EXPECT_TRUE(admission.members.empty());
+}
+
 }  // namespace
 }  // namespace dist::detail
