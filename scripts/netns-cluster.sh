@@ -214,9 +214,14 @@ cmd_exec() {
   local line
   line=$(find_host "$host")
   local ns=${line%% *}
+  # A temporary directory per host, as real hosts have: the hosts share this machine's /tmp,
+  # where Open MPI's daemons of one job on several "hosts" (one host name) would share a session
+  # directory that each of them creates and removes (a daemon once failed, finding it gone).
+  local tmp=$kStateDir/tmp/$ns
+  mkdir -p "$tmp"
   # exec: the caller's pid becomes ip's, then CMD's (ip netns exec execs too), so a signal to
   # that pid reaches CMD itself and its exit code is CMD's.
-  exec ip netns exec "$ns" "$@"
+  TMPDIR=$tmp exec ip netns exec "$ns" "$@"
 }
 
 # As ssh: the words are joined with spaces and the host's shell parses the line (mpirun's rsh
@@ -280,6 +285,7 @@ cmd_down() {
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-h[0-9]+$" || true); do
     kill_inside "$ns"
     ip netns del "$ns" 2>/dev/null || true # deletes its veth pair too
+    rm -rf "${kStateDir:?}/tmp/$ns"
   done
   # The bridge by its alias, as above.
   local br
