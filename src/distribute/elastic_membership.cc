@@ -121,30 +121,39 @@ void ElasticMembership::mark_running(int generation, int size) {
   store_->set("elastic/running", to_bytes("1"));
 }
 
-void ElasticMembership::mark_stopped(const std::string& why) {
+namespace {
+
+// How the job ended (elastic/stopped, elastic/finished), for workers that come to join it. A
+// store that is gone is no failure here: so is the job, and a worker that comes to join fails
+// on the missing store and names it.
+void record_end(collective::StoreClient& store, const std::string& key, const std::string& how) {
   try {
-    store_->set("elastic/stopped", to_bytes(why));
+    store.set(key, to_bytes(how));
   } catch (const CollectiveError&) {
-    // The store is gone: so is the job, and nobody can come to join it.
   }
+}
+
+std::optional<std::string> read_end(collective::StoreClient& store, const std::string& key) {
+  if (!store.check({key})) return std::nullopt;
+  return to_text(store.get(key));
+}
+
+}  // namespace
+
+void ElasticMembership::mark_stopped(const std::string& why) {
+  record_end(*store_, "elastic/stopped", why);
 }
 
 std::optional<std::string> ElasticMembership::stopped() {
-  if (!store_->check({"elastic/stopped"})) return std::nullopt;
-  return to_text(store_->get("elastic/stopped"));
+  return read_end(*store_, "elastic/stopped");
 }
 
 void ElasticMembership::mark_finished(const std::string& how) {
-  try {
-    store_->set("elastic/finished", to_bytes(how));
-  } catch (const CollectiveError&) {
-    // The store is gone: a worker waiting to join fails on it and names it.
-  }
+  record_end(*store_, "elastic/finished", how);
 }
 
 std::optional<std::string> ElasticMembership::finished() {
-  if (!store_->check({"elastic/finished"})) return std::nullopt;
-  return to_text(store_->get("elastic/finished"));
+  return read_end(*store_, "elastic/finished");
 }
 
 std::vector<int> ElasticMembership::sizes(int generation) {
