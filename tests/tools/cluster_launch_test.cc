@@ -124,6 +124,27 @@ TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWe
                              expected);
 }
 
+// What every task of a launcher's elastic test runs: killed_train, worker:1 SIGKILLing itself
+// after step 50 of 150, in an elastic job of at least 2 workers that writes `weights`.
+std::vector<std::string> elastic_task(const std::string& weights) {
+  std::vector<std::string> task{KILLED_TRAIN_BINARY, "--kill-at-step", "50", "--kill-worker", "1"};
+  for (const auto& a : job_args("multi_worker", weights, 150)) task.push_back(a);
+  task.insert(task.end(), {"--min-workers", "2"});
+  return task;
+}
+
+// The launcher's run of elastic_task went on at 2 workers after the loss and ended at one
+// device's weights (`expected`).
+void expect_went_on_at_two(const ProcessResult& result, const std::string& weights,
+                           const std::string& expected, const std::string& launcher) {
+  EXPECT_TRUE(testing::contains(result.output, "sizes 3 -> 2 (lost worker:1)")) << result.output;
+  EXPECT_EQ(testing::last_json(result.output)["worker_sizes"], nlohmann::json({3, 2}))
+      << result.output;
+  const double diff = testing::max_relative_difference(weights_in(weights), weights_in(expected));
+  std::printf("%s, elastic 3 -> 2: max relative difference %.3g\n", launcher.c_str(), diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
 // An elastic job under srun (docs/elastic.md): the job's 3 tasks are the most it can have; task 1
 // SIGKILLs itself after step 50 of 150 and the other two finish at one device's weights. Slurm
 // does not start a task again, and srun's own exit code reports the killed task (137).
@@ -132,24 +153,15 @@ TEST(ClusterLaunchTest, SrunElasticJobGoesOnWithoutALostTaskToOneDeviceWeights) 
   START_SLURM(slurm, dir);
   const std::string expected = one_device_weights(dir, 150);
   const int port = free_loopback_ports(1).at(0);
-  std::vector<std::string> args{
-      "-n", "3", "-O", "--time", "5", KILLED_TRAIN_BINARY, "--kill-at-step", "50", "--kill-worker",
-      "1"};
-  for (const auto& a : job_args("multi_worker", dir.file("slurm.safetensors"), 150))
-    args.push_back(a);
-  args.insert(args.end(), {"--min-workers", "2"});
+  std::vector<std::string> args{"-n", "3", "-O", "--time", "5"};
+  const auto task = elastic_task(dir.file("slurm.safetensors"));
+  args.insert(args.end(), task.begin(), task.end());
   WorkerProcesses launcher;
   launcher.start(
       find_program("srun"), args,
       {slurm.conf(), "DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
-  const ProcessResult result = launcher.wait_all(240s).at(0);
-  EXPECT_TRUE(testing::contains(result.output, "sizes 3 -> 2 (lost worker:1)")) << result.output;
-  EXPECT_EQ(testing::last_json(result.output)["worker_sizes"], nlohmann::json({3, 2}))
-      << result.output;
-  const double diff = testing::max_relative_difference(weights_in(dir.file("slurm.safetensors")),
-                                                       weights_in(expected));
-  std::printf("srun, elastic 3 -> 2: max relative difference %.3g\n", diff);
-  EXPECT_LT(diff, 1e-5);
+  expect_went_on_at_two(launcher.wait_all(240s).at(0), dir.file("slurm.safetensors"), expected,
+                        "srun");
 }
 
 // Under mpirun an elastic job needs --enable-recovery (otherwise Open MPI ends every rank when
@@ -164,24 +176,16 @@ TEST(ClusterLaunchTest, MpirunWithRecoveryElasticJobGoesOnWithoutALostRankToOneD
   std::vector<std::string> args;
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
   args.insert(args.end(), {"--oversubscribe", "--enable-recovery", "-np", "3", "-x",
-                           "DIST_PORT_BASE", "-x", "DIST_JOB_TOKEN", KILLED_TRAIN_BINARY,
-                           "--kill-at-step", "50", "--kill-worker", "1"});
-  for (const auto& a : job_args("multi_worker", dir.file("mpi.safetensors"), 150))
-    args.push_back(a);
-  args.insert(args.end(), {"--min-workers", "2"});
+                           "DIST_PORT_BASE", "-x", "DIST_JOB_TOKEN"});
+  const auto task = elastic_task(dir.file("mpi.safetensors"));
+  args.insert(args.end(), task.begin(), task.end());
   WorkerProcesses launcher;
   launcher.start(mpirun, args,
                  {"DIST_PORT_BASE=" + std::to_string(port), "DIST_JOB_TOKEN=" + kToken});
   const ProcessResult result = launcher.wait_all(240s).at(0);
   EXPECT_TRUE(testing::contains(result.output, "Cluster: 3 workers from Open MPI"))
       << result.output;
-  EXPECT_TRUE(testing::contains(result.output, "sizes 3 -> 2 (lost worker:1)")) << result.output;
-  EXPECT_EQ(testing::last_json(result.output)["worker_sizes"], nlohmann::json({3, 2}))
-      << result.output;
-  const double diff = testing::max_relative_difference(weights_in(dir.file("mpi.safetensors")),
-                                                       weights_in(expected));
-  std::printf("mpirun --enable-recovery, elastic 3 -> 2: max relative difference %.3g\n", diff);
-  EXPECT_LT(diff, 1e-5);
+  expect_went_on_at_two(result, dir.file("mpi.safetensors"), expected, "mpirun --enable-recovery");
   EXPECT_TRUE(testing::wait_until_store_host_gone(port, 20s));
 }
 
