@@ -21,8 +21,8 @@ class StoreClient;
 
 // How long members' heartbeats have stood still, as seen through `store`: each counter
 // ("alive/<name>") against what it was when this watch first read it or last saw it move. The
-// elastic membership tells a lost member by it, and a later generation's rendezvous one that
-// will not come.
+// elastic membership tells a lost member by it, a later generation's rendezvous one that will
+// not come, and liveness (after a failed collective) the members that stopped responding.
 class HeartbeatWatch {
  public:
   explicit HeartbeatWatch(StoreClient& store) : store_(store) {}
