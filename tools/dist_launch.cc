@@ -50,12 +50,16 @@
 // kMaxWorkerRestarts times per worker. --max-restarts counts failures of the chief: each starts the
 // whole job again. On a signal every task gets it.
 //
+// Job identity: every worker gets DIST_JOB_ID, new for each launch and each restart of it (or
+// the launcher's own DIST_JOB_ID, with the restart's number), so that a job never takes the
+// rendezvous store of another one on the same addresses for its own.
 // Job token: every worker gets DIST_JOB_TOKEN, 32 random bytes as hex (or the launcher's own
 // DIST_JOB_TOKEN), which the rendezvous store demands before it lets a connection in
 // (SECURITY.md).
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,6 +290,10 @@ struct JobSetup {
   int replicas = 1;
   int grace_seconds = 10;
   std::string job_token;
+  // DIST_JOB_ID of the workers is this and the restart's number: each launch, and each restart
+  // of it, is a job of its own to the rendezvous store, while a worker an elastic job starts
+  // again joins its own (job_id_from_environment, cluster_resolver.h).
+  std::string job_id;
   int restart = 0;  // DIST_RESTART_COUNT of the workers
   int ps = 0;       // ps tasks; more than 0 makes a parameter-server job
   bool evaluator = false;
@@ -294,6 +302,7 @@ struct JobSetup {
   // --hosts: worker i runs on hosts[i % hosts.size()], started through host_command ({host}
   // replaced by the host); empty: every worker on this machine, on free loopback ports.
   std::vector<std::string> hosts;
+  std::string hosts_text;  // --hosts as given, split into `hosts` by apply_hosts
   std::string host_command = "ssh {host}";
   int port_base = 0;  // --port-base; 0: DIST_PORT_BASE, else kDefaultPortBase
 };
@@ -312,6 +321,7 @@ std::vector<std::string> job_env(const JobSetup& setup) {
   std::vector<std::string> env{"DIST_REPLICAS_PER_WORKER=" + std::to_string(setup.replicas),
                                "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
   if (setup.min_workers > 0) env.push_back("DIST_MIN_WORKERS=" + std::to_string(setup.min_workers));
+  env.push_back("DIST_JOB_ID=" + setup.job_id + "." + std::to_string(setup.restart));
   env.push_back("DIST_JOB_TOKEN=" + setup.job_token);
   return env;
 }
@@ -656,6 +666,32 @@ JobResult run_ps_job(const JobSetup& setup) {
 }
 
 // The error for flags that make no job, or "" when they make one.
+// Every worker holds a connection to every other (Gloo's full mesh) and dist-launch one pipe
+// per worker, so a job needs about --workers open files in each process, plus a few dozen of
+// their own (the store, the data files, the shared-memory group). Raises this process's soft
+// limit to its hard one (the workers inherit it); the error, or "", at once rather than after
+// spawning thousands of workers that fail with "Too many open files".
+std::string check_open_files(const JobSetup& setup) {
+  constexpr int64_t kFilesBesideWorkers = 64;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return "";
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const int64_t tasks = int64_t{setup.workers} + setup.ps + (setup.evaluator ? 1 : 0);
+  const int64_t needed = tasks + kFilesBesideWorkers;
+  if (limit.rlim_cur == RLIM_INFINITY || needed <= static_cast<int64_t>(limit.rlim_cur)) return "";
+  return "--workers " + std::to_string(setup.workers) + " needs about " + std::to_string(needed) +
+         " open files in each process (one per other worker, and " +
+         std::to_string(kFilesBesideWorkers) + " more), beyond this machine's limit of " +
+         std::to_string(limit.rlim_cur) + " (ulimit -n); start at most " +
+         std::to_string(static_cast<int64_t>(limit.rlim_cur) - kFilesBesideWorkers - setup.ps -
+                        (setup.evaluator ? 1 : 0)) +
+         " workers, or raise the limit";
+}
+
 std::string check_setup(const JobSetup& setup, int max_restarts) {
   const std::string ps_only = " needs --ps: only a parameter-server job has ";
   if (setup.ps < 0) return "--ps must be 0 or more, got " + std::to_string(setup.ps);
@@ -680,7 +716,7 @@ std::string check_setup(const JobSetup& setup, int max_restarts) {
     return "--hosts runs multi-worker jobs only (every task the same command), not --ps jobs";
   if (max_restarts < 0)
     return "--max-restarts must be 0 or more, got " + std::to_string(max_restarts);
-  return "";
+  return check_open_files(setup);
 }
 
 // dist-launch's flags, into `setup` and `max_restarts`.
@@ -715,11 +751,13 @@ void add_flags(CLI::App& app, JobSetup& setup, int& max_restarts) {
   app.add_flag("--restart-workers", setup.restart_workers,
                "with --ps: start a worker that fails again while the chief runs (at most " +
                    std::to_string(kMaxWorkerRestarts) + " times per worker)");
-  app.add_option("--hosts", setup.hosts,
+  // One string, split here: CLI11's own splitting drops empty items, and an option whose
+  // values all vanish made it take the worker's flags for its own ("The following arguments
+  // were not expected").
+  app.add_option("--hosts", setup.hosts_text,
                  "run the workers on these hosts (comma-separated addresses or names), worker i "
                  "on host i modulo their count, through --host-command; --workers defaults to "
-                 "their count")
-      ->delimiter(',');
+                 "their count");
   app.add_option("--host-command", setup.host_command,
                  "with --hosts: the command that runs a shell command line on a host, its words "
                  "split at spaces, {host} replaced by the host; the line (which reads the job "
@@ -755,8 +793,18 @@ std::string parse_workers(JobSetup& setup) {
 
 // --hosts: the port base from --port-base, DIST_PORT_BASE or the default, and --workers from
 // the hosts when not given. The error, or "".
-std::string apply_hosts(JobSetup& setup, bool workers_given) {
-  if (setup.hosts.empty()) return "";
+std::string apply_hosts(JobSetup& setup, bool hosts_given, bool workers_given) {
+  if (!hosts_given) return "";
+  std::string host;
+  std::istringstream items(setup.hosts_text + ",");  // "a," is "a" and an empty one
+  int number = 0;
+  while (std::getline(items, host, ',')) {
+    ++number;
+    if (host.empty())
+      return "--hosts '" + setup.hosts_text + "': host " + std::to_string(number) +
+             " is empty; list host addresses or names separated by single commas";
+    setup.hosts.push_back(host);
+  }
   if (!workers_given) setup.workers = static_cast<int>(setup.hosts.size());
   if (setup.port_base == 0) {
     const char* base = std::getenv("DIST_PORT_BASE");
@@ -805,7 +853,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   std::string error = parse_workers(setup);
-  if (error.empty()) error = apply_hosts(setup, app.count("--workers") > 0);
+  if (error.empty())
+    error = apply_hosts(setup, app.count("--hosts") > 0, app.count("--workers") > 0);
   if (error.empty()) error = check_setup(setup, max_restarts);
   if (!error.empty()) {
     std::cerr << "dist-launch: " << error << std::endl;
@@ -822,6 +871,11 @@ int main(int argc, char** argv) {
       setup.job_token = given;
     else
       setup.job_token = new_job_token();
+    // A launch of its own: the launcher's own DIST_JOB_ID names the job, else a new one.
+    if (const char* given = std::getenv("DIST_JOB_ID"); given && *given)
+      setup.job_id = given;
+    else
+      setup.job_id = "dist-launch-" + new_job_token().substr(0, 16);
   } catch (const std::exception& e) {
     std::cerr << "dist-launch: " << e.what() << std::endl;
     return 1;

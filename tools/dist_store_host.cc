@@ -19,13 +19,22 @@
 // "error: <why>", and closes it. Its stdin, stdout and stderr are /dev/null once it has forked.
 //
 // Exit rule: it reads every member's heartbeat counter "alive/<member>" (bumped twice a second
-// by each member's Heartbeat) four times a second. It exits 0 once every member is gone: its
-// counter has not moved for 3 s, or, for a member that never connected, the rendezvous
-// timeout has passed since the start; it first sets the key "closing" and waits 2 s, so that a
-// next job's member probing this store leaves it first. As a backstop, it exits 2 once the chief
-// (the first member) has been gone for rendezvous + collective timeout + 10 s, the longest the
-// survivors can take to fail and exit. With --elastic (an elastic job, whose survivors go on
-// without the chief) there is no backstop: the store stays up while any member is.
+// by each member's Heartbeat) four times a second. A member is gone once it left on purpose
+// ("left/<member>" holds the counter's value when its process ended, and the counter has not
+// moved since: a worker that finished or failed with an error), or its counter has not moved for
+// 3 s (a killed worker). A member that never connected is gone once every member that did is
+// gone (nobody is left to wait for it), or, when none ever did, once the rendezvous timeout has
+// passed since the start. Once every member is gone it sets the key "closing" (a member of a
+// next job on this address that probes this store then leaves it at once: Rendezvous::connect,
+// and the store answers a hello with another job's identity or token kNotThisJob), waits 1 s
+// for such probes to leave, and exits 0. So a store outlives its job by its own clean shutdown,
+// about 1.3 s, or 3 s more after the last member was killed. As a backstop, it exits 2 once the
+// chief (the first member) has been gone for rendezvous + collective timeout + 10 s, the
+// longest the survivors can take to fail and exit. With --elastic (an elastic job, whose
+// survivors go on without the chief) there is no backstop: the store stays up while any member
+// is.
+//
+// The job's identity comes in DIST_JOB_ID (job_id_from_environment, cluster_resolver.h).
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -37,7 +46,6 @@
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -55,7 +63,7 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kStaleAfter{3000};     // 6 missed heartbeats
 constexpr milliseconds kPollEvery{250};       // well under the heartbeat period of 500 ms
-constexpr milliseconds kClosingGrace{2000};   // for probing clients to disconnect
+constexpr milliseconds kClosingGrace{1000};   // for probing clients to disconnect
 constexpr milliseconds kBindRetryFor{10000};  // > a previous host's linger after its job ends
 
 struct Options {
@@ -67,6 +75,7 @@ struct Options {
   int ready_fd = -1;
   bool elastic = false;
   std::string job_token;  // from DIST_JOB_TOKEN (the chief sets it; not on the command line)
+  std::string job_id;     // from DIST_JOB_ID
 };
 
 // Detaches from the chief: its parent (the process the chief spawned) exits at once.
@@ -111,7 +120,7 @@ std::unique_ptr<dist::collective::StoreServer> host_store(const Options& options
   while (true) {
     try {
       return std::make_unique<dist::collective::StoreServer>(
-          dist::HostPort{options.host, options.port}, options.job_token);
+          dist::HostPort{options.host, options.port}, options.job_token, options.job_id);
     } catch (const std::exception& e) {
       *error = e.what();
     }
@@ -120,50 +129,58 @@ std::unique_ptr<dist::collective::StoreServer> host_store(const Options& options
   }
 }
 
+struct Member {
+  bool seen = false;
+  int64_t beats = 0;
+  Clock::time_point moved;
+};
+
+// Reads member `name`'s counter and whether it left (the top comment's rule).
+bool gone_now(dist::collective::StoreServer& store, const std::string& name, Member& m,
+              Clock::time_point now) {
+  const std::string key = "alive/" + name;
+  if (!store.check(key)) return false;  // add(key, 0) would create a missing key
+  const int64_t beats = store.add(key, 0);
+  if (!m.seen || beats != m.beats) m.moved = now;
+  m.seen = true;
+  m.beats = beats;
+  const std::string left = "left/" + name;
+  if (store.check(left) && store.add(left, 0) >= beats) return true;
+  return now - m.moved > kStaleAfter;
+}
+
 // The exit rule of the top comment; returns the exit code.
 int watch(dist::collective::StoreServer& store, const Options& options) {
-  struct Member {
-    bool seen = false;
-    int64_t beats = 0;
-    Clock::time_point moved;
-  };
   const auto start = Clock::now();
   const milliseconds rendezvous(options.rendezvous_timeout_ms);
   const auto backstop =
       rendezvous + milliseconds(options.collective_timeout_ms) + milliseconds(10000);
   std::map<std::string, Member> members;
-  for (const auto& name : options.members) members[name] = Member{};
-  std::optional<Clock::time_point> chief_gone;
+  bool chief_gone = false;
+  Clock::time_point chief_gone_since = start;
   while (true) {
     const auto now = Clock::now();
-    bool all_gone = true;
+    bool seen_all_gone = true;
+    bool any_seen = false;
+    bool chief_now_gone = false;
     for (const auto& name : options.members) {
       Member& m = members[name];
-      const std::string key = "alive/" + name;
-      if (store.check(key)) {  // add(key, 0) would create a missing key
-        const int64_t beats = store.add(key, 0);
-        if (!m.seen || beats != m.beats) m.moved = now;
-        m.seen = true;
-        m.beats = beats;
+      const bool gone = gone_now(store, name, m, now);
+      if (m.seen) {
+        any_seen = true;
+        seen_all_gone = seen_all_gone && gone;
       }
-      const bool gone = m.seen ? now - m.moved > kStaleAfter : now - start > rendezvous;
-      all_gone = all_gone && gone;
-      if (name == options.members.front()) {
-        if (!gone)
-          chief_gone.reset();
-        else if (!chief_gone)
-          chief_gone = now;
-      }
+      if (name == options.members.front())
+        chief_now_gone = m.seen ? gone : now - start > rendezvous;
     }
-    if (all_gone) {
-      // A member of a next job on this address may be connected right now, probing whether
-      // this store is its own (Rendezvous::connect): "closing" tells it to leave at
-      // once rather than wait for a job that has ended.
+    if (chief_now_gone && !chief_gone) chief_gone_since = now;
+    chief_gone = chief_now_gone;
+    if (any_seen ? seen_all_gone : now - start > rendezvous) {
       store.set("closing", "1");
       std::this_thread::sleep_for(kClosingGrace);
       return 0;
     }
-    if (chief_gone && now - *chief_gone > backstop && !options.elastic) return 2;
+    if (chief_gone && now - chief_gone_since > backstop && !options.elastic) return 2;
     std::this_thread::sleep_for(kPollEvery);
   }
 }
@@ -198,6 +215,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (const char* token = std::getenv("DIST_JOB_TOKEN")) options.job_token = token;
+  if (const char* id = std::getenv("DIST_JOB_ID")) options.job_id = id;
   try {
     options.members = dist::collective::expand_member_list(members);
   } catch (const std::exception& e) {

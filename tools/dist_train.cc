@@ -6,7 +6,8 @@
 // 2 bad command line or option values; 3 missing or corrupt data files or checkpoints (on the
 // evaluator task also: no new checkpoint for --evaluator-timeout seconds); 4 stopped by SIGTERM
 // or SIGINT after finishing the current step (with --checkpoint-dir a checkpoint was saved
-// first: rerun the same command to resume); 5 an elastic job ended below --min-workers (or
+// first: rerun the same command to resume), or within about a second when it came during the
+// start-up (nothing trained yet); 5 an elastic job ended below --min-workers (or
 // there was none left to join).
 // The last line of stdout is one JSON object with the results.
 #include <cstring>
@@ -57,6 +58,9 @@ int main(int argc, char** argv) {
   } catch (const dist::InvalidArgument& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 2;
+  } catch (const dist::StopRequested& e) {  // during the start-up: nothing was trained
+    std::cerr << "dist-train: " << e.what() << std::endl;
+    return 4;
   } catch (const dist::tools::ElasticJobStopped& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 5;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 
+#include "collective/store/store_client.h"
 #include "collective/store/store_host.h"
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
@@ -66,6 +67,19 @@ class Generations {
                    host.missing ? "it was not found: set DIST_STORE_HOST to its path"
                                 : "DIST_STORE_HOST=chief would keep it inside the chief: unset it");
   }
+  // A worker that took part in the first generation's start-up but left before the job formed
+  // (a failure, a signal) says so: the store's host then closes without waiting 3 s for its
+  // beat to go stale. Once formed, ElasticMembership says it.
+  ~Generations() {
+    if (!membership_ && starting_)
+      collective::say_left(config_.cluster.store_address(), job_token_, job_id_, self_,
+                           std::chrono::seconds(2));
+  }
+  Generations(const Generations&) = delete;
+  Generations& operator=(const Generations&) = delete;
+
+  // Before a generation's start-up, in which this worker's heartbeat reaches the store.
+  void starting() { starting_ = true; }
 
   const std::vector<std::string>& members() const { return members_; }
   int number() const { return number_; }
@@ -75,16 +89,28 @@ class Generations {
   // A worker that starts while the job runs joins it: the generation it joins, and its
   // members, come from the chief that admits it. Otherwise the job starts with every worker.
   // kJobFinished: the job completed before a step boundary could admit this worker (said on
-  // standard output).
+  // standard output). A store left by a previous job on these addresses (it ended, or it has
+  // another identity) is no job to join: this worker starts the new one, whose rendezvous
+  // waits for that store to close.
   Start join_if_running(std::string& resize) {
-    const std::string token = job_token_from_environment();
-    if (!detail::ElasticMembership::job_running(config_.cluster.store_address(), token,
-                                                std::chrono::seconds(2)))
+    using State = detail::ElasticMembership::FoundJob::State;
+    const auto found = detail::ElasticMembership::find_job(
+        config_.cluster.store_address(), job_token_, job_id_, std::chrono::seconds(2));
+    if (found.state == State::kEnded && found.same_job) {
+      if (found.stopped) throw ElasticJobStopped(self_ + " has no job to join: " + found.how);
+      return job_finished(found.how);
+    }
+    if (found.state == State::kEnded || found.state == State::kAnother) {
+      std::cout << self_ << ": the rendezvous store at "
+                << config_.cluster.store_address().to_string() << " is a previous job's ("
+                << (found.state == State::kEnded
+                        ? std::string(found.stopped ? "it stopped: " : "it finished ") + found.how
+                        : std::string("it is closing"))
+                << "); starting a new job once it has closed" << std::endl;
       return Start::kWithEveryWorker;
+    }
+    if (found.state == State::kNone) return Start::kWithEveryWorker;
     connect();
-    if (const auto stopped = membership_->stopped())
-      throw ElasticJobStopped(self_ + " has no job to join: " + *stopped);
-    if (const auto finished = membership_->finished()) return job_finished(*finished);
     const int64_t ticket = membership_->ask_to_join(settings_);
     std::cout << self_ << ": the elastic job runs already; asked to join" << std::endl;
     detail::ElasticMembership::Admission admission;
@@ -95,8 +121,14 @@ class Generations {
       throw;
     }
     if (admission.finished) return job_finished(*admission.finished);
+    if (admission.job_gone) {
+      std::cout << self_ << ": every worker of the job it asked to join was lost; starting the "
+                << "job anew" << std::endl;
+      membership_.reset();
+      return Start::kWithEveryWorker;
+    }
     // Its namesake is out of the group now: beat at once, or the members waiting for it in the
-    // next rendezvous would see a heartbeat that stopped (rendezvous.cc, StalledMembers).
+    // next rendezvous would see a heartbeat that stopped (rendezvous.cc, LostMembers).
     membership_->start_heartbeat();
     number_ = admission.generation;
     members_ = admission.members;
@@ -151,7 +183,19 @@ class Generations {
     if (!membership_) throw;  // lost before the job formed: nothing to go on from
     const auto wait = whole_milliseconds("--collective-timeout", options_.collective_timeout) +
                       std::chrono::seconds(10);
-    const std::vector<std::string> next = membership_->next_after_loss(number_, members_, wait);
+    std::vector<std::string> next;
+    try {
+      next = membership_->next_after_loss(number_, members_, wait);
+    } catch (const CollectiveError& e) {
+      // Only the store can fail here: without it no survivor can agree, nor a worker join, and
+      // a worker started again would begin a new job from step 0. So the job stops, saying so.
+      throw ElasticJobStopped(detail::concat(
+          "the elastic job stops: it lost its rendezvous store at ",
+          config_.cluster.store_address().to_string(),
+          " (dist-store-host), without which its workers cannot agree on who goes on: ", e.what(),
+          "; the last committed step is ", committed,
+          " (start the job again with --checkpoint-dir to resume from a checkpoint)"));
+    }
     const std::vector<std::string> lost = missing_from(members_, next);
     if (lost.empty() && next.size() <= members_.size()) throw;  // no loss to mend
     DIST_CHECK(std::find(next.begin(), next.end(), self_) != next.end(), CollectiveError, self_,
@@ -186,14 +230,17 @@ class Generations {
   void connect() {
     if (membership_) return;
     membership_ = std::make_unique<detail::ElasticMembership>(
-        config_.cluster.store_address(), job_token_from_environment(), self_, rendezvous_timeout());
+        config_.cluster.store_address(), job_token_, job_id_, self_, rendezvous_timeout());
   }
 
   const TrainOptions& options_;
   const ClusterConfig& config_;
   std::string self_;
+  std::string job_token_ = job_token_from_environment();
+  std::string job_id_ = job_id_from_environment();
   std::string settings_;
   int number_ = 0;
+  bool starting_ = false;
   std::vector<std::string> members_;
   std::unique_ptr<detail::ElasticMembership> membership_;
 };
@@ -321,7 +368,10 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
   const ClusterConfig config = resolve_cluster().config;
   Generations generations(options, config);
   ElasticRun elastic;
-  switch (generations.join_if_running(elastic.resize)) {
+  SignalsEndWaits joining;
+  const Generations::Start start = generations.join_if_running(elastic.resize);
+  joining.done();
+  switch (start) {
     case Generations::Start::kJobFinished: {
       TrainResult nothing;
       nothing.chief = false;  // no result line: the job's chief printed it
@@ -337,6 +387,7 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
   elastic.commit_every = options.commit_every;
   while (true) {
     try {
+      generations.starting();
       JobSetup job = start_job(options, chief_out,
                                WorkerGeneration{generations.number(), generations.members()});
       generations.formed(job.chief);
@@ -349,7 +400,9 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       }
       elastic.recovering_since = Clock::now();
       elastic.recovering_from = "the step boundary where the workers regrouped";
+      SignalsEndWaits regrouping;
       generations.regroup(job.chief, elastic.resize);  // a loss meanwhile: the handler below
+      regrouping.done();
     } catch (const CollectiveError& e) {
       if (!elastic.recovering_since) {  // else a second loss before the first was mended
         elastic.recovering_since = Clock::now();
@@ -358,7 +411,9 @@ TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chie
       std::cerr << "dist-train: " << config.task.name() << ": generation " << generations.number()
                 << " failed: " << e.what() << std::endl;
       if (options.on_loss) options.on_loss("seen");
+      SignalsEndWaits agreeing;
       generations.after_loss(elastic.committed.latest_step(), elastic.resize);
+      agreeing.done();
       if (options.on_loss) options.on_loss("agreed");
     }
   }

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "core/stop_request.h"
 #include "dist/core/allocator.h"
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
@@ -302,10 +303,21 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
 
 }  // namespace
 
+void SignalsEndWaits::done() {
+  watcher_.reset();
+  // Another watcher (the custom loop's) may still be installed: the signal is pending there.
+  if (const int signal_number = detail::recorded_stop_signal())
+    detail::throw_stop_requested(signal_number, "starting the job");
+}
+
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
                    const std::optional<WorkerGeneration>& generation) {
+  SignalsEndWaits signals;
   Strategy strategy = make_strategy(options, generation);  // checks the options first
-  return failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
+  JobSetup job =
+      failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
+  signals.done();
+  return job;
 }
 
 namespace {
@@ -785,13 +797,14 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   const auto job_start = Clock::now();
   if (options.loop == Loop::kFit) {
     if (options.min_workers == 0) return run_fit_training(options, chief_out);
-    // fit's BackupAndRestore watches for signals itself (one watcher at a time).
+    // fit's BackupAndRestore watches for signals itself, inside fit only; start_job and the
+    // elastic job's waits watch their own (SignalsEndWaits).
     return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticRun& elastic) {
       return run_fit_generation(options, job, chief_out, job_start, elastic);
     });
   }
-  // From the start: a SIGTERM during start-up (dist-launch stopping the job) then stops after
-  // the first step, resumably, instead of killing the process.
+  // From the start: a SIGTERM during the start-up's waits ends them (StopRequested: exit 4);
+  // one after them stops the job after its first step, resumably.
   PreemptionWatcher preemption;
   if (options.min_workers > 0)
     return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticRun& elastic) {

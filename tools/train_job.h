@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -80,6 +81,21 @@ auto failing_together(const Strategy& strategy, Body&& body) {
     throw;
   }
 }
+
+// Makes SIGTERM and SIGINT end the waits of the start-up (the rendezvous, the start-up check)
+// and of an elastic job between its generations with StopRequested, which dist-train exits 4
+// for, within about a second of the signal. Where no PreemptionWatcher covers these waits (fit's
+// is BackupAndRestore's, inside fit), it installs one for its life. done() restores the
+// handlers and then throws StopRequested if a signal came meanwhile, after the last wait looked:
+// a signal is never lost between the two.
+class SignalsEndWaits {
+ public:
+  SignalsEndWaits() : watcher_(std::in_place) {}
+  void done();
+
+ private:
+  std::optional<PreemptionWatcher> watcher_;
+};
 
 // What both loops start from.
 struct JobSetup {

@@ -195,6 +195,20 @@ const CLI::Validator kMinusOneOrPositive(
     },
     "-1 or >= 1");
 
+// A count of at least 1. CLI::PositiveNumber's message for 0 ("Value 0 not in range 0.000000
+// to 1.79769e+308", 300 digits long) named a range that holds 0.
+const CLI::Validator kAtLeastOne(
+    [](std::string& text) -> std::string {
+      try {
+        size_t used = 0;
+        const long long value = std::stoll(text, &used);
+        if (value >= 1 && used == text.size()) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be at least 1, got " + text;
+    },
+    ">= 1");
+
 // The text of the enum-like flags, turned into their types after parsing.
 struct Spelled {
   std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model = "cnn";
@@ -216,9 +230,9 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--replicas", o.replicas,
                  "replicas (mirrored/central_storage; default: one per core; multi_worker: per "
                  "worker, default DIST_REPLICAS_PER_WORKER or 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--threads", o.threads, "intra-op threads per replica (default: cores / replicas)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--collective-timeout", o.collective_timeout,
                  "multi_worker: seconds before a lost or stalled worker is reported; "
                  "parameter_server: the deadline of every call to another task, and how long "
@@ -257,7 +271,7 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--max-steps", o.max_steps, "stop after this many global steps (-1: no limit)")
       ->capture_default_str()
       ->check(kMinusOneOrPositive);
@@ -272,10 +286,10 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--batch-per-replica", o.batch_per_replica,
                  "examples per replica per step (parameter_server: per worker step)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--global-batch", o.global_batch,
                  "examples per step across all replicas (overrides --batch-per-replica)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--optimizer", s.optimizer, "adam | sgd")->capture_default_str();
   app.add_option("--model", s.model,
@@ -314,7 +328,7 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "(--loop custom)");
   app.add_option("--max-to-keep", o.max_to_keep, "checkpoints to keep")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--log-dir", o.log_dir,
                  "per-epoch metrics as TensorBoard event files in LOG_DIR/train and "
                  "LOG_DIR/validation, a histogram of each weight per epoch in LOG_DIR/train, "
@@ -326,12 +340,12 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "multi_worker: an elastic job: when workers are lost, the others go on at the "
                  "new size from the last state kept in memory while at least this many remain "
                  "(needs --global-batch; docs/elastic.md)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--commit-every", o.commit_every,
                  "elastic: keep the training state in memory every K steps (a resize goes back "
                  "to the last one kept)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
 }
 
 // The spelled values as types, then the launcher's environment, then every check.

@@ -50,7 +50,7 @@ void Heartbeat::loop() {
   };
   for (int64_t beat = 0; !stopping_; ++beat) {
     try {
-      store->add("alive/" + self, 1);
+      store->add(StoreClient::kProcessKeyPrefix + self, 1);
       store->set("issued/" + self, to_bytes(std::to_string(issued_.load())));
       if (beat % 4 == 0) show_refusals();
     } catch (...) {
@@ -61,6 +61,13 @@ void Heartbeat::loop() {
   }
   try {
     show_refusals();
+    // Leaving on purpose: the store's host need not wait for this beat to go stale before it
+    // closes (tools/dist_store_host.cc). An elastic job's worker leaves once, when its process
+    // ends (ElasticMembership), not with each generation's communicator.
+    if (!spec_.elastic_generation) {
+      const int64_t beats = store->add(StoreClient::kProcessKeyPrefix + self, 0);
+      store->set(StoreClient::kLeftKeyPrefix + self, to_bytes(std::to_string(beats)));
+    }
   } catch (...) {
   }
 }

@@ -47,7 +47,9 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // Stops and joins the thread; idempotent.
+  // Stops and joins the thread; idempotent. Outside an elastic job, also tells the store that
+  // this member left ("left/<name>"), so that its host closes without waiting for the beat to
+  // go stale.
   void stop();
 
  private:

@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <numeric>
 
 #include "collective/agreement.h"
 #include "collective/ring_reduce_scatter.h"
+#include "collective/store/store_client.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -69,13 +71,53 @@ ProcessCommunicator::ProcessCommunicator(ProcessGroupSpec spec, const std::strin
     : spec_(checked(std::move(spec), transport_name)), rendezvous_(spec_), liveness_(rendezvous_) {
   // Beating from now on (liveness_): the store's host must see a member waiting for the
   // others as alive.
-  rendezvous_.join();
   try {
-    transport_ = make_transport(spec_, rendezvous_);
+    rendezvous_.join();
+    agree_on_transport(transport_name);
+    connect_transport(transport_name, make_transport);
   } catch (const std::exception& e) {
-    liveness_.fail("connecting the " + transport_name + " process group", 0, e);
+    // The destructor does not run for a constructor that throws: tell the others here, or a
+    // member that joined after this one failed would wait for it until the rendezvous timeout.
+    if (!rendezvous_.saw_peer_failure()) rendezvous_.publish_failure(e.what());
+    throw;
   }
   liveness_.set_close([this] { transport_->close(); });
+}
+
+void ProcessCommunicator::connect_transport(const std::string& transport_name,
+                                            const MakeTransport& make_transport) {
+  const std::string connecting = "connecting the " + transport_name + " process group";
+  // The transport may wait in the store for a member that died meanwhile: fail at once then.
+  StoreClient& store = *rendezvous_.store();
+  store.set_wait_check(rendezvous_.lost_member_check(connecting));
+  try {
+    transport_ = make_transport(spec_, rendezvous_);
+  } catch (const StopRequested&) {
+    store.set_wait_check(nullptr);
+    throw;
+  } catch (const std::exception& e) {
+    store.set_wait_check(nullptr);
+    liveness_.fail(connecting, 0, e);
+  }
+  store.set_wait_check(nullptr);
+}
+
+// Before the transports connect: members of other backends would each wait in their own
+// (Gloo for addresses in the store, MPI in mpirun's world) until a timeout, and say nothing of
+// why. The backend is a setting the workers agree on, named like the others of the start-up
+// check (StrategyExtended::check_workers_agree).
+void ProcessCommunicator::agree_on_transport(const std::string& transport_name) {
+  std::string flag_value = transport_name;  // "Gloo" is --collective-backend gloo
+  for (char& c : flag_value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::vector<std::string> names = rendezvous_.exchange("backend", flag_value);
+  for (int r = 0; r < static_cast<int>(names.size()); ++r) {
+    if (names[static_cast<size_t>(r)] == names[0]) continue;
+    throw CollectiveError(
+        detail::concat("the workers disagree before step 1: ", member_name(r),
+                       " has --collective-backend = ", names[static_cast<size_t>(r)], " where ",
+                       member_name(0), " has --collective-backend = ", names[0],
+                       "; start every worker with the same collective backend"));
+  }
 }
 
 ProcessCommunicator::~ProcessCommunicator() {

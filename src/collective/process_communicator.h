@@ -64,6 +64,11 @@ class ProcessCommunicator : public Communicator {
   void abort(const std::string& reason) override;
 
  private:
+  // Every member names its backend through the store; CollectiveError naming the first that
+  // differs from member 0's.
+  void agree_on_transport(const std::string& transport_name);
+  // Makes transport_, failing at once (naming it) when a member is lost meanwhile.
+  void connect_transport(const std::string& transport_name, const MakeTransport& make_transport);
   // Every member's count of rows of `local`, in rank order (a small all-gather, waited for).
   std::vector<int64_t> gather_sizes(const at::Tensor& local);
   // Collective `what` described by `fingerprint` (null: point to point, not numbered): its

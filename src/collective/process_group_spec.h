@@ -42,6 +42,9 @@ struct ProcessGroupSpec {
   // anything of the job; empty: a job without one (the store then admits any client that
   // speaks its protocol).
   std::string job_token;
+  // The job's identity (job_id_from_environment, cluster_resolver.h): a store whose job has
+  // another one is not this group's; empty: a job without one.
+  std::string job_id;
   // An elastic job, whose workers may change between generations (docs/elastic.md): which
   // generation this group is. Its keys in the store live under store_key_scope(); the job keeps
   // one store for its whole life, hosted by generation 0's rank 0 (whose store host then stays

@@ -7,6 +7,8 @@
 #include "collective/store/store_client.h"
 #include "collective/store/store_host.h"
 #include "collective/store/store_server.h"
+#include "core/process_state.h"
+#include "core/stop_request.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -18,20 +20,24 @@ const std::string& self_name(const ProcessGroupSpec& spec) {
   return spec.members[static_cast<size_t>(spec.rank)].name;
 }
 
-// In a later generation of an elastic job every member has beaten before: one whose heartbeat
-// stopped while the others wait for it will not come (it died after the survivors agreed on the
-// generation). The others then fail at once instead of after the rendezvous timeout.
-class StalledMembers {
+// A member that announced itself (its process, its heartbeat) and is missing from a wait will
+// not come once its process has ended (seen at once on the same machine) or its heartbeat has
+// stood still for kStale: it was lost during the start-up (killed, or it died after the
+// survivors of an elastic job agreed on the generation). The others then fail at once, naming
+// it, as they would for a loss mid-run, instead of waiting out the rendezvous timeout.
+class LostMembers {
  public:
-  StalledMembers(StoreClient& store, const ProcessGroupSpec& spec)
+  LostMembers(StoreClient& store, const ProcessGroupSpec& spec)
       : store_(store), spec_(spec), beats_(store) {}
 
-  // The member `rank`, missing now, whose heartbeat has not moved for kStale: its name, or "".
-  std::string stalled(int rank) {
-    if (!spec_.elastic_generation.value_or(0)) return "";
+  // Why member `rank`, missing now, is lost ("its process ended"), or "".
+  std::string lost(int rank) {
     const std::string& name = spec_.members[static_cast<size_t>(rank)].name;
-    if (!store_.check({"alive/" + name})) return "";  // never beat: not this watch's to judge
-    return beats_.still_for(name) > kStale ? member_name(spec_, rank) : "";
+    const std::string process = StoreClient::kProcessIdentityKeyPrefix + name;
+    if (store_.check({process}) && detail::identified_process_ended(to_text(store_.get(process))))
+      return "its process ended";
+    if (!store_.check({StoreClient::kProcessKeyPrefix + name})) return "";  // never beat
+    return beats_.still_for(name) > kStale ? "its heartbeat has not moved for 3 s" : "";
   }
 
  private:
@@ -41,12 +47,17 @@ class StalledMembers {
   HeartbeatWatch beats_;
 };
 
+// A store that has not closed yet may still belong to a job whose members were all killed: its
+// host sees their beats stop within 3 s and then closes. A refused token is given this long
+// before it is taken for the user's mistake.
+constexpr std::chrono::seconds kOldStoreLinger{6};
+
 }  // namespace
 
 c10::intrusive_ptr<StoreClient> connect_to_store(const ProcessGroupSpec& spec,
                                                  std::chrono::milliseconds timeout) {
   return c10::make_intrusive<StoreClient>(spec.store_address, timeout, spec.job_token,
-                                          store_key_scope(spec));
+                                          store_key_scope(spec), spec.job_id);
 }
 
 std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
@@ -88,11 +99,12 @@ void Rendezvous::host_store() {
     std::vector<std::string> names;
     for (const auto& member : spec_.members) names.push_back(member.name);
     start_store_host({host.binary, at, names, spec_.rendezvous_timeout, spec_.collective_timeout,
-                      self_name(spec_), spec_.job_token, spec_.elastic_generation.has_value()});
+                      self_name(spec_), spec_.job_token, spec_.job_id,
+                      spec_.elastic_generation.has_value()});
     return;
   }
   try {
-    server_ = std::make_unique<StoreServer>(at, spec_.job_token);
+    server_ = std::make_unique<StoreServer>(at, spec_.job_token, spec_.job_id);
   } catch (const std::exception& e) {
     throw CollectiveError(detail::concat("cannot host the rendezvous store at ", at.to_string(),
                                          " (", self_name(spec_), "): ", e.what(),
@@ -103,44 +115,60 @@ void Rendezvous::host_store() {
 void Rendezvous::connect() {
   const HostPort at = spec_.store_address;
   const std::string& self = self_name(spec_);
-  // A store that already lists this task as joined, or that is closing, is not this job's: the
-  // host of a previous job on the same address, which exits within seconds once its members
-  // are gone (joining it would keep it alive with our heartbeat), or a second process was
-  // started as this task. Leave it at once and try again until the rendezvous timeout.
+  // A store that says it is another job's, that is closing, or that already lists this task as
+  // joined is not this job's: the host of a previous job on the same address, which exits as
+  // soon as its members are gone (joining it would keep it alive with our heartbeat), or a
+  // second process was started as this task. Leave it at once and try again until the
+  // rendezvous timeout.
   const auto wait = spec_.rendezvous_timeout +
                     (spec_.rank == 0 ? std::chrono::milliseconds(0) : kStoreHostStartAllowance);
-  const auto deadline = Clock::now() + wait;
+  const auto start = Clock::now();
+  const auto deadline = start + wait;
+  std::string not_ours;
   while (true) {
     try {
-      store_ = connect_to_store(spec_, wait);
-    } catch (const std::exception& e) {
-      if (spec_.rank == 0)
+      store_ = connect_to_store(spec_, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::max(deadline - Clock::now(), Clock::duration(0))));
+      const bool joined = store_->check({"joined/" + self});
+      const bool closing = !joined && store_->check({store::kClosingKey});
+      if (!joined && !closing) return;
+      not_ours = joined ? detail::concat("the rendezvous store at ", at.to_string(),
+                                         " already lists ", self,
+                                         " as joined: another job on these addresses is still "
+                                         "running, or two processes were started as ",
+                                         self, "; stop it or use other ports")
+                        : detail::concat("the rendezvous store at ", at.to_string(),
+                                         " is closing: its job ended before ", self,
+                                         " connected; start every worker of a job together");
+      store_.reset();
+    } catch (const StoreOfAnotherJob& e) {
+      not_ours = detail::concat(e.what(), "; ", self,
+                                " waited for its own job's store until the rendezvous timeout: "
+                                "stop the other job or use other ports");
+    } catch (const StoreRefused& e) {
+      if (Clock::now() > std::min(deadline, start + kOldStoreLinger)) throw;
+      not_ours = e.what();
+    } catch (const CollectiveError& e) {
+      if (spec_.rank == 0) {
         throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
                                              at.to_string(), " that ", self,
                                              " just started: ", e.what()));
+      }
       throw CollectiveError(detail::concat(
           member_name(spec_, 0), " never joined: its rendezvous store at ", at.to_string(),
           " did not answer within ", wait.count() / 1000.0, " s (", e.what(), ")"));
     }
-    const bool joined = store_->check({"joined/" + self});
-    const bool closing = !joined && store_->check({"closing"});
-    if (!joined && !closing) return;
-    store_.reset();
-    if (Clock::now() > deadline)
-      throw CollectiveError(
-          joined
-              ? detail::concat("the rendezvous store at ", at.to_string(), " already lists ", self,
-                               " as joined: another job on these addresses is still running, "
-                               "or two processes were started as ",
-                               self, "; stop it or use other ports")
-              : detail::concat("the rendezvous store at ", at.to_string(),
-                               " is closing: its job ended before ", self,
-                               " connected; start every worker of a job together"));
+    if (Clock::now() > deadline) throw CollectiveError(not_ours);
+    detail::throw_if_stop_requested("waiting for the rendezvous store");
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }
 
 void Rendezvous::join() {
+  // The process first: once "joined" is there, the others may wait for this member's next key
+  // and must be able to tell that its process has ended.
+  store_->set(StoreClient::kProcessIdentityKeyPrefix + self_name(spec_),
+              to_bytes(detail::process_identity()));
   store_->set("joined/" + self_name(spec_), to_bytes("1"));
   wait_for_all("joined/", "joined");
 }
@@ -152,6 +180,18 @@ std::vector<std::string> Rendezvous::exchange(const std::string& key, const std:
   for (const auto& member : spec_.members)
     values.push_back(to_text(store_->get("exchange/" + key + "/" + member.name)));
   return values;
+}
+
+std::function<void()> Rendezvous::lost_member_check(const std::string& what) {
+  auto lost_members = std::make_shared<LostMembers>(*store_, spec_);
+  return [this, lost_members, what] {
+    for (int r = 0; r < static_cast<int>(spec_.members.size()); ++r) {
+      if (r == spec_.rank) continue;
+      const std::string why = lost_members->lost(r);
+      DIST_CHECK(why.empty(), CollectiveError, "lost worker: ", member_name(spec_, r), " (", why,
+                 ") stopped while the workers were ", what);
+    }
+  };
 }
 
 bool Rendezvous::publish_failure(const std::string& reason) noexcept {
@@ -173,18 +213,26 @@ void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
                                           "; is every worker started with the same TF_CONFIG "
                                           "cluster?"));
   };
-  StalledMembers stalled_members(*store_, spec_);
+  LostMembers lost_members(*store_, spec_);
   while (true) {
+    detail::throw_if_stop_requested(what == std::string("joined")
+                                        ? "waiting for every worker to join the rendezvous"
+                                        : "waiting for every worker to reach the start-up check");
     std::string now_missing;
     std::string failures;
-    std::string stalled;
+    std::string lost;
     try {
       failures = failure_reports(*store_, spec_);
       for (int r = 0; r < static_cast<int>(spec_.members.size()); ++r) {
         if (store_->check({prefix + spec_.members[static_cast<size_t>(r)].name})) continue;
         now_missing += (now_missing.empty() ? "" : ", ") + member_name(spec_, r);
-        if (stalled.empty()) stalled = stalled_members.stalled(r);
+        if (lost.empty()) {
+          const std::string why = lost_members.lost(r);
+          if (!why.empty()) lost = member_name(spec_, r) + " (" + why + ")";
+        }
       }
+    } catch (const StopRequested&) {
+      throw;
     } catch (const std::exception& e) {
       // The store's host gave up first (its own rendezvous timeout): report what was missing.
       if (!missing.empty()) throw never(" and the rendezvous store closed");
@@ -201,8 +249,7 @@ void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
                                            " stops too (it was waiting until every worker ", what,
                                            ")"));
     }
-    DIST_CHECK(stalled.empty(), CollectiveError, "lost worker: ", stalled,
-               " stopped (its heartbeat has not moved for 3 s) before it ", what);
+    DIST_CHECK(lost.empty(), CollectiveError, "lost worker: ", lost, " stopped before it ", what);
     missing = now_missing;
     if (Clock::now() > deadline) throw never("");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ class Rendezvous {
   void join();
   // Publishes `value` under `key` and returns every member's, in rank order.
   std::vector<std::string> exchange(const std::string& key, const std::string& value);
+  // A check for StoreClient::set_wait_check while the members do `what` through the store
+  // ("connecting the gloo process group"): CollectiveError naming a member whose process ended
+  // or whose heartbeat stopped, which will not write what the others wait for.
+  std::function<void()> lost_member_check(const std::string& what);
   // Publishes that this member fails for `reason`; false when the store is gone.
   bool publish_failure(const std::string& reason) noexcept;
   // Whether a wait ended because a peer published its failure (this member then stops too,

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -389,6 +391,24 @@ std::string job_token_from_environment(const EnvironmentVariables& env) {
   const std::string line = first_line_of_token_file(*file);
   check_job_token(line, "the token in DIST_JOB_TOKEN_FILE='" + *file + "'");
   return line;
+}
+
+std::string job_id_from_environment(const EnvironmentVariables& env) {
+  if (const auto id = lookup(env, "DIST_JOB_ID")) {
+    const bool printable = std::all_of(id->begin(), id->end(), [](char c) {
+      return std::isgraph(static_cast<unsigned char>(c)) != 0;
+    });
+    DIST_CHECK_ARG(!id->empty() && id->size() <= 256 && printable, "DIST_JOB_ID='", *id,
+                   "' is not a job identity: use 1 to 256 printable characters without spaces "
+                   "(or unset it)");
+    return *id;
+  }
+  const auto slurm_job = lookup(env, "SLURM_JOB_ID");
+  if (slurm_job && !slurm_job->empty())
+    return "slurm:" + *slurm_job + "." + lookup(env, "SLURM_STEP_ID").value_or("");
+  const auto namespace_of_mpirun = lookup(env, "PMIX_NAMESPACE");
+  if (namespace_of_mpirun && !namespace_of_mpirun->empty()) return "pmix:" + *namespace_of_mpirun;
+  return "";
 }
 
 ResolvedCluster resolve_cluster(const EnvironmentVariables& env) {

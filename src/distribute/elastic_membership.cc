@@ -7,6 +7,7 @@
 #include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
 #include "core/process_state.h"
+#include "core/stop_request.h"
 #include "dist/core/error.h"
 
 namespace dist::detail {
@@ -55,14 +56,24 @@ std::vector<std::string> split_names(const std::string& text) {
 }
 
 ElasticMembership::ElasticMembership(const HostPort& store, const std::string& job_token,
-                                     std::string self, std::chrono::milliseconds timeout)
+                                     std::string job_id, std::string self,
+                                     std::chrono::milliseconds timeout)
     : self_(std::move(self)),
       job_token_(job_token),
-      store_(c10::make_intrusive<collective::StoreClient>(store, timeout, job_token)) {}
+      job_id_(std::move(job_id)),
+      store_(c10::make_intrusive<collective::StoreClient>(store, timeout, job_token, "", job_id_)) {
+}
 
 ElasticMembership::~ElasticMembership() {
   stopping_ = true;
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (!beaten_) return;
+  try {
+    const std::string counter = collective::StoreClient::kProcessKeyPrefix + self_;
+    store_->set(collective::StoreClient::kLeftKeyPrefix + self_,
+                to_bytes(std::to_string(store_->add(counter, 0))));
+  } catch (...) {  // the store is gone: nobody waits for this worker
+  }
 }
 
 void ElasticMembership::start_heartbeat() {
@@ -77,11 +88,12 @@ void ElasticMembership::beat() {
   while (!stopping_) {
     try {
       if (!store) {
-        store = c10::make_intrusive<collective::StoreClient>(store_->address(),
-                                                             std::chrono::seconds(5), job_token_);
+        store = c10::make_intrusive<collective::StoreClient>(
+            store_->address(), std::chrono::seconds(5), job_token_, "", job_id_);
         store->set("elastic/process/" + self_, to_bytes(process_identity()));
       }
       store->add("alive/" + self_, 1);
+      beaten_ = true;
     } catch (...) {
       store.reset();  // the store is unreachable now: try again at the next beat
     }
@@ -99,6 +111,7 @@ std::vector<std::string> ElasticMembership::next_after_loss(
   GoneWatch watch(*store_);
   const auto give_up = Clock::now() + wait_for_members;
   while (!store_->check({at + "next"})) {
+    detail::throw_if_stop_requested("agreeing on the elastic job's next generation");
     std::vector<std::string> staying;
     bool undecided = false;
     for (const auto& name : members) {
@@ -142,6 +155,7 @@ std::optional<std::string> read_end(collective::StoreClient& store, const std::s
 
 void ElasticMembership::mark_stopped(const std::string& why) {
   record_end(*store_, "elastic/stopped", why);
+  record_end(*store_, collective::store::kClosingKey, "1");
 }
 
 std::optional<std::string> ElasticMembership::stopped() {
@@ -150,6 +164,7 @@ std::optional<std::string> ElasticMembership::stopped() {
 
 void ElasticMembership::mark_finished(const std::string& how) {
   record_end(*store_, "elastic/finished", how);
+  record_end(*store_, collective::store::kClosingKey, "1");
 }
 
 std::optional<std::string> ElasticMembership::finished() {
@@ -264,22 +279,47 @@ std::optional<std::vector<std::string>> ElasticMembership::next_members(int gene
   const std::string key = prefix(generation) + "next";
   GoneWatch watch(*store_);
   while (!store_->check({key})) {
+    detail::throw_if_stop_requested("waiting for the chief to admit the joining workers");
     if (watch.gone(chief)) return std::nullopt;
     std::this_thread::sleep_for(kPollEvery);
   }
   return split_names(to_text(store_->get(key)));
 }
 
-bool ElasticMembership::job_running(const HostPort& store, const std::string& job_token,
-                                    std::chrono::milliseconds timeout) {
-  if (!collective::store_listening(store, timeout)) return false;  // the job starts now
+ElasticMembership::FoundJob ElasticMembership::find_job(const HostPort& store,
+                                                        const std::string& job_token,
+                                                        const std::string& job_id,
+                                                        std::chrono::milliseconds timeout) {
+  using State = FoundJob::State;
+  auto only = [](State state) {
+    FoundJob found;
+    found.state = state;
+    return found;
+  };
+  if (!collective::store_listening(store, timeout)) return {};  // the job starts now
+  std::optional<collective::StoreClient> client;
   try {
-    collective::StoreClient client(store, timeout, job_token);
-    // A store that is closing is a finished job's (its host exits within seconds).
-    return client.check({"elastic/running"}) && !client.check({"closing"});
+    client.emplace(store, timeout, job_token, "", job_id);
+  } catch (const collective::StoreOfAnotherJob&) {
+    return only(State::kAnother);
   } catch (const CollectiveError&) {
-    return false;  // no store yet: the job starts now
+    return {};  // no store yet, or it refused the token: the rendezvous says so
   }
+  FoundJob found;
+  for (const char* key : {"elastic/stopped", "elastic/finished"}) {
+    if (!client->check({key})) continue;
+    found.state = State::kEnded;
+    found.stopped = key == std::string("elastic/stopped");
+    found.how = to_text(client->get(key));
+    const std::string key_of_id = collective::store::kJobIdKey;
+    found.same_job =
+        !job_id.empty() && client->check({key_of_id}) && to_text(client->get(key_of_id)) == job_id;
+    return found;
+  }
+  // Closing without an end recorded: every worker of that job was lost or failed.
+  if (client->check({collective::store::kClosingKey})) return only(State::kAnother);
+  if (client->check({"elastic/running"})) return only(State::kRunning);
+  return {};
 }
 
 int64_t ElasticMembership::ask_to_join(const std::string& settings) {
@@ -296,12 +336,18 @@ ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
   const std::string key = "elastic/admitted/" + std::to_string(ticket);
   const auto give_up = std::chrono::steady_clock::now() + wait;
   while (!store_->check({key}) && std::chrono::steady_clock::now() < give_up) {
+    detail::throw_if_stop_requested("waiting to join the running elastic job");
     if (const auto why = stopped())
       throw CollectiveError(
           detail::concat("the elastic job stopped before it admitted ", self_, ": ", *why));
     if (auto done = finished()) {
       Admission none;
       none.finished = std::move(done);
+      return none;
+    }
+    if (store_->check({collective::store::kClosingKey})) {
+      Admission none;
+      none.job_gone = true;
       return none;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -12,6 +12,10 @@
 //   elastic/running             set by the first generation's chief: a worker that starts later
 //                               joins instead of starting the job
 //   elastic/stopped             why the job stopped below its minimum (nobody to join)
+//   elastic/finished            how the job finished (its last chief writes it)
+//   left/<name>                 alive/<name>'s value when the worker's process left the job
+//   closing                     set with elastic/stopped and elastic/finished (and by the
+//                               store's host once every worker is gone): the job has ended
 //   elastic/join-tickets        a counter: the tickets handed to workers asking to join
 //   elastic/join/<n>            ticket n: the joiner's name, its process (process_state.h) and
 //                               its settings, one per line (a ticket whose process ended is
@@ -45,10 +49,13 @@ namespace dist::detail {
 
 class ElasticMembership {
  public:
-  // Connects to the job's store at `store` (the first generation started it) as `self`; no
-  // heartbeat until start_heartbeat().
-  ElasticMembership(const HostPort& store, const std::string& job_token, std::string self,
-                    std::chrono::milliseconds timeout);
+  // Connects to the job's store at `store` (the first generation started it) as `self`, with
+  // the job's token and identity; no heartbeat until start_heartbeat(). Throws
+  // collective::StoreOfAnotherJob when the store is another job's.
+  ElasticMembership(const HostPort& store, const std::string& job_token, std::string job_id,
+                    std::string self, std::chrono::milliseconds timeout);
+  // Once it has beaten: says that this worker left (left/<self>), so that the store's host
+  // closes as soon as the job's last worker has, without waiting for its beat to go stale.
   ~ElasticMembership();
   ElasticMembership(const ElasticMembership&) = delete;
   ElasticMembership& operator=(const ElasticMembership&) = delete;
@@ -67,13 +74,15 @@ class ElasticMembership {
   // A generation's chief, once it formed with `size` workers: later workers join instead of
   // starting the job, and the job's sizes read on (elastic/sizes/<g>).
   void mark_running(int generation, int size);
-  // The job stopped below its minimum, for `why`: a worker that comes to join learns it at once.
+  // The job stopped below its minimum, for `why`: a worker of this job that comes to join
+  // learns it at once. The store is closing from now on: a member of a later job on the same
+  // addresses leaves it (Rendezvous::connect).
   void mark_stopped(const std::string& why);
   // Why the job stopped, if it did.
   std::optional<std::string> stopped();
   // The last generation's chief, once the job ended ("at step 150"): a worker still waiting to
   // join (it asked after the last step boundary that could admit it) learns it has nothing to
-  // do.
+  // do. The store is closing from now on, as after mark_stopped.
   void mark_finished(const std::string& how);
   // How the job finished ("at step 150"), if it did.
   std::optional<std::string> finished();
@@ -97,10 +106,29 @@ class ElasticMembership {
     std::vector<std::string> previous;  // the members of the generation before
     // Set instead when the job finished before a step boundary admitted this worker.
     std::optional<std::string> finished;
+    // Set instead when every worker of the job was lost (its store closed) before one admitted
+    // this worker: there is no job to join, and this worker starts the job anew.
+    bool job_gone = false;
   };
-  // Whether the job at `store` already runs (its first generation formed), within `timeout`.
-  static bool job_running(const HostPort& store, const std::string& job_token,
-                          std::chrono::milliseconds timeout);
+
+  // What a worker that starts finds at the job's store address.
+  struct FoundJob {
+    enum class State {
+      kNone,     // no store, or one whose first generation has not formed: the job starts now
+      kRunning,  // this job runs (its first generation formed): join it
+      kEnded,    // a job ended there: `how` ("finished at step 10", or why it stopped)
+      kAnother,  // the store is another job's, or closing: wait for it to go
+    };
+    State state = State::kNone;
+    std::string how;
+    bool stopped = false;  // kEnded: it stopped below its minimum (else it finished)
+    // kEnded: the store's job has this worker's non-empty identity, so it is this job (a
+    // worker started again just as the job ended), not a previous one on the same addresses.
+    bool same_job = false;
+  };
+  // Looks at the store at `store` within `timeout` (a stop signal: StopRequested).
+  static FoundJob find_job(const HostPort& store, const std::string& job_token,
+                           const std::string& job_id, std::chrono::milliseconds timeout);
   // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines);
   // the ticket to wait on.
   int64_t ask_to_join(const std::string& settings);
@@ -132,8 +160,10 @@ class ElasticMembership {
 
   std::string self_;
   std::string job_token_;
+  std::string job_id_;
   c10::intrusive_ptr<collective::StoreClient> store_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> beaten_{false};
   std::thread heartbeat_;
 };
 

@@ -85,6 +85,7 @@ collective::ProcessGroupSpec process_group(const ClusterConfig& config,
     check_job_token(communication.job_token, "CommunicationOptions::job_token");
     spec.job_token = communication.job_token;
   }
+  spec.job_id = communication.job_id.empty() ? job_id_from_environment() : communication.job_id;
   return spec;
 }
 

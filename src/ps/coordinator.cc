@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 
+#include "core/stop_request.h"
 #include "dist/core/error.h"
 #include "ps/ps_service.h"
 #include "ps/rpc_status.h"
@@ -12,7 +13,6 @@
 #include "ps/task_server.h"
 #include "ps/tensor_codec.h"
 #include "ps/worker_service.h"
-#include "train/stop_signal.h"
 
 namespace dist::detail {
 namespace {

@@ -4,48 +4,49 @@
 
 #include <atomic>
 
-#include "dist/core/error.h"
-#include "train/stop_signal.h"
+#include "core/stop_request.h"
 
 namespace dist {
 namespace {
 
-std::atomic<int> received{0};
-std::atomic<bool> installed{false};
+// Watchers alive now: the first installs the handlers, the last restores the previous ones. A
+// watcher made while another exists (fit's BackupAndRestore inside dist-train's start-up
+// watcher) shares the outer one's handlers and keeps a signal that arrived before it.
+std::atomic<int> watchers{0};
 struct sigaction previous_term, previous_int;
 
 extern "C" void on_stop_signal(int signal_number) {
-  if (received.load() != 0) {
+  if (detail::recorded_stop_signal() != 0) {
     // Second signal: the user insists. Default action from now on, then deliver it.
     ::signal(signal_number, SIG_DFL);
     ::raise(signal_number);
     return;
   }
-  received.store(signal_number);
+  detail::record_stop_signal(signal_number);
 }
 
 }  // namespace
 
 PreemptionWatcher::PreemptionWatcher() {
-  DIST_CHECK_ARG(!installed.exchange(true), "only one PreemptionWatcher may exist at a time");
-  received.store(0);
+  if (watchers.fetch_add(1) > 0) return;
+  detail::record_stop_signal(0);
   struct sigaction action = {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking calls in the step carry on; we stop after it
   ::sigaction(SIGTERM, &action, &previous_term);
   ::sigaction(SIGINT, &action, &previous_int);
+  detail::set_stop_watching(true);
 }
 
 PreemptionWatcher::~PreemptionWatcher() {
+  if (watchers.fetch_sub(1) > 1) return;
   ::sigaction(SIGTERM, &previous_term, nullptr);
   ::sigaction(SIGINT, &previous_int, nullptr);
-  installed.store(false);
+  detail::set_stop_watching(false);
 }
 
-bool PreemptionWatcher::requested() const { return received.load() != 0; }
-int PreemptionWatcher::signal_number() const { return received.load(); }
-
-int detail::pending_stop_signal() { return installed.load() ? received.load() : 0; }
+bool PreemptionWatcher::requested() const { return detail::recorded_stop_signal() != 0; }
+int PreemptionWatcher::signal_number() const { return detail::recorded_stop_signal(); }
 
 }  // namespace dist

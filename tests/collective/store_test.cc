@@ -49,7 +49,11 @@ int raw_connect(const std::string& ip, int port) {
 // The protocol's hello on a raw connection, and the server's answer to it.
 bool say_hello(int fd) {
   store::Writer hello;
-  hello.u8(static_cast<uint8_t>(store::Op::kHello)).str(store::kMagic).u32(store::kVersion).str("");
+  hello.u8(static_cast<uint8_t>(store::Op::kHello))
+      .str(store::kMagic)
+      .u32(store::kVersion)
+      .str("")   // no job token
+      .str("");  // no job identity
   const auto frame = hello.frame();
   if (send(fd, frame.data(), frame.size(), 0) != static_cast<ssize_t>(frame.size())) return false;
   uint8_t ok[5];
@@ -256,6 +260,38 @@ TEST(StoreTest, AJobTokenKeepsStrangersOutAndLogsThemWhileMembersAreServed) {
   EXPECT_NE(text.find("102 127.0.0.1:"), std::string::npos) << text;
   EXPECT_NE(text.find("its first message is not the store's hello"), std::string::npos) << text;
   EXPECT_EQ(text.find(token), std::string::npos) << "the log must not hold the token";
+}
+
+// Issue 55, 2: a member of the next job on these addresses was told "the job token does not
+// match" by the previous job's closing store, and gave up. Another job's member (another
+// identity, or another token once the store is closing) is told the store is not its job's, a
+// kind of its own (StoreOfAnotherJob) that the rendezvous leaves to wait for its own store.
+TEST(StoreTest, AMemberOfAnotherJobIsToldSoNotBlamedForItsToken) {
+  const std::string token = "5e1f0c2a9b7d4e3f8a6c1b0d2e4f6a8c";
+  StoreServer server({"127.0.0.1", 0}, token, "job-1");
+  const HostPort at = server.address();
+  auto kind_of_refusal = [&](const std::string& their_token, const std::string& their_id) {
+    try {
+      StoreClient(at, milliseconds(2000), their_token, "", their_id);
+      return std::string("admitted");
+    } catch (const StoreOfAnotherJob& e) {
+      return std::string("another job: ") + e.what();
+    } catch (const StoreRefused& e) {
+      return std::string("refused: ") + e.what();
+    }
+  };
+  EXPECT_EQ(kind_of_refusal(token, "job-1"), "admitted");
+  EXPECT_EQ(kind_of_refusal(token, ""), "admitted");  // started by hand: it cannot tell
+  EXPECT_EQ(kind_of_refusal(token, "job-2").rfind("another job: ", 0), 0u);
+  EXPECT_NE(kind_of_refusal(token, "job-2").find("belongs to another job"), std::string::npos);
+  const std::string wrong = kind_of_refusal("ffffffffffffffffffffffffffffffff", "");
+  EXPECT_EQ(wrong.rfind("refused: ", 0), 0u) << wrong;  // the job runs: a wrong token is one
+  server.set("closing", "1");
+  const std::string late = kind_of_refusal("ffffffffffffffffffffffffffffffff", "");
+  EXPECT_EQ(late.rfind("another job: ", 0), 0u) << late;
+  EXPECT_NE(late.find("job has ended and it is closing"), std::string::npos) << late;
+  EXPECT_EQ(kind_of_refusal(token, "job-1"), "admitted");  // its own members still read it
+  EXPECT_EQ(StoreClient(at, milliseconds(2000), token).get("dist/job-id"), bytes("job-1"));
 }
 
 TEST(StoreTest, AConnectionThatNeverSaysHelloIsClosedAfterTheHelloTimeout) {

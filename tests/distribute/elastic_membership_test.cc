@@ -19,7 +19,7 @@ using collective::StoreServer;
 using collective::to_bytes;
 
 std::unique_ptr<ElasticMembership> member(const StoreServer& server, const std::string& name) {
-  return std::make_unique<ElasticMembership>(server.address(), "", name, 10s);
+  return std::make_unique<ElasticMembership>(server.address(), "", "", name, 10s);
 }
 
 const std::string kSettings = "--lr=0.001\n--global-batch=64\n";
@@ -56,7 +56,8 @@ TEST(ElasticMembershipTest, AJoinerIsAdmittedAtARegroupAndOneWithOtherSettingsAt
   StoreServer server({"127.0.0.1", 0});
   auto chief = member(server, "worker:0");
   chief->mark_running(0, 1);
-  EXPECT_TRUE(ElasticMembership::job_running(server.address(), "", 2s));
+  EXPECT_EQ(ElasticMembership::find_job(server.address(), "", "", 2s).state,
+            ElasticMembership::FoundJob::State::kRunning);
   const std::vector<std::string> members{"worker:0"};
   EXPECT_FALSE(chief->join_requested(members, kSettings));
   auto other = member(server, "worker:2");
@@ -104,6 +105,50 @@ TEST(ElasticMembershipTest, AJoinerWaitingWhenTheJobFinishesLearnsIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_EQ(admission.finished, std::optional<std::string>("at step 40"));
   EXPECT_TRUE(admission.members.empty());
+}
+
+// What a worker that starts finds at the store's address (issue 55): its own job ended only when
+// the store has its identity; a job that ended, a closing store, or another job's store is a
+// previous job's leftovers, never a job to join or a reason to do nothing.
+TEST(ElasticMembershipTest, AWorkerTellsItsOwnJobsEndFromAPreviousJobsLeftovers) {
+  using State = ElasticMembership::FoundJob::State;
+  const auto find = [](const StoreServer& server, const std::string& job_id) {
+    return ElasticMembership::find_job(server.address(), "", job_id, 2s);
+  };
+  StoreServer by_hand({"127.0.0.1", 0});  // workers started without a job identity
+  ElasticMembership(by_hand.address(), "", "", "worker:0", 5s).mark_finished("at step 10");
+  const auto found = find(by_hand, "");
+  EXPECT_EQ(found.state, State::kEnded);
+  EXPECT_EQ(found.how, "at step 10");
+  EXPECT_FALSE(found.same_job);  // a rerun by hand trains, it does not do nothing
+
+  StoreServer launched({"127.0.0.1", 0}, "", "launch-1.0");
+  ElasticMembership(launched.address(), "", "launch-1.0", "worker:0", 5s)
+      .mark_stopped("lost worker:1");
+  const auto own = find(launched, "launch-1.0");  // a worker of that job, started again
+  EXPECT_EQ(own.state, State::kEnded);
+  EXPECT_TRUE(own.stopped);
+  EXPECT_TRUE(own.same_job);
+  EXPECT_EQ(find(launched, "launch-2.0").state, State::kAnother);  // the next launch's
+
+  StoreServer running({"127.0.0.1", 0}, "", "launch-3.0");
+  ElasticMembership(running.address(), "", "launch-3.0", "worker:0", 5s).mark_running(0, 2);
+  EXPECT_EQ(find(running, "launch-3.0").state, State::kRunning);
+  EXPECT_EQ(find(running, "launch-4.0").state, State::kAnother);
+  running.set("closing", "1");  // every worker lost: its host closes it
+  EXPECT_EQ(find(running, "launch-3.0").state, State::kAnother);
+}
+
+// A joiner whose job lost every worker (its store closes) starts the job anew.
+TEST(ElasticMembershipTest, AJoinerWhoseJobIsGoneLearnsIt) {
+  StoreServer server({"127.0.0.1", 0});
+  member(server, "worker:0")->mark_running(0, 1);
+  auto joiner = member(server, "worker:1");
+  const int64_t ticket = joiner->ask_to_join(kSettings);
+  server.set("closing", "1");
+  const auto admission = joiner->await_admission(ticket, 5s);
+  EXPECT_TRUE(admission.job_gone);
+  EXPECT_FALSE(admission.finished);
 }
 
 }  // namespace

@@ -300,6 +300,37 @@ TEST(ClusterLaunchTest, KilledWorkerUnderMaxRestartsResumesToTheSameWeightsBitFo
   expect_same_weights(dir.file("whole.safetensors"), dir.file("restarted.safetensors"));
 }
 
+// Issue 55, 9: an mpirun MPMD job whose ranks ask for different backends. Before, the gloo rank
+// timed out in Gloo after 20 s and the mpi rank said nothing; now both name the setting at
+// once, as the start-up check names the others.
+TEST(ClusterLaunchTest, RanksOfOtherBackendsNameTheDisagreement) {
+  const std::string mpirun = find_program("mpirun");
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
+  testing::TempDir dir;
+  std::vector<std::string> args;
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"--oversubscribe", "-x", "DIST_PORT_BASE", "-x", "DIST_JOB_TOKEN"});
+  for (const char* backend : {"mpi", "gloo"}) {
+    if (std::string(backend) == "gloo") args.push_back(":");
+    args.insert(args.end(), {"-np", "1", DIST_TRAIN_BINARY, "--collective-backend", backend});
+    for (const auto& a : job_args("multi_worker", dir.file("w.safetensors"), 5)) args.push_back(a);
+  }
+  WorkerProcesses launcher;
+  launcher.start(mpirun, args,
+                 {"DIST_PORT_BASE=" + std::to_string(free_loopback_ports(1).at(0)),
+                  "DIST_JOB_TOKEN=" + kToken});
+  const ProcessResult result = launcher.wait_all(120s).at(0);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("--collective-backend = gloo where worker:0 (127.0.0.1:"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("has --collective-backend = mpi"), std::string::npos)
+      << result.output;
+  std::printf("mpi and gloo ranks: mpirun exited %d after %.1f s\n", result.exit_code,
+              result.seconds);
+  EXPECT_LT(result.seconds, 60.0) << result.output;
+}
+
 // Sends `count` connections of random bytes to 127.0.0.1:port.
 void knock_with_garbage(int port, int count) {
   std::mt19937 random(11);

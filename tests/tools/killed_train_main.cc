@@ -17,17 +17,24 @@
 //                    bench/elastic_recovery.sh to time a recovery from the kill
 // --hold-at-step N   once step N completes, wait until PATH exists (60 s at most), so that a
 //                    worker the test starts meanwhile joins before the job ends
+// --kill-at-key K    SIGKILL itself as soon as key K appears in the job's rendezvous store
+//                    (watched every 5 ms from a thread of its own): a loss at a chosen point
+//                    of the start-up, such as "generation/0/joined/worker:1"
+// --kill-once-file F with --kill-at-key: only when F does not exist yet (it is made first), so
+//                    that the process a launcher starts again does not die the same way
 // Otherwise it exits as dist-train does.
 #include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "collective/store/store_client.h"
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
 #include "elastic_job.h"
@@ -43,6 +50,8 @@ struct Faults {
   bool print_steps = false;
   int64_t hold_at = -1;
   std::string until_file;
+  std::string kill_at_key;
+  std::string kill_once_file;
 };
 
 int64_t unix_ms() {
@@ -55,6 +64,30 @@ void hold_until(const std::string& path) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// --kill-at-key: a detached thread that watches the store of the job in TF_CONFIG.
+void kill_when_key_appears(const std::string& key, const std::string& once_file) {
+  if (!once_file.empty()) {
+    if (std::filesystem::exists(once_file)) return;
+    std::ofstream(once_file) << "killed once\n";
+  }
+  const dist::HostPort store = dist::resolve_cluster().config.cluster.store_address();
+  const std::string token = dist::job_token_from_environment();
+  const std::string job_id = dist::job_id_from_environment();
+  std::thread([store, token, job_id, key] {
+    while (true) {
+      try {
+        dist::collective::StoreClient client(store, std::chrono::seconds(60), token, "", job_id);
+        while (true) {
+          if (client.check({key})) ::raise(SIGKILL);
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // not up yet, or closing
+      }
+    }
+  }).detach();
 }
 
 }  // namespace
@@ -77,6 +110,10 @@ int main(int argc, char** argv) {
       faults.print_steps = true;
     else if (flag == "--kill-on-loss" && valued)
       faults.kill_on_loss = argv[++i];
+    else if (flag == "--kill-at-key" && valued)
+      faults.kill_at_key = argv[++i];
+    else if (flag == "--kill-once-file" && valued)
+      faults.kill_once_file = argv[++i];
     else
       rest.push_back(argv[i]);
   }
@@ -87,8 +124,11 @@ int main(int argc, char** argv) {
   dist::tools::CommandLine line =
       dist::tools::parse_command_line(static_cast<int>(rest.size()), rest.data());
   if (line.exit_code) return *line.exit_code;
-  if (faults.kill_worker >= 0 && dist::resolve_cluster().config.task.index != faults.kill_worker)
+  if (faults.kill_worker >= 0 && dist::resolve_cluster().config.task.index != faults.kill_worker) {
     faults.kill_at = -1;
+    faults.kill_at_key.clear();
+  }
+  if (!faults.kill_at_key.empty()) kill_when_key_appears(faults.kill_at_key, faults.kill_once_file);
   line.options.after_step = [faults](int64_t step) {
     if (faults.print_steps)
       std::cout << "killed_train: " << (step == faults.kill_at ? "killed at" : "step") << " "
@@ -108,6 +148,9 @@ int main(int argc, char** argv) {
   } catch (const dist::InvalidArgument& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 2;
+  } catch (const dist::StopRequested& e) {
+    std::cerr << "killed_train: " << e.what() << std::endl;
+    return 4;
   } catch (const dist::tools::ElasticJobStopped& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 5;

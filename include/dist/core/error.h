@@ -39,6 +39,14 @@ class CollectiveError : public Error {
   using Error::Error;
 };
 
+// A stop signal (SIGTERM or SIGINT, caught by a PreemptionWatcher) arrived while the library
+// waited for other processes (the rendezvous, a worker joining an elastic job): it gave up the
+// wait. Not a CollectiveError: nobody was lost, the process was asked to stop.
+class StopRequested : public Error {
+ public:
+  using Error::Error;
+};
+
 // An iterator has no element left (a scheduled step asked for more data than its worker's
 // pass over the dataset holds).
 class OutOfRange : public Error {

@@ -78,6 +78,15 @@ ResolvedCluster resolve_cluster(const EnvironmentVariables& env = process_enviro
 // file cannot be read, or the token is not 16 to 1024 printable characters without spaces.
 std::string job_token_from_environment(const EnvironmentVariables& env = process_environment());
 
+// The job's identity: what every worker of one job (and every restart of it) shares and a later
+// job on the same addresses does not, so that a member never takes another job's rendezvous
+// store, nor its state, for its own (docs/clusters.md, "Reruns on the same addresses").
+// DIST_JOB_ID (dist-launch sets a new one per launch), else Slurm's SLURM_JOB_ID.SLURM_STEP_ID,
+// else Open MPI's PMIX_NAMESPACE (one per mpirun); empty for workers started by hand, whose
+// jobs are told apart by the store's life instead (a job's store closes as its job ends).
+// InvalidArgument when DIST_JOB_ID is longer than 256 characters or not printable.
+std::string job_id_from_environment(const EnvironmentVariables& env = process_environment());
+
 // Checks a token as job_token_from_environment does; `source` names it in the message.
 void check_job_token(const std::string& token, const std::string& source);
 

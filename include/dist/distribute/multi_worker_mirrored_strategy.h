@@ -77,6 +77,9 @@ struct CommunicationOptions {
   // DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE (job_token_from_environment), and run without one
   // when neither is set. dist-launch sets DIST_JOB_TOKEN for its workers.
   std::string job_token;
+  // The job's identity, which a rendezvous store checks (a member of another job is sent away
+  // to wait for its own); empty: job_id_from_environment() (cluster_resolver.h).
+  std::string job_id;
 };
 
 // One generation of an elastic job (docs/elastic.md): the workers of the cluster that train

@@ -8,13 +8,20 @@
 // Under MultiWorkerMirroredStrategy only the signalled worker sees requested(); any_worker()
 // makes every worker stop at the same step. A second signal while the first is pending
 // restores the default action, so a stuck job can still be killed with a second Ctrl-C.
+//
+// While one is installed, the library's waits for other processes (the rendezvous of a
+// multi-worker job, an elastic job's joining and regrouping) end within about a second of the
+// signal by throwing StopRequested (dist/core/error.h), instead of waiting out their timeouts.
+// Watchers nest: one made while another exists shares its handlers and sees a signal the
+// outer one caught.
 #pragma once
 
 namespace dist {
 
 class PreemptionWatcher {
  public:
-  // Installs the handlers (one watcher at a time); the destructor restores the previous ones.
+  // Installs the handlers (unless another watcher has); the last watcher's destructor restores
+  // the previous ones.
   PreemptionWatcher();
   ~PreemptionWatcher();
   PreemptionWatcher(const PreemptionWatcher&) = delete;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "collective/store/resolve.h"
+#include "core/stop_request.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -26,6 +27,8 @@ namespace {
 
 // A reply may take this much longer than the wait it answers (a busy server).
 constexpr milliseconds kReplySlack{5000};
+// A long wait is made of server-side waits this long, with a look for a stop signal between.
+constexpr milliseconds kWaitSlice{250};
 
 int milliseconds_left(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
@@ -63,6 +66,18 @@ int connect_once(const HostPort& at, Clock::time_point deadline, std::string* wh
 
 }  // namespace
 
+bool say_left(const HostPort& at, const std::string& job_token, const std::string& job_id,
+              const std::string& name, milliseconds timeout) noexcept {
+  try {
+    StoreClient store(at, timeout, job_token, "", job_id, /*stop_on_signal=*/false);
+    const int64_t beats = store.add(StoreClient::kProcessKeyPrefix + name, 0);
+    store.set(StoreClient::kLeftKeyPrefix + name, to_bytes(std::to_string(beats)));
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 bool store_listening(const HostPort& at, milliseconds timeout) {
   std::string why;
   const int fd = connect_once(at, Clock::now() + timeout, &why);
@@ -72,12 +87,13 @@ bool store_listening(const HostPort& at, milliseconds timeout) {
 }
 
 StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::string& job_token,
-                         std::string key_scope)
+                         std::string key_scope, const std::string& job_id, bool stop_on_signal)
     : Store(timeout), at_(at), key_scope_(std::move(key_scope)) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "no address";
   while (true) {
-    fd_ = connect_once(at_, deadline, &why);
+    if (stop_on_signal) detail::throw_if_stop_requested("connecting to the rendezvous store");
+    fd_ = connect_once(at_, std::min(deadline, Clock::now() + kWaitSlice), &why);
     if (fd_ >= 0 || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(milliseconds(50));  // the server may not listen yet
   }
@@ -85,14 +101,28 @@ StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::st
     throw CollectiveError(detail::concat("cannot reach the rendezvous store at ", at_.to_string(),
                                          " within ", timeout.count() / 1000.0, " s: ", why));
   store::Writer hello;
-  hello.u8(static_cast<uint8_t>(Op::kHello)).str(store::kMagic).u32(store::kVersion).str(job_token);
+  hello.u8(static_cast<uint8_t>(Op::kHello))
+      .str(store::kMagic)
+      .u32(store::kVersion)
+      .str(job_token)
+      .str(job_id);
   const Reply answer = call(hello, timeout);
   if (answer.status != Status::kOk) {
     store::Reader why(answer.body.data(), answer.body.size());
     const std::string text = why.str(store::kMaxFrameBytes);
-    fail(detail::concat("it refused this process: ", why.ok() ? text : "a malformed answer",
-                        "; every worker of a job needs the same DIST_JOB_TOKEN (or "
-                        "DIST_JOB_TOKEN_FILE) and the same version of distribute"));
+    if (answer.status == Status::kNotThisJob) {
+      close(fd_);
+      fd_ = -1;
+      throw StoreOfAnotherJob(detail::concat("the rendezvous store at ", at_.to_string(),
+                                             " is not this job's: ", text));
+    }
+    close(fd_);
+    fd_ = -1;
+    throw StoreRefused(detail::concat(
+        "lost the rendezvous store at ", at_.to_string(),
+        ": it refused this process: ", why.ok() ? text : "a malformed answer",
+        "; every worker of a job needs the same DIST_JOB_TOKEN (or DIST_JOB_TOKEN_FILE) and the "
+        "same version of distribute"));
   }
 }
 
@@ -173,7 +203,9 @@ store::Bytes value(const store::Bytes& body) {
 }  // namespace
 
 std::string StoreClient::scoped(const std::string& key) const {
-  if (key_scope_.empty() || key == "closing" || key.rfind(kProcessKeyPrefix, 0) == 0) return key;
+  if (key_scope_.empty() || key == store::kClosingKey) return key;
+  for (const char* process_key : {kProcessKeyPrefix, kLeftKeyPrefix})
+    if (key.rfind(process_key, 0) == 0) return key;
   return key_scope_ + key;
 }
 
@@ -231,15 +263,26 @@ int64_t StoreClient::getNumKeys() {
 
 void StoreClient::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
+bool StoreClient::wait_once(const std::vector<std::string>& keys, milliseconds slice) {
+  store::Writer w;
+  w.u8(static_cast<uint8_t>(Op::kWait)).i64(slice.count()).u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(scoped(k));
+  return call(w, slice).status == Status::kOk;
+}
+
 void StoreClient::wait(const std::vector<std::string>& keys, const milliseconds& requested) {
   // c10d's kNoTimeout (0) means "forever"; here every wait is bounded by the store's timeout.
   const milliseconds timeout = requested.count() > 0 ? requested : timeout_;
-  store::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kWait))
-      .i64(timeout.count())
-      .u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(scoped(k));
-  if (call(w, timeout).status == Status::kOk) return;
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (wait_once(keys, std::max(milliseconds(1), std::min(left, kWaitSlice)))) return;
+    if (Clock::now() >= deadline) break;
+    // Only a wait that waits: a key that is there is read whatever is pending (a heartbeat
+    // reading the refusal log after a SIGTERM must go on beating until the step ends).
+    detail::throw_if_stop_requested("waiting for the other workers in the rendezvous store");
+    if (wait_check_) wait_check_();
+  }
   std::string names;
   for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
   throw CollectiveError(detail::concat("timed out after ", timeout.count() / 1000.0,

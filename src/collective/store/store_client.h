@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,23 +15,46 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "collective/store/store_protocol.h"
+#include "dist/core/error.h"
 #include "dist/core/host_port.h"
 
 namespace dist::collective {
 
+// The store at an address answered that it is not this job's: it belongs to a job of another
+// identity, or its job has ended and it is closing (store::Status::kNotThisJob). The caller
+// leaves it and waits for its own job's store, which comes once that one's host has exited.
+class StoreOfAnotherJob : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+// The store refused this process's hello: a wrong or missing job token, or another protocol
+// version.
+class StoreRefused : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
 class StoreClient : public c10d::Store {
  public:
   // Connects to `at`, retrying until `timeout` has passed (the server may start later), and
-  // says hello with `job_token`. `timeout` is also how long get() and wait() wait for keys.
-  // Throws CollectiveError naming the address (and, when the server refuses the token, saying
-  // so).
+  // says hello with `job_token` and `job_id` (job_identity.h). `timeout` is also how long get()
+  // and wait() wait for keys. Throws CollectiveError naming the address, StoreRefused when the
+  // server refuses the token (saying so), StoreOfAnotherJob when the store is another job's, and
+  // StopRequested once a stop signal is pending (core/stop_request.h): every wait, here and in
+  // get() and wait(), looks for one at least four times a second.
   //
   // `key_scope`, when not empty, goes before every key this client names (the members of one
   // generation of an elastic job keep to "generation/<n>/"), except the keys of the store or of
-  // a process rather than of a group: "closing" (set by the store's host) and those beginning
-  // with kProcessKeyPrefix (the heartbeat's counter, which the host watches for the whole job).
+  // a process rather than of a group: store::kClosingKey (set by the store's host) and those
+  // beginning with kProcessKeyPrefix or kLeftKeyPrefix, which the host watches for the whole
+  // job. kProcessIdentityKeyPrefix is a group's: a worker started again after a loss is
+  // another process in the next generation.
+  // `stop_on_signal` false: the connection is made even while a stop is pending (to say that
+  // this member leaves, on the way out).
   StoreClient(const HostPort& at, std::chrono::milliseconds timeout, const std::string& job_token,
-              std::string key_scope = "");
+              std::string key_scope = "", const std::string& job_id = "",
+              bool stop_on_signal = true);
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -47,9 +71,22 @@ class StoreClient : public c10d::Store {
             const std::chrono::milliseconds& timeout) override;
 
   const HostPort& address() const { return at_; }
+
+  // Called between the slices of get() and wait(), outside this client's lock (it may use the
+  // client): throws to end the wait, as when a member that would write the awaited key was
+  // lost. Set while no call is under way (the transport's connection, through the store, is
+  // watched so); null: none.
+  void set_wait_check(std::function<void()> check) { wait_check_ = std::move(check); }
   const std::string& key_scope() const { return key_scope_; }
 
+  // "alive/<name>": the member's heartbeat counter.
   static constexpr const char* kProcessKeyPrefix = "alive/";
+  // "left/<name>": the counter's value when the member left the job on purpose (its process
+  // ends; the store's host need not wait for its beat to go stale).
+  static constexpr const char* kLeftKeyPrefix = "left/";
+  // "process/<name>": the member's process in this group (core/process_state.h), whose end is
+  // seen at once on the same machine.
+  static constexpr const char* kProcessIdentityKeyPrefix = "process/";
 
  private:
   struct Reply {
@@ -58,6 +95,8 @@ class StoreClient : public c10d::Store {
   };
   // One request and its reply, within `deadline` from now.
   Reply call(const store::Writer& request, std::chrono::milliseconds deadline);
+  // One kWait of at most `slice`: whether every key exists.
+  bool wait_once(const std::vector<std::string>& keys, std::chrono::milliseconds slice);
   void send_all(const store::Bytes& frame, std::chrono::steady_clock::time_point deadline);
   void receive(uint8_t* data, size_t size, std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void fail(const std::string& why);
@@ -67,7 +106,14 @@ class StoreClient : public c10d::Store {
   std::string key_scope_;
   std::mutex mu_;
   int fd_ = -1;
+  std::function<void()> wait_check_;
 };
+
+// Says that member `name` left the job at `at` on purpose ("left/<name>": its heartbeat counter
+// now), so that the store's host need not wait for its beat to go stale; within `timeout`, a
+// stop signal pending or not. False when the store is unreachable or refuses this process.
+bool say_left(const HostPort& at, const std::string& job_token, const std::string& job_id,
+              const std::string& name, std::chrono::milliseconds timeout) noexcept;
 
 // Whether anything accepts a connection at `at`, in one attempt of at most `timeout` (a port
 // nobody listens on refuses at once; the constructor would retry until its timeout).

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "collective/store/member_list.h"
+#include "core/stop_request.h"
 #include "dist/core/error.h"
 
 extern char** environ;
@@ -37,8 +38,9 @@ std::string read_line(int fd, Clock::time_point deadline, bool* timed_out) {
       *timed_out = true;
       break;
     }
+    if (detail::pending_stop_signal() != 0) break;  // the caller throws StopRequested
     pollfd p{fd, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 250)));
     if (ready < 0 && errno != EINTR) break;
     if (ready <= 0) continue;
     char buffer[256];
@@ -112,11 +114,14 @@ std::vector<std::string> store_host_arguments(const StoreHostRequest& request, i
 
 // This process's environment with DIST_JOB_TOKEN set to the job's token (the command line would
 // show it to every user of the machine in ps).
-std::vector<std::string> store_host_environment(const std::string& job_token) {
+// The job's identity goes the same way, so that the host's store knows which job it serves.
+std::vector<std::string> store_host_environment(const StoreHostRequest& request) {
   std::vector<std::string> environment;
   for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, "DIST_JOB_TOKEN", 14) != 0) environment.emplace_back(*e);
-  environment.push_back("DIST_JOB_TOKEN=" + job_token);
+    if (std::strncmp(*e, "DIST_JOB_TOKEN", 14) != 0 && std::strncmp(*e, "DIST_JOB_ID=", 12) != 0)
+      environment.emplace_back(*e);
+  environment.push_back("DIST_JOB_TOKEN=" + request.job_token);
+  environment.push_back("DIST_JOB_ID=" + request.job_id);
   return environment;
 }
 
@@ -142,7 +147,7 @@ void start_store_host(const StoreHostRequest& request) {
   // O_CLOEXEC (dup2 onto the same number would not).
   const int child_fd = pipe_fds[1] == 3 ? 4 : 3;
   std::vector<std::string> args = store_host_arguments(request, child_fd);
-  std::vector<std::string> environment = store_host_environment(request.job_token);
+  std::vector<std::string> environment = store_host_environment(request);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], child_fd);
@@ -169,6 +174,7 @@ void start_store_host(const StoreHostRequest& request) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (line == "ready") return;
+  detail::throw_if_stop_requested("starting the rendezvous store's host");
   if (line.rfind("error: ", 0) == 0) throw fail(line.substr(7) + "; is the port in use?");
   if (timed_out)
     throw fail(detail::concat(request.binary, " did not report within ", wait.count() / 1000.0,

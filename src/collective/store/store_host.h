@@ -39,6 +39,7 @@ struct StoreHostRequest {
   std::chrono::milliseconds collective_timeout;
   std::string requested_by;  // for messages: "worker:0"
   std::string job_token;     // reaches the host in its environment, never on its command line
+  std::string job_id;        // the job's identity (DIST_JOB_ID in the host's environment)
   // An elastic job's store: it stays up while any member is, the chief included or not
   // (dist-store-host --elastic).
   bool elastic = false;
@@ -46,8 +47,8 @@ struct StoreHostRequest {
 
 // Starts dist-store-host and returns once its store accepts connections. Throws
 // CollectiveError naming the address if it cannot bind, fails, or does not answer within the
-// rendezvous timeout plus kStoreHostStartAllowance. The host then runs on its own until every
-// member is gone.
+// rendezvous timeout plus kStoreHostStartAllowance (StopRequested once a stop signal is
+// pending). The host then runs on its own until every member is gone.
 void start_store_host(const StoreHostRequest& request);
 
 }  // namespace dist::collective

@@ -5,10 +5,10 @@
 // A frame is a little-endian u32 body length, then the body. A request body is one op byte and
 // its fields; a reply body is one status byte and its fields. Fields: a string or byte string is
 // a u32 length and the bytes; a number is an i64. The first request on a connection must be
-// kHello with kMagic, kVersion and the job's token (empty when the job has none), or the server
-// closes it; before the hello, a frame may declare at most kMaxHelloBytes. A frame longer than
-// kMaxFrameBytes is refused from its length alone, before anything is allocated, and the connection
-// closed.
+// kHello with kMagic, kVersion, the job's token (empty when the job has none) and the job's
+// identity (empty when the job has none: job_identity.h), or the server closes it; before the
+// hello, a frame may declare at most kMaxHelloBytes. A frame longer than kMaxFrameBytes is refused
+// from its length alone, before anything is allocated, and the connection closed.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@
 namespace dist::collective::store {
 
 constexpr char kMagic[] = "dist-store";
-constexpr uint32_t kVersion = 2;  // 2: the hello carries the job token
+constexpr uint32_t kVersion = 3;  // 2: the hello carries the job token; 3: and the job's identity
 
 // Limits, documented in docs/clusters.md ("The network"): rendezvous values are addresses and
 // short start-up records, so these are generous.
@@ -28,6 +28,7 @@ constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxKeysPerRequest = 4096;
 constexpr int kMaxConnections = 1024;
 constexpr uint32_t kMaxTokenBytes = 1024;
+constexpr uint32_t kMaxJobIdBytes = 256;
 constexpr uint32_t kMaxHelloBytes = 2048;  // a stranger cannot make the server hold more
 constexpr int kHelloTimeoutMs = 10000;     // a connection silent this long is closed
 
@@ -36,8 +37,12 @@ constexpr int kHelloTimeoutMs = 10000;     // a connection silent this long is c
 constexpr char kRefusalLogKey[] = "dist/refused";
 constexpr size_t kRefusalLogLines = 32;
 
+// The server's own key: the identity of the job it serves (empty jobs have none), which a member
+// reads to tell its own job's ended state from a previous job's (ElasticMembership::find_job).
+constexpr char kJobIdKey[] = "dist/job-id";
+
 enum class Op : uint8_t {
-  kHello = 1,       // magic, version, token -> kOk | kError with why
+  kHello = 1,       // magic, version, token, job id -> kOk | kNotThisJob | kError, with why
   kSet = 2,         // key, value
   kGet = 3,         // key -> value | kNotFound
   kAdd = 4,         // key, i64 delta -> i64 (a missing key counts as 0)
@@ -48,7 +53,14 @@ enum class Op : uint8_t {
   kCompareSet = 9,  // key, expected, desired -> the value now held (c10d's semantics)
 };
 
-enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3 };
+// kNotThisJob answers a hello from a member of another job: the store's job has another
+// identity, or it has ended ("closing") and the hello's token is not its own. Such a member
+// leaves and waits for its own job's store; a wrong token for a running job is kError.
+enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3, kNotThisJob = 4 };
+
+// The key a store's host sets once its job has ended (every member gone, or an elastic job
+// finished or stopped): a member of a later job that finds it leaves and waits for its own.
+constexpr char kClosingKey[] = "closing";
 
 using Bytes = std::vector<uint8_t>;
 

@@ -55,8 +55,8 @@ Bytes reply(Status status, const Bytes& value) {
 Bytes reply_number(int64_t value) {
   return store::Writer().u8(static_cast<uint8_t>(Status::kOk)).i64(value).frame();
 }
-Bytes reply_error(const std::string& why) {
-  return store::Writer().u8(static_cast<uint8_t>(Status::kError)).str(why).frame();
+Bytes reply_error(const std::string& why, Status status = Status::kError) {
+  return store::Writer().u8(static_cast<uint8_t>(status)).str(why).frame();
 }
 
 // A counter: the number `value` holds as text (empty: 0) plus delta, written back. Throws
@@ -88,8 +88,9 @@ bool same_token(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-StoreServer::StoreServer(const HostPort& at, std::string job_token)
-    : address_(at), job_token_(std::move(job_token)) {
+StoreServer::StoreServer(const HostPort& at, std::string job_token, std::string job_id)
+    : address_(at), job_token_(std::move(job_token)), job_id_(std::move(job_id)) {
+  if (!job_id_.empty()) data_[store::kJobIdKey] = store::Bytes(job_id_.begin(), job_id_.end());
   std::string why = "no address";
   const store::AddressList addresses = store::resolve(at, &why);
   if (!addresses) throw bind_error(at, why);
@@ -129,6 +130,11 @@ StoreServer::~StoreServer() {
   close(listener_);
   close(wake_[0]);
   close(wake_[1]);
+}
+
+bool StoreServer::closing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return data_.count(store::kClosingKey) > 0;
 }
 
 bool StoreServer::check(const std::string& key) const {
@@ -258,6 +264,7 @@ bool StoreServer::greet(Client& c, Op op, store::Reader& in) {
   const std::string magic = in.str(64);
   const uint32_t version = in.u32();
   const std::string token = in.str(store::kMaxTokenBytes);
+  const std::string job_id = in.str(store::kMaxJobIdBytes);
   if (op != Op::kHello || magic != store::kMagic) {
     refuse(c.peer, "its first message is not the store's hello");
     return false;
@@ -269,7 +276,19 @@ bool StoreServer::greet(Client& c, Op op, store::Reader& in) {
     flush(c);
     return false;
   }
-  if (!same_token(token, job_token_)) {
+  // Another job's member (a rerun on the same addresses while this job's host winds down) is
+  // told so, not blamed for its token: it leaves and waits for its own job's store.
+  const bool other_job = !job_id.empty() && !job_id_.empty() && job_id != job_id_;
+  const bool wrong_token = !same_token(token, job_token_);
+  if (other_job || (wrong_token && closing())) {
+    refuse(c.peer, other_job ? "a member of another job" : "a wrong job token while closing");
+    c.out = reply_error(other_job ? "this store belongs to another job"
+                                  : "this store's job has ended and it is closing",
+                        Status::kNotThisJob);
+    flush(c);
+    return false;
+  }
+  if (wrong_token) {
     refuse(c.peer, token.empty() ? "no job token" : "a wrong job token");
     c.out = reply_error(token.empty() ? "this job needs a job token"
                                       : "the job token does not match this job's");

@@ -31,8 +31,10 @@ class StoreServer {
   // Binds at.host (a name or a numeric address; its first IPv4 or IPv6 address) and at.port (0:
   // any free port). Throws std::runtime_error saying why it cannot (port in use, unknown host).
   // `job_token`: what every client's hello must carry (compared in constant time); empty: a
-  // job without a token, whose clients send an empty one.
-  explicit StoreServer(const HostPort& at, std::string job_token = "");
+  // job without a token, whose clients send an empty one. `job_id`: the job's identity
+  // (job_identity.h); a hello with another non-empty one is answered kNotThisJob, as is one
+  // with a wrong token once the store is closing (store::kClosingKey is set).
+  explicit StoreServer(const HostPort& at, std::string job_token = "", std::string job_id = "");
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -44,6 +46,8 @@ class StoreServer {
   bool check(const std::string& key) const;
   int64_t add(const std::string& key, int64_t delta);
   void set(const std::string& key, const std::string& value);
+  // Whether store::kClosingKey is set: the job has ended.
+  bool closing() const;
 
   // What was turned away, for tests and diagnosis: connections that did not open with the
   // protocol's hello (or came beyond kMaxConnections), and requests that were malformed or
@@ -73,6 +77,7 @@ class StoreServer {
 
   HostPort address_;
   std::string job_token_;
+  std::string job_id_;
   int listener_ = -1;
   int wake_[2] = {-1, -1};  // the destructor writes here to stop serve()
   std::thread thread_;
