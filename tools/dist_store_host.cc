@@ -140,12 +140,19 @@ bool gone_now(dist::collective::StoreServer& store, const std::string& name, Mem
               Clock::time_point now) {
   const std::string key = "alive/" + name;
   if (!store.check(key)) return false;  // add(key, 0) would create a missing key
-  const int64_t beats = store.add(key, 0);
+  int64_t beats = m.beats;
+  try {
+    beats = store.add(key, 0);
+  } catch (const std::exception&) {  // not a number (no member of ours writes one): unmoved
+  }
   if (!m.seen || beats != m.beats) m.moved = now;
   m.seen = true;
   m.beats = beats;
   const std::string left = "left/" + name;
-  if (store.check(left) && store.add(left, 0) >= beats) return true;
+  try {
+    if (store.check(left) && store.add(left, 0) >= beats) return true;
+  } catch (const std::exception&) {  // not a number: no leave of ours; its beat decides
+  }
   return now - m.moved > kStaleAfter;
 }
 

@@ -121,17 +121,18 @@ TEST(JobRerunTest, DistLaunchRunTwiceOnTheSamePortsTrainsBothTimes) {
   EXPECT_TRUE(testing::wait_until_store_host_gone(port, 20s));
 }
 
-// Issue 55, 3: worker:0 of a two-worker job alone, in the rendezvous; SIGTERM `after` into it.
-// It exits 4 within 2 s (it ignored the signal until the rendezvous timeout, then exited 1), and
-// its store's host closes at once.
+// Issue 55, 3: worker `task` of a two-worker job alone (worker:0 in the rendezvous, worker:1
+// connecting to a store nobody started); SIGTERM `after` into it. It exits 4 within 2 s (it
+// ignored the signal until the rendezvous timeout, then exited 1), and its store's host closes
+// at once.
 void expect_sigterm_ends_the_start_up(const std::vector<std::string>& more,
-                                      std::chrono::milliseconds after) {
+                                      std::chrono::milliseconds after, int task = 0) {
   const auto ports = free_loopback_ports(2);
   std::vector<std::string> args = short_job(false);
   args.insert(args.end(), {"--rendezvous-timeout", "60"});
   args.insert(args.end(), more.begin(), more.end());
   WorkerProcesses processes;
-  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 0)});
+  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, task)});
   std::this_thread::sleep_for(after);
   const auto signalled = std::chrono::steady_clock::now();
   processes.kill(0, SIGTERM);
@@ -140,8 +141,8 @@ void expect_sigterm_ends_the_start_up(const std::vector<std::string>& more,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
   std::string flags;
   for (const auto& flag : more) flags += " " + flag;
-  std::printf("SIGTERM %.0f s into the start-up%s: exit %d after %.2f s\n", after.count() / 1000.0,
-              flags.c_str(), result.exit_code, seconds);
+  std::printf("SIGTERM %.0f s into worker:%d's start-up%s: exit %d after %.2f s\n",
+              after.count() / 1000.0, task, flags.c_str(), result.exit_code, seconds);
   EXPECT_EQ(result.exit_code, 4) << result.output;
   EXPECT_LT(seconds, 2.0) << result.output;
   EXPECT_TRUE(testing::contains(result.output, "stopped by SIGTERM while")) << result.output;
@@ -156,9 +157,52 @@ TEST(StartupSignalTest, SigtermOneTwoAndThreeSecondsIntoAnElasticJobsStartUpExit
   for (auto after : {1s, 2s, 3s}) expect_sigterm_ends_the_start_up({"--min-workers", "1"}, after);
 }
 
+TEST(StartupSignalTest, SigtermWhileConnectingToAStoreThatIsNotThereExitsFourAtOnce) {
+  expect_sigterm_ends_the_start_up({}, 2s, /*task=*/1);
+}
+
 // fit's own watcher is inside fit (BackupAndRestore); the start-up's waits watch for themselves.
 TEST(StartupSignalTest, SigtermDuringTheStartUpOfAFitExitsFourAtOnce) {
   expect_sigterm_ends_the_start_up({"--loop", "fit"}, 2s);
+}
+
+// A worker waiting to join a running elastic job (worker:0 holds its step boundary, so no
+// commit answers the ticket) ends its wait on SIGTERM, and the job goes on without it.
+TEST(StartupSignalTest, SigtermWhileWaitingToJoinAnElasticJobExitsFourAtOnce) {
+  TempDir dir;
+  const auto ports = free_loopback_ports(2);
+  const std::string go_on = dir.file("go-on");
+  std::vector<std::string> args = testing::job_args("multi_worker", dir.file("w"), 40);
+  args.insert(args.end(), {"--min-workers", "1"});
+  const std::vector<std::vector<std::string>> faults{
+      {"--hold-at-step", "20", "--until-file", go_on}, {"--kill-at-step", "10"}};
+  WorkerProcesses processes;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> command = faults[static_cast<size_t>(i)];
+    command.insert(command.end(), args.begin(), args.end());
+    processes.start(KILLED_TRAIN_BINARY, command, {"TF_CONFIG=" + local_tf_config(ports, i)});
+  }
+  ASSERT_TRUE(processes.wait_for_output(0, "sizes 2 -> 1 (lost worker:1)", 120s));
+  processes.start(DIST_TRAIN_BINARY, args, {"TF_CONFIG=" + local_tf_config(ports, 1)});
+  ASSERT_TRUE(processes.wait_for_output(2, "asked to join", 60s));
+  std::this_thread::sleep_for(1s);
+  const auto signalled = std::chrono::steady_clock::now();
+  processes.kill(2, SIGTERM);
+  while (!testing::gone(processes.pid(2)) && std::chrono::steady_clock::now() - signalled < 30s)
+    std::this_thread::sleep_for(10ms);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  testing::write_file(go_on, "");
+  const auto results = processes.wait_all(120s);
+  std::printf("SIGTERM to a worker waiting to join: exit %d after %.2f s\n", results[2].exit_code,
+              seconds);
+  EXPECT_EQ(results[2].exit_code, 4) << results[2].output;
+  EXPECT_LT(seconds, 2.0) << results[2].output;
+  EXPECT_TRUE(testing::contains(results[2].output, "while waiting to join the running elastic job"))
+      << results[2].output;
+  ASSERT_EQ(results[0].exit_code, 0) << results[0].output;
+  EXPECT_EQ(testing::last_json(results[0].output)["steps"], 40) << results[0].output;
+  EXPECT_TRUE(testing::wait_until_store_host_gone(ports[0], 20s));
 }
 
 // Issue 55, 4: dist-launch --workers 2:3, worker:1 SIGKILLed the first time it reaches `point`
