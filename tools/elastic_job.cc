@@ -8,7 +8,6 @@
 #include <memory>
 #include <sstream>
 
-#include "collective/store/store_client.h"
 #include "collective/store/store_host.h"
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
@@ -72,8 +71,8 @@ class Generations {
   // beat to go stale. Once formed, ElasticMembership says it.
   ~Generations() {
     if (!membership_ && starting_)
-      collective::say_left(config_.cluster.store_address(), job_token_, job_id_, self_,
-                           std::chrono::seconds(2));
+      detail::ElasticMembership::leave_before_forming(config_.cluster.store_address(), job_token_,
+                                                      job_id_, self_);
   }
   Generations(const Generations&) = delete;
   Generations& operator=(const Generations&) = delete;

@@ -9,7 +9,6 @@
 
 #include "collective/agreement.h"
 #include "collective/ring_reduce_scatter.h"
-#include "collective/store/store_client.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -86,20 +85,13 @@ ProcessCommunicator::ProcessCommunicator(ProcessGroupSpec spec, const std::strin
 
 void ProcessCommunicator::connect_transport(const std::string& transport_name,
                                             const MakeTransport& make_transport) {
-  const std::string connecting = "connecting the " + transport_name + " process group";
-  // The transport may wait in the store for a member that died meanwhile: fail at once then.
-  StoreClient& store = *rendezvous_.store();
-  store.set_wait_check(rendezvous_.lost_member_check(connecting));
   try {
     transport_ = make_transport(spec_, rendezvous_);
   } catch (const StopRequested&) {
-    store.set_wait_check(nullptr);
     throw;
   } catch (const std::exception& e) {
-    store.set_wait_check(nullptr);
-    liveness_.fail(connecting, 0, e);
+    liveness_.fail("connecting the " + transport_name + " process group", 0, e);
   }
-  store.set_wait_check(nullptr);
 }
 
 // Before the transports connect: members of other backends would each wait in their own

@@ -67,7 +67,7 @@ class ProcessCommunicator : public Communicator {
   // Every member names its backend through the store; CollectiveError naming the first that
   // differs from member 0's.
   void agree_on_transport(const std::string& transport_name);
-  // Makes transport_, failing at once (naming it) when a member is lost meanwhile.
+  // Makes transport_; a failure is diagnosed (Liveness), a stop signal passed on.
   void connect_transport(const std::string& transport_name, const MakeTransport& make_transport);
   // Every member's count of rows of `local`, in rank order (a small all-gather, waited for).
   std::vector<int64_t> gather_sizes(const at::Tensor& local);

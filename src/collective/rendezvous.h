@@ -33,9 +33,9 @@ class Rendezvous {
   void join();
   // Publishes `value` under `key` and returns every member's, in rank order.
   std::vector<std::string> exchange(const std::string& key, const std::string& value);
-  // A check for StoreClient::set_wait_check while the members do `what` through the store
-  // ("connecting the gloo process group"): CollectiveError naming a member whose process ended
-  // or whose heartbeat stopped, which will not write what the others wait for.
+  // A check to call while the members do `what` ("connecting the Gloo process group"), on this
+  // thread, while this Rendezvous lives: CollectiveError naming a member whose process ended or
+  // whose heartbeat stopped, which will not come.
   std::function<void()> lost_member_check(const std::string& what);
   // Publishes that this member fails for `reason`; false when the store is gone.
   bool publish_failure(const std::string& reason) noexcept;

@@ -322,6 +322,11 @@ ElasticMembership::FoundJob ElasticMembership::find_job(const HostPort& store,
   return {};
 }
 
+void ElasticMembership::leave_before_forming(const HostPort& store, const std::string& job_token,
+                                             const std::string& job_id, const std::string& self) {
+  collective::say_left(store, job_token, job_id, self, std::chrono::seconds(2));
+}
+
 int64_t ElasticMembership::ask_to_join(const std::string& settings) {
   // The ticket's text first: a chief that sees the counter move reads it at once.
   const int64_t ticket = store_->add("elastic/join-tickets", 1);

@@ -129,6 +129,11 @@ class ElasticMembership {
   // Looks at the store at `store` within `timeout` (a stop signal: StopRequested).
   static FoundJob find_job(const HostPort& store, const std::string& job_token,
                            const std::string& job_id, std::chrono::milliseconds timeout);
+  // A worker that took part in the first generation's start-up, which failed before the job
+  // formed (no membership yet): says it left (collective::say_left), within 2 s, a stop
+  // signal pending or not.
+  static void leave_before_forming(const HostPort& store, const std::string& job_token,
+                                   const std::string& job_id, const std::string& self);
   // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines);
   // the ticket to wait on.
   int64_t ask_to_join(const std::string& settings);

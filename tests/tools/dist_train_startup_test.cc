@@ -220,7 +220,9 @@ void expect_a_start_up_loss_seen_at_once(const std::string& point, const TempDir
   // A wait for the lost worker would take the whole rendezvous timeout: make it unmistakable.
   args.insert(args.end(), {"--rendezvous-timeout", "300"});
   const auto start = std::chrono::steady_clock::now();
-  const ProcessResult result = testing::launch_job(args);
+  WorkerProcesses launcher;  // bounded well below ctest's limit: a hang shows its output
+  launcher.start(DIST_LAUNCH_BINARY, args, {});
+  const ProcessResult result = launcher.wait_all(100s).at(0);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(result.exit_code, 0) << result.output;

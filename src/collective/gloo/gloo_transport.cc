@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -11,6 +15,7 @@
 
 #include "collective/store/store_client.h"
 #include "collective/transport_guards.h"
+#include "core/stop_request.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {
@@ -168,6 +173,15 @@ class GlooTransport : public Transport {
   std::atomic<bool> bulk_used_{false};
 };
 
+// The transport being made on a thread of its own, and what came of it.
+struct Connecting {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::unique_ptr<Transport> transport;
+  std::exception_ptr error;
+};
+
 }  // namespace
 
 std::unique_ptr<Transport> make_gloo_transport(const ProcessGroupSpec& spec,
@@ -175,7 +189,39 @@ std::unique_ptr<Transport> make_gloo_transport(const ProcessGroupSpec& spec,
   ignore_sigpipe_unless_handled();
   // Gloo's errors carry their source path ("[./gloo/transport/tcp/pair.cc:598] ...").
   exit_on_uncaught_error_of("Gloo", "gloo/");
-  return std::make_unique<GlooTransport>(spec, rendezvous.store());
+  // Gloo's full mesh waits without a deadline for a peer that published its address and then
+  // died (seen: a member blocked in tcp::Pair::connect for minutes with a 60 s timeout, keeping
+  // the job's store alive with its heartbeat). So the mesh connects on a thread of its own, which
+  // owns copies of all it touches, and this thread watches: when a member is lost (its process
+  // ended, its heartbeat stopped) or a stop signal is pending, it leaves that thread blocked
+  // where it is and throws, naming the member.
+  auto connecting = std::make_shared<Connecting>();
+  std::thread([connecting, spec, store = rendezvous.store()] {
+    std::unique_ptr<Transport> transport;
+    std::exception_ptr error;
+    try {
+      transport = std::make_unique<GlooTransport>(spec, store);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(connecting->mu);
+    connecting->transport = std::move(transport);
+    connecting->error = error;
+    connecting->done = true;
+    connecting->done_cv.notify_all();
+  }).detach();
+  const std::string what = "connecting the Gloo process group";
+  const std::function<void()> check_members = rendezvous.lost_member_check(what);
+  std::unique_lock<std::mutex> lock(connecting->mu);
+  while (!connecting->done_cv.wait_for(lock, std::chrono::milliseconds(250),
+                                       [&] { return connecting->done; })) {
+    lock.unlock();
+    detail::throw_if_stop_requested(what.c_str());
+    check_members();
+    lock.lock();
+  }
+  if (connecting->error) std::rethrow_exception(connecting->error);
+  return std::move(connecting->transport);
 }
 
 }  // namespace dist::collective

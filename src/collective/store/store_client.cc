@@ -281,7 +281,6 @@ void StoreClient::wait(const std::vector<std::string>& keys, const milliseconds&
     // Only a wait that waits: a key that is there is read whatever is pending (a heartbeat
     // reading the refusal log after a SIGTERM must go on beating until the step ends).
     detail::throw_if_stop_requested("waiting for the other workers in the rendezvous store");
-    if (wait_check_) wait_check_();
   }
   std::string names;
   for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -71,12 +70,6 @@ class StoreClient : public c10d::Store {
             const std::chrono::milliseconds& timeout) override;
 
   const HostPort& address() const { return at_; }
-
-  // Called between the slices of get() and wait(), outside this client's lock (it may use the
-  // client): throws to end the wait, as when a member that would write the awaited key was
-  // lost. Set while no call is under way (the transport's connection, through the store, is
-  // watched so); null: none.
-  void set_wait_check(std::function<void()> check) { wait_check_ = std::move(check); }
   const std::string& key_scope() const { return key_scope_; }
 
   // "alive/<name>": the member's heartbeat counter.
@@ -106,7 +99,6 @@ class StoreClient : public c10d::Store {
   std::string key_scope_;
   std::mutex mu_;
   int fd_ = -1;
-  std::function<void()> wait_check_;
 };
 
 // Says that member `name` left the job at `at` on purpose ("left/<name>": its heartbeat counter
