@@ -64,10 +64,7 @@ void Heartbeat::loop() {
     // Leaving on purpose: the store's host need not wait for this beat to go stale before it
     // closes (tools/dist_store_host.cc). An elastic job's worker leaves once, when its process
     // ends (ElasticMembership), not with each generation's communicator.
-    if (!spec_.elastic_generation) {
-      const int64_t beats = store->add(StoreClient::kProcessKeyPrefix + self, 0);
-      store->set(StoreClient::kLeftKeyPrefix + self, to_bytes(std::to_string(beats)));
-    }
+    if (!spec_.elastic_generation) record_leave(*store, self);
   } catch (...) {
   }
 }

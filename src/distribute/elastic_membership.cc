@@ -69,9 +69,7 @@ ElasticMembership::~ElasticMembership() {
   if (heartbeat_.joinable()) heartbeat_.join();
   if (!beaten_) return;
   try {
-    const std::string counter = collective::StoreClient::kProcessKeyPrefix + self_;
-    store_->set(collective::StoreClient::kLeftKeyPrefix + self_,
-                to_bytes(std::to_string(store_->add(counter, 0))));
+    collective::record_leave(*store_, self_);
   } catch (...) {  // the store is gone: nobody waits for this worker
   }
 }

@@ -38,14 +38,9 @@ std::vector<std::string> short_job(bool elastic) {
   return args;
 }
 
-// The chief's JSON line in a dist-launch output, whose lines start with "[worker:0] ".
+// The chief's JSON line in a dist-launch output.
 nlohmann::json launched_chief_json(const std::string& output) {
-  std::istringstream lines(output);
-  std::string line, last;
-  const std::string prefix = "[worker:0] {";
-  while (std::getline(lines, line))
-    if (line.rfind(prefix, 0) == 0) last = line.substr(prefix.size() - 1);
-  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
+  return testing::last_json(output, "[worker:0] ");
 }
 
 // Runs the two workers of `args` on `ports` (with DIST_JOB_TOKEN=token unless empty) to the end.

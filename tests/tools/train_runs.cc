@@ -35,11 +35,11 @@ std::vector<std::string> job_args(const std::string& strategy, const std::string
           weights};
 }
 
-nlohmann::json last_json(const std::string& output) {
+nlohmann::json last_json(const std::string& output, const std::string& prefix) {
   std::istringstream lines(output);
   std::string line, last;
   while (std::getline(lines, line))
-    if (!line.empty() && line[0] == '{') last = line;
+    if (line.rfind(prefix + "{", 0) == 0) last = line.substr(prefix.size());
   return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
 }
 

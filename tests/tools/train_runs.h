@@ -18,9 +18,9 @@ namespace dist::testing {
 std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
                                   int max_steps = 20);
 
-// The last line of `output` that starts with '{' (dist-train's JSON result), parsed; null if
-// there is none.
-nlohmann::json last_json(const std::string& output);
+// The last line of `output` that starts with `prefix` and then '{' (dist-train's JSON result;
+// under dist-launch the chief's lines start with "[worker:0] "), parsed; null if there is none.
+nlohmann::json last_json(const std::string& output, const std::string& prefix = "");
 
 // Trains job_args (`max_steps` steps) on one device and returns where the weights are (in
 // `dir`).

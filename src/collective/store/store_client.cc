@@ -66,12 +66,16 @@ int connect_once(const HostPort& at, Clock::time_point deadline, std::string* wh
 
 }  // namespace
 
+void record_leave(StoreClient& store, const std::string& name) {
+  const int64_t beats = store.add(StoreClient::kProcessKeyPrefix + name, 0);
+  store.set(StoreClient::kLeftKeyPrefix + name, to_bytes(std::to_string(beats)));
+}
+
 bool say_left(const HostPort& at, const std::string& job_token, const std::string& job_id,
               const std::string& name, milliseconds timeout) noexcept {
   try {
     StoreClient store(at, timeout, job_token, "", job_id, /*stop_on_signal=*/false);
-    const int64_t beats = store.add(StoreClient::kProcessKeyPrefix + name, 0);
-    store.set(StoreClient::kLeftKeyPrefix + name, to_bytes(std::to_string(beats)));
+    record_leave(store, name);
     return true;
   } catch (...) {
     return false;

@@ -101,6 +101,10 @@ class StoreClient : public c10d::Store {
   int fd_ = -1;
 };
 
+// Records through `store` that member `name` left on purpose: "left/<name>" = its heartbeat
+// counter now (the store's host then need not wait for the beat to go stale).
+void record_leave(StoreClient& store, const std::string& name);
+
 // Says that member `name` left the job at `at` on purpose ("left/<name>": its heartbeat counter
 // now), so that the store's host need not wait for its beat to go stale; within `timeout`, a
 // stop signal pending or not. False when the store is unreachable or refuses this process.
