@@ -14,6 +14,7 @@ packages=(
   libgoogle-perftools-dev  # tcmalloc, linked into every executable (cmake/DistAllocator.cmake)
   zlib1g-dev nlohmann-json3-dev libcli11-dev
   libpng-dev            # write_png and TensorBoard image summaries (dist/train/image_io.h)
+  libjpeg62-turbo-dev   # JPEG decoding and encoding (dist/data/image_codec.h)
   libgrpc++-dev protobuf-compiler-grpc  # the parameter-server transport (src/ps)
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
 )

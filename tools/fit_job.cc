@@ -307,6 +307,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.train_seconds = made.timer->seconds;
   result.images_per_sec = made.timer->images / std::max(made.timer->seconds, 1e-9);
   report_peak_memory(strategy, result, out);
+  report_ignored_errors(job, result, out);
   result.seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
   return result;
 }

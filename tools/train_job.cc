@@ -38,6 +38,7 @@
 #include "distribute/mirrored_extended.h"
 #include "elastic_job.h"
 #include "train/atomic_file.h"
+#include "training_data.h"
 
 namespace dist::tools {
 namespace {
@@ -269,22 +270,14 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << "number of replicas (" << replicas
                 << "); some replicas get empty batches every step" << std::endl;
   }
-  // Bytes until batched: a shuffle over the whole set holds views of 47 MB, not 188 MB of floats.
-  data::Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
-  if (options.train_examples > 0) examples = examples.take(options.train_examples);
-  const int64_t num_train = examples.cardinality();
+  TrainingData data = open_training_data(options, global_batch, options.min_workers > 0);
+  if (chief && !options.train_data.empty()) chief_out << "Data: " << data.description << std::endl;
+  const int64_t num_train = data.num_train;
   DIST_CHECK_ARG(global_batch <= num_train, "the global batch (", global_batch,
                  ") is larger than the ", num_train,
                  " training examples, so every epoch would be one partial batch; choose "
                  "--global-batch (or --batch-per-replica x replicas) of at most ",
                  num_train);
-  data::Dataset train = examples.shuffle(num_train, options.seed)
-                            .batch(global_batch)
-                            .map(data::scale_images_of)
-                            .prefetch(2);
-  data::Dataset test_examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest);
-  if (options.test_examples > 0) test_examples = test_examples.take(options.test_examples);
-  data::Dataset test = test_examples.batch(global_batch).map(data::scale_images_of).prefetch(2);
   int64_t steps_per_epoch = 0;
   if (strategy.step_schedule().epoch_is_step_count) {
     steps_per_epoch = parameter_server_steps_per_epoch(options, num_train, global_batch);
@@ -293,9 +286,16 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")
                 << std::endl;
   }
-  JobSetup job{strategy,         chief,           replicas,
-               global_batch,     num_train,       steps_per_epoch,
-               std::move(train), std::move(test), nullptr};
+  JobSetup job{strategy,
+               chief,
+               replicas,
+               global_batch,
+               num_train,
+               steps_per_epoch,
+               std::move(data.train),
+               std::move(data.test),
+               data.ignored,
+               nullptr};
   if (chief && !options.checkpoint_dir.empty())
     job.checkpoint_lock = std::make_shared<DirectoryLock>(options.checkpoint_dir, "checkpoints");
   return job;
@@ -778,6 +778,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   report_bytes_sent(steps_before);
   save_weights();
   report_peak_memory(strategy_, result_, out_);
+  report_ignored_errors(job_, result_, out_);
   result_.images_per_sec = images / std::max(result_.train_seconds, 1e-9);
   result_.seconds = seconds_since(job_start);
   return result_;
@@ -833,6 +834,19 @@ void report_peak_memory(const Strategy& strategy, TrainResult& result, std::ostr
             << std::endl;
 }
 
+void report_ignored_errors(const JobSetup& job, TrainResult& result, std::ostream& chief_out) {
+  if (!job.ignored_errors) return;
+  std::vector<at::Tensor> count{at::tensor({job.ignored_errors->count()}, at::kLong)};
+  if (!job.strategy.step_schedule().one_runner_per_job)
+    job.strategy.extended().all_reduce_across_workers(count, ReduceOp::kSum);
+  result.ignored_errors = count[0].item<int64_t>();
+  chief_out << "Skipped (--ignore-errors): " << result.ignored_errors
+            << " records or images that could not be used";
+  if (job.ignored_errors->count() > 0)
+    chief_out << "; the first here: " << job.ignored_errors->first_message();
+  chief_out << std::endl;
+}
+
 std::string to_json_line(const TrainResult& r) {
   return nlohmann::json{{"strategy", r.strategy},
                         {"num_replicas_in_sync", r.num_replicas_in_sync},
@@ -852,6 +866,7 @@ std::string to_json_line(const TrainResult& r) {
                         {"bytes_sent_per_step", r.bytes_sent_per_step},
                         {"peak_rss_bytes", r.peak_rss_bytes},
                         {"worker_sizes", r.worker_sizes},
+                        {"ignored_errors", r.ignored_errors},
                         // What the figures ran on: malloc decides speed (issue 13).
                         {"malloc", malloc_name()}}
       .dump();

@@ -14,6 +14,7 @@
 #include "dist/core/env.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
+#include "dist/data/ignored_errors.h"
 #include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/input_context.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
@@ -57,6 +58,8 @@ struct TrainResult {
   // An elastic generation that ended at a step boundary because workers join (the job goes on
   // in the next generation).
   bool regroup = false;
+  // --ignore-errors: the records and images skipped (by all workers); -1 without the flag.
+  int64_t ignored_errors = -1;
 };
 
 // This process's peak resident memory so far (VmHWM of /proc/self/status), in bytes; 0 where
@@ -109,10 +112,15 @@ struct JobSetup {
   int64_t steps_per_epoch = 0;
   data::Dataset train;  // shuffled global batches of the training examples
   data::Dataset test;   // global batches of the test set
+  // The records and images --ignore-errors skipped (null without it).
+  std::shared_ptr<data::IgnoredErrors> ignored_errors;
   // The chief's hold on --checkpoint-dir for the whole job: a second job on the same directory
   // is refused, naming this one's host and pid.
   std::shared_ptr<DirectoryLock> checkpoint_lock;
 };
+// Every worker, likewise: under --ignore-errors, the records and images skipped by all workers
+// go into `result` and are said, with the first one's error, on `chief_out`.
+void report_ignored_errors(const JobSetup& job, TrainResult& result, std::ostream& chief_out);
 // Checks the options, makes the strategy, prints the job's header on the chief, checks that
 // every output path can be written (chief), opens the data. `generation`: an elastic job's
 // (multi_worker only); unset: every worker of the cluster.

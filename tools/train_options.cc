@@ -10,6 +10,7 @@
 
 #include "collective/factory.h"
 #include "dist/core/error.h"
+#include "dist/data/tfrecord.h"
 #include "dist/distribute/gradient_compression.h"
 
 namespace dist::tools {
@@ -33,6 +34,10 @@ const Spellings<ModelKind> kModels = {{ModelKind::kCnn, "cnn"},
                                       {ModelKind::kMlpWide, "mlp_wide"},
                                       {ModelKind::kMlpDeep, "mlp_deep"},
                                       {ModelKind::kResnet, "resnet"}};
+const Spellings<AutoShardPolicy> kAutoShardPolicies = {{AutoShardPolicy::kAuto, "auto"},
+                                                       {AutoShardPolicy::kFile, "file"},
+                                                       {AutoShardPolicy::kData, "data"},
+                                                       {AutoShardPolicy::kOff, "off"}};
 
 template <class E>
 std::string spelling(const Spellings<E>& all, E value) {
@@ -140,6 +145,13 @@ void check_elastic_flags(const TrainOptions& o) {
 
 void check_combinations(const TrainOptions& o) {
   const bool ps = o.strategy == StrategyKind::kParameterServer;
+  DIST_CHECK_ARG(o.train_data.empty() || !ps,
+                 "--train-data is not supported under --strategy parameter_server yet (its "
+                 "workers and evaluator read Fashion-MNIST); use another strategy");
+  DIST_CHECK_ARG(!o.train_data.empty() || (o.test_data.empty() && !o.ignore_errors),
+                 o.ignore_errors ? "--ignore-errors" : "--test-data",
+                 " applies to your files (--train-data) only");
+  data::compression_from_name(o.tfrecord_compression);  // names the flag's accepted values
   DIST_CHECK_ARG(o.sync_batch_norm || o.model == ModelKind::kResnet,
                  "--no-sync-batch-norm applies to --model resnet only (the other models have no "
                  "batch normalization)");
@@ -213,6 +225,7 @@ const CLI::Validator kAtLeastOne(
 struct Spelled {
   std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model = "cnn";
   std::string mixed_precision = "float32", cross_device_ops, sharding = "none";
+  std::string auto_shard = "auto", tfrecord_compression = "none";
   bool no_progress = false, unchecked = false, no_sync_batch_norm = false;
 };
 
@@ -317,6 +330,34 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "evaluate on the first N test examples only (-1: all)")
       ->capture_default_str()
       ->check(kMinusOneOrPositive);
+  app.add_option("--train-data", o.train_data,
+                 "train on your files instead of Fashion-MNIST: tfrecord:GLOB (tf.train.Example "
+                 "records with an encoded PNG/JPEG and an int64 label) or images:DIR (one "
+                 "sub-folder of images per class); needs --test-data");
+  app.add_option("--test-data", o.test_data, "evaluate on these files (same spec forms)");
+  app.add_option("--image-feature", o.image_feature, "tfrecord: the encoded image's feature")
+      ->capture_default_str();
+  app.add_option("--label-feature", o.label_feature, "tfrecord: the int64 label's feature")
+      ->capture_default_str();
+  app.add_option("--tfrecord-compression", s.tfrecord_compression,
+                 "tfrecord: none | gzip | zlib (TFRecordDataset's compression_type)")
+      ->capture_default_str();
+  app.add_option("--auto-shard", s.auto_shard,
+                 "multi_worker: auto (file for your files, data for Fashion-MNIST) | file (worker "
+                 "i reads files i, i+N, ...) | data (every worker reads all, keeps its rows: one "
+                 "device's batches) | off")
+      ->capture_default_str();
+  app.add_option("--decode-threads", o.decode_threads,
+                 "threads decoding images (0: one per hardware thread)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--shuffle-buffer", o.shuffle_buffer,
+                 "your files: encoded examples shuffled within a buffer of this many")
+      ->capture_default_str()
+      ->check(kAtLeastOne);
+  app.add_flag("--ignore-errors", o.ignore_errors,
+               "your files: skip records and images that cannot be read or decoded, and count "
+               "them (default: stop at the first, naming it)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "save resumable checkpoints here (each epoch end, every --checkpoint-every "
                  "steps, at --max-steps and on SIGTERM/SIGINT); resume from the latest one");
@@ -361,6 +402,10 @@ void finish(TrainOptions& o, const Spelled& s) {
   o.check_collectives = !s.unchecked;
   o.communication_hook = gradient_compression(o.gradient_compression);
   o.sharding = parse_sharding(s.sharding);
+  o.auto_shard = parse_auto_shard(s.auto_shard);
+  std::string compression = s.tfrecord_compression;
+  for (auto& c : compression) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  o.tfrecord_compression = compression;
   apply_launcher_environment(o);
   check_options(o);
 }
@@ -371,6 +416,7 @@ std::string name_of(Loop loop) { return spelling(kLoops, loop); }
 std::string name_of(StrategyKind strategy) { return spelling(kStrategies, strategy); }
 std::string name_of(OptimizerKind optimizer) { return spelling(kOptimizers, optimizer); }
 std::string name_of(ModelKind model) { return spelling(kModels, model); }
+std::string name_of(AutoShardPolicy policy) { return spelling(kAutoShardPolicies, policy); }
 Loop parse_loop(const std::string& text) { return parse(kLoops, "--loop", text); }
 StrategyKind parse_strategy(const std::string& text) {
   return parse(kStrategies, "--strategy", text);
@@ -379,6 +425,9 @@ OptimizerKind parse_optimizer(const std::string& text) {
   return parse(kOptimizers, "--optimizer", text);
 }
 ModelKind parse_model(const std::string& text) { return parse(kModels, "--model", text); }
+AutoShardPolicy parse_auto_shard(const std::string& text) {
+  return parse(kAutoShardPolicies, "--auto-shard", text);
+}
 
 std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds) {
   // Whole milliseconds reach the strategy: less than one would become 0. The upper bound keeps

@@ -11,6 +11,7 @@
 
 #include "dist/collective/cross_device_ops.h"
 #include "dist/core/env.h"
+#include "dist/data/auto_shard_policy.h"
 #include "dist/distribute/communication_hook.h"
 #include "dist/distribute/sharding.h"
 #include "dist/train/mixed_precision.h"
@@ -36,11 +37,13 @@ std::string name_of(Loop loop);
 std::string name_of(StrategyKind strategy);
 std::string name_of(OptimizerKind optimizer);
 std::string name_of(ModelKind model);
+std::string name_of(AutoShardPolicy policy);
 // From the command-line spelling; InvalidArgument "unknown --strategy 'x': use ..." otherwise.
 Loop parse_loop(const std::string& text);
 StrategyKind parse_strategy(const std::string& text);
 OptimizerKind parse_optimizer(const std::string& text);
 ModelKind parse_model(const std::string& text);
+AutoShardPolicy parse_auto_shard(const std::string& text);
 
 struct TrainOptions {
   Loop loop = Loop::kCustom;
@@ -80,15 +83,26 @@ struct TrainOptions {
   mixed_precision::Policy mixed_precision = mixed_precision::Policy::kFloat32;
   uint64_t seed = 42;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t train_examples = -1;   // use only the first N training examples; -1: all
-  int64_t test_examples = -1;    // evaluate on the first N test examples only; -1: all
-  std::string checkpoint_dir;    // resumable checkpoints; resumes from the latest one here
-  std::string resume_from;       // a checkpoint file to resume from instead of the latest
-  int64_t checkpoint_every = 0;  // also save every K global steps (0: epoch ends and stops)
-  int max_to_keep = 3;           // checkpoints kept in checkpoint_dir
-  std::string log_dir;           // per-epoch metrics as JSON lines
-  std::string save_weights;      // final weights as safetensors
-  bool progress = true;          // progress bar / lines within each epoch
+  int64_t train_examples = -1;  // use only the first N training examples; -1: all
+  int64_t test_examples = -1;   // evaluate on the first N test examples only; -1: all
+  // A user's files instead of Fashion-MNIST (tools/training_data.h): "tfrecord:GLOB" (records
+  // of tf.train.Example) or "images:DIR" (a folder of class folders); empty: data_dir's IDX.
+  std::string train_data;
+  std::string test_data;
+  std::string image_feature = "image/encoded";      // the encoded PNG or JPEG of a record
+  std::string label_feature = "image/class/label";  // its int64 class
+  std::string tfrecord_compression = "NONE";        // NONE, GZIP or ZLIB (TFRecordDataset's)
+  AutoShardPolicy auto_shard = AutoShardPolicy::kAuto;
+  int decode_threads = 0;          // threads decoding images; 0: the machine's hardware threads
+  int64_t shuffle_buffer = 10000;  // files: encoded examples shuffled within a buffer this big
+  bool ignore_errors = false;      // skip (and count) records and images that cannot be used
+  std::string checkpoint_dir;      // resumable checkpoints; resumes from the latest one here
+  std::string resume_from;         // a checkpoint file to resume from instead of the latest
+  int64_t checkpoint_every = 0;    // also save every K global steps (0: epoch ends and stops)
+  int max_to_keep = 3;             // checkpoints kept in checkpoint_dir
+  std::string log_dir;             // per-epoch metrics as JSON lines
+  std::string save_weights;        // final weights as safetensors
+  bool progress = true;            // progress bar / lines within each epoch
   // multi_worker: > 0 makes the job elastic (docs/elastic.md): when workers are lost, the others
   // go on at the new size while at least this many remain; 0: a lost worker ends the job.
   int min_workers = 0;

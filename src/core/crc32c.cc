@@ -78,4 +78,9 @@ uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
   return ~crc;
 }
 
+uint32_t masked_crc32c(const void* data, size_t size) {
+  const uint32_t crc = crc32c(data, size);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
 }  // namespace dist

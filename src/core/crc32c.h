@@ -12,6 +12,11 @@ namespace dist {
 // Uses the SSE4.2 instruction where the CPU has it.
 uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
 
+// TFRecord's checksum (TensorBoard event files, TFRecord data files): the CRC-32C rotated right
+// by 15 bits plus 0xa282ead8, so that the CRC of data that itself holds CRCs is not trivially
+// related to them.
+uint32_t masked_crc32c(const void* data, size_t size);
+
 namespace detail {
 // The table-driven version used where SSE4.2 is missing (exposed to test it everywhere).
 uint32_t crc32c_portable(const void* data, size_t size, uint32_t crc = 0);

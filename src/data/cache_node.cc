@@ -57,10 +57,10 @@ class FillingIterator : public IteratorNode {
   bool published_ = false;
 };
 
-class CacheNode : public DatasetNode {
+class CacheNode : public UnaryNode {
  public:
   explicit CacheNode(NodePtr input)
-      : input_(std::move(input)), store_(std::make_shared<CacheStore>()) {}
+      : UnaryNode(std::move(input)), store_(std::make_shared<CacheStore>()) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     {
       std::lock_guard<std::mutex> lock(store_->mu);
@@ -74,7 +74,10 @@ class CacheNode : public DatasetNode {
   std::string describe() const override { return input_->describe() + ".cache()"; }
 
  private:
-  NodePtr input_;
+  // A rewritten input (sharded files) reads other data: it gets a cache of its own.
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<CacheNode>(std::move(input));
+  }
   std::shared_ptr<CacheStore> store_;
 };
 

@@ -19,6 +19,64 @@ Dataset Dataset::zip(std::vector<Dataset> datasets) {
   return Dataset(detail::make_zip_node(std::move(nodes)));
 }
 
+Dataset Dataset::from_generator(std::function<Generator(int64_t)> make_generator,
+                                int64_t cardinality) {
+  DIST_CHECK_ARG(static_cast<bool>(make_generator),
+                 "Dataset::from_generator needs a function, got an empty one");
+  DIST_CHECK_ARG(cardinality >= kUnknownCardinality, "from_generator: cardinality ", cardinality,
+                 " is neither a count nor kInfiniteCardinality / kUnknownCardinality");
+  return Dataset(detail::make_generator_node(std::move(make_generator), cardinality));
+}
+
+namespace {
+
+void check_map_options(const MapOptions& options) {
+  DIST_CHECK_ARG(options.num_parallel_calls >= 1 || options.num_parallel_calls == kAutotune,
+                 "map: num_parallel_calls must be at least 1 or kAutotune, got ",
+                 options.num_parallel_calls);
+}
+
+}  // namespace
+
+Dataset Dataset::map(std::function<Element(Element)> fn, const MapOptions& options) const {
+  DIST_CHECK_ARG(static_cast<bool>(fn), "Dataset::map needs a function, got an empty one");
+  return map_with_context(
+      [fn = std::move(fn)](Element e, const ElementContext&) { return fn(std::move(e)); }, options);
+}
+
+Dataset Dataset::map_with_context(std::function<Element(Element, const ElementContext&)> fn,
+                                  const MapOptions& options) const {
+  check_map_options(options);
+  if (options.num_parallel_calls == 1) return map_with_context(std::move(fn));
+  DIST_CHECK_ARG(static_cast<bool>(fn),
+                 "Dataset::map_with_context needs a function, got an empty one");
+  return Dataset(detail::make_parallel_map_node(node_, std::move(fn), options));
+}
+
+Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn,
+                            const InterleaveOptions& options) const {
+  DIST_CHECK_ARG(static_cast<bool>(fn), "Dataset::interleave needs a function, got an empty one");
+  DIST_CHECK_ARG(options.cycle_length >= 1, "interleave: cycle_length must be at least 1, got ",
+                 options.cycle_length);
+  DIST_CHECK_ARG(options.block_length >= 1, "interleave: block_length must be at least 1, got ",
+                 options.block_length);
+  DIST_CHECK_ARG(options.num_parallel_calls >= 1,
+                 "interleave: num_parallel_calls must be at least 1, got ",
+                 options.num_parallel_calls);
+  return Dataset(detail::make_interleave_node(node_, std::move(fn), options));
+}
+
+Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
+  DIST_CHECK_ARG(num_shards >= 1, "shard: num_shards must be at least 1, got ", num_shards);
+  DIST_CHECK_ARG(index >= 0 && index < num_shards, "shard: index ", index, " is out of range for ",
+                 num_shards, " shards (0 to ", num_shards - 1, ")");
+  return Dataset(detail::make_shard_node(node_, num_shards, index));
+}
+
+Dataset Dataset::ignore_errors(std::shared_ptr<IgnoredErrors> log) const {
+  return Dataset(detail::make_ignore_errors_node(node_, std::move(log)));
+}
+
 Dataset Dataset::map(std::function<Element(Element)> fn) const {
   DIST_CHECK_ARG(static_cast<bool>(fn), "Dataset::map needs a function, got an empty one");
   return Dataset(detail::make_map_node(node_, std::move(fn)));
@@ -61,6 +119,12 @@ Dataset Dataset::repeat(int64_t count) const {
   DIST_CHECK_ARG(count >= -1, "repeat count must be -1 (forever) or at least 0, got ", count);
   return Dataset(detail::make_repeat_node(node_, count));
 }
+
+Dataset Dataset::with_options(const DatasetOptions& options) const {
+  return Dataset(detail::make_options_node(node_, options));
+}
+
+DatasetOptions Dataset::options() const { return detail::options_of(node_); }
 
 int64_t Dataset::cardinality() const { return node_->cardinality(); }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dist/data/dataset.h"
 
@@ -29,9 +30,47 @@ class DatasetNode {
   virtual std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const = 0;
   virtual int64_t cardinality() const = 0;
   virtual std::string describe() const = 0;
+
+  // The stages this one reads from (none for a source), and a copy of this stage reading from
+  // others instead: what rewriting a pipeline needs (sharding its files, data/file_shard.cc).
+  // A stage that creates datasets while iterating (interleave) lists only its fixed input.
+  virtual std::vector<std::shared_ptr<const DatasetNode>> inputs() const { return {}; }
+  virtual std::shared_ptr<const DatasetNode> with_inputs(
+      std::vector<std::shared_ptr<const DatasetNode>> inputs) const;
 };
 
 using NodePtr = std::shared_ptr<const DatasetNode>;
+
+// A stage that reads a list of files (list_files, tfrecord_dataset, image_folder): the unit
+// of AutoShardPolicy::kFile, which gives each worker every N-th file.
+class FileSourceNode : public DatasetNode {
+ public:
+  virtual const std::vector<std::string>& files() const = 0;
+  // The same source over other files (a subset of files(), in their order).
+  virtual NodePtr with_files(std::vector<std::string> files) const = 0;
+};
+
+// A stage with one input: inputs() and with_inputs() from its input and a copy of itself.
+class UnaryNode : public DatasetNode {
+ public:
+  explicit UnaryNode(NodePtr input) : input_(std::move(input)) {}
+  std::vector<NodePtr> inputs() const override { return {input_}; }
+  NodePtr with_inputs(std::vector<NodePtr> inputs) const override;
+  const NodePtr& input() const { return input_; }
+
+ protected:
+  // This stage over `input` (same settings).
+  virtual NodePtr over(NodePtr input) const = 0;
+  NodePtr input_;
+};
+
+// batch(): what giving each worker its part of the global batch (kFile sharding) rewrites.
+class BatchStage : public UnaryNode {
+ public:
+  using UnaryNode::UnaryNode;
+  virtual int64_t batch_size() const = 0;
+  virtual bool drop_remainder() const = 0;
+};
 
 NodePtr make_tensor_slices_node(std::vector<at::Tensor> tensors);
 NodePtr make_zip_node(std::vector<NodePtr> inputs);
@@ -45,5 +84,16 @@ NodePtr make_cache_node(NodePtr input);
 NodePtr make_take_node(NodePtr input, int64_t count);
 NodePtr make_skip_node(NodePtr input, int64_t count);
 NodePtr make_repeat_node(NodePtr input, int64_t count);
+NodePtr make_parallel_map_node(NodePtr input,
+                               std::function<Element(Element, const ElementContext&)> fn,
+                               const MapOptions& options);
+NodePtr make_interleave_node(NodePtr input, std::function<Dataset(const Element&)> fn,
+                             const InterleaveOptions& options);
+NodePtr make_shard_node(NodePtr input, int64_t num_shards, int64_t index);
+NodePtr make_generator_node(std::function<Generator(int64_t epoch)> make, int64_t cardinality);
+NodePtr make_options_node(NodePtr input, const DatasetOptions& options);
+// The options of the outermost options node of the pipeline (none set if there is none).
+DatasetOptions options_of(const NodePtr& node);
+NodePtr make_ignore_errors_node(NodePtr input, std::shared_ptr<IgnoredErrors> log);
 
 }  // namespace dist::data::detail

@@ -83,9 +83,10 @@ class PrefetchIterator : public IteratorNode {
   bool stop_ = false;
 };
 
-class PrefetchNode : public DatasetNode {
+class PrefetchNode : public UnaryNode {
  public:
-  PrefetchNode(NodePtr input, int64_t capacity) : input_(std::move(input)), capacity_(capacity) {}
+  PrefetchNode(NodePtr input, int64_t capacity)
+      : UnaryNode(std::move(input)), capacity_(capacity) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<PrefetchIterator>(input_->make_iterator(epoch), capacity_);
   }
@@ -95,7 +96,9 @@ class PrefetchNode : public DatasetNode {
   }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<PrefetchNode>(std::move(input), capacity_);
+  }
   int64_t capacity_;
 };
 

@@ -8,24 +8,16 @@
 // (seed, epoch) by splitmix64; slot choice uses a multiply-shift, not std::uniform_int_
 // distribution (whose output is implementation-defined). So an order depends on the seed and
 // epoch only, on every platform and compiler.
-#include <random>
-
 #include "data/dataset_node.h"
+#include "data/epoch_random.h"
 
 namespace dist::data::detail {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 class ShuffleIterator : public IteratorNode {
  public:
-  ShuffleIterator(std::unique_ptr<IteratorNode> input, int64_t buffer_size, uint64_t seed)
-      : input_(std::move(input)), buffer_size_(buffer_size), rng_(seed) {}
+  ShuffleIterator(std::unique_ptr<IteratorNode> input, int64_t buffer_size, std::mt19937_64 rng)
+      : input_(std::move(input)), buffer_size_(buffer_size), rng_(rng) {}
 
   std::optional<Element> next() override {
     while (!input_done_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
@@ -37,10 +29,13 @@ class ShuffleIterator : public IteratorNode {
       buffer_.push_back(std::move(*element));
     }
     if (buffer_.empty()) return std::nullopt;
+    // The refill is read before anything changes, so an input that throws (a damaged record,
+    // skipped by ignore_errors above) leaves the buffer and the random stream as they were.
+    auto refill = input_done_ ? std::nullopt : input_->next();
     size_t slot = pick(buffer_.size());
     Element out = std::move(buffer_[slot]);
-    if (auto element = input_done_ ? std::nullopt : input_->next()) {
-      buffer_[slot] = std::move(*element);
+    if (refill) {
+      buffer_[slot] = std::move(*refill);
     } else {
       input_done_ = true;
       buffer_[slot] = std::move(buffer_.back());
@@ -50,10 +45,7 @@ class ShuffleIterator : public IteratorNode {
   }
 
  private:
-  size_t pick(size_t n) {
-    // Lemire's multiply-shift: maps 64 random bits to [0, n) without division.
-    return static_cast<size_t>((static_cast<unsigned __int128>(rng_()) * n) >> 64);
-  }
+  size_t pick(size_t n) { return uniform_below(rng_, n); }
 
   std::unique_ptr<IteratorNode> input_;
   int64_t buffer_size_;
@@ -62,13 +54,17 @@ class ShuffleIterator : public IteratorNode {
   bool input_done_ = false;
 };
 
-class ShuffleNode : public DatasetNode {
+class ShuffleNode : public UnaryNode {
  public:
   ShuffleNode(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle)
-      : input_(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {}
+      : UnaryNode(std::move(input)),
+        buffer_size_(buffer_size),
+        seed_(seed),
+        reshuffle_(reshuffle) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    uint64_t stream = splitmix64(seed_ ^ splitmix64(reshuffle_ ? static_cast<uint64_t>(epoch) : 0));
-    return std::make_unique<ShuffleIterator>(input_->make_iterator(epoch), buffer_size_, stream);
+    return std::make_unique<ShuffleIterator>(
+        input_->make_iterator(epoch), buffer_size_,
+        epoch_stream(seed_, reshuffle_ ? static_cast<uint64_t>(epoch) : 0));
   }
   int64_t cardinality() const override { return input_->cardinality(); }
   std::string describe() const override {
@@ -76,7 +72,9 @@ class ShuffleNode : public DatasetNode {
   }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<ShuffleNode>(std::move(input), buffer_size_, seed_, reshuffle_);
+  }
   int64_t buffer_size_;
   uint64_t seed_;
   bool reshuffle_;

@@ -115,6 +115,10 @@ class ZipNode : public DatasetNode {
     for (size_t i = 0; i < inputs_.size(); ++i) s += (i ? ", " : "") + inputs_[i]->describe();
     return s + ")";
   }
+  std::vector<NodePtr> inputs() const override { return inputs_; }
+  NodePtr with_inputs(std::vector<NodePtr> inputs) const override {
+    return std::make_shared<ZipNode>(std::move(inputs));
+  }
 
  private:
   std::vector<NodePtr> inputs_;

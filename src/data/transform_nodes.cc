@@ -35,12 +35,13 @@ class MapIterator : public IteratorNode {
   int64_t index_ = 0;
 };
 
-class MapNode : public DatasetNode {
+class MapNode : public UnaryNode {
  public:
   MapNode(NodePtr input, ContextMapFn fn, std::string name)
-      : input_(std::move(input)),
-        fn_(std::make_shared<const ContextMapFn>(std::move(fn))),
-        name_(std::move(name)) {}
+      : MapNode(std::move(input), std::make_shared<const ContextMapFn>(std::move(fn)),
+                std::move(name)) {}
+  MapNode(NodePtr input, std::shared_ptr<const ContextMapFn> fn, std::string name)
+      : UnaryNode(std::move(input)), fn_(std::move(fn)), name_(std::move(name)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<MapIterator>(input_->make_iterator(epoch), fn_, epoch);
   }
@@ -48,7 +49,9 @@ class MapNode : public DatasetNode {
   std::string describe() const override { return input_->describe() + "." + name_ + "()"; }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<MapNode>(std::move(input), fn_, name_);
+  }
   std::shared_ptr<const ContextMapFn> fn_;
   std::string name_;
 };
@@ -102,10 +105,12 @@ class BatchIterator : public IteratorNode {
   bool drop_remainder_;
 };
 
-class BatchNode : public DatasetNode {
+class BatchNode : public BatchStage {
  public:
   BatchNode(NodePtr input, int64_t size, bool drop_remainder)
-      : input_(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
+      : BatchStage(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
+  int64_t batch_size() const override { return size_; }
+  bool drop_remainder() const override { return drop_remainder_; }
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<BatchIterator>(input_->make_iterator(epoch), size_, drop_remainder_);
   }
@@ -120,7 +125,9 @@ class BatchNode : public DatasetNode {
   }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<BatchNode>(std::move(input), size_, drop_remainder_);
+  }
   int64_t size_;
   bool drop_remainder_;
 };
@@ -147,9 +154,9 @@ class TakeIterator : public IteratorNode {
   int64_t remaining_;  // -1: unlimited
 };
 
-class TakeNode : public DatasetNode {
+class TakeNode : public UnaryNode {
  public:
-  TakeNode(NodePtr input, int64_t count) : input_(std::move(input)), count_(count) {}
+  TakeNode(NodePtr input, int64_t count) : UnaryNode(std::move(input)), count_(count) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<TakeIterator>(input_->make_iterator(epoch), count_);
   }
@@ -165,13 +172,15 @@ class TakeNode : public DatasetNode {
   }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<TakeNode>(std::move(input), count_);
+  }
   int64_t count_;
 };
 
-class SkipNode : public DatasetNode {
+class SkipNode : public UnaryNode {
  public:
-  SkipNode(NodePtr input, int64_t count) : input_(std::move(input)), count_(count) {}
+  SkipNode(NodePtr input, int64_t count) : UnaryNode(std::move(input)), count_(count) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     auto it = input_->make_iterator(epoch);
     it->skip(count_);
@@ -186,7 +195,9 @@ class SkipNode : public DatasetNode {
   }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<SkipNode>(std::move(input), count_);
+  }
   int64_t count_;
 };
 
@@ -228,9 +239,9 @@ class RepeatIterator : public IteratorNode {
   std::unique_ptr<IteratorNode> current_;
 };
 
-class RepeatNode : public DatasetNode {
+class RepeatNode : public UnaryNode {
  public:
-  RepeatNode(NodePtr input, int64_t count) : input_(std::move(input)), count_(count) {}
+  RepeatNode(NodePtr input, int64_t count) : UnaryNode(std::move(input)), count_(count) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<RepeatIterator>(input_, count_, epoch);
   }
@@ -246,7 +257,9 @@ class RepeatNode : public DatasetNode {
   }
 
  private:
-  NodePtr input_;
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<RepeatNode>(std::move(input), count_);
+  }
   int64_t count_;
 };
 

@@ -1,6 +1,8 @@
 #include "dist/distribute/distributed_dataset.h"
 
+#include "data/file_shard.h"
 #include "dist/core/error.h"
+#include "dist/data/files.h"
 #include "dist/distribute/strategy_extended.h"
 
 namespace dist {
@@ -109,10 +111,30 @@ DistributedIterator::Cursor& DistributedIterator::Cursor::operator++() {
   return *this;
 }
 
+namespace {
+
+// The policy asked for (DistributeOptions, else the dataset's options), with kAuto resolved as
+// tf.data resolves it: by file where the pipeline reads files, else by data.
+AutoShardPolicy resolved_policy(const data::Dataset& input, AutoShardPolicy policy) {
+  if (policy == AutoShardPolicy::kAuto)
+    policy = input.options().auto_shard_policy.value_or(AutoShardPolicy::kAuto);
+  if (policy != AutoShardPolicy::kAuto) return policy;
+  return data::source_file_count(input) >= 0 ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
+}
+
+}  // namespace
+
 DistributedDataset::DistributedDataset(data::Dataset input,
                                        std::shared_ptr<const StrategyExtended> strategy,
                                        InputKind kind, DistributeOptions options)
-    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind), options_(options) {}
+    : input_(std::move(input)), strategy_(std::move(strategy)), kind_(kind), options_(options) {
+  if (kind_ != InputKind::kGlobalBatches) return;
+  options_.auto_shard_policy = resolved_policy(input_, options_.auto_shard_policy);
+  const int workers = strategy_->num_workers();
+  if (options_.auto_shard_policy == AutoShardPolicy::kFile && workers > 1)
+    input_ = data::detail::divide_global_batch(
+        data::shard_files(input_, workers, strategy_->worker_index()), workers);
+}
 
 DistributedIterator DistributedDataset::iterator(int64_t epoch) const {
   return DistributedIterator(input_.iterator(epoch), strategy_, kind_, options_,

@@ -168,11 +168,10 @@ at::Tensor StrategyExtended::gather(const std::vector<at::Tensor>& values, int64
 
 PerReplica<data::Element> StrategyExtended::distribute_batch(const data::Element& batch,
                                                              AutoShardPolicy policy) const {
-  DIST_CHECK_ARG(policy != AutoShardPolicy::kFile,
-                 "AutoShardPolicy::kFile needs a dataset read from a list of files; datasets "
-                 "here are built from tensors: use AutoShardPolicy::kData");
   const int64_t global = batch.empty() || batch[0].dim() == 0 ? 0 : batch[0].size(0);
-  if (policy == AutoShardPolicy::kOff)
+  // kFile: the batch is this worker's own (its files, its part of the global batch), as with
+  // kOff; DistributedIterator adds up the workers' batches to the step's global batch.
+  if (policy == AutoShardPolicy::kOff || policy == AutoShardPolicy::kFile)
     return PerReplica<data::Element>(split_batch(batch, num_local_replicas()), global);
   // kData / kAuto: this worker's replicas are replicas [first, first + local) of the job.
   std::vector<data::Element> shares;

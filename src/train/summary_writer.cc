@@ -6,59 +6,30 @@
 #include <cfloat>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "core/crc32c.h"
+#include "core/protobuf_wire.h"
 #include "dist/core/error.h"
 #include "dist/train/image_io.h"
 
 namespace dist {
 namespace {
 
-// Protocol buffer wire format: key = field << 3 | wire type.
-enum WireType : uint8_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void put_key(std::string& out, int field, WireType type) {
-  put_varint(out, static_cast<uint64_t>(field) << 3 | type);
-}
-
-template <class T>
-void put_fixed(std::string& out, T value) {  // little-endian host (x86-64, aarch64)
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));
-  out.append(bytes, sizeof(T));
-}
-
-void put_bytes(std::string& out, int field, const std::string& bytes) {
-  put_key(out, field, kLengthDelimited);
-  put_varint(out, bytes.size());
-  out += bytes;
-}
+using wire::kFixed32;
+using wire::kFixed64;
+using wire::kVarint;
+using wire::put_bytes;
+using wire::put_double;
+using wire::put_fixed;
+using wire::put_key;
+using wire::put_packed_doubles;
+using wire::put_varint;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void put_double(std::string& out, int field, double value) {
-  put_key(out, field, kFixed64);
-  put_fixed(out, value);
-}
-
-void put_packed_doubles(std::string& out, int field, const std::vector<double>& values) {
-  put_key(out, field, kLengthDelimited);
-  put_varint(out, values.size() * sizeof(double));
-  for (double v : values) put_fixed(out, v);
 }
 
 // TensorBoard's default bucket edges, ascending: -DBL_MAX, the negatives of the positive edges
@@ -88,13 +59,6 @@ std::string event(double wall_time, int64_t step) {
 }
 
 }  // namespace
-
-// TFRecord's checksum: CRC-32C rotated right by 15 bits plus a constant, so that a checksum of
-// data that itself contains checksums is not trivially related to them.
-static uint32_t masked_crc32c(const void* data, size_t size) {
-  const uint32_t crc = crc32c(data, size);
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
 
 SummaryWriter::SummaryWriter(const std::string& log_dir, Env* env) {
   DIST_CHECK_ARG(env != nullptr, "SummaryWriter('", log_dir, "'): the Env is null");

@@ -22,6 +22,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dist/data/auto_shard_policy.h"
+
 namespace dist::data {
 
 // One element of a dataset: a tuple of tensors (for example {image, label}).
@@ -65,6 +67,43 @@ struct ElementContext {
   int64_t index = 0;
 };
 
+// A source of elements for Dataset::from_generator: each call gives the next element, or
+// nullopt at the end of the epoch.
+using Generator = std::function<std::optional<Element>()>;
+
+// num_parallel_calls: let the library choose (the machine's hardware threads), as tf.data's
+// AUTOTUNE.
+constexpr int64_t kAutotune = -1;
+
+struct MapOptions {
+  // Threads applying the function (1: on the iterating thread; kAutotune: one per hardware
+  // thread). The function must then be safe to call from several threads at once.
+  int64_t num_parallel_calls = 1;
+  // true: the output keeps the input's order, whatever the threads' timing (the default, and
+  // what exact training needs). false: an element is handed out as soon as it is ready, which
+  // can hide one slow element but makes the order depend on timing.
+  bool deterministic = true;
+};
+
+struct InterleaveOptions {
+  // How many input elements' datasets are read at once (round robin).
+  int64_t cycle_length = 1;
+  // Consecutive elements taken from one dataset before moving to the next.
+  int64_t block_length = 1;
+  // Datasets of the cycle read ahead on threads of their own (at most cycle_length threads;
+  // 1: none). The order is the same either way.
+  int64_t num_parallel_calls = 1;
+};
+
+// Options a dataset carries to the code that distributes it (tf.data.Options).
+struct DatasetOptions {
+  // How experimental_distribute_dataset divides it among workers, unless DistributeOptions
+  // names a policy other than kAuto; unset: kAuto.
+  std::optional<AutoShardPolicy> auto_shard_policy;
+};
+
+class IgnoredErrors;  // dist/data/ignored_errors.h
+
 namespace detail {
 class DatasetNode;
 class IteratorNode;
@@ -78,6 +117,11 @@ class Dataset {
   static Dataset from_tensor_slices(std::vector<at::Tensor> tensors);
   // Element i is the concatenation of the i-th elements; stops at the shortest dataset.
   static Dataset zip(std::vector<Dataset> datasets);
+  // Elements from a C++ callable: make_generator(epoch) is called once per epoch (and on each
+  // restore) and must give the same sequence for the same epoch, as restoring a position
+  // replays it. `cardinality` is what the generator will yield, if known.
+  static Dataset from_generator(std::function<Generator(int64_t epoch)> make_generator,
+                                int64_t cardinality = kUnknownCardinality);
 
   // Applies fn to each element. fn should be deterministic: restoring a position skips
   // elements without calling fn on them.
@@ -87,6 +131,27 @@ class Dataset {
   // augmentation keyed on the context reproducible, resumable and independent of the
   // replica and worker counts. With prefetch() after it, fn runs on a background thread.
   Dataset map_with_context(std::function<Element(Element, const ElementContext&)> fn) const;
+  // The same on several threads (decoding images, parsing records): see MapOptions. With the
+  // default deterministic order the output is exactly the sequential map's.
+  Dataset map(std::function<Element(Element)> fn, const MapOptions& options) const;
+  Dataset map_with_context(std::function<Element(Element, const ElementContext&)> fn,
+                           const MapOptions& options) const;
+  // Maps each element to a dataset and interleaves their elements (tf.data's interleave):
+  // cycle_length datasets are open at once; block_length elements are taken from each in
+  // turn; a finished dataset's place goes to the next element's dataset. The typical use reads
+  // several files at once:
+  //   list_files("shards/*.tfrecord", true, seed).interleave(
+  //       [](const Element& f) { return tfrecord_dataset({string_of(f[0])}); }, {4, 1});
+  Dataset interleave(std::function<Dataset(const Element&)> fn,
+                     const InterleaveOptions& options) const;
+  // Keeps elements index, index + num_shards, index + 2 num_shards, ... (tf.data's shard).
+  // Applied to list_files(...), it gives each input pipeline its own files.
+  Dataset shard(int64_t num_shards, int64_t index) const;
+  // Skips the elements whose production failed with a DataError (a corrupt record, an image
+  // that does not decode) instead of stopping, counting them in `log` if given (tf.data's
+  // ignore_errors). Put it right after the stage that may fail: a batch() or prefetch() below
+  // it would lose the elements around the failure. The cardinality becomes unknown.
+  Dataset ignore_errors(std::shared_ptr<IgnoredErrors> log = nullptr) const;
   // Shuffles with a buffer of `buffer_size` elements (as tf.data: a buffer as large as the
   // dataset gives a uniform shuffle). The order depends only on seed and epoch; with
   // reshuffle_each_iteration=false every epoch uses the order of epoch 0.
@@ -104,6 +169,11 @@ class Dataset {
   // Repeats `count` times; -1 repeats forever. Repetition r of epoch e iterates the input at
   // epoch e*count + r, so shuffle(...).repeat(3) reshuffles on every repetition.
   Dataset repeat(int64_t count = -1) const;
+
+  // The same dataset carrying `options` (the set ones replace those set below).
+  Dataset with_options(const DatasetOptions& options) const;
+  // The options set by with_options anywhere in the pipeline (the outermost wins).
+  DatasetOptions options() const;
 
   // Number of elements, kInfiniteCardinality or kUnknownCardinality.
   int64_t cardinality() const;

@@ -23,7 +23,7 @@
 
 #include "dist/core/per_replica.h"
 #include "dist/data/dataset.h"
-#include "dist/distribute/auto_shard_policy.h"
+#include "dist/data/auto_shard_policy.h"
 
 namespace dist {
 

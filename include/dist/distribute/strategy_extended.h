@@ -26,7 +26,7 @@
 #include "dist/core/per_replica.h"
 #include "dist/core/reduce_op.h"
 #include "dist/data/dataset.h"
-#include "dist/distribute/auto_shard_policy.h"
+#include "dist/data/auto_shard_policy.h"
 #include "dist/distribute/communication_counters.h"
 #include "dist/distribute/communication_hook.h"
 #include "dist/distribute/distributed_variables.h"

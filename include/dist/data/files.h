@@ -1,0 +1,51 @@
+// Files as the input of a pipeline: matching file names, datasets of them, and sharding a
+// pipeline by its files (AutoShardPolicy::kFile).
+//
+//   // Each worker reads its own shards, four at a time:
+//   auto shards = list_files("/data/train-*.tfrecord", /*shuffle=*/true, /*seed=*/7)
+//                     .shard(context.num_input_pipelines, context.input_pipeline_id);
+//   auto records = shards.interleave(
+//       [](const Element& f) { return tfrecord_dataset({string_of(f[0])}); }, {4, 1});
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dist/data/dataset.h"
+
+namespace dist::data {
+
+// The files matching a glob pattern (POSIX glob: *, ?, [...]), sorted by name. Throws
+// DataError naming the pattern when nothing matches, and naming the file when a match is not a
+// regular file (a directory, a FIFO, a device): such a "file" would fail or block later.
+std::vector<std::string> match_files(const std::string& pattern);
+// The same for several patterns: their matches together, sorted, each file once.
+std::vector<std::string> match_files(const std::vector<std::string>& patterns);
+
+// A dataset of file names, one element {name} per matching file, where name is a uint8 tensor
+// of the path's bytes (string_of gives it back). The list is taken once, when the dataset is
+// made. With shuffle, every epoch lists the files in another order, a function of (seed,
+// epoch). A file source: AutoShardPolicy::kFile gives each worker every N-th of these files.
+Dataset list_files(const std::string& pattern, bool shuffle = true, uint64_t seed = 0);
+Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = true,
+                   uint64_t seed = 0);
+
+// Bytes in and out of elements (file names, records, encoded images, parse_example's bytes
+// features): a 1-D uint8 tensor holding a copy of the bytes, and the bytes of a uint8 tensor
+// (any shape, row-major; InvalidArgument for another dtype).
+at::Tensor string_tensor(std::string_view text);
+std::string string_of(const at::Tensor& bytes);
+
+// How many files the pipeline's file sources read (list_files, tfrecord_dataset,
+// image_folder), or -1 when it reads none (its data comes from tensors or a generator).
+int64_t source_file_count(const Dataset& dataset);
+
+// The pipeline with each file source reading only its files index, index + num_shards, ...
+// (AutoShardPolicy::kFile; for distribute_datasets_from_function, call it with the
+// InputContext's num_input_pipelines and input_pipeline_id). Throws InvalidArgument when the
+// pipeline reads no files, or when a source has fewer files than shards (naming both counts).
+Dataset shard_files(const Dataset& dataset, int64_t num_shards, int64_t index);
+
+}  // namespace dist::data

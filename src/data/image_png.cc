@@ -1,0 +1,112 @@
+// PNG decoding with libpng's progressive-free reading API (png_read_info, png_read_row,
+// png_read_end), from memory.
+//
+// Errors: libpng reports them by calling an error callback that must not return. Ours records
+// the message and longjmps back to the setjmp in read_png, libpng's documented way; the
+// longjmp only crosses libpng's C frames and read_png's, which holds no object with a
+// destructor (everything that must outlive an error lives in the caller's PngRead). The
+// caller then throws a DataError with libpng's message. Warnings are dropped (libpng would
+// print them to stderr): they concern ancillary chunks, never the pixels.
+#include <png.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "data/image_codec_detail.h"
+#include "dist/core/error.h"
+
+namespace dist::data::detail {
+namespace {
+
+// What the callbacks and read_png share with decode_png_hwc.
+struct PngRead {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  size_t offset = 0;
+  int64_t channels = 0;  // requested; 0 = as stored
+  const std::string* source = nullptr;
+  at::Tensor pixels;  // [H, W, C] as libpng writes them (C = 3 when grey is made from RGB)
+  char message[200] = "";
+};
+
+void on_png_error(png_structp png, png_const_charp message) {
+  auto* read = static_cast<PngRead*>(png_get_error_ptr(png));
+  std::snprintf(read->message, sizeof read->message, "%s", message);
+  png_longjmp(png, 1);
+}
+
+void on_png_warning(png_structp, png_const_charp) {}
+
+void read_png_bytes(png_structp png, png_bytep out, png_size_t length) {
+  auto* read = static_cast<PngRead*>(png_get_io_ptr(png));
+  if (length > read->size - read->offset)
+    png_error(png, "the data ends early (the file is truncated)");
+  std::memcpy(out, read->data + read->offset, length);
+  read->offset += length;
+}
+
+// Asks libpng for 8-bit grey or RGB without alpha; returns the channel count it will write.
+int request_8bit_pixels(png_structp png, png_infop info, int64_t requested) {
+  const int color_type = png_get_color_type(png, info);
+  const bool grey = (color_type & PNG_COLOR_MASK_COLOR) == 0;
+  if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (grey && png_get_bit_depth(png, info) < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (png_get_bit_depth(png, info) == 16) png_set_scale_16(png);
+  // png_set_palette_to_rgb also expands tRNS to an alpha channel: stripped here with the rest.
+  png_set_strip_alpha(png);
+  if (grey && requested == 3) png_set_gray_to_rgb(png);
+  return grey && requested != 3 ? 1 : 3;
+}
+
+// Decodes into read->pixels; false (message in read->message) if libpng failed.
+bool read_png(png_structp png, png_infop info, PngRead* read) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_read_info(png, info);
+  const int64_t height = png_get_image_height(png, info), width = png_get_image_width(png, info);
+  check_stored_size(height, width, "PNG", *read->source);
+  const int channels = request_8bit_pixels(png, info, read->channels);
+  const int passes = png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  DIST_INTERNAL_ASSERT(png_get_channels(png, info) == channels && png_get_bit_depth(png, info) == 8,
+                       "libpng writes ", int{png_get_channels(png, info)}, " channels of ",
+                       int{png_get_bit_depth(png, info)}, " bits, expected ", channels, " of 8");
+  read->pixels = at::empty({height, width, channels}, at::kByte);
+  uint8_t* base = read->pixels.data_ptr<uint8_t>();
+  const size_t stride = static_cast<size_t>(width) * channels;
+  for (int pass = 0; pass < passes; ++pass)
+    for (int64_t y = 0; y < height; ++y) png_read_row(png, base + y * stride, nullptr);
+  // Reads the rest up to IEND, so that a file cut after its last row is still reported.
+  png_read_end(png, nullptr);
+  return true;
+}
+
+}  // namespace
+
+at::Tensor decode_png_hwc(const uint8_t* data, size_t size, int64_t channels,
+                          const std::string& source) {
+  PngRead read;
+  read.data = data;
+  read.size = size;
+  read.channels = channels;
+  read.source = &source;
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, &read, on_png_error, on_png_warning);
+  png_infop info = png != nullptr ? png_create_info_struct(png) : nullptr;
+  struct Destroy {
+    png_structp* png;
+    png_infop* info;
+    ~Destroy() { png_destroy_read_struct(png, info, nullptr); }
+  } destroy{&png, &info};
+  DIST_CHECK(info != nullptr, DataError, image_error_prefix(source),
+             "libpng cannot start decoding (out of memory)");
+  png_set_read_fn(png, &read, read_png_bytes);
+  if (!read_png(png, info, &read))
+    throw DataError(dist::detail::concat(image_error_prefix(source),
+                                         "corrupt or truncated PNG image: ", read.message));
+  if (channels == 1 && read.pixels.size(2) == 3) return grey_from_rgb(read.pixels);
+  return read.pixels;
+}
+
+}  // namespace dist::data::detail

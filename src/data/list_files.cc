@@ -1,0 +1,136 @@
+// match_files and list_files: the file names of a pipeline.
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "data/dataset_node.h"
+#include "data/epoch_random.h"
+#include "dist/core/error.h"
+#include "dist/data/files.h"
+
+namespace dist::data {
+namespace {
+
+// What a path is, for the message that refuses it ("a directory").
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+void append_matches(const std::string& pattern, std::vector<std::string>& out) {
+  DIST_CHECK_ARG(!pattern.empty(), "match_files: the file pattern is empty");
+  glob_t matches{};
+  const int result = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+  std::vector<std::string> found(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+  globfree(&matches);
+  DIST_CHECK(result != GLOB_NOMATCH, DataError, "no file matches '", pattern,
+             "': check the path and the pattern (*, ? and [...] as in a shell)");
+  DIST_CHECK(result == 0, DataError, "cannot list the files matching '", pattern, "': ",
+             result == GLOB_ABORTED ? "a directory on the way cannot be read" : "out of memory");
+  for (auto& path : found) {
+    struct stat info {};
+    DIST_CHECK(::stat(path.c_str(), &info) == 0, DataError, "cannot read '", path,
+               "' (matched by '", pattern, "'): ", std::strerror(errno));
+    DIST_CHECK(S_ISREG(info.st_mode), DataError, "'", path, "' (matched by '", pattern, "') is ",
+               kind_of(info.st_mode), ", not a data file: narrow the pattern to the files");
+    out.push_back(std::move(path));
+  }
+}
+
+class ListFilesIterator : public detail::IteratorNode {
+ public:
+  ListFilesIterator(std::shared_ptr<const std::vector<std::string>> files,
+                    std::vector<size_t> order)
+      : files_(std::move(files)), order_(std::move(order)) {}
+  std::optional<Element> next() override {
+    if (index_ >= order_.size()) return std::nullopt;
+    return Element{string_tensor((*files_)[order_[index_++]])};
+  }
+  int64_t skip(int64_t n) override {
+    const int64_t skipped = std::min<int64_t>(n, static_cast<int64_t>(order_.size() - index_));
+    index_ += static_cast<size_t>(skipped);
+    return skipped;
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> files_;
+  std::vector<size_t> order_;
+  size_t index_ = 0;
+};
+
+class ListFilesNode : public detail::FileSourceNode {
+ public:
+  ListFilesNode(std::vector<std::string> files, bool shuffle, uint64_t seed)
+      : files_(std::make_shared<const std::vector<std::string>>(std::move(files))),
+        shuffle_(shuffle),
+        seed_(seed) {}
+  std::unique_ptr<detail::IteratorNode> make_iterator(int64_t epoch) const override {
+    std::vector<size_t> order(files_->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (shuffle_) {
+      auto rng = detail::epoch_stream(seed_, static_cast<uint64_t>(epoch));
+      order = detail::permutation(files_->size(), rng);
+    }
+    return std::make_unique<ListFilesIterator>(files_, std::move(order));
+  }
+  int64_t cardinality() const override { return static_cast<int64_t>(files_->size()); }
+  std::string describe() const override {
+    return "list_files(" + std::to_string(files_->size()) + " files" +
+           (shuffle_ ? ", shuffled" : "") + ")";
+  }
+  const std::vector<std::string>& files() const override { return *files_; }
+  detail::NodePtr with_files(std::vector<std::string> files) const override {
+    return std::make_shared<ListFilesNode>(std::move(files), shuffle_, seed_);
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> files_;
+  bool shuffle_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+std::vector<std::string> match_files(const std::string& pattern) {
+  return match_files(std::vector<std::string>{pattern});
+}
+
+std::vector<std::string> match_files(const std::vector<std::string>& patterns) {
+  DIST_CHECK_ARG(!patterns.empty(), "match_files needs at least one pattern");
+  std::vector<std::string> files;
+  for (const auto& pattern : patterns) append_matches(pattern, files);
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+Dataset list_files(const std::string& pattern, bool shuffle, uint64_t seed) {
+  return list_files(std::vector<std::string>{pattern}, shuffle, seed);
+}
+
+Dataset list_files(const std::vector<std::string>& patterns, bool shuffle, uint64_t seed) {
+  return Dataset(std::make_shared<ListFilesNode>(match_files(patterns), shuffle, seed));
+}
+
+at::Tensor string_tensor(std::string_view text) {
+  at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
+  if (!text.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  return bytes;
+}
+
+std::string string_of(const at::Tensor& bytes) {
+  DIST_CHECK_ARG(bytes.defined() && bytes.scalar_type() == at::kByte,
+                 "string_of needs a uint8 tensor of bytes, got ",
+                 bytes.defined() ? c10::toString(bytes.scalar_type()) : "an undefined tensor");
+  const at::Tensor dense = bytes.to(at::kCPU).contiguous();
+  return std::string(reinterpret_cast<const char*>(dense.data_ptr<uint8_t>()),
+                     static_cast<size_t>(dense.numel()));
+}
+
+}  // namespace dist::data

@@ -1,0 +1,204 @@
+// map(fn, {num_parallel_calls > 1}): fn runs on a pool of threads, several elements ahead.
+//
+// The iterating thread pulls input elements in order, numbers them (their ElementContext index,
+// so a parallel map gives every element the context the sequential one gives) and hands them to
+// the pool; up to 2 x threads are in flight. In deterministic order the consumer waits for the
+// oldest; otherwise it takes whichever is ready first. An exception in fn reaches the consumer
+// at that element's place. skip() drops the elements in flight and skips the rest in the input
+// without calling fn, as the sequential map does.
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "data/dataset_node.h"
+#include "dist/core/error.h"
+
+namespace dist::data::detail {
+namespace {
+
+using ContextMapFn = std::function<Element(Element, const ElementContext&)>;
+
+// One element on its way through fn.
+struct Slot {
+  Element input;
+  ElementContext context;
+  std::optional<Element> output;
+  std::exception_ptr error;
+  bool done = false;
+};
+
+class ParallelMapIterator : public IteratorNode {
+ public:
+  ParallelMapIterator(std::unique_ptr<IteratorNode> input, std::shared_ptr<const ContextMapFn> fn,
+                      int64_t epoch, int64_t threads, bool deterministic)
+      : input_(std::move(input)),
+        fn_(std::move(fn)),
+        epoch_(epoch),
+        threads_(static_cast<size_t>(threads)),
+        deterministic_(deterministic) {}
+
+  ~ParallelMapIterator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_ready_.notify_all();
+    for (auto& worker : workers_) worker.join();
+  }
+
+  std::optional<Element> next() override {
+    if (workers_.empty()) start_workers();
+    fill();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (in_flight_.empty()) return std::nullopt;
+    auto ready = in_flight_.begin();
+    slot_done_.wait(lock, [&] {
+      if (deterministic_) return in_flight_.front()->done;
+      for (ready = in_flight_.begin(); ready != in_flight_.end(); ++ready)
+        if ((*ready)->done) return true;
+      return false;
+    });
+    if (deterministic_) ready = in_flight_.begin();
+    std::shared_ptr<Slot> slot = *ready;
+    in_flight_.erase(ready);
+    lock.unlock();
+    if (slot->error) std::rethrow_exception(slot->error);
+    return std::move(slot->output);
+  }
+
+  int64_t skip(int64_t n) override {
+    int64_t skipped = 0;
+    {
+      // Elements in flight come first in the sequence; their results are no longer wanted
+      // (a worker finishing one writes into a slot nobody reads).
+      std::lock_guard<std::mutex> lock(mu_);
+      while (skipped < n && !in_flight_.empty()) {
+        auto waiting = std::find(queue_.begin(), queue_.end(), in_flight_.front());
+        if (waiting != queue_.end()) queue_.erase(waiting);
+        in_flight_.pop_front();
+        ++skipped;
+      }
+    }
+    if (skipped < n) {
+      const int64_t more = input_->skip(n - skipped);
+      index_ += more;
+      skipped += more;
+    }
+    return skipped;
+  }
+
+ private:
+  void start_workers() {
+    for (size_t t = 0; t < threads_; ++t) workers_.emplace_back([this] { work(); });
+  }
+
+  // Pulls input elements until 2 x threads are in flight or the input ends.
+  void fill() {
+    while (!input_done_) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (in_flight_.size() >= 2 * threads_) return;
+      }
+      auto element = input_->next();  // on this thread: the input's iterator is not shared
+      if (!element) {
+        input_done_ = true;
+        return;
+      }
+      auto slot = std::make_shared<Slot>();
+      slot->input = std::move(*element);
+      slot->context = ElementContext{epoch_, index_++};
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        in_flight_.push_back(slot);
+        queue_.push_back(std::move(slot));
+      }
+      work_ready_.notify_one();
+    }
+  }
+
+  void work() {
+    while (true) {
+      std::shared_ptr<Slot> slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        slot = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::optional<Element> output;
+      std::exception_ptr error;
+      try {
+        output = (*fn_)(std::move(slot->input), slot->context);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        slot->output = std::move(output);
+        slot->error = error;
+        slot->done = true;
+      }
+      slot_done_.notify_all();
+    }
+  }
+
+  std::unique_ptr<IteratorNode> input_;
+  std::shared_ptr<const ContextMapFn> fn_;
+  int64_t epoch_;
+  size_t threads_;
+  bool deterministic_;
+  int64_t index_ = 0;
+  bool input_done_ = false;
+
+  std::mutex mu_;
+  std::condition_variable work_ready_;
+  std::condition_variable slot_done_;
+  std::deque<std::shared_ptr<Slot>> in_flight_;  // in input order, until handed out
+  std::deque<std::shared_ptr<Slot>> queue_;      // not yet taken by a worker
+  std::vector<std::thread> workers_;
+  bool stop_ = false;
+};
+
+class ParallelMapNode : public UnaryNode {
+ public:
+  ParallelMapNode(NodePtr input, std::shared_ptr<const ContextMapFn> fn, int64_t threads,
+                  bool deterministic)
+      : UnaryNode(std::move(input)),
+        fn_(std::move(fn)),
+        threads_(threads),
+        deterministic_(deterministic) {}
+  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
+    return std::make_unique<ParallelMapIterator>(input_->make_iterator(epoch), fn_, epoch, threads_,
+                                                 deterministic_);
+  }
+  int64_t cardinality() const override { return input_->cardinality(); }
+  std::string describe() const override {
+    return input_->describe() + ".map(num_parallel_calls=" + std::to_string(threads_) +
+           (deterministic_ ? "" : ", deterministic=false") + ")";
+  }
+
+ private:
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<ParallelMapNode>(std::move(input), fn_, threads_, deterministic_);
+  }
+  std::shared_ptr<const ContextMapFn> fn_;
+  int64_t threads_;
+  bool deterministic_;
+};
+
+}  // namespace
+
+NodePtr make_parallel_map_node(NodePtr input, ContextMapFn fn, const MapOptions& options) {
+  int64_t threads = options.num_parallel_calls;
+  if (threads == kAutotune)
+    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  return std::make_shared<ParallelMapNode>(std::move(input),
+                                           std::make_shared<const ContextMapFn>(std::move(fn)),
+                                           threads, options.deterministic);
+}
+
+}  // namespace dist::data::detail

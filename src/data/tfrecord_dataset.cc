@@ -1,0 +1,166 @@
+// tfrecord_dataset: a file source streaming the records of TFRecord files.
+#include "dist/data/tfrecord_dataset.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "data/dataset_node.h"
+#include "data/epoch_random.h"
+#include "data/tfrecord_file.h"
+#include "dist/core/error.h"
+#include "dist/data/files.h"
+
+namespace dist::data {
+namespace {
+
+// Record counts per file, found once (on first use) and shared by the node's copies.
+class RecordCounts {
+ public:
+  RecordCounts(std::vector<std::string> files, Compression compression)
+      : files_(std::move(files)), compression_(compression), counts_(files_.size(), -1) {}
+  int64_t of(size_t file) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (counts_[file] < 0) counts_[file] = detail::count_records(files_[file], compression_);
+    return counts_[file];
+  }
+  int64_t total() {
+    int64_t sum = 0;
+    for (size_t f = 0; f < files_.size(); ++f) sum += of(f);
+    return sum;
+  }
+
+ private:
+  std::vector<std::string> files_;
+  Compression compression_;
+  std::mutex mu_;
+  std::vector<int64_t> counts_;
+};
+
+class TFRecordIterator : public detail::IteratorNode {
+ public:
+  TFRecordIterator(std::shared_ptr<const std::vector<std::string>> files,
+                   std::shared_ptr<RecordCounts> counts, std::vector<size_t> order,
+                   const TFRecordOptions& options)
+      : files_(std::move(files)),
+        counts_(std::move(counts)),
+        order_(std::move(order)),
+        options_(options) {}
+
+  std::optional<Element> next() override {
+    while (open_next_file_if_needed()) {
+      const int64_t index = reader_->records_read();
+      try {
+        if (reader_->next(&record_)) return element(index);
+      } catch (const DataError&) {
+        reader_.reset();  // the damage ends this file; a retry (ignore_errors) reads the next
+        ++position_;
+        throw;
+      }
+      reader_.reset();
+      ++position_;
+    }
+    return std::nullopt;
+  }
+
+  int64_t skip(int64_t n) override {
+    int64_t skipped = 0;
+    while (skipped < n && position_ < order_.size()) {
+      if (!reader_) {
+        // A whole unopened file whose count is known is passed without reading it.
+        const int64_t in_file = counts_->of(order_[position_]);
+        if (in_file <= n - skipped) {
+          skipped += in_file;
+          ++position_;
+          continue;
+        }
+        reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
+                                                               options_.compression);
+      }
+      if (reader_->skip()) {
+        ++skipped;
+      } else {
+        reader_.reset();
+        ++position_;
+      }
+    }
+    return skipped;
+  }
+
+ private:
+  bool open_next_file_if_needed() {
+    if (reader_) return true;
+    if (position_ >= order_.size()) return false;
+    reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
+                                                           options_.compression);
+    return true;
+  }
+
+  Element element(int64_t index) const {
+    at::Tensor bytes = at::empty({static_cast<int64_t>(record_.size())}, at::kByte);
+    if (!record_.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), record_.data(), record_.size());
+    if (!options_.with_source) return {bytes};
+    return {bytes, string_tensor(reader_->path()), at::scalar_tensor(index, at::kLong)};
+  }
+
+  std::shared_ptr<const std::vector<std::string>> files_;
+  std::shared_ptr<RecordCounts> counts_;
+  std::vector<size_t> order_;
+  TFRecordOptions options_;
+  size_t position_ = 0;  // in order_: the file being read
+  std::unique_ptr<detail::TFRecordFileReader> reader_;
+  std::string record_;  // reused: one allocation for the records of similar size
+};
+
+class TFRecordNode : public detail::FileSourceNode {
+ public:
+  TFRecordNode(std::vector<std::string> files, const TFRecordOptions& options)
+      : files_(std::make_shared<const std::vector<std::string>>(std::move(files))),
+        counts_(std::make_shared<RecordCounts>(*files_, options.compression)),
+        options_(options) {}
+  std::unique_ptr<detail::IteratorNode> make_iterator(int64_t epoch) const override {
+    std::vector<size_t> order(files_->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (options_.shuffle_files) {
+      auto rng = detail::epoch_stream(options_.seed, static_cast<uint64_t>(epoch));
+      order = detail::permutation(files_->size(), rng);
+    }
+    return std::make_unique<TFRecordIterator>(files_, counts_, std::move(order), options_);
+  }
+  int64_t cardinality() const override { return counts_->total(); }
+  std::string describe() const override {
+    return "tfrecord_dataset(" + std::to_string(files_->size()) + " files" +
+           (options_.compression == Compression::kNone
+                ? std::string()
+                : std::string(", ") + compression_name(options_.compression)) +
+           ")";
+  }
+  const std::vector<std::string>& files() const override { return *files_; }
+  detail::NodePtr with_files(std::vector<std::string> files) const override {
+    return std::make_shared<TFRecordNode>(std::move(files), options_);
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> files_;
+  std::shared_ptr<RecordCounts> counts_;
+  TFRecordOptions options_;
+};
+
+}  // namespace
+
+Dataset tfrecord_dataset(std::vector<std::string> files, const TFRecordOptions& options) {
+  DIST_CHECK_ARG(!files.empty(),
+                 "tfrecord_dataset needs at least one file (match_files finds "
+                 "them by pattern)");
+  for (const auto& file : files) {
+    struct stat info {};
+    DIST_CHECK(::stat(file.c_str(), &info) == 0, DataError, "tfrecord_dataset: cannot read '", file,
+               "': ", std::strerror(errno));
+    DIST_CHECK(S_ISREG(info.st_mode), DataError, "tfrecord_dataset: '", file,
+               "' is not a regular file (a directory, FIFO or device): give TFRecord files");
+  }
+  return Dataset(std::make_shared<TFRecordNode>(std::move(files), options));
+}
+
+}  // namespace dist::data

@@ -1,0 +1,200 @@
+#include "training_data.h"
+
+#include <thread>
+
+#include "dist/core/error.h"
+#include "dist/data/example.h"
+#include "dist/data/files.h"
+#include "dist/data/image_codec.h"
+#include "dist/data/image_folder.h"
+#include "dist/data/mnist.h"
+#include "dist/data/tfrecord_dataset.h"
+
+namespace dist::tools {
+namespace {
+
+using data::Dataset;
+using data::Element;
+
+// The built-in models' classes (every one ends in a Dense 10).
+constexpr int64_t kClasses = 10;
+
+struct DataSpec {
+  enum class Kind { kTFRecord, kImages } kind;
+  std::string location;  // the glob or the directory
+};
+
+DataSpec parse_spec(const std::string& flag, const std::string& text) {
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  DIST_CHECK_ARG(colon != std::string::npos && colon + 1 < text.size() &&
+                     (kind == "tfrecord" || kind == "images"),
+                 flag, " '", text,
+                 "' is not a data spec: use tfrecord:GLOB (TFRecord files of tf.train.Example "
+                 "records, e.g. tfrecord:/data/train-*.tfrecord) or images:DIR (a folder with one "
+                 "sub-folder of images per class)");
+  return {kind == "tfrecord" ? DataSpec::Kind::kTFRecord : DataSpec::Kind::kImages,
+          text.substr(colon + 1)};
+}
+
+int64_t decode_threads(const TrainOptions& options) {
+  if (options.decode_threads > 0) return options.decode_threads;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+}
+
+// One example to {float image [1, H, W], label}, checked against the model's needs.
+struct ExampleDecoder {
+  int64_t height = 0, width = 0;  // the first image's size, which every image must have
+
+  Element operator()(const at::Tensor& encoded, int64_t label, const std::string& source) const {
+    at::Tensor image = data::decode_image(encoded, {1, 0, 0}, source);
+    DIST_CHECK(height == 0 || (image.size(1) == height && image.size(2) == width), DataError,
+               source, ": the image is ", image.size(1), "x", image.size(2),
+               " but the data's first image is ", height, "x", width,
+               "; dist-train batches images of one size: resize the data to one size");
+    DIST_CHECK(label >= 0 && label < kClasses, DataError, source, ": label ", label,
+               " is outside 0..", kClasses - 1, "; the built-in models have ", kClasses,
+               " classes");
+    return {data::scale_images(image), at::scalar_tensor(label, at::kLong)};
+  }
+};
+
+// A source's element to {encoded image, label, source name}: the image folder's as they are,
+// a TFRecord's parsed as a tf.train.Example.
+using Unpack = std::function<Element(const Element&)>;
+
+struct Source {
+  Dataset items;            // image files {encoded, label, path} or records {record, file, index}
+  Unpack unpack;            // an item to {encoded, label, source name}
+  std::string description;  // for the job's header
+};
+
+Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuffle_files) {
+  if (spec.kind == DataSpec::Kind::kImages) {
+    Dataset files = data::image_folder_files(spec.location, {shuffle_files, options.seed, true});
+    return {files, [](const Element& e) { return e; }, "image folder " + spec.location};
+  }
+  auto files = data::match_files(spec.location);
+  data::TFRecordOptions read;
+  read.compression = data::compression_from_name(options.tfrecord_compression);
+  read.shuffle_files = shuffle_files;
+  read.seed = options.seed;
+  read.with_source = true;
+  const data::FeatureSpec features({
+      data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
+      data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
+  });
+  Unpack parse = [features](const Element& e) {
+    const std::string source =
+        "record " + std::to_string(e[2].item<int64_t>()) + " of " + data::string_of(e[1]);
+    Element parsed;
+    try {
+      parsed = data::parse_example(data::string_of(e[0]), features);
+    } catch (const DataError& error) {
+      throw DataError(source + ": " + error.what());
+    }
+    return Element{parsed[0], parsed[1], data::string_tensor(source)};
+  };
+  return {data::tfrecord_dataset(files, read), parse,
+          std::to_string(files.size()) + " TFRecord files (" + spec.location + ")"};
+}
+
+// The shape check before training: the first image, decoded, against the model.
+ExampleDecoder check_first_image(const Source& source, const TrainOptions& options,
+                                 const std::string& flag) {
+  auto first = source.items.iterator().next();
+  DIST_CHECK_ARG(first.has_value(), flag, " has no examples");
+  const Element example = source.unpack(*first);
+  const Element image =
+      ExampleDecoder{}(example[0], example[1].item<int64_t>(), data::string_of(example[2]));
+  ExampleDecoder decoder{image[0].size(1), image[0].size(2)};
+  const bool any_size = options.model == ModelKind::kResnet;
+  DIST_CHECK_ARG(any_size || (decoder.height == 28 && decoder.width == 28), "--model ",
+                 name_of(options.model),
+                 " takes 28x28 grey images (1x28x28, like Fashion-MNIST)"
+                 " but the images of ",
+                 flag, " are ", decoder.height, "x", decoder.width,
+                 ": use --model resnet (any size), or resize the data to 28x28");
+  return decoder;
+}
+
+// The items of a source (under --ignore-errors, skipping what cannot be read), the first N
+// if asked.
+Dataset readable(const Source& source, int64_t limit,
+                 const std::shared_ptr<data::IgnoredErrors>& ignored) {
+  Dataset items = ignored ? source.items.ignore_errors(ignored) : source.items;
+  return limit > 0 ? items.take(limit) : items;
+}
+
+// Decoded, scaled examples on the decoding threads, skipping (and counting) the bad ones under
+// --ignore-errors.
+Dataset decoded(const Dataset& items, const Source& source, const ExampleDecoder& decoder,
+                const TrainOptions& options, const std::shared_ptr<data::IgnoredErrors>& ignored) {
+  Dataset images = items.map(
+      [decoder, unpack = source.unpack](Element item) {
+        const Element e = unpack(item);
+        return decoder(e[0], e[1].item<int64_t>(), data::string_of(e[2]));
+      },
+      data::MapOptions{decode_threads(options)});
+  return ignored ? images.ignore_errors(ignored) : images;
+}
+
+data::DatasetOptions sharding(const TrainOptions& options, bool elastic) {
+  AutoShardPolicy policy = options.auto_shard;
+  DIST_CHECK_ARG(!(elastic && policy == AutoShardPolicy::kFile),
+                 "--auto-shard file cannot follow an elastic resize (which worker reads which "
+                 "file would change mid-epoch): use --auto-shard data");
+  if (elastic && policy == AutoShardPolicy::kAuto) policy = AutoShardPolicy::kData;
+  return {policy};
+}
+
+}  // namespace
+
+TrainingData open_training_data(const TrainOptions& options, int64_t global_batch, bool elastic) {
+  if (options.train_data.empty()) {
+    // Bytes until batched: a shuffle over the whole set holds views of 47 MB, not 188 MB.
+    Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
+    if (options.train_examples > 0) examples = examples.take(options.train_examples);
+    const int64_t num_train = examples.cardinality();
+    Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest);
+    if (options.test_examples > 0) test = test.take(options.test_examples);
+    return {examples.shuffle(num_train, options.seed)
+                .batch(global_batch)
+                .map(data::scale_images_of)
+                .prefetch(2),
+            test.batch(global_batch).map(data::scale_images_of).prefetch(2), num_train,
+            "Fashion-MNIST (IDX files in " + options.data_dir + ")", nullptr};
+  }
+  DIST_CHECK_ARG(!options.test_data.empty(),
+                 "--train-data needs --test-data too (the data to evaluate on after each "
+                 "epoch, in the same kinds of spec)");
+  std::shared_ptr<data::IgnoredErrors> ignored;
+  if (options.ignore_errors) ignored = std::make_shared<data::IgnoredErrors>();
+  const auto shard = sharding(options, elastic);
+
+  Source train = open_source(parse_spec("--train-data", options.train_data), options, true);
+  const ExampleDecoder decoder = check_first_image(train, options, "--train-data");
+  // Under --ignore-errors the count is what the files hold, bad records included.
+  const int64_t num_train = readable(train, options.train_examples, nullptr).cardinality();
+  // Encoded items are shuffled (a bounded buffer: memory does not grow with the data), then
+  // decoded on the decoding threads in that order.
+  const int64_t buffer = std::min(options.shuffle_buffer, std::max<int64_t>(num_train, 1));
+  Dataset train_batches =
+      decoded(readable(train, options.train_examples, ignored).shuffle(buffer, options.seed),
+              train, decoder, options, ignored)
+          .batch(global_batch)
+          .prefetch(2)
+          .with_options(shard);
+
+  Source test = open_source(parse_spec("--test-data", options.test_data), options, false);
+  check_first_image(test, options, "--test-data");
+  Dataset test_batches =
+      decoded(readable(test, options.test_examples, ignored), test, decoder, options, ignored)
+          .batch(global_batch)
+          .prefetch(2)
+          .with_options(shard);
+  return {train_batches, test_batches, num_train,
+          "train: " + train.description + "; test: " + test.description, ignored};
+}
+
+}  // namespace dist::tools
