@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   bool no_folder = false;
   app.add_option("out", out, "output directory")->required();
   app.add_option("--shards", shards, "TFRecord files per split")->check(CLI::PositiveNumber);
-  app.add_option("--format", format, "png | jpeg")->check(CLI::IsMember({"png", "jpeg"}));
+  app.add_option("--format", format, "png | jpeg | raw (TFRecords of the pixels, no folder)")
+      ->check(CLI::IsMember({"png", "jpeg", "raw"}));
   app.add_option("--repeat", repeat, "write the training set this many times over")
       ->check(CLI::PositiveNumber);
   app.add_option("--data-dir", data_dir, "Fashion-MNIST IDX files");
@@ -32,7 +33,10 @@ int main(int argc, char** argv) {
     namespace fs = std::filesystem;
     using namespace dist::data;
     ImageExportOptions options;
-    options.format = format == "png" ? ImageFormat::kPng : ImageFormat::kJpeg;
+    options.format = format == "png"    ? ImageFormat::kPng
+                     : format == "jpeg" ? ImageFormat::kJpeg
+                                        : ImageFormat::kRaw;
+    if (options.format == ImageFormat::kRaw) no_folder = true;
     for (Split split : {Split::kTrain, Split::kTest}) {
       const std::string name = split == Split::kTrain ? "train" : "test";
       Dataset examples = fashion_mnist_bytes(data_dir, split);

@@ -46,8 +46,13 @@ int64_t decode_threads(const TrainOptions& options) {
 struct ExampleDecoder {
   int64_t height = 0, width = 0;  // the first image's size, which every image must have
 
-  Element operator()(const at::Tensor& encoded, int64_t label, const std::string& source) const {
-    at::Tensor image = data::decode_image(encoded, {1, 0, 0}, source);
+  // `raw_shape`: [C, H, W] when `encoded` holds the pixels themselves ("image/format" "raw"),
+  // else empty.
+  Element operator()(const at::Tensor& encoded, int64_t label, const std::string& source,
+                     const at::Tensor& raw_shape) const {
+    at::Tensor image = raw_shape.defined() && raw_shape.numel() == 3
+                           ? raw_pixels(encoded, raw_shape, source)
+                           : data::decode_image(encoded, {1, 0, 0}, source);
     DIST_CHECK(height == 0 || (image.size(1) == height && image.size(2) == width), DataError,
                source, ": the image is ", image.size(1), "x", image.size(2),
                " but the data's first image is ", height, "x", width,
@@ -56,6 +61,17 @@ struct ExampleDecoder {
                " is outside 0..", kClasses - 1, "; the built-in models have ", kClasses,
                " classes");
     return {data::scale_images(image), at::scalar_tensor(label, at::kLong)};
+  }
+
+  static at::Tensor raw_pixels(const at::Tensor& bytes, const at::Tensor& shape,
+                               const std::string& source) {
+    const int64_t c = shape[0].item<int64_t>(), h = shape[1].item<int64_t>(),
+                  w = shape[2].item<int64_t>();
+    DIST_CHECK(c == 1, DataError, source, ": a raw image of ", c,
+               " channels; dist-train's models take grey images (1 channel)");
+    DIST_CHECK(h > 0 && w > 0 && bytes.numel() == h * w, DataError, source, ": a raw image of ",
+               bytes.numel(), " bytes, but its image/height and image/width say ", h, "x", w);
+    return bytes.reshape({1, h, w});
   }
 };
 
@@ -72,7 +88,11 @@ struct Source {
 Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuffle_files) {
   if (spec.kind == DataSpec::Kind::kImages) {
     Dataset files = data::image_folder_files(spec.location, {shuffle_files, options.seed, true});
-    return {files, [](const Element& e) { return e; }, "image folder " + spec.location};
+    return {files,
+            [](const Element& e) {
+              return Element{e[0], e[1], e[2], at::Tensor()};
+            },
+            "image folder " + spec.location};
   }
   auto files = data::match_files(spec.location);
   data::TFRecordOptions read;
@@ -83,6 +103,14 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
   const data::FeatureSpec features({
       data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
       data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
+      // Raw pixels instead of an encoded image (data::ImageFormat::kRaw) say so, and their size.
+      data::FixedLenFeature("image/format", data::FeatureType::kBytes, {}, data::string_tensor("")),
+      data::FixedLenFeature("image/channels", data::FeatureType::kInt64, {},
+                            at::scalar_tensor(1, at::kLong)),
+      data::FixedLenFeature("image/height", data::FeatureType::kInt64, {},
+                            at::scalar_tensor(0, at::kLong)),
+      data::FixedLenFeature("image/width", data::FeatureType::kInt64, {},
+                            at::scalar_tensor(0, at::kLong)),
   });
   Unpack parse = [features](const Element& e) {
     const std::string source =
@@ -93,7 +121,9 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
     } catch (const DataError& error) {
       throw DataError(source + ": " + error.what());
     }
-    return Element{parsed[0], parsed[1], data::string_tensor(source)};
+    const bool raw = data::string_of(parsed[2]) == "raw";
+    return Element{parsed[0], parsed[1], data::string_tensor(source),
+                   raw ? at::stack({parsed[3], parsed[4], parsed[5]}) : at::Tensor()};
   };
   return {data::tfrecord_dataset(files, read), parse,
           std::to_string(files.size()) + " TFRecord files (" + spec.location + ")"};
@@ -105,8 +135,8 @@ ExampleDecoder check_first_image(const Source& source, const TrainOptions& optio
   auto first = source.items.iterator().next();
   DIST_CHECK_ARG(first.has_value(), flag, " has no examples");
   const Element example = source.unpack(*first);
-  const Element image =
-      ExampleDecoder{}(example[0], example[1].item<int64_t>(), data::string_of(example[2]));
+  const Element image = ExampleDecoder{}(example[0], example[1].item<int64_t>(),
+                                         data::string_of(example[2]), example[3]);
   ExampleDecoder decoder{image[0].size(1), image[0].size(2)};
   const bool any_size = options.model == ModelKind::kResnet;
   DIST_CHECK_ARG(any_size || (decoder.height == 28 && decoder.width == 28), "--model ",
@@ -133,7 +163,7 @@ Dataset decoded(const Dataset& items, const Source& source, const ExampleDecoder
   Dataset images = items.map(
       [decoder, unpack = source.unpack](Element item) {
         const Element e = unpack(item);
-        return decoder(e[0], e[1].item<int64_t>(), data::string_of(e[2]));
+        return decoder(e[0], e[1].item<int64_t>(), data::string_of(e[2]), e[3]);
       },
       data::MapOptions{decode_threads(options)});
   return ignored ? images.ignore_errors(ignored) : images;
@@ -180,8 +210,8 @@ TrainingData open_training_data(const TrainOptions& options, int64_t global_batc
   // decoded on the decoding threads in that order.
   const int64_t buffer = std::min(options.shuffle_buffer, std::max<int64_t>(num_train, 1));
   Dataset train_batches =
-      decoded(readable(train, options.train_examples, ignored).shuffle(buffer, options.seed),
-              train, decoder, options, ignored)
+      decoded(readable(train, options.train_examples, ignored).shuffle(buffer, options.seed), train,
+              decoder, options, ignored)
           .batch(global_batch)
           .prefetch(2)
           .with_options(shard);

@@ -13,8 +13,21 @@ namespace dist::data {
 namespace {
 
 std::string encode(const at::Tensor& image, const ImageExportOptions& options) {
-  return options.format == ImageFormat::kPng ? encode_png(image)
-                                             : encode_jpeg(image, options.jpeg_quality);
+  switch (options.format) {
+    case ImageFormat::kPng:
+      return encode_png(image);
+    case ImageFormat::kJpeg:
+      return encode_jpeg(image, options.jpeg_quality);
+    case ImageFormat::kRaw:
+      break;
+  }
+  const at::Tensor pixels = image.contiguous();
+  return std::string(reinterpret_cast<const char*>(pixels.data_ptr<uint8_t>()),
+                     static_cast<size_t>(pixels.numel()));
+}
+
+const char* format_name(ImageFormat format) {
+  return format == ImageFormat::kPng ? "png" : format == ImageFormat::kJpeg ? "jpeg" : "raw";
 }
 
 // "00042" for value 42 of a count needing 5 digits.
@@ -61,7 +74,8 @@ std::vector<std::string> write_image_tfrecords(const Dataset& examples, const st
       const at::Tensor& image = (*e)[0];
       ExampleBuilder example;
       example.add_bytes("image/encoded", encode(image, options));
-      example.add_bytes("image/format", options.format == ImageFormat::kPng ? "png" : "jpeg");
+      example.add_bytes("image/format", format_name(options.format));
+      example.add_int64("image/channels", image.dim() == 3 ? image.size(0) : 1);
       example.add_int64("image/class/label", (*e)[1].item<int64_t>());
       example.add_int64("image/height", image.size(-2));
       example.add_int64("image/width", image.size(-1));
@@ -79,6 +93,8 @@ int64_t write_image_folder(const Dataset& examples, const std::string& directory
   namespace fs = std::filesystem;
   const int64_t total = examples.cardinality();
   const int digits = static_cast<int>(std::to_string(std::max<int64_t>(total, 99999)).size());
+  DIST_CHECK_ARG(options.format != ImageFormat::kRaw,
+                 "write_image_folder: an image folder holds PNG or JPEG files, not raw pixels");
   const char* extension = options.format == ImageFormat::kPng ? ".png" : ".jpg";
   int64_t written = 0;
   for (const Element& e : examples.iterator()) {

@@ -142,6 +142,13 @@ DistributedIterator DistributedDataset::iterator(int64_t epoch) const {
 }
 
 DistributedIterator DistributedDataset::iterator_at(const data::IteratorPosition& position) const {
+  if (options_.auto_shard_policy == AutoShardPolicy::kFile && strategy_->num_workers() > 1) {
+    // The position counts steps; a worker whose files ran out before that step has fewer
+    // batches, and is past its end there (it takes part with empty batches).
+    data::Iterator it = input_.iterator(position.epoch);
+    it.skip(position.elements);
+    return DistributedIterator(std::move(it), strategy_, kind_, options_);
+  }
   return DistributedIterator(input_.iterator_at(position), strategy_, kind_, options_);
 }
 

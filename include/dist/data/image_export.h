@@ -16,7 +16,9 @@
 
 namespace dist::data {
 
-enum class ImageFormat { kPng, kJpeg };
+// kRaw: the pixels as they are (C x H x W bytes, "image/format" "raw", with "image/channels"),
+// no decoding at all: the baseline a pipeline's decoding is measured against.
+enum class ImageFormat { kPng, kJpeg, kRaw };
 
 struct ImageExportOptions {
   ImageFormat format = ImageFormat::kPng;
