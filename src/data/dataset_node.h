@@ -37,6 +37,9 @@ class DatasetNode {
   virtual std::vector<std::shared_ptr<const DatasetNode>> inputs() const { return {}; }
   virtual std::shared_ptr<const DatasetNode> with_inputs(
       std::vector<std::shared_ptr<const DatasetNode>> inputs) const;
+  // True for stages that hand on their input's elements unchanged (prefetch, with_options): a
+  // batch below them is still the output's batch (data/row_share.cc).
+  virtual bool hands_on_elements() const { return false; }
 };
 
 using NodePtr = std::shared_ptr<const DatasetNode>;
@@ -62,6 +65,16 @@ class UnaryNode : public DatasetNode {
   // This stage over `input` (same settings).
   virtual NodePtr over(NodePtr input) const = 0;
   NodePtr input_;
+};
+
+// map(fn, {num_parallel_calls > 1}) in input order: told which elements will be skipped, it does
+// not compute them ahead (data/row_share.cc).
+class ParallelMapStage : public UnaryNode {
+ public:
+  using UnaryNode::UnaryNode;
+  // The same stage computing only elements whose index (at this stage) passes `computes`; the
+  // others must be passed by skip(), never asked for by next().
+  virtual NodePtr computing_only(std::function<bool(int64_t index)> computes) const = 0;
 };
 
 // batch(): what giving each worker its part of the global batch (kFile sharding) rewrites.

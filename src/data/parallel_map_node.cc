@@ -5,7 +5,8 @@
 // the pool; up to 2 x threads are in flight. In deterministic order the consumer waits for the
 // oldest; otherwise it takes whichever is ready first. An exception in fn reaches the consumer
 // at that element's place. skip() drops the elements in flight and skips the rest in the input
-// without calling fn, as the sequential map does.
+// without calling fn, as the sequential map does. Told which elements will only be skipped (a
+// worker's rows of a global batch, data/row_share.cc), it passes them without computing them.
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -25,6 +26,7 @@ using ContextMapFn = std::function<Element(Element, const ElementContext&)>;
 struct Slot {
   Element input;
   ElementContext context;
+  bool computed = true;  // false: to be skipped, fn never called
   std::optional<Element> output;
   std::exception_ptr error;
   bool done = false;
@@ -33,12 +35,14 @@ struct Slot {
 class ParallelMapIterator : public IteratorNode {
  public:
   ParallelMapIterator(std::unique_ptr<IteratorNode> input, std::shared_ptr<const ContextMapFn> fn,
-                      int64_t epoch, int64_t threads, bool deterministic)
+                      int64_t epoch, int64_t threads, bool deterministic,
+                      std::function<bool(int64_t)> computes)
       : input_(std::move(input)),
         fn_(std::move(fn)),
         epoch_(epoch),
         threads_(static_cast<size_t>(threads)),
-        deterministic_(deterministic) {}
+        deterministic_(deterministic),
+        computes_(std::move(computes)) {}
 
   ~ParallelMapIterator() override {
     {
@@ -65,6 +69,8 @@ class ParallelMapIterator : public IteratorNode {
     std::shared_ptr<Slot> slot = *ready;
     in_flight_.erase(ready);
     lock.unlock();
+    DIST_INTERNAL_ASSERT(slot->computed, "element ", slot->context.index,
+                         " was asked for, but the stage was told it would be skipped");
     if (slot->error) std::rethrow_exception(slot->error);
     return std::move(slot->output);
   }
@@ -108,8 +114,15 @@ class ParallelMapIterator : public IteratorNode {
         return;
       }
       auto slot = std::make_shared<Slot>();
-      slot->input = std::move(*element);
       slot->context = ElementContext{epoch_, index_++};
+      if (computes_ && !computes_(slot->context.index)) {
+        slot->computed = false;
+        slot->done = true;
+        std::lock_guard<std::mutex> lock(mu_);
+        in_flight_.push_back(std::move(slot));
+        continue;
+      }
+      slot->input = std::move(*element);
       {
         std::lock_guard<std::mutex> lock(mu_);
         in_flight_.push_back(slot);
@@ -151,6 +164,7 @@ class ParallelMapIterator : public IteratorNode {
   int64_t epoch_;
   size_t threads_;
   bool deterministic_;
+  std::function<bool(int64_t)> computes_;  // empty: every element
   int64_t index_ = 0;
   bool input_done_ = false;
 
@@ -163,17 +177,24 @@ class ParallelMapIterator : public IteratorNode {
   bool stop_ = false;
 };
 
-class ParallelMapNode : public UnaryNode {
+class ParallelMapNode : public ParallelMapStage {
  public:
   ParallelMapNode(NodePtr input, std::shared_ptr<const ContextMapFn> fn, int64_t threads,
-                  bool deterministic)
-      : UnaryNode(std::move(input)),
+                  bool deterministic, std::function<bool(int64_t)> computes = {})
+      : ParallelMapStage(std::move(input)),
         fn_(std::move(fn)),
         threads_(threads),
-        deterministic_(deterministic) {}
+        deterministic_(deterministic),
+        computes_(std::move(computes)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<ParallelMapIterator>(input_->make_iterator(epoch), fn_, epoch, threads_,
-                                                 deterministic_);
+                                                 deterministic_, computes_);
+  }
+  NodePtr computing_only(std::function<bool(int64_t)> computes) const override {
+    // Out of order, a skipped element could be handed out: only the ordered map is told.
+    if (!deterministic_) return nullptr;
+    return std::make_shared<ParallelMapNode>(input_, fn_, threads_, deterministic_,
+                                             std::move(computes));
   }
   int64_t cardinality() const override { return input_->cardinality(); }
   std::string describe() const override {
@@ -183,11 +204,13 @@ class ParallelMapNode : public UnaryNode {
 
  private:
   NodePtr over(NodePtr input) const override {
-    return std::make_shared<ParallelMapNode>(std::move(input), fn_, threads_, deterministic_);
+    return std::make_shared<ParallelMapNode>(std::move(input), fn_, threads_, deterministic_,
+                                             computes_);
   }
   std::shared_ptr<const ContextMapFn> fn_;
   int64_t threads_;
   bool deterministic_;
+  std::function<bool(int64_t)> computes_;
 };
 
 }  // namespace

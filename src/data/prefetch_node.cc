@@ -94,6 +94,7 @@ class PrefetchNode : public UnaryNode {
   std::string describe() const override {
     return input_->describe() + ".prefetch(" + std::to_string(capacity_) + ")";
   }
+  bool hands_on_elements() const override { return true; }
 
  private:
   NodePtr over(NodePtr input) const override {

@@ -159,6 +159,7 @@ class OptionsNode : public UnaryNode {
   }
   int64_t cardinality() const override { return input_->cardinality(); }
   std::string describe() const override { return input_->describe(); }
+  bool hands_on_elements() const override { return true; }
   const DatasetOptions& options() const { return options_; }
 
  private:

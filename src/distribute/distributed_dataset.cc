@@ -1,8 +1,10 @@
 #include "dist/distribute/distributed_dataset.h"
 
 #include "data/file_shard.h"
+#include "data/row_share.h"
 #include "dist/core/error.h"
 #include "dist/data/files.h"
+#include "dist/distribute/batch_split.h"
 #include "dist/distribute/strategy_extended.h"
 
 namespace dist {
@@ -10,12 +12,14 @@ namespace dist {
 DistributedIterator::DistributedIterator(data::Iterator input,
                                          std::shared_ptr<const StrategyExtended> strategy,
                                          InputKind kind, DistributeOptions options,
-                                         int64_t input_cardinality)
+                                         int64_t input_cardinality,
+                                         std::shared_ptr<const data::detail::RowShare> row_share)
     : input_(std::move(input)),
       strategy_(std::move(strategy)),
       kind_(kind),
       options_(options),
-      input_cardinality_(input_cardinality) {}
+      input_cardinality_(input_cardinality),
+      row_share_(std::move(row_share)) {}
 
 data::Element DistributedIterator::empty_like_last() const {
   DIST_CHECK_ARG(last_batch_.has_value(),
@@ -26,14 +30,39 @@ data::Element DistributedIterator::empty_like_last() const {
   return empty;
 }
 
+std::vector<data::Element> DistributedIterator::split_own_rows(const data::Element& own,
+                                                               int64_t rows) const {
+  const auto sizes = split_sizes(rows, strategy_->num_replicas_in_sync());
+  std::vector<data::Element> shares;
+  int64_t start = 0;
+  for (int r = 0; r < strategy_->num_local_replicas(); ++r) {
+    const int64_t size = sizes[static_cast<size_t>(strategy_->first_replica_id() + r)];
+    data::Element share;
+    for (const auto& t : own) share.push_back(t.narrow(0, start, size));
+    shares.push_back(std::move(share));
+    start += size;
+  }
+  return shares;
+}
+
 std::vector<data::Element> DistributedIterator::local_shares(int64_t* local_examples,
-                                                             bool* has_data) {
+                                                             bool* has_data, int64_t* global_rows) {
   const int replicas = strategy_->num_local_replicas();
   std::vector<data::Element> shares;
   *local_examples = 0;
+  *global_rows = 0;
   if (kind_ == InputKind::kGlobalBatches) {
+    // Under a row share the position counts global batches: the one about to be read.
+    const int64_t rows = row_share_ ? row_share_->rows_of_batch(input_.position().elements) : 0;
     if (auto batch = input_.next()) {
-      shares = strategy_->distribute_batch(*batch, options_.auto_shard_policy).values();
+      if (row_share_) {
+        shares = split_own_rows(*batch, rows);
+        *global_rows = rows;
+      } else {
+        shares = strategy_->distribute_batch(*batch, options_.auto_shard_policy).values();
+        const at::Tensor& first = batch->at(0);
+        *global_rows = first.dim() == 0 ? 0 : first.size(0);
+      }
       last_batch_ = *batch;
     }
   } else {
@@ -55,9 +84,10 @@ std::vector<data::Element> DistributedIterator::local_shares(int64_t* local_exam
 std::optional<PerReplica<data::Element>> DistributedIterator::next() {
   int64_t local_examples = 0;
   bool has_data = false;
-  auto shares = local_shares(&local_examples, &has_data);
+  int64_t global_rows = 0;
+  auto shares = local_shares(&local_examples, &has_data, &global_rows);
   if (agreement_ == StepAgreement::kOncePerEpoch)
-    return next_as_agreed(std::move(shares), has_data);
+    return next_as_agreed(std::move(shares), has_data, global_rows);
   auto [anyone_has_data, global_examples] = strategy_->agree_step(has_data, local_examples);
   if (agreement_ == StepAgreement::kUndecided)
     agreement_ = agreed_for_the_epoch() ? StepAgreement::kOncePerEpoch : StepAgreement::kEveryStep;
@@ -86,7 +116,7 @@ bool DistributedIterator::agreed_for_the_epoch() {
 }
 
 std::optional<PerReplica<data::Element>> DistributedIterator::next_as_agreed(
-    std::vector<data::Element> shares, bool has_data) {
+    std::vector<data::Element> shares, bool has_data, int64_t global_rows) {
   const bool endless = input_cardinality_ == data::kInfiniteCardinality;
   const bool expected = endless || steps_ < input_cardinality_;
   DIST_CHECK(has_data == expected, DataError, "worker ", strategy_->worker_index(), "'s input ",
@@ -96,9 +126,8 @@ std::optional<PerReplica<data::Element>> DistributedIterator::next_as_agreed(
              "a wrong cardinality; its other workers fail in their next collective");
   ++steps_;
   if (!has_data) return std::nullopt;
-  // Every worker read this same global batch and keeps its replicas' rows of it.
-  const at::Tensor& first = last_batch_->at(0);
-  return PerReplica<data::Element>(std::move(shares), first.dim() == 0 ? 0 : first.size(0));
+  // Every worker read this same global batch (or its rows of it) and keeps its replicas' rows.
+  return PerReplica<data::Element>(std::move(shares), global_rows);
 }
 
 DistributedIterator::Cursor::Cursor(DistributedIterator* owner) : owner_(owner) {
@@ -134,11 +163,29 @@ DistributedDataset::DistributedDataset(data::Dataset input,
   if (options_.auto_shard_policy == AutoShardPolicy::kFile && workers > 1)
     input_ = data::detail::divide_global_batch(
         data::shard_files(input_, workers, strategy_->worker_index()), workers);
+  if (options_.auto_shard_policy == AutoShardPolicy::kData && workers > 1) {
+    // Every worker iterates the same global batches, but produces (decodes) only its replicas'
+    // rows of them, where the pipeline allows it (data/row_share.h).
+    const int first = strategy_->first_replica_id(), local = strategy_->num_local_replicas();
+    const int all = strategy_->num_replicas_in_sync();
+    auto own_rows = [first, local, all](int64_t rows) {
+      const auto sizes = split_sizes(rows, all);
+      int64_t lo = 0;
+      for (int r = 0; r < first; ++r) lo += sizes[static_cast<size_t>(r)];
+      int64_t hi = lo;
+      for (int r = first; r < first + local; ++r) hi += sizes[static_cast<size_t>(r)];
+      return std::make_pair(lo, hi);
+    };
+    if (auto shared = data::detail::share_rows(input_, own_rows)) {
+      input_ = std::move(shared->first);
+      row_share_ = std::move(shared->second);
+    }
+  }
 }
 
 DistributedIterator DistributedDataset::iterator(int64_t epoch) const {
   return DistributedIterator(input_.iterator(epoch), strategy_, kind_, options_,
-                             input_.cardinality());
+                             input_.cardinality(), row_share_);
 }
 
 DistributedIterator DistributedDataset::iterator_at(const data::IteratorPosition& position) const {
@@ -149,7 +196,8 @@ DistributedIterator DistributedDataset::iterator_at(const data::IteratorPosition
     it.skip(position.elements);
     return DistributedIterator(std::move(it), strategy_, kind_, options_);
   }
-  return DistributedIterator(input_.iterator_at(position), strategy_, kind_, options_);
+  return DistributedIterator(input_.iterator_at(position), strategy_, kind_, options_,
+                             data::kUnknownCardinality, row_share_);
 }
 
 int64_t DistributedDataset::cardinality() const {

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "data/file_shard.h"
+#include "data/row_share.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
 #include "dist/data/files.h"
@@ -343,6 +345,62 @@ TEST(FilePipelineTest, ImageFolderNamesEmptyFoldersAndBadFiles) {
   EXPECT_TRUE(values_of(image_folder(dir.path()).ignore_errors(log).iterator()).empty());
   EXPECT_EQ(log->count(), 2);
   EXPECT_TRUE(contains(log->first_message(), "broken.png")) << log->first_message();
+}
+
+TEST(FilePipelineTest, ARowShareProducesOnlyItsRowsOfEachGlobalBatch) {
+  // 103 examples in global batches of 10 over 3 replicas; this worker holds replica 1: rows
+  // [4, 7) of a full batch (split 4, 3, 3) and [1, 2) of the last (3 rows: 1, 1, 1).
+  auto own = [](int64_t rows) {
+    const int64_t base = rows / 3, extra = rows % 3;
+    const int64_t lo = base + (extra > 0 ? 1 : 0);
+    return std::make_pair(lo, lo + base + (extra > 1 ? 1 : 0));
+  };
+  std::mutex mu;
+  std::set<int64_t> computed;
+  auto pipeline = [&](int64_t threads) {
+    return range(103)
+        .shuffle(103, 4)
+        .map_with_context(
+            [&](Element e, const ElementContext& c) {
+              std::lock_guard<std::mutex> lock(mu);
+              computed.insert(c.index);
+              return Element{e[0] * 2};
+            },
+            MapOptions{threads})
+        .batch(10)
+        .prefetch(2);
+  };
+  for (int64_t threads : {1, 3}) {
+    computed.clear();
+    auto whole = values_of(pipeline(threads).iterator(1));
+    computed.clear();
+    auto shared = detail::share_rows(pipeline(threads), own);
+    ASSERT_TRUE(shared.has_value());
+    EXPECT_EQ(shared->first.cardinality(), 11);
+    std::vector<int64_t> expected;
+    for (int64_t b = 0; b < 11; ++b) {
+      const int64_t rows = b < 10 ? 10 : 3;
+      auto [lo, hi] = own(rows);
+      for (int64_t r = lo; r < hi; ++r) expected.push_back(whole[b * 10 + r]);
+    }
+    EXPECT_EQ(values_of(shared->first.iterator(1)), expected) << threads << " threads";
+    EXPECT_EQ(computed.size(), expected.size())
+        << threads << " threads: the map ran on other workers' rows";
+    // Resumed at batch 4, the rest is the same rows.
+    EXPECT_EQ(values_of(shared->first.iterator_at({1, 4})),
+              std::vector<int64_t>(expected.begin() + 12, expected.end()));
+    EXPECT_EQ(shared->second->rows_of_batch(10), 3);
+  }
+  // A worker without rows in a batch gets an empty batch with the right shape.
+  auto none = detail::share_rows(range(12).batch(4), [](int64_t) { return std::make_pair(0, 0); });
+  ASSERT_TRUE(none.has_value());
+  auto empty = none->first.iterator().next();
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_EQ((*empty)[0].size(0), 0);
+  // Unknown size (ignore_errors) or no batch at the output: no row share.
+  EXPECT_FALSE(detail::share_rows(range(12).ignore_errors().batch(4), own).has_value());
+  EXPECT_FALSE(
+      detail::share_rows(range(12).batch(4).map([](Element e) { return e; }), own).has_value());
 }
 
 }  // namespace

@@ -22,12 +22,15 @@
 #include <optional>
 
 #include "dist/core/per_replica.h"
-#include "dist/data/dataset.h"
 #include "dist/data/auto_shard_policy.h"
+#include "dist/data/dataset.h"
 
 namespace dist {
 
 class StrategyExtended;
+namespace data::detail {
+class RowShare;  // data/row_share.h
+}
 
 // Whether the input's elements are global batches to split or per-replica batches.
 enum class InputKind { kGlobalBatches, kPerReplicaBatches };
@@ -40,9 +43,12 @@ class DistributedIterator {
  public:
   // `input_cardinality`: the input's batches from here (data::Dataset::cardinality), or
   // kUnknownCardinality, which makes the workers agree before every step.
+  // `row_share`: the input's global batches hold only this worker's rows (kData over a
+  // pipeline whose batches' sizes are known: DistributedDataset arranges it); null: whole.
   DistributedIterator(data::Iterator input, std::shared_ptr<const StrategyExtended> strategy,
                       InputKind kind, DistributeOptions options,
-                      int64_t input_cardinality = data::kUnknownCardinality);
+                      int64_t input_cardinality = data::kUnknownCardinality,
+                      std::shared_ptr<const data::detail::RowShare> row_share = nullptr);
 
   // The next step's per-replica batches, or nullopt at the end of the epoch (everywhere).
   std::optional<PerReplica<data::Element>> next();
@@ -64,14 +70,18 @@ class DistributedIterator {
   Cursor end() { return Cursor(nullptr); }
 
  private:
-  // This process's shares for the step, empty when its input is exhausted.
-  std::vector<data::Element> local_shares(int64_t* local_examples, bool* has_data);
+  // This process's shares for the step, empty when its input is exhausted; `global_rows`: the
+  // rows of the global batch they come from (global batches only).
+  std::vector<data::Element> local_shares(int64_t* local_examples, bool* has_data,
+                                          int64_t* global_rows);
+  // The local replicas' shares of a batch holding only this worker's rows of `rows`.
+  std::vector<data::Element> split_own_rows(const data::Element& own, int64_t rows) const;
   data::Element empty_like_last() const;
   // At the first step: whether every worker's input is known to yield the same batches.
   bool agreed_for_the_epoch();
   // A step once the workers agreed for the epoch: no collective.
   std::optional<PerReplica<data::Element>> next_as_agreed(std::vector<data::Element> shares,
-                                                          bool has_data);
+                                                          bool has_data, int64_t global_rows);
 
   enum class StepAgreement { kUndecided, kEveryStep, kOncePerEpoch };
 
@@ -81,6 +91,7 @@ class DistributedIterator {
   DistributeOptions options_;
   std::optional<data::Element> last_batch_;  // shapes for the empty batches of a finished input
   int64_t input_cardinality_;
+  std::shared_ptr<const data::detail::RowShare> row_share_;
   StepAgreement agreement_ = StepAgreement::kUndecided;
   int64_t steps_ = 0;  // steps handed out
 };
@@ -103,6 +114,7 @@ class DistributedDataset {
   std::shared_ptr<const StrategyExtended> strategy_;
   InputKind kind_;
   DistributeOptions options_;
+  std::shared_ptr<const data::detail::RowShare> row_share_;  // see DistributedIterator
 };
 
 }  // namespace dist

@@ -1,0 +1,153 @@
+#include "data/row_share.h"
+
+#include <ATen/ATen.h>
+
+#include "data/dataset_node.h"
+#include "dist/core/error.h"
+
+namespace dist::data::detail {
+namespace {
+
+Element stack_rows(const std::vector<Element>& rows) {
+  Element batch;
+  std::vector<at::Tensor> parts(rows.size());
+  for (size_t k = 0; k < rows.front().size(); ++k) {
+    for (size_t i = 0; i < rows.size(); ++i) parts[i] = rows[i].at(k);
+    batch.push_back(at::stack(parts));
+  }
+  return batch;
+}
+
+class ShareBatchIterator : public IteratorNode {
+ public:
+  ShareBatchIterator(std::unique_ptr<IteratorNode> input, std::shared_ptr<const RowShare> share)
+      : input_(std::move(input)), share_(std::move(share)) {}
+
+  std::optional<Element> next() override {
+    const int64_t rows = share_->rows_of_batch(batch_);
+    if (rows == 0) return std::nullopt;
+    const auto [lo, hi] = share_->own_rows(rows);
+    const auto [first, end] = share_->fetched_rows(rows);
+    pass(first);
+    std::vector<Element> fetched;
+    for (int64_t r = first; r < end; ++r) {
+      auto element = input_->next();
+      DIST_CHECK(element.has_value(), DataError, "the input of the global batch ended ", r,
+                 " rows into batch ", batch_, " of ", rows,
+                 " rows: a stage below reports a wrong cardinality");
+      fetched.push_back(std::move(*element));
+    }
+    pass(rows - end);
+    ++batch_;
+    Element batch = stack_rows(fetched);
+    if (hi == lo)
+      for (auto& t : batch) t = t.narrow(0, 0, 0);  // no rows here; the shapes for the others
+    return batch;
+  }
+
+  int64_t skip(int64_t n) override {
+    int64_t skipped = 0;
+    for (; skipped < n; ++skipped) {
+      const int64_t rows = share_->rows_of_batch(batch_);
+      if (rows == 0) break;
+      pass(rows);
+      ++batch_;
+    }
+    return skipped;
+  }
+
+ private:
+  void pass(int64_t rows) {
+    if (rows == 0) return;
+    const int64_t passed = input_->skip(rows);
+    DIST_CHECK(passed == rows, DataError, "the input of the global batch ended while passing ",
+               rows, " rows of batch ", batch_, " (", passed,
+               " passed): a stage below reports a wrong cardinality");
+  }
+
+  std::unique_ptr<IteratorNode> input_;
+  std::shared_ptr<const RowShare> share_;
+  int64_t batch_ = 0;
+};
+
+class ShareBatchNode : public UnaryNode {
+ public:
+  ShareBatchNode(NodePtr input, std::shared_ptr<const RowShare> share)
+      : UnaryNode(std::move(input)), share_(std::move(share)) {}
+  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
+    return std::make_unique<ShareBatchIterator>(input_->make_iterator(epoch), share_);
+  }
+  int64_t cardinality() const override {
+    int64_t batches = 0;
+    while (share_->rows_of_batch(batches) > 0) ++batches;
+    return batches;
+  }
+  std::string describe() const override {
+    return input_->describe() + ".batch(" + std::to_string(share_->batch_size()) +
+           ", this worker's rows)";
+  }
+
+ private:
+  NodePtr over(NodePtr input) const override {
+    return std::make_shared<ShareBatchNode>(std::move(input), share_);
+  }
+  std::shared_ptr<const RowShare> share_;
+};
+
+}  // namespace
+
+RowShare::RowShare(int64_t batch_size, int64_t input_rows, bool drop_remainder,
+                   std::function<std::pair<int64_t, int64_t>(int64_t)> own_rows)
+    : batch_size_(batch_size),
+      input_rows_(input_rows),
+      drop_remainder_(drop_remainder),
+      own_rows_(std::move(own_rows)) {}
+
+int64_t RowShare::rows_of_batch(int64_t batch) const {
+  const int64_t left = input_rows_ - batch * batch_size_;
+  if (left <= 0) return 0;
+  if (left < batch_size_) return drop_remainder_ ? 0 : left;
+  return batch_size_;
+}
+
+std::pair<int64_t, int64_t> RowShare::fetched_rows(int64_t rows) const {
+  const auto [lo, hi] = own_rows_(rows);
+  if (hi > lo) return {lo, hi};
+  const int64_t one = std::min(lo, rows - 1);
+  return {one, one + 1};
+}
+
+bool RowShare::fetches(int64_t index) const {
+  const int64_t batch = index / batch_size_;
+  const int64_t rows = rows_of_batch(batch);
+  if (rows == 0) return false;
+  const auto [first, end] = fetched_rows(rows);
+  const int64_t row = index % batch_size_;
+  return row >= first && row < end;
+}
+
+std::optional<std::pair<Dataset, std::shared_ptr<const RowShare>>> share_rows(
+    const Dataset& dataset, std::function<std::pair<int64_t, int64_t>(int64_t)> own_rows) {
+  // Down from the output to the global batch, through stages that hand elements on.
+  std::vector<NodePtr> above;
+  NodePtr at = dataset.node();
+  while (at->hands_on_elements()) {
+    above.push_back(at);
+    at = at->inputs().at(0);
+  }
+  const auto* batch = dynamic_cast<const BatchStage*>(at.get());
+  if (batch == nullptr) return std::nullopt;
+  const int64_t input_rows = batch->input()->cardinality();
+  if (input_rows < 0) return std::nullopt;
+  auto share = std::make_shared<const RowShare>(batch->batch_size(), input_rows,
+                                                batch->drop_remainder(), std::move(own_rows));
+  NodePtr input = batch->input();
+  if (const auto* map = dynamic_cast<const ParallelMapStage*>(input.get()))
+    if (auto told = map->computing_only([share](int64_t i) { return share->fetches(i); }))
+      input = std::move(told);
+  NodePtr rebuilt = std::make_shared<ShareBatchNode>(std::move(input), share);
+  for (auto it = above.rbegin(); it != above.rend(); ++it) rebuilt = (*it)->with_inputs({rebuilt});
+  return std::make_pair(Dataset(rebuilt), std::shared_ptr<const RowShare>(share));
+}
+
+}  // namespace dist::data::detail
