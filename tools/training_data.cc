@@ -42,55 +42,73 @@ int64_t decode_threads(const TrainOptions& options) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
 }
 
-// One example to {float image [1, H, W], label}, checked against the model's needs.
+// Where an example came from, said only when something is wrong with it (building the text
+// for every example would cost more than reading it).
+struct ExampleSource {
+  at::Tensor file;      // the file's path as bytes
+  int64_t record = -1;  // the record's index in a TFRecord file; -1: the file is the image
+  std::string operator()() const {
+    return record < 0 ? data::string_of(file)
+                      : "record " + std::to_string(record) + " of " + data::string_of(file);
+  }
+};
+
+// An item of a source ({encoded, label, file, record, raw shape}, see Unpack) to
+// {float image [1, H, W], label}, checked against the model's needs.
 struct ExampleDecoder {
   int64_t height = 0, width = 0;  // the first image's size, which every image must have
 
-  // `raw_shape`: [C, H, W] when `encoded` holds the pixels themselves ("image/format" "raw"),
-  // else empty.
-  Element operator()(const at::Tensor& encoded, int64_t label, const std::string& source,
-                     const at::Tensor& raw_shape) const {
-    at::Tensor image = raw_shape.defined() && raw_shape.numel() == 3
-                           ? raw_pixels(encoded, raw_shape, source)
-                           : data::decode_image(encoded, {1, 0, 0}, source);
+  Element operator()(const Element& example) const {
+    const ExampleSource source{example[2], example[3].item<int64_t>()};
+    const at::Tensor& raw_shape = example[4];
+    at::Tensor image;
+    try {
+      image = raw_shape.numel() == 3 ? raw_pixels(example[0], raw_shape)
+                                     : data::decode_image(example[0], {1, 0, 0});
+    } catch (const DataError& error) {
+      throw DataError(source() + ": " + error.what());
+    }
     DIST_CHECK(height == 0 || (image.size(1) == height && image.size(2) == width), DataError,
-               source, ": the image is ", image.size(1), "x", image.size(2),
+               source(), ": the image is ", image.size(1), "x", image.size(2),
                " but the data's first image is ", height, "x", width,
                "; dist-train batches images of one size: resize the data to one size");
-    DIST_CHECK(label >= 0 && label < kClasses, DataError, source, ": label ", label,
+    const int64_t label = example[1].item<int64_t>();
+    DIST_CHECK(label >= 0 && label < kClasses, DataError, source(), ": label ", label,
                " is outside 0..", kClasses - 1, "; the built-in models have ", kClasses,
                " classes");
-    return {data::scale_images(image), at::scalar_tensor(label, at::kLong)};
+    return {data::scale_images(image), example[1]};
   }
 
-  static at::Tensor raw_pixels(const at::Tensor& bytes, const at::Tensor& shape,
-                               const std::string& source) {
+  static at::Tensor raw_pixels(const at::Tensor& bytes, const at::Tensor& shape) {
     const int64_t c = shape[0].item<int64_t>(), h = shape[1].item<int64_t>(),
                   w = shape[2].item<int64_t>();
-    DIST_CHECK(c == 1, DataError, source, ": a raw image of ", c,
+    DIST_CHECK(c == 1, DataError, "a raw image of ", c,
                " channels; dist-train's models take grey images (1 channel)");
-    DIST_CHECK(h > 0 && w > 0 && bytes.numel() == h * w, DataError, source, ": a raw image of ",
+    DIST_CHECK(h > 0 && w > 0 && bytes.numel() == h * w, DataError, "a raw image of ",
                bytes.numel(), " bytes, but its image/height and image/width say ", h, "x", w);
     return bytes.reshape({1, h, w});
   }
 };
 
-// A source's element to {encoded image, label, source name}: the image folder's as they are,
-// a TFRecord's parsed as a tf.train.Example.
+// A source's item to {encoded image, int64 label, file, int64 record index (-1 for an image
+// file), int64 [C, H, W] for raw pixels (else empty)}: the image folder's as they are, a
+// TFRecord's parsed as a tf.train.Example.
 using Unpack = std::function<Element(const Element&)>;
 
 struct Source {
   Dataset items;            // image files {encoded, label, path} or records {record, file, index}
-  Unpack unpack;            // an item to {encoded, label, source name}
+  Unpack unpack;            // an item to the example, as above
   std::string description;  // for the job's header
 };
 
 Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuffle_files) {
+  const at::Tensor none = at::empty({0}, at::kLong);
   if (spec.kind == DataSpec::Kind::kImages) {
     Dataset files = data::image_folder_files(spec.location, {shuffle_files, options.seed, true});
+    const at::Tensor no_record = at::scalar_tensor(-1, at::kLong);
     return {files,
-            [](const Element& e) {
-              return Element{e[0], e[1], e[2], at::Tensor()};
+            [none, no_record](const Element& e) {
+              return Element{e[0], e[1], e[2], no_record, none};
             },
             "image folder " + spec.location};
   }
@@ -103,27 +121,26 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
   const data::FeatureSpec features({
       data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
       data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
-      // Raw pixels instead of an encoded image (data::ImageFormat::kRaw) say so, and their size.
+      // Raw pixels instead of an encoded image (data::ImageFormat::kRaw) say so.
       data::FixedLenFeature("image/format", data::FeatureType::kBytes, {}, data::string_tensor("")),
+  });
+  const data::FeatureSpec raw_size({
       data::FixedLenFeature("image/channels", data::FeatureType::kInt64, {},
                             at::scalar_tensor(1, at::kLong)),
-      data::FixedLenFeature("image/height", data::FeatureType::kInt64, {},
-                            at::scalar_tensor(0, at::kLong)),
-      data::FixedLenFeature("image/width", data::FeatureType::kInt64, {},
-                            at::scalar_tensor(0, at::kLong)),
+      data::FixedLenFeature("image/height", data::FeatureType::kInt64, {}),
+      data::FixedLenFeature("image/width", data::FeatureType::kInt64, {}),
   });
-  Unpack parse = [features](const Element& e) {
-    const std::string source =
-        "record " + std::to_string(e[2].item<int64_t>()) + " of " + data::string_of(e[1]);
-    Element parsed;
+  Unpack parse = [features, raw_size, none](const Element& e) {
+    const std::string_view record = data::bytes_view(e[0]);
     try {
-      parsed = data::parse_example(data::string_of(e[0]), features);
+      Element parsed = data::parse_example(record, features);
+      const bool raw = parsed[2].numel() == 3 && data::bytes_view(parsed[2]) == "raw";
+      if (!raw) return Element{parsed[0], parsed[1], e[1], e[2], none};
+      Element size = data::parse_example(record, raw_size);
+      return Element{parsed[0], parsed[1], e[1], e[2], at::stack(size)};
     } catch (const DataError& error) {
-      throw DataError(source + ": " + error.what());
+      throw DataError(ExampleSource{e[1], e[2].item<int64_t>()}() + ": " + error.what());
     }
-    const bool raw = data::string_of(parsed[2]) == "raw";
-    return Element{parsed[0], parsed[1], data::string_tensor(source),
-                   raw ? at::stack({parsed[3], parsed[4], parsed[5]}) : at::Tensor()};
   };
   return {data::tfrecord_dataset(files, read), parse,
           std::to_string(files.size()) + " TFRecord files (" + spec.location + ")"};
@@ -134,9 +151,7 @@ ExampleDecoder check_first_image(const Source& source, const TrainOptions& optio
                                  const std::string& flag) {
   auto first = source.items.iterator().next();
   DIST_CHECK_ARG(first.has_value(), flag, " has no examples");
-  const Element example = source.unpack(*first);
-  const Element image = ExampleDecoder{}(example[0], example[1].item<int64_t>(),
-                                         data::string_of(example[2]), example[3]);
+  const Element image = ExampleDecoder{}(source.unpack(*first));
   ExampleDecoder decoder{image[0].size(1), image[0].size(2)};
   const bool any_size = options.model == ModelKind::kResnet;
   DIST_CHECK_ARG(any_size || (decoder.height == 28 && decoder.width == 28), "--model ",
@@ -160,12 +175,9 @@ Dataset readable(const Source& source, int64_t limit,
 // --ignore-errors.
 Dataset decoded(const Dataset& items, const Source& source, const ExampleDecoder& decoder,
                 const TrainOptions& options, const std::shared_ptr<data::IgnoredErrors>& ignored) {
-  Dataset images = items.map(
-      [decoder, unpack = source.unpack](Element item) {
-        const Element e = unpack(item);
-        return decoder(e[0], e[1].item<int64_t>(), data::string_of(e[2]), e[3]);
-      },
-      data::MapOptions{decode_threads(options)});
+  Dataset images =
+      items.map([decoder, unpack = source.unpack](Element item) { return decoder(unpack(item)); },
+                data::MapOptions{decode_threads(options)});
   return ignored ? images.ignore_errors(ignored) : images;
 }
 

@@ -133,4 +133,12 @@ std::string string_of(const at::Tensor& bytes) {
                      static_cast<size_t>(dense.numel()));
 }
 
+std::string_view bytes_view(const at::Tensor& bytes) {
+  DIST_CHECK_ARG(bytes.defined() && bytes.scalar_type() == at::kByte && bytes.dim() == 1 &&
+                     bytes.is_contiguous() && bytes.device().is_cpu(),
+                 "bytes_view needs a contiguous 1-D uint8 CPU tensor (string_of copies any)");
+  return std::string_view(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                          static_cast<size_t>(bytes.numel()));
+}
+
 }  // namespace dist::data

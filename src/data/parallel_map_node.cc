@@ -102,16 +102,21 @@ class ParallelMapIterator : public IteratorNode {
   }
 
   // Pulls input elements until 2 x threads are in flight or the input ends.
+  // Elements in flight at most: enough that the threads take work in runs (one wake-up per
+  // run, not per element: for cheap functions the hand-over would cost more than the work).
+  size_t window() const { return std::max<size_t>(4 * threads_, 32); }
+
   void fill() {
+    bool queued = false;
     while (!input_done_) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (in_flight_.size() >= 2 * threads_) return;
+        if (in_flight_.size() >= window()) break;
       }
       auto element = input_->next();  // on this thread: the input's iterator is not shared
       if (!element) {
         input_done_ = true;
-        return;
+        break;
       }
       auto slot = std::make_shared<Slot>();
       slot->context = ElementContext{epoch_, index_++};
@@ -128,34 +133,44 @@ class ParallelMapIterator : public IteratorNode {
         in_flight_.push_back(slot);
         queue_.push_back(std::move(slot));
       }
-      work_ready_.notify_one();
+      queued = true;
+      // The first elements start at once; the rest of the window is handed over in runs.
+      if (in_flight_.size() <= threads_) work_ready_.notify_one();
     }
+    if (queued) work_ready_.notify_all();
   }
 
   void work() {
+    std::vector<std::shared_ptr<Slot>> run;
     while (true) {
-      std::shared_ptr<Slot> slot;
       {
         std::unique_lock<std::mutex> lock(mu_);
         work_ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
         if (stop_) return;
-        slot = std::move(queue_.front());
-        queue_.pop_front();
+        // A run of consecutive elements, a fair share of what waits (at most 16), so the
+        // oldest element is not left behind a long run and wake-ups stay few.
+        const size_t take = std::clamp<size_t>(queue_.size() / threads_, 1, 16);
+        run.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
+        queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
       }
-      std::optional<Element> output;
-      std::exception_ptr error;
-      try {
-        output = (*fn_)(std::move(slot->input), slot->context);
-      } catch (...) {
-        error = std::current_exception();
+      for (auto& slot : run) {
+        std::optional<Element> output;
+        std::exception_ptr error;
+        try {
+          output = (*fn_)(std::move(slot->input), slot->context);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          slot->output = std::move(output);
+          slot->error = error;
+          slot->done = true;
+        }
+        // The consumer waits for the oldest: tell it when that may be this one.
+        slot_done_.notify_all();
       }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        slot->output = std::move(output);
-        slot->error = error;
-        slot->done = true;
-      }
-      slot_done_.notify_all();
+      run.clear();
     }
   }
 

@@ -77,6 +77,7 @@ class TFRecordIterator : public detail::IteratorNode {
         }
         reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
                                                                options_.compression);
+        file_name_ = at::Tensor();
       }
       if (reader_->skip()) {
         ++skipped;
@@ -94,6 +95,7 @@ class TFRecordIterator : public detail::IteratorNode {
     if (position_ >= order_.size()) return false;
     reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
                                                            options_.compression);
+    file_name_ = at::Tensor();
     return true;
   }
 
@@ -101,7 +103,9 @@ class TFRecordIterator : public detail::IteratorNode {
     at::Tensor bytes = at::empty({static_cast<int64_t>(record_.size())}, at::kByte);
     if (!record_.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), record_.data(), record_.size());
     if (!options_.with_source) return {bytes};
-    return {bytes, string_tensor(reader_->path()), at::scalar_tensor(index, at::kLong)};
+    // One tensor of the file's name for all its records (elements share it; nobody writes it).
+    if (!file_name_.defined()) file_name_ = string_tensor(reader_->path());
+    return {bytes, file_name_, at::scalar_tensor(index, at::kLong)};
   }
 
   std::shared_ptr<const std::vector<std::string>> files_;
@@ -110,7 +114,8 @@ class TFRecordIterator : public detail::IteratorNode {
   TFRecordOptions options_;
   size_t position_ = 0;  // in order_: the file being read
   std::unique_ptr<detail::TFRecordFileReader> reader_;
-  std::string record_;  // reused: one allocation for the records of similar size
+  std::string record_;            // reused: one allocation for the records of similar size
+  mutable at::Tensor file_name_;  // the open file's, for with_source
 };
 
 class TFRecordNode : public detail::FileSourceNode {

@@ -37,6 +37,9 @@ Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = true
 // (any shape, row-major; InvalidArgument for another dtype).
 at::Tensor string_tensor(std::string_view text);
 std::string string_of(const at::Tensor& bytes);
+// The bytes of a contiguous 1-D uint8 CPU tensor without copying them: valid while the tensor
+// lives (InvalidArgument for another tensor; string_of copies any).
+std::string_view bytes_view(const at::Tensor& bytes);
 
 // How many files the pipeline's file sources read (list_files, tfrecord_dataset,
 // image_folder), or -1 when it reads none (its data comes from tensors or a generator).
