@@ -214,7 +214,10 @@ TrainingData open_training_data(const TrainOptions& options, int64_t global_batc
   if (options.ignore_errors) ignored = std::make_shared<data::IgnoredErrors>();
   const auto shard = sharding(options, elastic);
 
-  Source train = open_source(parse_spec("--train-data", options.train_data), options, true);
+  // --train-examples N takes the first N in the files' order, the same examples every epoch
+  // (as from the IDX files), so the files are then read in order and only the N shuffled.
+  Source train = open_source(parse_spec("--train-data", options.train_data), options,
+                             /*shuffle_files=*/options.train_examples <= 0);
   const ExampleDecoder decoder = check_first_image(train, options, "--train-data");
   // Under --ignore-errors the count is what the files hold, bad records included.
   const int64_t num_train = readable(train, options.train_examples, nullptr).cardinality();

@@ -7,22 +7,14 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "data/dataset_testing.h"
 #include "dist/core/error.h"
 
 namespace dist::data {
 namespace {
 
-// 0..n-1 as a dataset of one int64 scalar per element.
-Dataset range(int64_t n) { return Dataset::from_tensor_slices({torch::arange(n)}); }
-
-std::vector<int64_t> values_of(Iterator it) {
-  std::vector<int64_t> out;
-  while (auto e = it.next()) {
-    auto flat = (*e)[0].reshape({-1});
-    for (int64_t i = 0; i < flat.size(0); ++i) out.push_back(flat[i].item<int64_t>());
-  }
-  return out;
-}
+using testing::range;
+using testing::values_of;
 
 std::vector<int64_t> iota(int64_t begin, int64_t end) {
   std::vector<int64_t> v;

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "data/dataset_testing.h"
 #include "data/file_shard.h"
 #include "data/row_share.h"
 #include "dist/core/error.h"
@@ -29,17 +30,8 @@ namespace {
 using testing::message_of;
 using testing::TempDir;
 
-Dataset range(int64_t n) { return Dataset::from_tensor_slices({torch::arange(n)}); }
-
-// Component 0 of every element, as int64 values.
-std::vector<int64_t> values_of(Iterator it) {
-  std::vector<int64_t> out;
-  while (auto e = it.next()) {
-    auto flat = (*e)[0].reshape({-1});
-    for (int64_t i = 0; i < flat.size(0); ++i) out.push_back(flat[i].item<int64_t>());
-  }
-  return out;
-}
+using testing::range;
+using testing::values_of;
 
 std::vector<std::string> strings_of(Iterator it) {
   std::vector<std::string> out;
