@@ -270,7 +270,8 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << "number of replicas (" << replicas
                 << "); some replicas get empty batches every step" << std::endl;
   }
-  TrainingData data = open_training_data(options, global_batch, options.min_workers > 0);
+  TrainingData data =
+      open_training_data(options, global_batch, strategy.num_workers(), options.min_workers > 0);
   if (chief && !options.train_data.empty()) chief_out << "Data: " << data.description << std::endl;
   const int64_t num_train = data.num_train;
   DIST_CHECK_ARG(global_batch <= num_train, "the global batch (", global_batch,
@@ -837,8 +838,13 @@ void report_peak_memory(const Strategy& strategy, TrainResult& result, std::ostr
 void report_ignored_errors(const JobSetup& job, TrainResult& result, std::ostream& chief_out) {
   if (!job.ignored_errors) return;
   std::vector<at::Tensor> count{at::tensor({job.ignored_errors->count()}, at::kLong)};
+  // Under kFile each worker read its own files: the damage adds up. Otherwise every worker read
+  // (and skipped) the same records.
+  const bool own_files = job.train.options().auto_shard_policy.value_or(AutoShardPolicy::kAuto) ==
+                         AutoShardPolicy::kFile;
   if (!job.strategy.step_schedule().one_runner_per_job)
-    job.strategy.extended().all_reduce_across_workers(count, ReduceOp::kSum);
+    job.strategy.extended().all_reduce_across_workers(count,
+                                                      own_files ? ReduceOp::kSum : ReduceOp::kMax);
   result.ignored_errors = count[0].item<int64_t>();
   chief_out << "Skipped (--ignore-errors): " << result.ignored_errors
             << " records or images that could not be used";

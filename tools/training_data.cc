@@ -99,6 +99,7 @@ struct Source {
   Dataset items;            // image files {encoded, label, path} or records {record, file, index}
   Unpack unpack;            // an item to the example, as above
   std::string description;  // for the job's header
+  int64_t file_count = 0;   // the files kFile divides: TFRecord files, or the folder's images
 };
 
 Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuffle_files) {
@@ -110,7 +111,7 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
             [none, no_record](const Element& e) {
               return Element{e[0], e[1], e[2], no_record, none};
             },
-            "image folder " + spec.location};
+            "image folder " + spec.location, data::source_file_count(files)};
   }
   auto files = data::match_files(spec.location);
   data::TFRecordOptions read;
@@ -143,7 +144,8 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
     }
   };
   return {data::tfrecord_dataset(files, read), parse,
-          std::to_string(files.size()) + " TFRecord files (" + spec.location + ")"};
+          std::to_string(files.size()) + " TFRecord files (" + spec.location + ")",
+          static_cast<int64_t>(files.size())};
 }
 
 // The shape check before training: the first image, decoded, against the model.
@@ -181,18 +183,33 @@ Dataset decoded(const Dataset& items, const Source& source, const ExampleDecoder
   return ignored ? images.ignore_errors(ignored) : images;
 }
 
+// --auto-shard for files, `auto` resolved here (file, or data in an elastic job), so that the
+// datasets carry the policy their distribution will use.
 data::DatasetOptions sharding(const TrainOptions& options, bool elastic) {
   AutoShardPolicy policy = options.auto_shard;
   DIST_CHECK_ARG(!(elastic && policy == AutoShardPolicy::kFile),
                  "--auto-shard file cannot follow an elastic resize (which worker reads which "
                  "file would change mid-epoch): use --auto-shard data");
-  if (elastic && policy == AutoShardPolicy::kAuto) policy = AutoShardPolicy::kData;
+  if (policy == AutoShardPolicy::kAuto)
+    policy = elastic ? AutoShardPolicy::kData : AutoShardPolicy::kFile;
   return {policy};
+}
+
+// Said before anything is read, naming the flag: under kFile every worker needs a file.
+void check_enough_files(const Source& source, const std::string& flag, const std::string& spec,
+                        const data::DatasetOptions& shard, int workers) {
+  if (shard.auto_shard_policy != AutoShardPolicy::kFile || workers < 2) return;
+  DIST_CHECK_ARG(source.file_count >= workers, flag, " '", spec, "' has ", source.file_count,
+                 " file", source.file_count == 1 ? "" : "s", " but the job has ", workers,
+                 " workers, and --auto-shard file (auto's choice for files) gives each worker "
+                 "files of its own: write the data in at least ",
+                 workers, " files, or use --auto-shard data");
 }
 
 }  // namespace
 
-TrainingData open_training_data(const TrainOptions& options, int64_t global_batch, bool elastic) {
+TrainingData open_training_data(const TrainOptions& options, int64_t global_batch, int workers,
+                                bool elastic) {
   if (options.train_data.empty()) {
     // Bytes until batched: a shuffle over the whole set holds views of 47 MB, not 188 MB.
     Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
@@ -218,6 +235,7 @@ TrainingData open_training_data(const TrainOptions& options, int64_t global_batc
   // (as from the IDX files), so the files are then read in order and only the N shuffled.
   Source train = open_source(parse_spec("--train-data", options.train_data), options,
                              /*shuffle_files=*/options.train_examples <= 0);
+  check_enough_files(train, "--train-data", options.train_data, shard, workers);
   const ExampleDecoder decoder = check_first_image(train, options, "--train-data");
   // Under --ignore-errors the count is what the files hold, bad records included.
   const int64_t num_train = readable(train, options.train_examples, nullptr).cardinality();
@@ -232,6 +250,7 @@ TrainingData open_training_data(const TrainOptions& options, int64_t global_batc
           .with_options(shard);
 
   Source test = open_source(parse_spec("--test-data", options.test_data), options, false);
+  check_enough_files(test, "--test-data", options.test_data, shard, workers);
   check_first_image(test, options, "--test-data");
   Dataset test_batches =
       decoded(readable(test, options.test_examples, ignored), test, decoder, options, ignored)

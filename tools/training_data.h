@@ -24,8 +24,10 @@ struct TrainingData {
 // Opens the data the options name, batched by `global_batch` and sharded as --auto-shard says
 // (the datasets carry the policy: Dataset::with_options). Checks, before any training, that
 // the files exist and that the first image has a shape the model takes (InvalidArgument
-// naming the flag otherwise). `elastic`: a resize may come, which kFile cannot follow
-// (refused; --auto-shard auto then shards by data).
-TrainingData open_training_data(const TrainOptions& options, int64_t global_batch, bool elastic);
+// naming the flag otherwise), and that under kFile each of the `workers` has files of its own.
+// `elastic`: a resize may come, which kFile cannot follow (refused; --auto-shard auto then
+// shards by data).
+TrainingData open_training_data(const TrainOptions& options, int64_t global_batch, int workers,
+                                bool elastic);
 
 }  // namespace dist::tools
