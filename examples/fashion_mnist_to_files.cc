@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "dist/data/image_export.h"
 #include "dist/data/mnist.h"
+#include "dist/train/image_export.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Writes Fashion-MNIST as TFRecord shards and as an image folder");
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   try {
     namespace fs = std::filesystem;
     using namespace dist::data;
+    using dist::ImageExportOptions, dist::ImageFormat;
     ImageExportOptions options;
     options.format = format == "png"    ? ImageFormat::kPng
                      : format == "jpeg" ? ImageFormat::kJpeg
@@ -46,14 +47,14 @@ int main(int argc, char** argv) {
         std::cout << "\r" << name << ": " << written << " / " << total << std::flush;
       };
       fs::create_directories(fs::path(out) / "tfrecord");
-      auto files = write_image_tfrecords(examples, (fs::path(out) / "tfrecord" / name).string(),
-                                         shards, options);
+      auto files = dist::write_image_tfrecords(
+          examples, (fs::path(out) / "tfrecord" / name).string(), shards, options);
       std::cout << "\n"
                 << name << ": " << files.size() << " TFRecord files in " << out << "/tfrecord"
                 << std::endl;
       if (no_folder) continue;
       const int64_t images =
-          write_image_folder(examples, (fs::path(out) / "images" / name).string(), options);
+          dist::write_image_folder(examples, (fs::path(out) / "images" / name).string(), options);
       std::cout << "\n"
                 << name << ": " << images << " images in " << out << "/images/" << name
                 << std::endl;

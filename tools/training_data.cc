@@ -122,7 +122,8 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
   const data::FeatureSpec features({
       data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
       data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
-      // Raw pixels instead of an encoded image (data::ImageFormat::kRaw) say so.
+      // Raw pixels instead of an encoded image (ImageFormat::kRaw in dist/train/image_export.h) say
+      // so.
       data::FixedLenFeature("image/format", data::FeatureType::kBytes, {}, data::string_tensor("")),
   });
   const data::FeatureSpec raw_size({

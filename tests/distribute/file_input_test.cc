@@ -20,12 +20,12 @@
 #include "dist/data/example.h"
 #include "dist/data/files.h"
 #include "dist/data/image_codec.h"
-#include "dist/data/image_export.h"
 #include "dist/data/mnist.h"
 #include "dist/data/tfrecord.h"
 #include "dist/data/tfrecord_dataset.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/models/reference_models.h"
+#include "dist/train/image_export.h"
 #include "distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
@@ -77,7 +77,7 @@ std::vector<torch::Tensor> trained_on(const Dataset& batches) {
 
 TEST(FileInputTest, PngShardsDecodeToTheIdxPixelsExactly) {
   testing::TempDir dir;
-  const auto files = data::write_image_tfrecords(idx_bytes(), dir.file("train"), 8);
+  const auto files = write_image_tfrecords(idx_bytes(), dir.file("train"), 8);
   ASSERT_EQ(files.size(), 8u);
   auto from_files = decoded_from(files).iterator(0);
   int64_t n = 0;
@@ -95,7 +95,7 @@ TEST(FileInputTest, PngShardsDecodeToTheIdxPixelsExactly) {
 
 TEST(FileInputTest, OneDeviceFromPngShardsEqualsOneDeviceFromIdxBitForBit) {
   testing::TempDir dir;
-  const auto files = data::write_image_tfrecords(idx_bytes(), dir.file("train"), 8);
+  const auto files = write_image_tfrecords(idx_bytes(), dir.file("train"), 8);
   const auto from_files = trained_on(decoded_from(files)
                                          .map([](Element e) {
                                            return Element{data::scale_images(e[0]), e[1]};

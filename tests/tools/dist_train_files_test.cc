@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/data/image_export.h"
 #include "dist/data/mnist.h"
+#include "dist/train/image_export.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
@@ -30,7 +30,7 @@ std::string png_shards(const testing::TempDir& dir, const std::string& name, dat
                        int64_t examples, int64_t shards) {
   auto source = data::fashion_mnist_bytes(data::kFashionMnistDefaultDir, split);
   if (examples > 0) source = source.take(examples);
-  data::write_image_tfrecords(source, dir.file(name), shards);
+  write_image_tfrecords(source, dir.file(name), shards);
   return "tfrecord:" + dir.file(name) + "-*.tfrecord";
 }
 
@@ -256,8 +256,7 @@ TEST(DistTrainFilesTest, TheCnnRefusesImagesOfAnotherSizeBeforeTraining) {
   torch::manual_seed(0);
   const auto images = torch::randint(0, 256, {64, 1, 32, 32}).to(torch::kUInt8);
   const auto labels = torch::randint(0, 10, {64}, torch::kLong);
-  data::write_image_tfrecords(data::Dataset::from_tensor_slices({images, labels}), dir.file("big"),
-                              2);
+  write_image_tfrecords(data::Dataset::from_tensor_slices({images, labels}), dir.file("big"), 2);
   const std::string spec = "tfrecord:" + dir.file("big-*.tfrecord");
   auto result = testing::run_dist_train_alone(one_epoch(dir, spec, spec, {"--model", "cnn"}));
   expect_refused(result, dir, {"28x28", "32x32"});

@@ -1,8 +1,9 @@
 // Writing a dataset of images to files a pipeline reads back: TFRecord shards of
 // tf.train.Example (the features TensorFlow's image datasets use) or an image folder. For
-// converting a data set, and for tests and benchmarks that need real files.
+// converting a data set, and for tests and benchmarks that need real files. In the train layer:
+// it encodes PNGs with image_io.h.
 //
-//   write_image_tfrecords(fashion_mnist_bytes(dir, Split::kTrain), "/data/train", 8);
+//   write_image_tfrecords(data::fashion_mnist_bytes(dir, data::Split::kTrain), "/data/train", 8);
 //   // /data/train-00000-of-00008.tfrecord ... /data/train-00007-of-00008.tfrecord
 #pragma once
 
@@ -14,7 +15,7 @@
 #include "dist/data/dataset.h"
 #include "dist/data/tfrecord.h"
 
-namespace dist::data {
+namespace dist {
 
 // kRaw: the pixels as they are (C x H x W bytes, "image/format" "raw", with "image/channels"),
 // no decoding at all: the baseline a pipeline's decoding is measured against.
@@ -23,7 +24,7 @@ enum class ImageFormat { kPng, kJpeg, kRaw };
 struct ImageExportOptions {
   ImageFormat format = ImageFormat::kPng;
   int jpeg_quality = 95;
-  Compression compression = Compression::kNone;  // TFRecord files only
+  data::Compression compression = data::Compression::kNone;  // TFRecord files only
   // Called after every 1000 examples written and at the end, with the count so far.
   std::function<void(int64_t written)> progress;
 };
@@ -35,15 +36,15 @@ struct ImageExportOptions {
 // "image/format" ("png" or "jpeg"), "image/class/label", "image/height" and "image/width".
 // Every file is written whole or not at all (TFRecordWriter). Returns the files' paths.
 // The dataset's cardinality must be known.
-std::vector<std::string> write_image_tfrecords(const Dataset& examples, const std::string& prefix,
-                                               int64_t shards,
+std::vector<std::string> write_image_tfrecords(const data::Dataset& examples,
+                                               const std::string& prefix, int64_t shards,
                                                const ImageExportOptions& options = {});
 
 // Writes the same elements as an image folder: directory/<label>/<index>.<png|jpg>, the label
 // and index zero-padded so that sorted names keep the numeric order (the index is the
 // element's place in the dataset). Each image file is written atomically. Returns the number
 // of images written.
-int64_t write_image_folder(const Dataset& examples, const std::string& directory,
+int64_t write_image_folder(const data::Dataset& examples, const std::string& directory,
                            const ImageExportOptions& options = {});
 
-}  // namespace dist::data
+}  // namespace dist

@@ -1,4 +1,4 @@
-#include "dist/data/image_export.h"
+#include "dist/train/image_export.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "dist/train/image_io.h"
 #include "train/atomic_file.h"
 
-namespace dist::data {
+namespace dist {
 namespace {
 
 std::string encode(const at::Tensor& image, const ImageExportOptions& options) {
@@ -17,7 +17,7 @@ std::string encode(const at::Tensor& image, const ImageExportOptions& options) {
     case ImageFormat::kPng:
       return encode_png(image);
     case ImageFormat::kJpeg:
-      return encode_jpeg(image, options.jpeg_quality);
+      return data::encode_jpeg(image, options.jpeg_quality);
     case ImageFormat::kRaw:
       break;
   }
@@ -38,7 +38,7 @@ std::string padded(int64_t value, int digits) {
          text;
 }
 
-void check_element(const Element& e, int64_t index) {
+void check_element(const data::Element& e, int64_t index) {
   DIST_CHECK_ARG(e.size() >= 2 && e[0].scalar_type() == at::kByte && e[1].numel() == 1,
                  "writing images: element ", index,
                  " is not {uint8 image, label}; map it to that first (the images as uint8 "
@@ -51,8 +51,9 @@ void report(const ImageExportOptions& options, int64_t written, bool last) {
 
 }  // namespace
 
-std::vector<std::string> write_image_tfrecords(const Dataset& examples, const std::string& prefix,
-                                               int64_t shards, const ImageExportOptions& options) {
+std::vector<std::string> write_image_tfrecords(const data::Dataset& examples,
+                                               const std::string& prefix, int64_t shards,
+                                               const ImageExportOptions& options) {
   DIST_CHECK_ARG(shards >= 1, "write_image_tfrecords: shards must be at least 1, got ", shards);
   const int64_t total = examples.cardinality();
   DIST_CHECK_ARG(total >= 0, "write_image_tfrecords needs a dataset of known size, got ",
@@ -64,7 +65,7 @@ std::vector<std::string> write_image_tfrecords(const Dataset& examples, const st
   for (int64_t shard = 0; shard < shards; ++shard) {
     paths.push_back(prefix + "-" + padded(shard, digits) + "-of-" + padded(shards, digits) +
                     ".tfrecord");
-    TFRecordWriter out(paths.back(), options.compression);
+    data::TFRecordWriter out(paths.back(), options.compression);
     const int64_t end = (shard + 1) * total / shards;
     for (; written < end; ++written) {
       auto e = it.next();
@@ -72,7 +73,7 @@ std::vector<std::string> write_image_tfrecords(const Dataset& examples, const st
                      written, " of the ", total, " elements its cardinality promised");
       check_element(*e, written);
       const at::Tensor& image = (*e)[0];
-      ExampleBuilder example;
+      data::ExampleBuilder example;
       example.add_bytes("image/encoded", encode(image, options));
       example.add_bytes("image/format", format_name(options.format));
       example.add_int64("image/channels", image.dim() == 3 ? image.size(0) : 1);
@@ -88,7 +89,7 @@ std::vector<std::string> write_image_tfrecords(const Dataset& examples, const st
   return paths;
 }
 
-int64_t write_image_folder(const Dataset& examples, const std::string& directory,
+int64_t write_image_folder(const data::Dataset& examples, const std::string& directory,
                            const ImageExportOptions& options) {
   namespace fs = std::filesystem;
   const int64_t total = examples.cardinality();
@@ -97,7 +98,7 @@ int64_t write_image_folder(const Dataset& examples, const std::string& directory
                  "write_image_folder: an image folder holds PNG or JPEG files, not raw pixels");
   const char* extension = options.format == ImageFormat::kPng ? ".png" : ".jpg";
   int64_t written = 0;
-  for (const Element& e : examples.iterator()) {
+  for (const data::Element& e : examples.iterator()) {
     check_element(e, written);
     const int64_t label = e[1].item<int64_t>();
     DIST_CHECK_ARG(label >= 0, "write_image_folder: element ", written, " has label ", label,
@@ -111,7 +112,7 @@ int64_t write_image_folder(const Dataset& examples, const std::string& directory
     if (options.format == ImageFormat::kPng) {
       write_png(path, e[0]);
     } else {
-      const std::string bytes = encode_jpeg(e[0], options.jpeg_quality);
+      const std::string bytes = data::encode_jpeg(e[0], options.jpeg_quality);
       dist::detail::write_file_atomically(
           Env::Default(), path, "JPEG image",
           [&](WritableFile& file) { file.append(bytes.data(), bytes.size()); });
@@ -123,4 +124,4 @@ int64_t write_image_folder(const Dataset& examples, const std::string& directory
   return written;
 }
 
-}  // namespace dist::data
+}  // namespace dist
