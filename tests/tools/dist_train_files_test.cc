@@ -263,6 +263,20 @@ TEST(DistTrainFilesTest, TheCnnRefusesImagesOfAnotherSizeBeforeTraining) {
   EXPECT_FALSE(testing::contains(result.output, "Epoch 1")) << result.output;
 }
 
+TEST(DistTrainFilesTest, TheResnetTrainsOnImagesOfAnotherSize) {
+  testing::TempDir dir;
+  torch::manual_seed(0);
+  const auto images = torch::randint(0, 256, {64, 1, 40, 40}).to(torch::kUInt8);
+  const auto labels = torch::randint(0, 10, {64}, torch::kLong);
+  write_image_tfrecords(data::Dataset::from_tensor_slices({images, labels}), dir.file("big"), 2);
+  const std::string spec = "tfrecord:" + dir.file("big-*.tfrecord");
+  auto result = testing::run_dist_train_alone(
+      one_epoch(dir, spec, spec, {"--model", "resnet"}, "one_device", "32"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(testing::contains(result.output, "Epoch 1:")) << result.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("weights.safetensors")));
+}
+
 // Flips one byte in the data of record `record` of the TFRecord file `path`.
 void corrupt_record(const std::string& path, int record) {
   std::string bytes = testing::read_file(path);
