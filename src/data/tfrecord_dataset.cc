@@ -54,8 +54,12 @@ class TFRecordIterator : public detail::IteratorNode {
       try {
         if (reader_->next(&record_)) return element(index);
       } catch (const DataError&) {
-        reader_.reset();  // the damage ends this file; a retry (ignore_errors) reads the next
-        ++position_;
+        // A record whose data is corrupt was passed, and a retry (ignore_errors) reads the
+        // next one; other damage (truncation, a bad length) ends this file's reading.
+        if (reader_->failed()) {
+          reader_.reset();
+          ++position_;
+        }
         throw;
       }
       reader_.reset();

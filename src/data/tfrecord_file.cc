@@ -308,13 +308,19 @@ bool TFRecordFileReader::next(std::string* record) {
   if (crc_got < kCrcBytes) truncated(crc_got);
   const uint32_t stored = load_u32(crc);
   const uint32_t actual = masked_crc32c(record->data(), length);
-  if (stored != actual)
-    fail(::dist::detail::concat("record ", records_, " (at offset ", offset_,
-                                ") is corrupt: the CRC of its ", length, " data bytes is ",
-                                hex32(actual), " but the file stores ", hex32(stored),
-                                " (masked CRC-32C)"));
+  const std::string damage =
+      stored == actual ? std::string()
+                       : ::dist::detail::concat(path_, ": record ", records_, " (at offset ",
+                                                offset_, ") is corrupt: the CRC of its ", length,
+                                                " data bytes is ", hex32(actual),
+                                                " but the file stores ", hex32(stored),
+                                                " (masked CRC-32C)");
   ++records_;
   offset_ += kHeaderBytes + length + kCrcBytes;
+  // The record was passed whole and its length's CRC held, so the framing is intact: unlike
+  // the other errors this one does not end the reader, and the next call reads the next
+  // record (ignore_errors skips just this one).
+  if (!damage.empty()) throw DataError(damage);
   return true;
 }
 

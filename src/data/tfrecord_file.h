@@ -26,7 +26,9 @@ constexpr size_t kReadBufferBytes = size_t{256} << 10;
 //   "<path>: the file ends 37 bytes into record 12's data of 4096 bytes (record at offset
 //    49380): truncated"
 //   "<path>: record 12 (at offset 49380) is corrupt: the CRC of its 4096 data bytes ..."
-// After an error the reader throws the same error again on every call. Not thread-safe.
+// After an error the reader throws the same error again on every call (failed() says so), except
+// after a record whose data's CRC does not match: that record was passed whole and the framing
+// is intact, so the next call reads the next record. Not thread-safe.
 class TFRecordFileReader {
  public:
   // Opens `path`. Throws DataError if it is missing, or is a directory, FIFO or any other
@@ -49,6 +51,8 @@ class TFRecordFileReader {
   // The byte offset of the next record in the (decompressed) stream.
   uint64_t offset() const { return offset_; }
   const std::string& path() const { return path_; }
+  // Whether an error ended the reader (every later call throws it again).
+  bool failed() const { return !error_.empty(); }
 
  private:
   struct Impl;  // the file, its buffers and the zlib state

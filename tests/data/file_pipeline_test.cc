@@ -233,7 +233,7 @@ TEST(FilePipelineTest, TFRecordDatasetWithSourceNamesFileAndRecord) {
   EXPECT_EQ((*element)[2].item<int64_t>(), 1);
 }
 
-TEST(FilePipelineTest, ACorruptRecordIsNamedOrSkippedWithTheRestOfItsFile) {
+TEST(FilePipelineTest, ACorruptRecordIsNamedOrSkipped) {
   TempDir dir;
   auto files = write_shards(dir, 2, 3);
   std::string bytes = testing::read_file(files[0]);
@@ -246,8 +246,16 @@ TEST(FilePipelineTest, ACorruptRecordIsNamedOrSkippedWithTheRestOfItsFile) {
   EXPECT_TRUE(contains(message, "CRC")) << message;
   auto log = std::make_shared<IgnoredErrors>();
   auto read = strings_of(tfrecord_dataset(files).ignore_errors(log).iterator());
-  EXPECT_EQ(read, (std::vector<std::string>{"0:0", "1:0", "1:1", "1:2"}));
+  // The damaged record alone is skipped: its length held, so the file reads on.
+  EXPECT_EQ(read, (std::vector<std::string>{"0:0", "0:2", "1:0", "1:1", "1:2"}));
   EXPECT_EQ(log->count(), 1);
+  // A truncated file ends there: the rest of it is one error.
+  std::string cut = testing::read_file(files[1]);
+  testing::write_file(files[1], cut.substr(0, cut.size() - 20));
+  auto log2 = std::make_shared<IgnoredErrors>();
+  EXPECT_EQ(strings_of(tfrecord_dataset(files).ignore_errors(log2).iterator()),
+            (std::vector<std::string>{"0:0", "0:2", "1:0"}));
+  EXPECT_EQ(log2->count(), 2);
 }
 
 TEST(FilePipelineTest, ShardFilesGivesEveryFileToExactlyOneWorker) {

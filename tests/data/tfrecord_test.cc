@@ -244,8 +244,13 @@ TEST(TFRecordTest, ACorruptDataByteIsACrcError) {
   EXPECT_TRUE(contains(message, dir.file("bad"))) << message;
   EXPECT_TRUE(contains(message, "record 1 (at offset 21) is corrupt")) << message;
   EXPECT_TRUE(contains(message, "CRC of its 13 data bytes")) << message;
-  // The error sticks; skip() does not check the data, so counting passes over it.
-  EXPECT_EQ(data_error([&] { reader.next(&record); }), message);
+  // The record was passed whole and the framing is intact: the reader goes on with the next
+  // record (ignore_errors skips just the damaged one). skip() does not check the data, so
+  // counting passes over it.
+  EXPECT_FALSE(reader.failed());
+  ASSERT_TRUE(reader.next(&record));
+  EXPECT_EQ(record, "third");
+  EXPECT_FALSE(reader.next(&record));
   EXPECT_EQ(detail::count_records(dir.file("bad"), Compression::kNone), 3);
 }
 
@@ -261,6 +266,9 @@ TEST(TFRecordTest, ACorruptLengthCrcIsAnError) {
     const std::string message = data_error([&] { skip ? reader.skip() : reader.next(&record); });
     EXPECT_TRUE(contains(message, "record 1 (at offset 21) is corrupt: the CRC of its length"))
         << message;
+    // Without a length to trust the framing is lost: the error sticks.
+    EXPECT_TRUE(reader.failed());
+    EXPECT_EQ(data_error([&] { reader.next(&record); }), message);
   }
   // A length corrupted with its CRC fixed up is caught by the size check, before allocating.
   std::string length;

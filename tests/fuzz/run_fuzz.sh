@@ -28,7 +28,8 @@ elif [[ ! $seconds =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 cxx=${DIST_FUZZ_CXX:-clang++-14}
-targets=(checkpoint_fuzz cifar10_fuzz idx_fuzz safetensors_fuzz tf_config_fuzz)
+targets=(checkpoint_fuzz cifar10_fuzz example_fuzz idx_fuzz image_fuzz safetensors_fuzz tf_config_fuzz
+         tfrecord_fuzz)
 
 die() {
   echo "fuzz: FAILED: $*" >&2

@@ -34,8 +34,10 @@ struct TFRecordOptions {
 // is seeked over; a compressed one is decompressed), and kept.
 //
 // Errors while reading (a truncated record, a CRC that does not match) are DataErrors naming
-// the file, the record's index and byte offset. Such an error ends that file's reading: under
-// ignore_errors() the rest of the file is skipped (one error counted) and the next file read.
+// the file, the record's index and byte offset. Under ignore_errors() a record whose data's CRC
+// does not match is skipped alone (its length was intact); damage to the framing (a truncated
+// file, a length whose CRC fails) ends that file's reading: the rest of the file is skipped
+// (one error counted) and the next file read.
 Dataset tfrecord_dataset(std::vector<std::string> files, const TFRecordOptions& options = {});
 
 }  // namespace dist::data
