@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -93,55 +94,56 @@ TEST(DistTrainFilesTest, OneTwoAndThreeWorkersAndMirroredFromPngShardsReachOneDe
 
 // --- resume ------------------------------------------------------------------------------
 
-// 640 examples as 8 PNG shards (10 steps an epoch), 2 epochs; stopped at step 6 and resumed
-// to 14, across the epoch's end, equals the run to 14 bit for bit.
+// 640 examples as 8 PNG shards (10 steps an epoch), 2 epochs of SGD from `train`, evaluating
+// on `test`, stopping after `max_steps`, then `more`.
 std::vector<std::string> resumable_job(const std::string& train, const std::string& test,
-                                       int max_steps) {
-  return {"--replicas",
-          "2",
-          "--optimizer",
-          "sgd",
-          "--train-data",
-          train,
-          "--test-data",
-          test,
-          "--test-examples",
-          "64",
-          "--global-batch",
-          "64",
-          "--epochs",
-          "2",
-          "--seed",
-          "5",
-          "--no-progress",
-          "--max-steps",
-          std::to_string(max_steps),
-          "--decode-threads",
-          "2",
-          "--shuffle-buffer",
-          "100"};
+                                       int max_steps, const std::vector<std::string>& more) {
+  std::vector<std::string> args{"--optimizer",
+                                "sgd",
+                                "--train-data",
+                                train,
+                                "--test-data",
+                                test,
+                                "--test-examples",
+                                "64",
+                                "--global-batch",
+                                "64",
+                                "--epochs",
+                                "2",
+                                "--seed",
+                                "5",
+                                "--no-progress",
+                                "--max-steps",
+                                std::to_string(max_steps)};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// Stopped at step 6 and resumed to 14, across the epoch's end, a job equals the run to 14 bit
+// for bit. `run` runs the job with `job_args` and the extra flags given.
+void expect_resume_bit_for_bit(
+    const testing::TempDir& dir,
+    const std::function<ProcessResult(int max_steps, std::vector<std::string> more)>& run) {
+  auto whole = run(14, {"--save-weights", dir.file("whole.safetensors")});
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  auto stopped = run(6, {"--checkpoint-dir", dir.file("ckpt")});
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  auto resumed = run(14, {"--checkpoint-dir", dir.file("ckpt"), "--save-weights",
+                          dir.file("resumed.safetensors")});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(testing::contains(resumed.output, "at step 6 (epoch 1, batch 6)")) << resumed.output;
+  testing::expect_same_weights(dir.file("whole.safetensors"), dir.file("resumed.safetensors"));
 }
 
 TEST(DistTrainFilesTest, AJobFromFilesStoppedMidEpochResumesBitForBit) {
   testing::TempDir dir;
   const std::string train = png_shards(dir, "train", data::Split::kTrain, 640, 8);
   const std::string test = png_shards(dir, "test", data::Split::kTest, 64, 1);
-  auto whole = resumable_job(train, test, 14);
-  whole.insert(whole.end(), {"--save-weights", dir.file("whole.safetensors")});
-  auto uninterrupted = testing::run_dist_train_alone(whole);
-  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
-
-  auto first = resumable_job(train, test, 6);
-  first.insert(first.end(), {"--checkpoint-dir", dir.file("ckpt")});
-  auto stopped = testing::run_dist_train_alone(first);
-  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
-  auto rest = resumable_job(train, test, 14);
-  rest.insert(rest.end(), {"--checkpoint-dir", dir.file("ckpt"), "--save-weights",
-                           dir.file("resumed.safetensors")});
-  auto resumed = testing::run_dist_train_alone(rest);
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_TRUE(testing::contains(resumed.output, "at step 6 (epoch 1, batch 6)")) << resumed.output;
-  testing::expect_same_weights(dir.file("whole.safetensors"), dir.file("resumed.safetensors"));
+  expect_resume_bit_for_bit(dir, [&](int max_steps, std::vector<std::string> more) {
+    more.insert(more.end(),
+                {"--replicas", "2", "--decode-threads", "2", "--shuffle-buffer", "100"});
+    return testing::run_dist_train_alone(resumable_job(train, test, max_steps, more));
+  });
 }
 
 // The same under 2 workers sharding by file (each worker's position in its own files).
@@ -149,44 +151,11 @@ TEST(DistTrainFilesTest, TwoWorkersShardingByFileResumeMidEpochBitForBit) {
   testing::TempDir dir;
   const std::string train = png_shards(dir, "train", data::Split::kTrain, 640, 8);
   const std::string test = png_shards(dir, "test", data::Split::kTest, 64, 2);
-  auto job = [&](int max_steps, std::vector<std::string> more) {
-    std::vector<std::string> args{"--strategy",
-                                  "multi_worker",
-                                  "--optimizer",
-                                  "sgd",
-                                  "--train-data",
-                                  train,
-                                  "--test-data",
-                                  test,
-                                  "--test-examples",
-                                  "64",
-                                  "--global-batch",
-                                  "64",
-                                  "--epochs",
-                                  "2",
-                                  "--seed",
-                                  "5",
-                                  "--no-progress",
-                                  "--collective-timeout",
-                                  "60",
-                                  "--decode-threads",
-                                  "1",
-                                  "--auto-shard",
-                                  "file",
-                                  "--max-steps",
-                                  std::to_string(max_steps)};
-    args.insert(args.end(), more.begin(), more.end());
-    return launched(2, args);
-  };
-  auto whole = testing::launch_job(job(14, {"--save-weights", dir.file("whole.safetensors")}));
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  auto stopped = testing::launch_job(job(6, {"--checkpoint-dir", dir.file("ckpt")}));
-  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
-  auto resumed = testing::launch_job(job(14, {"--checkpoint-dir", dir.file("ckpt"),
-                                              "--save-weights", dir.file("resumed.safetensors")}));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_TRUE(testing::contains(resumed.output, "at step 6")) << resumed.output;
-  testing::expect_same_weights(dir.file("whole.safetensors"), dir.file("resumed.safetensors"));
+  expect_resume_bit_for_bit(dir, [&](int max_steps, std::vector<std::string> more) {
+    more.insert(more.end(), {"--strategy", "multi_worker", "--collective-timeout", "60",
+                             "--decode-threads", "1", "--auto-shard", "file"});
+    return testing::launch_job(launched(2, resumable_job(train, test, max_steps, more)));
+  });
 }
 
 // --- bad input -----------------------------------------------------------------------------
