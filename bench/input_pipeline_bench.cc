@@ -16,8 +16,8 @@
 //
 //   build/bench/input_pipeline_bench images /data/images/train [--threads 2] [--batch 64]
 //   build/bench/input_pipeline_bench tfrecord '/data/tfrecord/train-*' [--limit 20000]
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -59,16 +59,17 @@ Dataset tfrecord_pipeline(const std::string& glob, int64_t threads) {
        FixedLenFeature("image/format", FeatureType::kBytes, {}, string_tensor("")),
        FixedLenFeature("image/height", FeatureType::kInt64, {}, at::scalar_tensor(0, at::kLong)),
        FixedLenFeature("image/width", FeatureType::kInt64, {}, at::scalar_tensor(0, at::kLong))});
-  return tfrecord_dataset(match_files(glob)).map(
-      [spec](Element e) {
-        const Element parsed = parse_example(string_of(e[0]), spec);
-        if (string_of(parsed[2]) == "raw")
-          return Element{scale_images(parsed[0].reshape(
-                             {1, parsed[3].item<int64_t>(), parsed[4].item<int64_t>()})),
-                         parsed[1]};
-        return decode_grey_scaled(parsed[0], parsed[1]);
-      },
-      {threads});
+  return tfrecord_dataset(match_files(glob))
+      .map(
+          [spec](Element e) {
+            const Element parsed = parse_example(string_of(e[0]), spec);
+            if (string_of(parsed[2]) == "raw")
+              return Element{scale_images(parsed[0].reshape(
+                                 {1, parsed[3].item<int64_t>(), parsed[4].item<int64_t>()})),
+                             parsed[1]};
+            return decode_grey_scaled(parsed[0], parsed[1]);
+          },
+          {threads});
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -120,8 +121,8 @@ int main(int argc, char** argv) {
       decode_one_thread(source, limit, epochs);
       return 0;
     }
-    Dataset images = mode == "images" ? folder_pipeline(source, threads)
-                                      : tfrecord_pipeline(source, threads);
+    Dataset images =
+        mode == "images" ? folder_pipeline(source, threads) : tfrecord_pipeline(source, threads);
     if (limit > 0) images = images.take(limit);
     const Dataset batches = images.batch(batch);
     const auto start = std::chrono::steady_clock::now();

@@ -320,16 +320,8 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
       ->capture_default_str();
 }
 
-void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
-  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
-  app.add_option("--train-examples", o.train_examples,
-                 "train on the first N examples only (-1: all)")
-      ->capture_default_str()
-      ->check(kMinusOneOrPositive);
-  app.add_option("--test-examples", o.test_examples,
-                 "evaluate on the first N test examples only (-1: all)")
-      ->capture_default_str()
-      ->check(kMinusOneOrPositive);
+// A user's files instead of Fashion-MNIST (tools/training_data.h).
+void add_file_data_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--train-data", o.train_data,
                  "train on your files instead of Fashion-MNIST: tfrecord:GLOB (tf.train.Example "
                  "records with an encoded PNG/JPEG and an int64 label) or images:DIR (one "
@@ -358,6 +350,18 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_flag("--ignore-errors", o.ignore_errors,
                "your files: skip records and images that cannot be read or decoded, and count "
                "them (default: stop at the first, naming it)");
+}
+
+void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--train-examples", o.train_examples,
+                 "train on the first N examples only (-1: all)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
+  app.add_option("--test-examples", o.test_examples,
+                 "evaluate on the first N test examples only (-1: all)")
+      ->capture_default_str()
+      ->check(kMinusOneOrPositive);
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "save resumable checkpoints here (each epoch end, every --checkpoint-every "
                  "steps, at --max-steps and on SIGTERM/SIGINT); resume from the latest one");
@@ -477,6 +481,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   add_job_flags(app, line.options, spelled);
   add_training_flags(app, line.options, spelled);
   add_data_and_output_flags(app, line.options, spelled);
+  add_file_data_flags(app, line.options, spelled);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

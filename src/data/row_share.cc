@@ -77,11 +77,7 @@ class ShareBatchNode : public UnaryNode {
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<ShareBatchIterator>(input_->make_iterator(epoch), share_);
   }
-  int64_t cardinality() const override {
-    int64_t batches = 0;
-    while (share_->rows_of_batch(batches) > 0) ++batches;
-    return batches;
-  }
+  int64_t cardinality() const override { return share_->batches(); }
   std::string describe() const override {
     return input_->describe() + ".batch(" + std::to_string(share_->batch_size()) +
            ", this worker's rows)";
@@ -102,6 +98,11 @@ RowShare::RowShare(int64_t batch_size, int64_t input_rows, bool drop_remainder,
       input_rows_(input_rows),
       drop_remainder_(drop_remainder),
       own_rows_(std::move(own_rows)) {}
+
+int64_t RowShare::batches() const {
+  return drop_remainder_ ? input_rows_ / batch_size_
+                         : (input_rows_ + batch_size_ - 1) / batch_size_;
+}
 
 int64_t RowShare::rows_of_batch(int64_t batch) const {
   const int64_t left = input_rows_ - batch * batch_size_;

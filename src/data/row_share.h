@@ -26,6 +26,8 @@ class RowShare {
   RowShare(int64_t batch_size, int64_t input_rows, bool drop_remainder,
            std::function<std::pair<int64_t, int64_t>(int64_t rows)> own_rows);
 
+  // The global batches there are (the last may be partial unless drop_remainder).
+  int64_t batches() const;
   // The rows of global batch `batch` (0 past the end).
   int64_t rows_of_batch(int64_t batch) const;
   std::pair<int64_t, int64_t> own_rows(int64_t rows) const { return own_rows_(rows); }

@@ -104,8 +104,7 @@ class TFRecordIterator : public detail::IteratorNode {
   }
 
   Element element(int64_t index) const {
-    at::Tensor bytes = at::empty({static_cast<int64_t>(record_.size())}, at::kByte);
-    if (!record_.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), record_.data(), record_.size());
+    at::Tensor bytes = string_tensor(record_);
     if (!options_.with_source) return {bytes};
     // One tensor of the file's name for all its records (elements share it; nobody writes it).
     if (!file_name_.defined()) file_name_ = string_tensor(reader_->path());

@@ -309,12 +309,12 @@ bool TFRecordFileReader::next(std::string* record) {
   const uint32_t stored = load_u32(crc);
   const uint32_t actual = masked_crc32c(record->data(), length);
   const std::string damage =
-      stored == actual ? std::string()
-                       : ::dist::detail::concat(path_, ": record ", records_, " (at offset ",
-                                                offset_, ") is corrupt: the CRC of its ", length,
-                                                " data bytes is ", hex32(actual),
-                                                " but the file stores ", hex32(stored),
-                                                " (masked CRC-32C)");
+      stored == actual
+          ? std::string()
+          : ::dist::detail::concat(path_, ": record ", records_, " (at offset ", offset_,
+                                   ") is corrupt: the CRC of its ", length, " data bytes is ",
+                                   hex32(actual), " but the file stores ", hex32(stored),
+                                   " (masked CRC-32C)");
   ++records_;
   offset_ += kHeaderBytes + length + kCrcBytes;
   // The record was passed whole and its length's CRC held, so the framing is intact: unlike
