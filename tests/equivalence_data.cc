@@ -8,7 +8,7 @@
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
-#include "distribute/local_cluster.h"
+#include "distribute/cluster/local_cluster.h"
 
 namespace dist::testing {
 

@@ -11,7 +11,7 @@
 #include "collective/store/store_host.h"
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
-#include "distribute/elastic_membership.h"
+#include "distribute/cluster/elastic_membership.h"
 
 namespace dist::tools {
 namespace {

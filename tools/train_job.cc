@@ -35,7 +35,7 @@
 #include "dist/train/progress_bar.h"
 #include "dist/train/safetensors.h"
 #include "dist/train/summary_writer.h"
-#include "distribute/mirrored_extended.h"
+#include "distribute/strategies/mirrored_extended.h"
 #include "elastic_job.h"
 #include "train/atomic_file.h"
 #include "training_data.h"

@@ -12,7 +12,7 @@
 // so collectives issued from forward, from backward (the gradient of ReplicaContext::all_reduce)
 // and by a gradient reducer as packs fill are issued in the replicas' common program order on
 // every process. A reducer's packs still open when a collective from *after* backward is
-// issued are completed first (src/distribute/backward_collective.h says when not to).
+// issued are completed first (src/distribute/reduction/backward_collective.h says when not to).
 //
 // Calls start the collective and return a Work handle; the tensors must stay alive and
 // untouched until wait() returns. Implementations may finish the work inside the call (the

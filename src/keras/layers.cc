@@ -20,7 +20,7 @@
 #include "dist/distribute/batch_split.h"
 #include "dist/distribute/replica_context.h"
 #include "dist/models/channels_last.h"
-#include "distribute/synchronized_batch_norm.h"
+#include "distribute/strategies/cross_replica_batch_norm.h"
 #include "image_layers.h"
 #include "models/same_padding.h"
 
@@ -205,13 +205,13 @@ class BatchNormalizationSpec : public LayerSpec {
   static torch::nn::BatchNorm1dImpl& as_1d(torch::nn::Module* m) {
     return *dynamic_cast<torch::nn::BatchNorm1dImpl*>(m);
   }
-  // Statistics over the global batch (synchronized_batch_norm.h); the module's own forward
+  // Statistics over the global batch (distribute/strategies/cross_replica_batch_norm.h); the module's own forward
   // otherwise, whose buffers and count it keeps the same way.
   template <typename BatchNorm>
   static at::Tensor synchronized_forward(BatchNorm& bn, const at::Tensor& x) {
     const bool training = bn.is_training();
     if (training) bn.num_batches_tracked.add_(1);
-    return dist::detail::synchronized_batch_norm(x, bn.weight, bn.bias, bn.running_mean,
+    return dist::detail::cross_replica_batch_norm(x, bn.weight, bn.bias, bn.running_mean,
                                                  bn.running_var, training,
                                                  bn.options.momentum().value(), bn.options.eps());
   }

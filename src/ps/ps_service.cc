@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adagrad.h>
 
-#include "distribute/optimizer_kinds.h"
-#include "distribute/optimizer_slots.h"
+#include "core/optimizer_kinds.h"
+#include "distribute/step/optimizer_slots.h"
 #include "ps/rpc_status.h"
 #include "ps/tensor_codec.h"
 

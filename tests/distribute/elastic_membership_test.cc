@@ -1,5 +1,5 @@
 // What the workers of an elastic job agree on through the rendezvous store
-// (src/distribute/elastic_membership.h), with an in-process store: the survivors' next members,
+// (src/distribute/cluster/elastic_membership.h), with an in-process store: the survivors' next members,
 // joiners admitted or refused, and generation-scoped keys that leave the heartbeat alone.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "collective/store/store_client.h"
 #include "collective/store/store_server.h"
 #include "dist/core/error.h"
-#include "distribute/elastic_membership.h"
+#include "distribute/cluster/elastic_membership.h"
 
 namespace dist::detail {
 namespace {

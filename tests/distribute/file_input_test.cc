@@ -26,7 +26,7 @@
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/image_export.h"
-#include "distribute/local_cluster.h"
+#include "distribute/cluster/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 

@@ -14,8 +14,8 @@
 #include "collective/factory.h"
 #include "dist/core/error.h"
 #include "dist/distribute/gradient_compression.h"
-#include "distribute/compression/half_codec.h"
-#include "distribute/gradient_reducer.h"
+#include "distribute/reduction/half_codec.h"
+#include "distribute/reduction/gradient_reducer.h"
 
 namespace dist {
 namespace {

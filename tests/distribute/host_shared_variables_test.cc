@@ -8,7 +8,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "../collective/collective_test_util.h"
-#include "distribute/host_shared_variables.h"
+#include "distribute/step/host_shared_variables.h"
 
 namespace dist {
 namespace {

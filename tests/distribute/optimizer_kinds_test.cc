@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "dist/core/error.h"
-#include "distribute/optimizer_kinds.h"
+#include "core/optimizer_kinds.h"
 
 namespace dist {
 namespace {

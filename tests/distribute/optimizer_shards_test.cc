@@ -1,6 +1,6 @@
 // OptimizerShards: an optimizer step split between threads gives the bits of the whole step,
 // for every optimizer kind it accepts, and it refuses what it cannot split.
-#include "distribute/optimizer_shards.h"
+#include "distribute/step/optimizer_shards.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,8 +11,8 @@
 #include "dist/data/dataset.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/train/loss.h"
-#include "distribute/mirrored_extended.h"
-#include "distribute/optimizer_slots.h"
+#include "distribute/strategies/mirrored_extended.h"
+#include "distribute/step/optimizer_slots.h"
 
 namespace dist {
 namespace {

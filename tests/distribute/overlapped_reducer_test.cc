@@ -7,9 +7,9 @@
 
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/train/loss.h"
-#include "distribute/local_cluster.h"
-#include "distribute/mirrored_extended.h"
-#include "distribute/overlapped_reducer.h"
+#include "distribute/cluster/local_cluster.h"
+#include "distribute/strategies/mirrored_extended.h"
+#include "distribute/reduction/overlapped_reducer.h"
 
 namespace dist {
 namespace {

@@ -21,7 +21,7 @@
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/train/safetensors.h"
-#include "distribute/local_cluster.h"
+#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"

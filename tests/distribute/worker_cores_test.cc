@@ -1,5 +1,5 @@
 // The default thread count of a worker process: its share of the host's cores.
-#include "distribute/worker_cores.h"
+#include "distribute/strategies/worker_cores.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include "dist/distribute/parameter_server_strategy.h"
 #include "dist/keras/model.h"
 #include "dist/train/safetensors.h"
-#include "distribute/local_cluster.h"
+#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "keras_test_models.h"
 #include "multi_worker/process_group.h"

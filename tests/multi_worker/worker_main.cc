@@ -68,8 +68,8 @@
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 #include "dist/train/safetensors.h"
-#include "distribute/mirrored_extended.h"
-#include "distribute/optimizer_shards.h"
+#include "distribute/strategies/mirrored_extended.h"
+#include "distribute/step/optimizer_shards.h"
 #include "equivalence_data.h"
 #include "keras/keras_test_models.h"
 

@@ -15,7 +15,7 @@
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/safetensors.h"
-#include "distribute/local_cluster.h"
+#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "ps/embedding_model.h"

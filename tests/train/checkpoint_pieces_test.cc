@@ -14,7 +14,7 @@
 #include "dist/distribute/sharding.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
-#include "distribute/optimizer_slots.h"
+#include "distribute/step/optimizer_slots.h"
 #include "test_envs.h"
 #include "test_util.h"
 #include "train/checkpoint_pieces.h"

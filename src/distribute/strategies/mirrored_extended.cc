@@ -1,0 +1,476 @@
+// MirroredExtended: replica threads of one process, composed with the job's other processes.
+//
+// A step: run() hands each replica thread its share of the global batch with a ReplicaContext
+// whose communicator is the replica's member of the HierarchicalCommunicator. The user's step
+// calls backward() (each replica's copy has its own leaf parameters, so gradients land in
+// per-replica .grad tensors) and then apply_gradients(), a collective:
+//   1. the model's gradient reducer (made by the strategy's GradientReduction, inline or
+//      overlapped with backward) sums every replica's gradients (in process, then across
+//      processes) into replica 0's .grad tensors;
+//   2. one optimizer step on replica 0's parameters, whose storage every copy shares, taken as
+//      the model's OptimizerStepPlan says: by replica 0, split between the local replicas, or
+//      split between every replica of the workers of one host over one shared copy;
+//   3. every replica averages its buffers with the others (a collective, which also keeps the
+//      others from running ahead of the step), then zeroes its own gradients.
+// So every copy, in every process, holds the same values before the next forward.
+#include "distribute/strategies/mirrored_extended.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <sstream>
+
+#include "collective/factory.h"
+#include "dist/core/error.h"
+#include "dist/distribute/replica_context.h"
+#include "distribute/strategies/gradients.h"
+#include "distribute/step/layer_gathering.h"
+#include "distribute/step/sharded_step.h"
+
+namespace dist {
+namespace {
+
+void check_sharding(const MirroredOptions& options, size_t replicas) {
+  DIST_CHECK_ARG(options.sharding != Sharding::kParameters || replicas == 1,
+                 "sharding 'parameters' (ZeRO stage 3) shards the parameters between worker "
+                 "processes of one replica each; this worker has ",
+                 replicas,
+                 " replicas, which would each gather the same layers: give each worker one "
+                 "replica (more workers instead), or use sharding 'gradients'");
+  DIST_CHECK_ARG(options.sharding == Sharding::kNone || !options.communication_hook, "sharding '",
+                 to_string(options.sharding), "' and the communication hook '",
+                 options.communication_hook ? options.communication_hook->name() : "",
+                 "' both decide how gradient packs cross the workers; use one of them");
+}
+
+std::string describe_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+// One line per parameter and buffer: "name shape dtype".
+std::string model_signature(const torch::nn::Module& module) {
+  std::ostringstream lines;
+  for (const auto& p : module.named_parameters())
+    lines << "parameter '" << p.key() << "' " << p.value().sizes() << " " << p.value().scalar_type()
+          << "\n";
+  for (const auto& b : module.named_buffers())
+    lines << "buffer '" << b.key() << "' " << b.value().sizes() << " " << b.value().scalar_type()
+          << "\n";
+  return lines.str();
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+MirroredVariables::MirroredVariables(std::shared_ptr<MirroredExtended> owner,
+                                     std::vector<std::shared_ptr<torch::nn::Module>> replicas)
+    : replicas_(std::move(replicas)), owner_(std::move(owner)) {}
+
+void MirroredVariables::sync_from_primary() {
+  // Parameters share the primary's storage; buffers are per copy.
+  torch::NoGradGuard no_grad;
+  const auto primary_buffers = replicas_.front()->buffers();
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    auto buffers = replicas_[r]->buffers();
+    for (size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(primary_buffers[b]);
+  }
+}
+
+std::vector<int64_t> MirroredVariables::parameter_sizes(const at::Tensor& parameter) const {
+  return parameter_shards_ ? parameter_shards_->sizes(parameter) : parameter.sizes().vec();
+}
+
+void MirroredVariables::restore(const std::vector<at::Tensor>& parameters,
+                                const std::vector<at::Tensor>& buffers) {
+  if (!parameter_shards_) return restore_in_primary(parameters, buffers);
+  // Stage 3 keeps one replica per worker: primary() is the only copy.
+  at::NoGradGuard no_grad;
+  if (step_plan_) step_plan_->prepare_to_write();
+  const auto own_parameters = primary()->parameters();
+  for (size_t p = 0; p < parameters.size(); ++p)
+    parameter_shards_->restore(own_parameters.at(p), parameters[p]);
+  auto own_buffers = primary()->buffers();
+  for (size_t b = 0; b < buffers.size(); ++b) own_buffers.at(b).copy_(buffers[b]);
+}
+
+DistributedVariables::ShareWorkers MirroredVariables::share_workers() const {
+  const std::shared_ptr<MirroredExtended> owner = owner_;
+  return {owner->worker_index(), owner->num_workers(), owner->is_chief(),
+          [owner](std::vector<at::Tensor>& tensors, ReduceOp op) {
+            owner->all_reduce_across_workers(tensors, op);
+          }};
+}
+
+std::vector<DistributedVariables::Share> MirroredVariables::parameter_shares() const {
+  std::vector<Share> shares;
+  if (!parameter_shards_) return shares;
+  for (const auto& p : primary()->parameters())
+    shares.push_back({parameter_shards_->begin(p), parameter_shards_->current_share(p)});
+  return shares;
+}
+
+std::map<size_t, std::map<std::string, at::Tensor>> MirroredVariables::slot_shares(
+    torch::optim::Optimizer& optimizer) {
+  std::map<size_t, std::map<std::string, at::Tensor>> shares;
+  if (!parameter_shards_) return shares;
+  const auto by_parameter = step_plan_->slot_shares(optimizer, *parameter_shards_);
+  const auto params = primary()->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = by_parameter.find(params[i].unsafeGetTensorImpl());
+    if (it != by_parameter.end()) shares[i] = it->second;
+  }
+  return shares;
+}
+
+void MirroredVariables::restore_slot_shares(
+    torch::optim::Optimizer& optimizer,
+    const std::map<size_t, std::map<std::string, at::Tensor>>& shares) {
+  if (!parameter_shards_) return;
+  const auto params = primary()->parameters();
+  SlotShares by_parameter;
+  for (const auto& [i, slots] : shares) by_parameter[params.at(i).unsafeGetTensorImpl()] = slots;
+  step_plan_->restore_slot_shares(optimizer, std::move(by_parameter));
+}
+
+StrategyExtended& MirroredVariables::strategy() const { return *owner_; }
+
+std::vector<HostSharedVariables::Holders> MirroredVariables::parameter_holders() const {
+  std::vector<std::vector<at::Tensor>> copies;
+  for (const auto& replica : replicas_) copies.push_back(replica->parameters());
+  std::vector<HostSharedVariables::Holders> values(copies[0].size());
+  for (size_t i = 0; i < values.size(); ++i)
+    for (const auto& copy : copies) values[i].push_back(copy[i]);
+  return values;
+}
+
+void MirroredVariables::prepare_to_read_slots(torch::optim::Optimizer& optimizer) {
+  step_plan_->read_slots(optimizer);
+}
+
+void MirroredVariables::gather_slots(torch::optim::Optimizer& optimizer) {
+  step_plan_->gather_slots(optimizer);
+}
+
+void MirroredVariables::gather_values() {
+  if (parameter_shards_) parameter_shards_->gather_all();
+}
+
+void MirroredVariables::prepare_to_read() {
+  if (!parameter_shards_ || parameter_shards_->all_whole()) return;
+  if (owner_->num_workers() == 1) {
+    parameter_shards_->gather_all();  // a collective of one
+    return;
+  }
+  throw InvalidArgument(detail::concat(
+      "the parameters are sharded between the ", owner_->num_workers(),
+      " workers (sharding 'parameters') and were not gathered since the last step; call "
+      "variables().gather_values() (a keras::Model's gather_weights()) on every worker before "
+      "one of them reads them (a Checkpoint needs none: every worker writes its piece)"));
+}
+
+void MirroredVariables::prepare_to_write() {
+  // Every worker restores the same values: each gathers (so that a parameter the restore does
+  // not write keeps its value), and the next forward takes the written values as its chunks.
+  gather_values();
+  if (step_plan_) step_plan_->prepare_to_write();
+}
+
+MirroredVariables::~MirroredVariables() {
+  // The modules outlive this placement: they must not keep writing into memory that other
+  // processes read (a later strategy would step them whole on every worker).
+  try {
+    if (step_plan_) step_plan_->prepare_to_write();
+  } catch (...) {  // cloning failed (out of memory): nothing better to do in a destructor
+  }
+}
+
+MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
+                                   std::unique_ptr<collective::Communicator> cross_process,
+                                   bool overlap_with_backward, bool share_variables_on_host)
+    : name_(std::move(name)), options_(std::move(options)), devices_(resolve_devices(options_)) {
+  DIST_CHECK_ARG(options_.bytes_per_pack >= 1, "bytes_per_pack must be positive, got ",
+                 options_.bytes_per_pack);
+  DIST_CHECK_ARG(options_.collective_timeout.count() > 0,
+                 "collective_timeout must be positive, got ", options_.collective_timeout.count(),
+                 " ms");
+  DIST_CHECK_ARG(options_.threads_per_replica >= 0, "threads_per_replica must be at least 0");
+  const int replicas = static_cast<int>(devices_.size());
+  collective::LocalGroupOptions local;
+  local.size = replicas;
+  local.algorithm = options_.cross_device_ops;
+  local.timeout = options_.collective_timeout;
+  if (!cross_process) cross_process = collective::make_single_process_communicator();
+  check_sharding(options_, devices_.size());
+  // Decided before the communicator is wrapped: the counter answers completes_in_call alike.
+  const bool completes_in_call = cross_process->completes_in_call();
+  cross_process = collective::count_bytes(std::move(cross_process), counters_);
+  // Stage 3 gathers the next layer while this one computes: its rings run on a thread.
+  const bool prefetch = options_.sharding == Sharding::kParameters && cross_process->size() > 1;
+  group_ =
+      std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process), prefetch);
+  for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
+  choose_parts(overlap_with_backward && !completes_in_call, share_variables_on_host);
+  // Every worker must hold the same number of replicas (equal shares of each batch).
+  if (num_workers() > 1) {
+    auto counts = group_->cross_process().exchange("replicas_per_worker", std::to_string(replicas));
+    for (size_t w = 0; w < counts.size(); ++w)
+      DIST_CHECK(counts[w] == counts[0], CollectiveError, "replica count mismatch: ",
+                 group_->cross_process().member_name(static_cast<int>(w)), " has ", counts[w],
+                 " replicas per worker but ", group_->cross_process().member_name(0), " has ",
+                 counts[0], "; start every worker with the same replicas_per_worker");
+  }
+  const int threads = options_.threads_per_replica > 0 ? options_.threads_per_replica
+                                                       : std::max(1, available_cores() / replicas);
+  threads_ = std::make_unique<ReplicaThreads>(replicas, threads);
+}
+
+void MirroredExtended::choose_parts(bool overlap_with_backward, bool share_variables_on_host) {
+  // Collectives that finish inside the call (shared memory) gain nothing from being started
+  // during backward: reduce after it (the same sums, bit for bit; 1.1x faster on the MLP).
+  // A communication hook reduces packs as they come, whatever the communicator (the
+  // multi-worker strategy refuses one without overlap_with_backward); so does sharding, whose
+  // packs land in this worker's chunks pack by pack.
+  const bool sharded = options_.sharding != Sharding::kNone;
+  if (options_.communication_hook || sharded || overlap_with_backward) {
+    PackExchange exchange;
+    exchange.communicate = communicate_through(options_.communication_hook);
+    if (sharded) {
+      exchange = sharded_exchange(sharding_state_, options_.sharding);
+      // Not at stage 3: its gathers keep the workers in step through backward already, and a
+      // pack held to the end of backward would keep every full gradient at once.
+      exchange.after_backward =
+          group_->cross_process().completes_in_call() && options_.sharding != Sharding::kParameters;
+    }
+    reduction_ =
+        make_overlapped_reduction(group_.get(), this, bytes_per_pack(), std::move(exchange));
+  } else {
+    std::vector<collective::Communicator*> members;
+    for (const auto& member : members_) members.push_back(member.get());
+    reduction_ = make_inline_reduction(std::move(members), options_.bytes_per_pack);
+  }
+  const int replicas = static_cast<int>(devices_.size());
+  make_step_plan_ = sharded ? sharded_step_plan(sharding_state_)
+                            : choose_step_plan(options_.shard_optimizer_step,
+                                               share_variables_on_host, replicas, num_workers());
+}
+
+std::string MirroredExtended::worker_name(int index) const {
+  return group_->cross_process().member_name(index);
+}
+
+void MirroredExtended::report_failure(const std::string& reason) {
+  group_->cross_process().abort(reason);
+}
+
+void MirroredExtended::run_replicas(const std::function<void(int)>& body,
+                                    int64_t global_batch_size) {
+  DIST_CHECK_ARG(get_replica_context() == nullptr,
+                 "strategy.run() was called inside a step function; call it from "
+                 "cross-replica code (outside run())");
+  std::lock_guard<std::mutex> one_run_at_a_time(run_mu_);
+  group_->local().reset();
+  const std::shared_ptr<const StrategyExtended> self = shared_from_this();
+  auto errors = threads_->run(
+      [&](int replica) {
+        ReplicaContext context(self, members_[static_cast<size_t>(replica)].get(), replica,
+                               global_batch_size);
+        ReplicaContextScope scope(&context);
+        body(replica);
+      },
+      [&](int replica, std::exception_ptr error) {
+        group_->local().abort(detail::concat("replica ", replica, " (",
+                                             devices_[static_cast<size_t>(replica)].to_string(),
+                                             ") failed: ", describe_error(error)));
+      });
+  std::exception_ptr settle_error;
+  try {
+    reduction_->settle();
+  } catch (...) {
+    settle_error = std::current_exception();
+  }
+  // Rethrow the root cause: the first replica's own error, not the CollectiveErrors the
+  // others got because it stopped taking part.
+  std::exception_ptr first_collective;
+  for (const auto& error : errors) {
+    if (!error) continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const CollectiveError&) {
+      if (!first_collective) first_collective = error;
+    } catch (...) {
+      throw;
+    }
+  }
+  if (first_collective) std::rethrow_exception(first_collective);
+  if (settle_error) std::rethrow_exception(settle_error);
+}
+
+void MirroredExtended::all_reduce_across_workers(std::vector<at::Tensor>& tensors,
+                                                 ReduceOp op) const {
+  if (num_workers() == 1) return;
+  reduction_->complete_steps();
+  group_->cross_process().all_reduce(tensors, op)->wait();
+}
+
+at::Tensor MirroredExtended::all_gather_across_workers(const at::Tensor& local) const {
+  if (num_workers() == 1) return local;
+  reduction_->complete_steps();
+  at::Tensor all;
+  group_->cross_process().all_gather(local, &all)->wait();
+  return all;
+}
+
+std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
+    std::shared_ptr<torch::nn::Module> primary) {
+  DIST_CHECK_ARG(primary != nullptr, "mirror: the model is empty (a null module)");
+  const bool shard_parameters = options_.sharding == Sharding::kParameters;
+  std::vector<std::vector<size_t>> units;  // stage 3's, checked before anything changes
+  if (shard_parameters) units = parameter_units(*primary, primary->parameters());
+  if (options_.sharding != Sharding::kNone && !shard_parameters)
+    place_packs_contiguously(*primary, options_.bytes_per_pack);
+  auto variables = std::make_shared<MirroredVariables>(shared_from_this(), mirror(primary));
+  if (num_workers() > 1) synchronize_initial_values(*variables);
+  std::vector<std::vector<at::Tensor>> params;
+  for (const auto& replica : variables->replicas_) params.push_back(replica->parameters());
+  std::vector<std::string> names;
+  for (const auto& named : primary->named_parameters()) names.push_back(named.key());
+  const int model = models_placed_++;
+  variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names), model);
+  if (shard_parameters) {  // after the reducer, which takes the parameters' shapes while whole
+    auto shards =
+        std::make_shared<ParameterShards>(primary->parameters(), std::move(units), group_);
+    sharding_state_->set_parameter_shards(model, shards);
+    gather_by_units(*primary, shards);
+    variables->parameter_shards_ = std::move(shards);
+  }
+  const MirroredVariables* placed = variables.get();
+  variables->step_plan_ =
+      make_step_plan_({group_.get(), [placed] { return placed->parameter_holders(); }, model});
+  return variables;
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> MirroredExtended::mirror(
+    std::shared_ptr<torch::nn::Module> primary) {
+  std::vector<std::shared_ptr<torch::nn::Module>> replicas{primary};
+  const auto primary_params = primary->parameters();
+  // clone() re-initializes the copy (reset()) from the global random generator before it
+  // copies the primary's values in: put the generator back afterwards, so that mirroring
+  // draws nothing and a program that makes several models gives them the same initial
+  // weights under every strategy and replica count.
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor random_state = generator.get_state();
+  for (size_t r = 1; r < devices_.size(); ++r) {
+    std::shared_ptr<torch::nn::Module> copy;
+    try {
+      copy = primary->clone();
+    } catch (const c10::Error& e) {
+      throw InvalidArgument(detail::concat(
+          "mirror: cannot copy module ", primary->name(), " for replica ", r,
+          ": derive it from torch::nn::Cloneable<", primary->name(),
+          "> (or build it from torch::nn::Sequential) so each replica can get a copy"));
+    }
+    // Share the parameters' storage with the primary; each copy keeps its own leaf
+    // variables (so its own gradients) and its own buffers. Match by position: a clone
+    // may name its submodules differently (Sequential's clone numbers them).
+    auto copy_params = copy->parameters();
+    DIST_INTERNAL_ASSERT(copy_params.size() == primary_params.size(), "clone of ", primary->name(),
+                         " has a different parameter count");
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < copy_params.size(); ++i) copy_params[i].set_data(primary_params[i]);
+    replicas.push_back(std::move(copy));
+  }
+  generator.set_state(random_state);
+  return replicas;
+}
+
+MirroredVariables& MirroredExtended::mirrored(DistributedVariables& variables) const {
+  auto* mirrored = dynamic_cast<MirroredVariables*>(&variables);
+  DIST_CHECK_ARG(mirrored != nullptr && mirrored->owner() == this,
+                 "apply_gradients: this model was made by ", variables.strategy().describe(),
+                 ", not by this ", describe(),
+                 "; make the model and optimizer with the strategy that runs them");
+  DIST_CHECK_ARG(mirrored->replicas_.size() == devices_.size(), "apply_gradients: the model has ",
+                 mirrored->replicas_.size(), " copies but this strategy runs ", devices_.size(),
+                 " replicas; make the model and optimizer with the strategy that runs them");
+  return *mirrored;
+}
+
+void MirroredExtended::apply_gradients(DistributedVariables& variables,
+                                       torch::optim::Optimizer& optimizer) {
+  MirroredVariables& model = mirrored(variables);
+  ReplicaContext* context = get_replica_context();
+  if (context == nullptr) {
+    // Cross-replica code (after run()): the same collective, run on every replica.
+    run_replicas([&](int) { apply_gradients(variables, optimizer); }, -1);
+    return;
+  }
+  DIST_CHECK_ARG(context->strategy() == this,
+                 "apply_gradients was called inside run() of a different strategy than the "
+                 "one that made this optimizer");
+  const int replica = context->local_replica_id();
+  // A plan that steps by packs steps each pack as it lands, then has nothing left in step().
+  model.reducer_->finalize(replica,
+                           model.step_plan_->step_by_packs(replica, optimizer, *model.reducer_));
+  model.step_plan_->step(replica, optimizer);
+  sync_buffers(model, replica);
+  detail::clear_gradients(model.replicas_[static_cast<size_t>(replica)]->parameters());
+}
+
+void MirroredExtended::sync_buffers(MirroredVariables& variables, int replica) {
+  std::vector<at::Tensor> floating;
+  for (const auto& b : variables.replicas_[static_cast<size_t>(replica)]->buffers())
+    if (at::isFloatingType(b.scalar_type())) floating.push_back(b);
+  if (floating.empty()) {
+    group_->local().barrier(replica, "apply_gradients (update)");
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  members_[static_cast<size_t>(replica)]->all_reduce(floating, ReduceOp::kMean)->wait();
+}
+
+void MirroredExtended::synchronize_initial_values(MirroredVariables& variables) {
+  check_same_model(*variables.replicas_[0]);
+  // The chief's initial values win everywhere.
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : variables.replicas_[0]->parameters()) tensors.push_back(p.detach());
+  for (const auto& b : variables.replicas_[0]->buffers()) tensors.push_back(b);
+  group_->cross_process().broadcast(tensors, 0)->wait();
+  variables.sync_from_primary();
+}
+
+void MirroredExtended::check_same_model(const torch::nn::Module& model) {
+  // Every worker compares every worker's model with the chief's, so all of them fail
+  // together with the same message, before the first step.
+  auto& cross = group_->cross_process();
+  auto signatures =
+      cross.exchange("model/" + std::to_string(models_created_++), model_signature(model));
+  auto reference = split_lines(signatures[0]);
+  for (size_t w = 1; w < signatures.size(); ++w) {
+    auto mine = split_lines(signatures[w]);
+    for (size_t i = 0; i < std::max(mine.size(), reference.size()); ++i) {
+      std::string theirs = i < mine.size() ? mine[i] : "(nothing)";
+      std::string chiefs = i < reference.size() ? reference[i] : "(nothing)";
+      if (theirs != chiefs)
+        throw CollectiveError(
+            detail::concat("model mismatch before step 1: ", cross.member_name(static_cast<int>(w)),
+                           " has ", theirs, " where ", cross.member_name(0), " has ", chiefs,
+                           "; every worker must build the same model"));
+    }
+  }
+}
+
+}  // namespace dist
