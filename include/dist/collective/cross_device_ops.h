@@ -2,7 +2,7 @@
 //
 // All three give every replica the same result (the reduction is computed once and shared)
 // and differ only in who adds what, so they agree with each other up to float summation
-// order. See src/collective/local_replica_group.cc for the algorithms.
+// order. See src/collective/local/local_group.cc for the algorithms.
 #pragma once
 
 #include <cstdint>

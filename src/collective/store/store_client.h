@@ -36,12 +36,12 @@ class StoreRefused : public CollectiveError {
 
 class StoreClient : public c10d::Store {
  public:
-  // Connects to `at`, retrying until `timeout` has passed (the server may start later), and
-  // says hello with `job_token` and `job_id` (job_identity.h). `timeout` is also how long get()
-  // and wait() wait for keys. Throws CollectiveError naming the address, StoreRefused when the
-  // server refuses the token (saying so), StoreOfAnotherJob when the store is another job's, and
-  // StopRequested once a stop signal is pending (core/stop_request.h): every wait, here and in
-  // get() and wait(), looks for one at least four times a second.
+  // Connects to `at`, retrying until `timeout` has passed (the server may start later), and says
+  // hello with `job_token` and `job_id` (dist/distribute/cluster_resolver.h). `timeout` is also how
+  // long get() and wait() wait for keys. Throws CollectiveError naming the address, StoreRefused
+  // when the server refuses the token (saying so), StoreOfAnotherJob when the store is another
+  // job's, and StopRequested once a stop signal is pending (core/stop_request.h): every wait, here
+  // and in get() and wait(), looks for one at least four times a second.
   //
   // `key_scope`, when not empty, goes before every key this client names (the members of one
   // generation of an elastic job keep to "generation/<n>/"), except the keys of the store or of

@@ -2,13 +2,14 @@
 // TCPStore's: LibTorch 1.13's TCPStore server listens on every interface and allocates whatever
 // length a message declares (docs/design.md, "The rendezvous store").
 //
-// A frame is a little-endian u32 body length, then the body. A request body is one op byte and
-// its fields; a reply body is one status byte and its fields. Fields: a string or byte string is
-// a u32 length and the bytes; a number is an i64. The first request on a connection must be
-// kHello with kMagic, kVersion, the job's token (empty when the job has none) and the job's
-// identity (empty when the job has none: job_identity.h), or the server closes it; before the
-// hello, a frame may declare at most kMaxHelloBytes. A frame longer than kMaxFrameBytes is refused
-// from its length alone, before anything is allocated, and the connection closed.
+// A frame is a little-endian u32 body length, then the body. A request body is one op byte and its
+// fields; a reply body is one status byte and its fields. Fields: a string or byte string is a u32
+// length and the bytes; a number is an i64. The first request on a connection must be kHello with
+// kMagic, kVersion, the job's token (empty when the job has none) and the job's identity (empty
+// when the job has none: job_id_from_environment in dist/distribute/cluster_resolver.h), or the
+// server closes it; before the hello, a frame may declare at most kMaxHelloBytes. A frame longer
+// than kMaxFrameBytes is refused from its length alone, before anything is allocated, and the
+// connection closed.
 #pragma once
 
 #include <cstdint>

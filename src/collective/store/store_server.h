@@ -28,12 +28,12 @@ namespace dist::collective {
 
 class StoreServer {
  public:
-  // Binds at.host (a name or a numeric address; its first IPv4 or IPv6 address) and at.port (0:
-  // any free port). Throws std::runtime_error saying why it cannot (port in use, unknown host).
-  // `job_token`: what every client's hello must carry (compared in constant time); empty: a
-  // job without a token, whose clients send an empty one. `job_id`: the job's identity
-  // (job_identity.h); a hello with another non-empty one is answered kNotThisJob, as is one
-  // with a wrong token once the store is closing (store::kClosingKey is set).
+  // Binds at.host (a name or a numeric address; its first IPv4 or IPv6 address) and at.port (0: any
+  // free port). Throws std::runtime_error saying why it cannot (port in use, unknown host).
+  // `job_token`: what every client's hello must carry (compared in constant time); empty: a job
+  // without a token, whose clients send an empty one. `job_id`: the job's identity
+  // (job_id_from_environment); a hello with another non-empty one is answered kNotThisJob, as is
+  // one with a wrong token once the store is closing (store::kClosingKey is set).
   explicit StoreServer(const HostPort& at, std::string job_token = "", std::string job_id = "");
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
