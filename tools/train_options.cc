@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "collective/factory.h"
+#include "dist/collective/collective_backends.h"
 #include "dist/core/error.h"
 #include "dist/data/tfrecord.h"
 #include "dist/distribute/gradient_compression.h"
@@ -61,6 +61,13 @@ E parse(const Spellings<E>& all, const char* flag, const std::string& text) {
   for (const auto& [e, spelled] : all)
     if (text == spelled) return e;
   throw InvalidArgument(detail::concat("unknown ", flag, " '", text, "': use ", listed(all)));
+}
+
+// "gloo, mpi": the backends this build has, for --help.
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
 }
 
 bool is_mirrored(StrategyKind s) {
@@ -264,7 +271,7 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--collective-backend", o.collective_backend,
                  "multi_worker: the collective backend between the workers: gloo | mpi (under "
                  "mpirun; this build: " +
-                     collective::built_backends() + ")");
+                     joined(collective_backends()) + ")");
   app.add_flag("--unchecked-collectives", s.unchecked,
                "multi_worker: skip the agreement before each collective (for measuring its "
                "cost; workers that diverge then abort inside Gloo)");

@@ -1,5 +1,7 @@
 #include "collective/factory.h"
 
+#include "dist/collective/collective_backends.h"
+
 #include "collective/backends_built.h"
 #include "collective/gloo/gloo_transport.h"
 #if DIST_HAVE_MPI
@@ -61,9 +63,19 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
 
 std::string built_backends() {
   std::string known;
-  for (const auto& b : kBackends)
-    if (b.make != nullptr) known += (known.empty() ? "" : ", ") + std::string(b.name);
+  for (const auto& name : collective_backends()) known += (known.empty() ? "" : ", ") + name;
   return known;
 }
 
 }  // namespace dist::collective
+
+namespace dist {
+
+std::vector<std::string> collective_backends() {
+  std::vector<std::string> built;
+  for (const auto& b : collective::kBackends)
+    if (b.make != nullptr) built.emplace_back(b.name);
+  return built;
+}
+
+}  // namespace dist
