@@ -1,7 +1,6 @@
 #include "evaluator_job.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 
@@ -10,6 +9,7 @@
 
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
+#include "dist/distribute/cluster_resolver.h"
 #include "dist/distribute/cluster_spec.h"
 #include "dist/distribute/strategy.h"
 #include "dist/keras/model.h"
@@ -83,9 +83,12 @@ EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& 
 
 bool is_evaluator_task(const TrainOptions& options) {
   if (options.strategy != StrategyKind::kParameterServer) return false;
-  const char* tf_config = std::getenv("TF_CONFIG");
-  if (tf_config == nullptr || *tf_config == '\0') return false;
-  return parse_tf_config(tf_config).task.type == "evaluator";
+  // A parameter-server job's cluster is TF_CONFIG's alone (Slurm and MPI start workers only):
+  // without it this is no evaluator, and the strategy says what is missing.
+  const EnvironmentVariables env = process_environment();
+  const auto tf_config = env.find("TF_CONFIG");
+  if (tf_config == env.end() || tf_config->second.empty()) return false;
+  return TFConfigClusterResolver().task().type == "evaluator";
 }
 
 EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
@@ -95,7 +98,7 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
                  "the evaluator task evaluates the checkpoints the chief writes: give every task "
                  "the same --checkpoint-dir");
   const auto timeout = whole_milliseconds("--evaluator-timeout", options.evaluator_timeout);
-  set_parameter_server_task_threads(options, cluster_config_from_environment());
+  set_parameter_server_task_threads(options, TFConfigClusterResolver().config());
 
   // The job's last step, counted as the chief counts it (prepare_job), where the strategy has
   // one replica in sync (a worker's step).
