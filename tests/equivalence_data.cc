@@ -2,13 +2,13 @@
 
 #include <torch/torch.h>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/replica_context.h"
 #include "dist/distribute/sync_batch_norm.h"
 #include "dist/models/cyclegan.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
-#include "distribute/cluster/local_cluster.h"
 
 namespace dist::testing {
 

@@ -19,7 +19,7 @@
 #include "collective/hierarchical_communicator.h"
 #include "collective/local/local_communicator.h"
 #include "dist/core/error.h"
-#include "distribute/cluster/local_cluster.h"
+#include "dist/distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 
 namespace dist::collective::testing {

@@ -15,7 +15,7 @@
 #include "collective/hierarchical_communicator.h"
 #include "collective_test_util.h"
 #include "dist/core/error.h"
-#include "distribute/cluster/local_cluster.h"
+#include "dist/distribute/local_cluster.h"
 
 namespace dist::collective {
 namespace {

@@ -23,10 +23,10 @@
 #include "dist/data/mnist.h"
 #include "dist/data/tfrecord.h"
 #include "dist/data/tfrecord_dataset.h"
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/image_export.h"
-#include "distribute/cluster/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/train/loss.h"
-#include "distribute/cluster/local_cluster.h"
-#include "distribute/strategies/mirrored_extended.h"
 #include "distribute/reduction/overlapped_reducer.h"
+#include "distribute/strategies/mirrored_extended.h"
 
 namespace dist {
 namespace {

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/train/safetensors.h"
-#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"

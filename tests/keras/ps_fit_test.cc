@@ -8,11 +8,11 @@
 
 #include <torch/torch.h>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/distribute/parameter_server_strategy.h"
 #include "dist/keras/model.h"
 #include "dist/train/safetensors.h"
-#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "keras_test_models.h"
 #include "multi_worker/process_group.h"

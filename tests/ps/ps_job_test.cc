@@ -9,13 +9,13 @@
 #include <sstream>
 #include <thread>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/safetensors.h"
-#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "ps/embedding_model.h"

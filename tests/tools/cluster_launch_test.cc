@@ -18,8 +18,8 @@
 
 #include "collective/store/store_client.h"
 #include "dist/core/error.h"
+#include "dist/distribute/local_cluster.h"
 #include "dist/train/safetensors.h"
-#include "distribute/cluster/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"

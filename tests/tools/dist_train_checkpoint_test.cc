@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/distribute/local_cluster.h"
 #include "dist/train/safetensors.h"
-#include "distribute/cluster/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 #include "tools/weight_files.h"

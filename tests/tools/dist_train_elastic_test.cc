@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "distribute/cluster/local_cluster.h"
+#include "dist/distribute/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"

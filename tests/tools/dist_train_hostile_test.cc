@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "distribute/cluster/local_cluster.h"
+#include "dist/distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 #include "tools/train_runs.h"

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "collective/backends_built.h"
-#include "distribute/cluster/local_cluster.h"
+#include "dist/distribute/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-#include "distribute/cluster/local_cluster.h"
+#include "dist/distribute/local_cluster.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
