@@ -27,9 +27,9 @@ void Heartbeat::stop() {
 }
 
 // How long one beat may take. The store's host counts a member whose beat has not moved for
-// 3 s as gone (tools/dist_store_host.cc), so a slower beat is lost anyway; and stop() joins the
-// thread, so a beat to a store that has become unreachable (its host's link down: no reset,
-// the packets vanish) must not hold the member's exit for the rendezvous timeout.
+// 3 s as gone (dist/collective/rendezvous_store.h), so a slower beat is lost anyway; and stop()
+// joins the thread, so a beat to a store that has become unreachable (its host's link down: no
+// reset, the packets vanish) must not hold the member's exit for the rendezvous timeout.
 namespace {
 constexpr std::chrono::seconds kBeatTimeout{5};
 }  // namespace
@@ -62,8 +62,8 @@ void Heartbeat::loop() {
   try {
     show_refusals();
     // Leaving on purpose: the store's host need not wait for this beat to go stale before it
-    // closes (tools/dist_store_host.cc). An elastic job's worker leaves once, when its process
-    // ends (ElasticMembership), not with each generation's communicator.
+    // closes (dist/collective/rendezvous_store.h). An elastic job's worker leaves once, when its
+    // process ends (ElasticMembership), not with each generation's communicator.
     if (!spec_.elastic_generation) record_leave(*store, self);
   } catch (...) {
   }

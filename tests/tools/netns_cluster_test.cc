@@ -75,7 +75,7 @@ class NetnsCluster {
   }
   // The processes on the cluster's hosts after waiting up to 15 s for them to exit ("" when
   // none is left). The chief's dist-store-host outlives the job by design: it exits about 5 s
-  // after the last member's heartbeat stopped (tools/dist_store_host.cc).
+  // after the last member's heartbeat stopped (dist/collective/rendezvous_store.h).
   std::string pids() const {
     std::string left;
     for (const auto until = Clock::now() + 15s; Clock::now() < until;) {
