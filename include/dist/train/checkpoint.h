@@ -184,8 +184,8 @@ class Checkpoint {
   void read(const std::string& path, Env* env = Env::Default());
 
  private:
-  struct Object;   // defined in checkpoint.cc
-  struct Reading;  // read()'s checks and the values it then applies (checkpoint.cc)
+  struct Object;   // defined in train/checkpoint_object.h
+  struct Reading;  // read()'s checks and the values it then applies (checkpoint_reading.cc)
 
   struct HookJob;                  // what a hook's object asks of its strategy (train/hook_state.h)
   friend class CheckpointManager;  // saves through write_then()
