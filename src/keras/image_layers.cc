@@ -1,7 +1,7 @@
 // The layers image-to-image models (pix2pix's U-Net generator, PatchGAN discriminator) add to
-// layers.cc's: Conv2DTranspose, LeakyReLU, InstanceNormalization, Concatenate, Activation and
+// the others: Conv2DTranspose, LeakyReLU, InstanceNormalization, Concatenate, Activation and
 // ZeroPadding2D.
-#include "image_layers.h"
+#include "keras/layer_checks.h"
 
 #include <cmath>
 #include <utility>

@@ -14,12 +14,13 @@
 #include "dist/distribute/sync_batch_norm.h"
 #include "dist/models/channels_last.h"
 #include "dist/models/reference_models.h"
-#include "models/same_padding.h"
+#include "keras/window_arithmetic.h"
 
 namespace dist::models {
 namespace {
 
-using namespace torch::nn;  // NOLINT: layer names read better unqualified here
+using namespace torch::nn;      // NOLINT: layer names read better unqualified here
+using keras::detail::pad_same;  // TensorFlow's "same" padding, as the Keras layers pad
 
 // Keras' BatchNormalization defaults (momentum 0.99 is LibTorch's 0.01, epsilon 1e-3).
 AnyModule batch_norm(int64_t channels, bool synchronized) {

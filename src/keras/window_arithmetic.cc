@@ -1,10 +1,15 @@
-#include "models/same_padding.h"
+#include "keras/window_arithmetic.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 
-namespace dist::models {
+namespace dist::keras::detail {
+
+int64_t window_output(int64_t in, int64_t window, int64_t stride, const std::string& padding) {
+  if (padding == "same") return (in + stride - 1) / stride;
+  return in < window ? 0 : (in - window) / stride + 1;
+}
 
 std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t window, int64_t stride) {
   const int64_t out = (in + stride - 1) / stride;
@@ -19,4 +24,4 @@ at::Tensor pad_same(const at::Tensor& x, int64_t window, int64_t stride, double 
   return at::constant_pad_nd(x, {left, right, top, bottom}, value);
 }
 
-}  // namespace dist::models
+}  // namespace dist::keras::detail

@@ -1,5 +1,7 @@
-// What src/keras/layers.cc shares with src/keras/image_layers.cc (the layers image-to-image
-// models add: Conv2DTranspose, InstanceNormalization, Concatenate, ...). Private.
+// What the layer files of src/keras share (layers.cc's Layer machinery and the layers of
+// core_layers.cc, convolution_layers.cc, pooling_layers.cc, batch_normalization.cc, dropout.cc
+// and image_layers.cc): how a layer names itself in errors, and the checks and activations of
+// their options. Private.
 #pragma once
 
 #include <string>
