@@ -1,5 +1,5 @@
 // A communicator that counts what it is handed and what its algorithms send
-// (dist/distribute/communication_counters.h), around another one it forwards everything to.
+// (dist/collective/communication_counters.h), around another one it forwards everything to.
 #pragma once
 
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "collective/communicator.h"
-#include "dist/distribute/communication_counters.h"
+#include "dist/collective/communication_counters.h"
 
 namespace dist::collective {
 

@@ -22,12 +22,12 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "dist/collective/communication_counters.h"
 #include "dist/core/device_name.h"
 #include "dist/core/per_replica.h"
 #include "dist/core/reduce_op.h"
 #include "dist/data/auto_shard_policy.h"
 #include "dist/data/dataset.h"
-#include "dist/distribute/communication_counters.h"
 #include "dist/distribute/communication_hook.h"
 #include "dist/distribute/distributed_variables.h"
 #include "dist/distribute/step_runner.h"

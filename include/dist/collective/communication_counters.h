@@ -1,6 +1,7 @@
 // CommunicationCounters: what a worker handed to the collectives between the worker processes
-// and what it sends for them, counted by the library as the collectives are issued
-// (strategy.extended().communication_counters()).
+// and what it sends for them, counted by the library as the collectives are issued (in the
+// collective layer, which issues them; a strategy reports them through
+// strategy.extended().communication_counters()).
 //
 // bytes_sent is what the algorithms send by construction, not what a socket counted: an
 // all-reduce of B bytes among N workers sends 2(N-1)/N x B (the ring's, and Gloo's, reduce-
