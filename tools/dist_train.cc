@@ -16,9 +16,9 @@
 #include <string>
 
 #include "dist/core/error.h"
-#include "elastic_job.h"
+#include "dist/train/elastic.h"
 #include "evaluator_job.h"
-#include "train_job.h"
+#include "run_training.h"
 #include "train_options.h"
 
 namespace {
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   } catch (const dist::StopRequested& e) {  // during the start-up: nothing was trained
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 4;
-  } catch (const dist::tools::ElasticJobStopped& e) {
+  } catch (const dist::ElasticJobStopped& e) {
     std::cerr << "dist-train: " << e.what() << std::endl;
     return 5;
   } catch (const dist::CollectiveError& e) {

@@ -21,6 +21,7 @@
 #include "dist/train/metrics.h"
 #include "dist/train/mixed_precision.h"
 #include "dist/train/sidecar_evaluator.h"
+#include "strategy_factory.h"
 
 namespace dist::tools {
 namespace {

@@ -8,10 +8,10 @@
 #include "dist/core/error.h"
 #include "dist/data/mnist.h"
 #include "dist/keras/callbacks.h"
+#include "dist/keras/elastic_callback.h"
 #include "dist/models/keras_models.h"
 #include "dist/train/mixed_precision.h"
 #include "dist/train/preemption.h"
-#include "elastic_job.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -83,96 +83,29 @@ class StopAtStep : public keras::Callback {
   int64_t epoch_begin_step_ = 0, first_batch_ = -1;
 };
 
-// An elastic job's generation (elastic_job.h) inside fit: it restores the newest commit every
-// worker holds as BackupAndRestore restores a backup (after it, so a commit wins over the
-// directory), commits at step boundaries and epoch ends, and stops fit where workers wait to
-// join.
-class ElasticFitCallback : public keras::Callback {
- public:
-  ElasticFitCallback(ElasticRun& elastic, bool chief, std::ostream& out,
-                     std::shared_ptr<keras::callbacks::BackupAndRestore> backup,
-                     std::string backup_dir)
-      : elastic_(elastic),
-        chief_(chief),
-        out_(out),
-        backup_(std::move(backup)),
-        backup_dir_(std::move(backup_dir)) {}
-
-  void on_train_begin(const keras::Logs&) override {
-    Checkpoint checkpoint = model().checkpoint();
-    if (elastic_.restore_committed(model().strategy(), checkpoint, out_))
-      model().resume_training_at(checkpoint.state);
-    else  // no worker holds a commit (the first generation, or a loss before the first
-          // commit): fit goes on from the directory's latest backup, if any (so does the
-          // custom loop)
-      elastic_.resumed_at_step = backup_ ? backup_->resumed_at_step() : -1;
-    if (elastic_.committed.latest() < 0 && elastic_.resumed_at_step >= 0)
-      out_ << "Resumed from " << backup_dir_ << " at step " << elastic_.resumed_at_step
-           << std::endl;
-  }
-  void on_train_batch_end(int64_t, const keras::Logs&) override {
-    const int64_t step = model().global_step();
-    if (elastic_.commit_due(step)) {
-      commit();
-      regroup = elastic_.regroup_now(model().strategy(), chief_,
-                                     model().stop_training() || is_last_step(step));
-      if (regroup) model().set_stop_training(true);
-    }
-  }
-  // The next epoch's start: a loss during its first steps then repeats no validation.
-  void on_epoch_end(int, keras::Logs&) override { commit(); }
-
-  bool regroup = false;  // fit stopped where workers join
-
- private:
-  // The job's last step admits no joiner: fit would still end the epoch (its validation and
-  // commit), and the next generation would then run no epoch to report.
-  bool is_last_step(int64_t step) const {
-    const double steps_per_epoch = params().at("steps");
-    return steps_per_epoch > 0 && step >= params().at("epochs") * steps_per_epoch;
-  }
-  void commit() {
-    Checkpoint checkpoint = model().checkpoint();
-    checkpoint.state = model().training_state();  // a collective: every worker calls it
-    checkpoint.gather_worker_states();
-    elastic_.commit(checkpoint);
-  }
-
-  ElasticRun& elastic_;
-  bool chief_;
-  std::ostream& out_;
-  std::shared_ptr<keras::callbacks::BackupAndRestore> backup_;
-  std::string backup_dir_;
-};
-
-// After each training step (and after its commit): the test's hook (TrainOptions::after_step),
-// and the recovery time of an elastic job after a resize.
+// After each training step (and after its commit): the test's hook (TrainOptions::after_step).
 class AfterStep : public keras::Callback {
  public:
-  AfterStep(const TrainOptions& options, ElasticRun* elastic, std::ostream& out)
-      : options_(options), elastic_(elastic), out_(out) {}
+  explicit AfterStep(const TrainOptions& options) : options_(options) {}
   void on_train_batch_end(int64_t, const keras::Logs&) override {
-    if (options_.after_step) options_.after_step(model().global_step());
-    if (elastic_) elastic_->report_recovery(out_, model().global_step());
+    options_.after_step(model().global_step());
   }
 
  private:
   const TrainOptions& options_;
-  ElasticRun* elastic_;
-  std::ostream& out_;
 };
 
 // The callbacks fit_options makes that the job reads after fit.
 struct JobCallbacks {
   std::shared_ptr<TrainTimer> timer;
   std::shared_ptr<keras::callbacks::BackupAndRestore> backup;  // --checkpoint-dir; else null
-  std::shared_ptr<ElasticFitCallback> elastic;                 // an elastic generation; else null
+  std::shared_ptr<keras::callbacks::Elastic> elastic;          // an elastic generation; else null
 };
 
 // fit's options for the job: the test set as validation data, and the callbacks the flags ask
 // for; `elastic`: the generation of an elastic job this fit runs (null otherwise).
 keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, std::ostream& out,
-                              ElasticRun* elastic, JobCallbacks& made) {
+                              ElasticGeneration* elastic, JobCallbacks& made) {
   keras::FitOptions fit;
   fit.epochs = options.epochs;
   if (job.steps_per_epoch > 0) fit.steps_per_epoch = job.steps_per_epoch;  // parameter_server
@@ -192,12 +125,11 @@ keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, 
     fit.callbacks.push_back(made.backup);
   }
   if (elastic) {
-    made.elastic = std::make_shared<ElasticFitCallback>(*elastic, job.chief, out, made.backup,
-                                                        options.checkpoint_dir);
+    // After BackupAndRestore: a commit wins over the directory's backup.
+    made.elastic = std::make_shared<keras::callbacks::Elastic>(*elastic, out, made.backup);
     fit.callbacks.push_back(made.elastic);
   }
-  if (options.after_step || elastic)
-    fit.callbacks.push_back(std::make_shared<AfterStep>(options, elastic, out));
+  if (options.after_step) fit.callbacks.push_back(std::make_shared<AfterStep>(options));
   if (!options.log_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<keras::callbacks::TensorBoard>(
         options.log_dir, /*update_freq=*/0, /*histogram_freq=*/1));
@@ -209,10 +141,10 @@ keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, 
 
 // What BackupAndRestore did (a resume, a stop by a signal) into `result`, said on `out`.
 void report_backup(const keras::callbacks::BackupAndRestore& backup, const TrainOptions& options,
-                   TrainResult& result, std::ostream& out, const ElasticRun* elastic) {
+                   TrainResult& result, std::ostream& out, const ElasticGeneration* elastic) {
   // An elastic job's later generations restore the backup too, before the newer commit: the
-  // step the job resumed from is the one its commits carry (ElasticFitCallback).
-  result.resumed_at_step = elastic ? elastic->resumed_at_step : backup.resumed_at_step();
+  // step the job resumed from is the one its commits carry (keras::callbacks::Elastic).
+  result.resumed_at_step = elastic ? elastic->resumed_at_step() : backup.resumed_at_step();
   result.interrupted = backup.interrupted();
   result.last_checkpoint = backup.last_saved();
   if (result.resumed_at_step >= 0 && !elastic)  // an elastic job said it as it resumed
@@ -259,7 +191,7 @@ void report_scores(keras::Model& model, const keras::History& history, const Job
 
 // `elastic`: the generation of an elastic job this fit runs (null otherwise).
 TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
-                    Clock::time_point job_start, ElasticRun* elastic) {
+                    Clock::time_point job_start, ElasticGeneration* elastic) {
   const Strategy& strategy = job.strategy;
   // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
   // it: each worker restores inside fit; the directory must be shared.)
@@ -286,7 +218,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   TrainResult result;
   result.chief = chief;
   result.strategy = strategy.name();
-  result.regroup = made.elastic && made.elastic->regroup;
+  result.regroup = made.elastic && made.elastic->regrouping();
   if (result.regroup) return result;  // the next generation goes on from this step
   // A ps or worker task: fit served the chief until it ended the job; the results are the
   // chief's (and the ps tasks are gone, so nothing more can be read here).
@@ -327,7 +259,7 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
 }
 
 TrainResult run_fit_generation(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
-                               Clock::time_point job_start, ElasticRun& elastic) {
+                               Clock::time_point job_start, ElasticGeneration& elastic) {
   return failing_together(job.strategy,
                           [&] { return fit_job(options, job, chief_out, job_start, &elastic); });
 }

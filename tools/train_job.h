@@ -20,47 +20,16 @@
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/strategy.h"
 #include "dist/train/directory_lock.h"
+#include "dist/train/elastic.h"
 #include "dist/train/preemption.h"
 #include "train_options.h"
+#include "train_result.h"
 
 namespace dist::keras {
 struct Optimizer;
 }
 
 namespace dist::tools {
-
-struct TrainResult {
-  bool chief = true;  // false on the other workers of a multi-worker job
-  std::string strategy;
-  int num_replicas_in_sync = 0;
-  int64_t global_batch = 0;
-  int epochs = 0;
-  int64_t steps = 0;
-  double seconds = 0;         // wall time of the whole job, evaluation included
-  double train_seconds = 0;   // time in training steps only
-  double images_per_sec = 0;  // training images / train_seconds
-  double train_loss = 0;
-  double train_accuracy = 0;
-  double test_loss = 0;
-  double test_accuracy = 0;
-  int64_t resumed_at_step = -1;             // the checkpoint's step when the run resumed; -1: fresh
-  bool interrupted = false;                 // stopped by SIGTERM/SIGINT after the current step
-  std::string last_checkpoint;              // path of the last checkpoint written (chief), if any
-  std::string mixed_precision = "float32";  // the policy's Keras name
-  // Multi-worker: bytes this worker sent to the others per step of this run, by the library's
-  // count (communication_counters.h); 0 otherwise.
-  int64_t bytes_sent_per_step = 0;
-  // The peak resident memory (VmHWM) of the largest worker of a synchronous job, else of this
-  // process, in bytes.
-  int64_t peak_rss_bytes = 0;
-  // An elastic job: the workers of each generation, in order ([3, 2, 3]); empty otherwise.
-  std::vector<int> worker_sizes;
-  // An elastic generation that ended at a step boundary because workers join (the job goes on
-  // in the next generation).
-  bool regroup = false;
-  // --ignore-errors: the records and images skipped (by all workers); -1 without the flag.
-  int64_t ignored_errors = -1;
-};
 
 // This process's peak resident memory so far (VmHWM of /proc/self/status), in bytes; 0 where
 // the file or the line is missing.
@@ -84,21 +53,6 @@ auto failing_together(const Strategy& strategy, Body&& body) {
     throw;
   }
 }
-
-// Makes SIGTERM and SIGINT end the waits of the start-up (the rendezvous, the start-up check)
-// and of an elastic job between its generations with StopRequested, which dist-train exits 4
-// for, within about a second of the signal. Where no PreemptionWatcher covers these waits (fit's
-// is BackupAndRestore's, inside fit), it installs one for its life. done() restores the
-// handlers and then throws StopRequested if a signal came meanwhile, after the last wait looked:
-// a signal is never lost between the two.
-class SignalsEndWaits {
- public:
-  SignalsEndWaits() : watcher_(std::in_place) {}
-  void done();
-
- private:
-  std::optional<PreemptionWatcher> watcher_;
-};
 
 // What both loops start from.
 struct JobSetup {
@@ -125,7 +79,7 @@ void report_ignored_errors(const JobSetup& job, TrainResult& result, std::ostrea
 // every output path can be written (chief), opens the data. `generation`: an elastic job's
 // (multi_worker only); unset: every worker of the cluster.
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
-                   const std::optional<WorkerGeneration>& generation = std::nullopt);
+                   ElasticGeneration* generation = nullptr);
 
 // What of `options` alone decides which steps a worker takes, by flag name: part of
 // step_settings, and what a worker joining an elastic job (which has no JobSetup yet) must share.
@@ -138,20 +92,6 @@ std::vector<std::pair<std::string, std::string>> step_settings(const TrainOption
                                                                const JobSetup& job,
                                                                int64_t resume_step);
 
-// The strategy the options choose (also sets the intra-op thread count where needed).
-Strategy make_strategy(const TrainOptions& options,
-                       const std::optional<WorkerGeneration>& generation = std::nullopt);
-
-// parameter_server: the steps the chief schedules per epoch: --steps-per-epoch, or one pass of
-// the `num_train` examples across all workers (so an epoch means what it means under the other
-// strategies). Also what the evaluator task counts to.
-int64_t parameter_server_steps_per_epoch(const TrainOptions& options, int64_t num_train,
-                                         int64_t global_batch);
-
-// parameter_server: intra-op threads for this task: --threads, or the cores shared evenly by
-// the job's tasks on this host (dist-launch puts them all on one).
-void set_parameter_server_task_threads(const TrainOptions& options, const ClusterConfig& cluster);
-
 // The Keras optimizer --optimizer and --lr choose (the fit loop's, and the evaluator's, whose
 // model reads the fit loop's checkpoints optimizer and all).
 keras::Optimizer make_keras_optimizer(const TrainOptions& options);
@@ -161,23 +101,15 @@ keras::Optimizer make_keras_optimizer(const TrainOptions& options);
 // --log-dir. Same results and flags as the custom loop.
 TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_out);
 
-// Runs the job; the chief writes human-readable progress to `chief_out`. Throws dist::Error on
-// bad options or data, CollectiveError when a worker is lost (an elastic job: when fewer than
-// --min-workers remain).
-TrainResult run_training(const TrainOptions& options, std::ostream& chief_out);
-
-struct ElasticRun;
 // fit on a started job, as one generation of an elastic job (--loop fit --min-workers).
 TrainResult run_fit_generation(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
                                std::chrono::steady_clock::time_point job_start,
-                               ElasticRun& elastic);
+                               ElasticGeneration& elastic);
 // The custom loop on a started job; `elastic`: one generation of an elastic job (null
 // otherwise), whose states it commits and restores.
 TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
                             const PreemptionWatcher& preemption, std::ostream& chief_out,
-                            std::chrono::steady_clock::time_point job_start, ElasticRun* elastic);
-
-// The result as the one-line JSON object dist-train prints last.
-std::string to_json_line(const TrainResult& result);
+                            std::chrono::steady_clock::time_point job_start,
+                            ElasticGeneration* elastic);
 
 }  // namespace dist::tools

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "collective/rendezvous.h"
 #include "collective/store/store_client.h"
+#include "collective/store_connection.h"
 
 namespace dist::collective {
 

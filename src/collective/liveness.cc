@@ -6,6 +6,7 @@
 
 #include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
+#include "collective/store_connection.h"
 #include "dist/core/error.h"
 
 namespace dist::collective {

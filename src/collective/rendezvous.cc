@@ -7,6 +7,7 @@
 #include "collective/store/store_client.h"
 #include "collective/store/store_host.h"
 #include "collective/store/store_server.h"
+#include "collective/store_connection.h"
 #include "core/process_state.h"
 #include "core/stop_request.h"
 #include "dist/core/error.h"
@@ -53,12 +54,6 @@ class LostMembers {
 constexpr std::chrono::seconds kOldStoreLinger{6};
 
 }  // namespace
-
-c10::intrusive_ptr<StoreClient> connect_to_store(const ProcessGroupSpec& spec,
-                                                 std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<StoreClient>(spec.store_address, timeout, spec.job_token,
-                                          store_key_scope(spec), spec.job_id);
-}
 
 std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
   std::string reports;

@@ -65,8 +65,4 @@ class Rendezvous {
 // published a failure in `store`, or empty.
 std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec);
 
-// A new connection to the store of `spec`, waiting up to `timeout` for it.
-c10::intrusive_ptr<StoreClient> connect_to_store(const ProcessGroupSpec& spec,
-                                                 std::chrono::milliseconds timeout);
-
 }  // namespace dist::collective

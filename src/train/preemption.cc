@@ -49,4 +49,11 @@ PreemptionWatcher::~PreemptionWatcher() {
 bool PreemptionWatcher::requested() const { return detail::recorded_stop_signal() != 0; }
 int PreemptionWatcher::signal_number() const { return detail::recorded_stop_signal(); }
 
+void StopSignalsEndWaits::done() {
+  watcher_.reset();
+  // Another watcher (the training loop's) may still be installed: the signal is pending there.
+  if (const int signal_number = detail::recorded_stop_signal())
+    detail::throw_stop_requested(signal_number, during_);
+}
+
 }  // namespace dist

@@ -2,7 +2,10 @@
 """Checks every #include of src/, include/ and tools/ against the layer table docs/layers.txt.
 
   check_layers.py [--root DIR]            prints each include that breaks a rule, as
-                                          path:line: #include "x": the rule; exit 1 if any
+                                          path:line: #include "x": the rule, and each circle
+                                          among files (a header and its .cc count as one:
+                                          a.h/.cc includes b.h, whose b.cc includes a.h); exit 1
+                                          if any
   check_layers.py --planted [--root DIR]  the check of the check: copies a few files of DIR into
                                           a temporary tree, checks that it is clean, plants one bad
                                           include and checks that exactly that line is reported
@@ -130,12 +133,78 @@ def breaks_of_file(root, path, allowed, generated, placed):
                    f"{module}: {deps}")
 
 
+def include_graph(root, generated):
+    """{unit: set of units it includes}, a unit being a path without its suffix (a header and
+    its source are one unit)."""
+    graph = {}
+    for top in SCANNED:
+        for folder, dirs, files in os.walk(os.path.join(root, top)):
+            for name in files:
+                if not name.endswith(SUFFIXES):
+                    continue
+                path = os.path.relpath(os.path.join(folder, name), root)
+                unit = os.path.splitext(path)[0]
+                edges = graph.setdefault(unit, set())
+                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as source:
+                    for line in source:
+                        match = INCLUDE.match(line)
+                        found = match and resolve(root, path, match.group(1) or match.group(2),
+                                                  generated)
+                        if found and found not in generated:
+                            edges.add(os.path.splitext(found)[0])
+                edges.discard(unit)
+    return graph
+
+
+def circles(root, generated):
+    """Yields 'circle among files: a -> b -> a' for each group of units that include each
+    other (Tarjan's strongly connected components, iteratively)."""
+    graph = include_graph(root, generated)
+    index, low, stack, on_stack, counter = {}, {}, [], set(), [0]
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            unit, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[unit] = min(low[unit], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[unit])
+            if low[unit] == index[unit]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == unit:
+                        break
+                if len(group) > 1:
+                    group.sort()
+                    yield "circle among files: " + " -> ".join(group + group[:1])
+
+
 def check(root):
-    found = list(breaks(root, *read_table(root)))
+    allowed, generated, placed = read_table(root)
+    found = list(breaks(root, allowed, generated, placed)) + list(circles(root, generated))
     for line in found:
         print(line)
     if found:
-        print(f"check_layers: {len(found)} include(s) break {TABLE}", file=sys.stderr)
+        print(f"check_layers: {len(found)} include(s) or circle(s) break {TABLE}", file=sys.stderr)
     return 1 if found else 0
 
 

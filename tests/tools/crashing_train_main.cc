@@ -19,6 +19,7 @@
 
 #include "dist/core/env.h"
 #include "dist/core/error.h"
+#include "run_training.h"
 #include "train_job.h"
 
 namespace {

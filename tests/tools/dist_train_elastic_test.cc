@@ -130,9 +130,9 @@ TEST(ElasticJobTest, LosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) 
   expect_loss_and_join_end_at_one_device({});
 }
 
-// fit (--loop fit) goes through the same generations: ElasticFitCallback commits and restores
-// as BackupAndRestore does. Its steps are the custom loop's bit for bit, so one device's custom
-// loop is the reference.
+// fit (--loop fit) goes through the same generations: keras::callbacks::Elastic commits and
+// restores as BackupAndRestore does. Its steps are the custom loop's bit for bit, so one device's
+// custom loop is the reference.
 TEST(ElasticJobTest, FitLosesAWorkerAndTakesANewOneAndEndsAtTheWeightsOfOneDevice) {
   LossAndJoin fit;
   // Commits every 7 steps: the loss at step 50 goes back to step 49, and the join waits for

@@ -37,8 +37,8 @@
 #include "collective/store/store_client.h"
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
-#include "elastic_job.h"
-#include "train_job.h"
+#include "dist/train/elastic.h"
+#include "run_training.h"
 #include "train_options.h"
 
 namespace {
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   } catch (const dist::StopRequested& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 4;
-  } catch (const dist::tools::ElasticJobStopped& e) {
+  } catch (const dist::ElasticJobStopped& e) {
     std::cerr << "killed_train: " << e.what() << std::endl;
     return 5;
   } catch (const std::exception& e) {

@@ -93,6 +93,9 @@ class StrategyExtended {
   virtual CommunicationCounters communication_counters() const { return {}; }
   // The hook gradient packs cross the workers through (communication_hook.h); null: none.
   virtual std::shared_ptr<CommunicationHook> communication_hook() const { return nullptr; }
+  // Whether the collectives between the worker processes go through shared memory (every
+  // worker on one host) rather than a transport over the network. For start-up logs.
+  virtual bool workers_share_memory() const { return false; }
 
   // True on every worker if `local` is true on any.
   bool any_worker(bool local) const;

@@ -130,6 +130,7 @@ class BackupAndRestore : public Callback {
   // The global step the last fit resumed at, or -1 when it started afresh.
   int64_t resumed_at_step() const { return resumed_at_step_; }
   const std::string& last_saved() const { return last_saved_; }
+  const std::string& backup_dir() const { return backup_dir_; }
 
  private:
   void save();

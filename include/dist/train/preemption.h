@@ -16,6 +16,8 @@
 // outer one caught.
 #pragma once
 
+#include <optional>
+
 namespace dist {
 
 class PreemptionWatcher {
@@ -30,6 +32,23 @@ class PreemptionWatcher {
   bool requested() const;
   // The signal received (SIGTERM or SIGINT), 0 if none.
   int signal_number() const;
+};
+
+// Makes SIGTERM and SIGINT end the library's waits for other processes (a rendezvous, the
+// start-up checks, an elastic job's joining and regrouping) with StopRequested within about a
+// second, for the span between its making and done(), installing a PreemptionWatcher for that
+// span where none is (an outer one is shared). done() removes it and then throws StopRequested
+// ("stopped by SIGTERM while <during>") if a signal came meanwhile, after the last wait looked:
+// a signal is never lost between the two.
+class StopSignalsEndWaits {
+ public:
+  explicit StopSignalsEndWaits(const char* during = "starting the job")
+      : during_(during), watcher_(std::in_place) {}
+  void done();
+
+ private:
+  const char* during_;
+  std::optional<PreemptionWatcher> watcher_;
 };
 
 }  // namespace dist

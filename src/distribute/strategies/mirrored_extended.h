@@ -19,8 +19,8 @@
 #include "distribute/reduction/gradient_reduction.h"
 #include "distribute/step/host_shared_variables.h"
 #include "distribute/step/optimizer_step_plan.h"
-#include "distribute/strategies/replica_threads.h"
 #include "distribute/step/sharded_step.h"
+#include "distribute/strategies/replica_threads.h"
 
 namespace dist {
 
@@ -103,8 +103,8 @@ class MirroredExtended : public StrategyExtended,
   void report_failure(const std::string& reason) override;
   // Whether the collectives between the worker processes go through shared memory (every
   // worker's address names one host, CommunicationOptions kAuto, and the segment could be
-  // mapped) rather than the backend's transport over the network. For start-up logs.
-  bool workers_share_memory() const { return group_->cross_process().completes_in_call(); }
+  // mapped) rather than the backend's transport over the network.
+  bool workers_share_memory() const override { return group_->cross_process().completes_in_call(); }
 
   void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) override;
   void all_reduce_across_workers(std::vector<at::Tensor>& tensors, ReduceOp op) const override;
