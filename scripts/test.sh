@@ -4,8 +4,11 @@
 #
 # A single-process suite is one ctest test (tests/discover_tests.cmake); those labelled
 # "parallel" (tests/parallel_suites.txt: no sockets, no elapsed-time checks) run two at a time.
-# Everything else runs alone, as the multi-process and deadline tests need on a 2-core machine.
-# Both passes always run; the exit status is non-zero if either failed.
+# The multi-process cases labelled "paired" (tests/paired_cases.txt: they mostly wait on their
+# child processes, assert no elapsed time and share nothing machine-wide) run two at a time
+# too, each with ports of its own. Everything else runs alone, as the deadline tests and those
+# that need the whole machine (fuzzing, Slurm, network namespaces) must on a 2-core machine.
+# Every pass always runs; the exit status is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh --all
@@ -20,6 +23,10 @@ skip="long"
 echo "== tests that run two at a time (label parallel)"
 ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L parallel -LE "$skip" ||
   status=1
-echo "== tests that run alone (child processes, loopback networking, deadlines, fuzz, install)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -LE "parallel|$skip" || status=1
+echo "== multi-process tests that run two at a time (label paired)"
+ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L paired -LE "$skip" ||
+  status=1
+echo "== tests that run alone (deadlines, loopback servers, Slurm, namespaces, fuzz, install)"
+ctest --test-dir "$build" --output-on-failure --timeout 1200 -LE "parallel|paired|$skip" ||
+  status=1
 exit "$status"

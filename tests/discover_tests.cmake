@@ -6,10 +6,12 @@
 #     case (tests/test_main.cc). Label "parallel" marks the suites scripts/test.sh runs two at a
 #     time;
 #   - every other suite (the ones whose cases start processes) gives one ctest test per case,
-#     so each case keeps a process of its own;
+#     so each case keeps a process of its own. A case named in tests/paired_cases.txt (by its
+#     suite or by itself) is labelled "paired": scripts/test.sh runs those two at a time, each
+#     with a DIST_PORT_BASE of its own (below);
 #   - suites named Long* are left to the "long_multi_worker" test.
 #
-# Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, OUTPUT.
+# Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, PAIRED_LIST, OUTPUT.
 cmake_minimum_required(VERSION 3.18)
 
 function(read_suite_list path out)
@@ -27,6 +29,15 @@ endfunction()
 
 read_suite_list("${PARALLEL_LIST}" parallel_suites)
 read_suite_list("${ONE_PROCESS_LIST}" one_process_suites)
+read_suite_list("${PAIRED_LIST}" paired_entries)  # "Suite" or "Suite.Case"
+
+# dist-launch takes DIST_PORT_BASE, else 8888, for its workers' ports: two paired cases that
+# launch a job without --port-base would both take 8888. Each paired case gets 16 ports of its
+# own from 61000 up: above the ports free_loopback_ports() picks (10000 up to the kernel's
+# ephemeral ports, 32768..60999 by default) and above any service's, so no other test's port
+# falls among them (a job of the tests has a few tasks a host).
+set(port_base 61000)
+set(ports_per_case 16)
 
 execute_process(COMMAND "${TEST_BINARY}" --gtest_list_tests
                 OUTPUT_VARIABLE listing RESULT_VARIABLE status TIMEOUT 60)
@@ -36,6 +47,7 @@ endif()
 
 set(script "# Written by tests/discover_tests.cmake from ${TEST_BINARY} --gtest_list_tests.\n")
 set(listed_suites "")
+set(listed_paired "")
 # Brackets and semicolons occur only in the "# GetParam() = ..." comments; CMake's lists would
 # misread them.
 string(REGEX REPLACE "[][;]" "_" listing "${listing}")
@@ -62,11 +74,31 @@ foreach(line IN LISTS lines)
     endif()
   elseif(line MATCHES "^  ([A-Za-z0-9_/]+)" AND NOT suite STREQUAL "")
     set(name "${suite}.${CMAKE_MATCH_1}")
+    # "Strategies/StrategyConformanceTest.TwentySgd/OneDevice" -> "StrategyConformanceTest" and
+    # "StrategyConformanceTest.TwentySgd", as tests/paired_cases.txt names them.
+    string(REGEX REPLACE "/.*$" "" test_case "${CMAKE_MATCH_1}")
+    string(REGEX REPLACE "^.*/" "" base "${suite}")
+    set(labels "unit")
+    set(environment "")
+    foreach(entry IN ITEMS "${base}" "${base}.${test_case}")
+      if(entry IN_LIST paired_entries)
+        list(APPEND listed_paired "${entry}")
+        set(labels "unit;paired")
+      endif()
+    endforeach()
+    if(labels MATCHES "paired")
+      set(environment " ENVIRONMENT DIST_PORT_BASE=${port_base}")
+      math(EXPR port_base "${port_base} + ${ports_per_case}")
+      if(port_base GREATER 65536)
+        message(FATAL_ERROR "tests: too many paired cases for the ports 61000..65535 "
+                            "(tests/discover_tests.cmake)")
+      endif()
+    endif()
     # A case that cannot run here (GTEST_SKIP, with its reason) shows as skipped, not passed.
     string(APPEND script
       "add_test([=[${name}]=] [=[${TEST_BINARY}]=] [=[--gtest_filter=${name}]=])\n"
-      "set_tests_properties([=[${name}]=] PROPERTIES TIMEOUT 300 LABELS unit "
-      "SKIP_REGULAR_EXPRESSION [=[\\[  SKIPPED \\]]=])\n")
+      "set_tests_properties([=[${name}]=] PROPERTIES TIMEOUT 300 LABELS [=[${labels}]=]"
+      "${environment} SKIP_REGULAR_EXPRESSION [=[\\[  SKIPPED \\]]=])\n")
   endif()
 endforeach()
 
@@ -77,6 +109,13 @@ foreach(name IN LISTS parallel_suites one_process_suites)
     message(FATAL_ERROR "tests: the suite list names ${name}, which dist_tests does not have; "
                         "remove or rename it in tests/parallel_suites.txt or "
                         "tests/one_process_suites.txt")
+  endif()
+endforeach()
+
+foreach(entry IN LISTS paired_entries)
+  if(NOT entry IN_LIST listed_paired)
+    message(FATAL_ERROR "tests: tests/paired_cases.txt names ${entry}, which is no suite or case "
+                        "of dist_tests that starts processes; remove or rename it")
   endif()
 endforeach()
 

@@ -101,6 +101,10 @@ TEST(ParameterServerStrategyTest, CoordinatorRefusesMisuseByName) {
 
 TEST(ParameterServerStrategyTest, ChiefSchedulesOnlyRegisteredFunctions) {
   auto options = options_for(config("chief"));
+  // No task of kCluster ever serves. With the default 2 minutes, the coordinator's shutdown waits
+  // 15 s for worker:0 to start serving; at 2 s no time to start is left, so it does not (the
+  // body takes milliseconds, far below the 2 s after which no worker answering is an error).
+  options.startup_timeout = std::chrono::seconds(2);
   ParameterServerStrategy chief(options);
   ClusterCoordinator coordinator(chief);
   EXPECT_NE(testing::message_of<InvalidArgument>([&] {
