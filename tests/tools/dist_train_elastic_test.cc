@@ -35,7 +35,6 @@ std::vector<std::string> small_job(const std::string& strategy, const std::strin
   auto args = testing::job_args(strategy, weights, max_steps);
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--optimizer") args[i + 1] = optimizer;
-  args.insert(args.end(), {"--test-examples", "1000"});
   return args;
 }
 

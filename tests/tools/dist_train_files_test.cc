@@ -41,9 +41,9 @@ std::vector<std::string> files_job(const std::string& strategy, const std::strin
                                    const std::string& train, const std::string& test,
                                    int max_steps = 20) {
   auto args = testing::job_args(strategy, weights, max_steps);
-  args.insert(args.end(), {"--train-data", train, "--test-data", test, "--test-examples", "64",
-                           "--decode-threads", "1", "--auto-shard", "data"});
-  return args;
+  args.insert(args.end(), {"--train-data", train, "--test-data", test, "--decode-threads", "1",
+                           "--auto-shard", "data"});
+  return testing::with_flag(args, "--test-examples", "64");
 }
 
 // dist-launch's arguments for `workers` dist-train workers of `args` on 127.0.0.1.

@@ -59,8 +59,8 @@ class DistTrainTest : public ::testing::Test {
 TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   testing::TempDir dir;
   auto run = run_command(
-      "--strategy default --train-examples 3000 --epochs 3 --batch-per-replica 32 --no-progress"
-      " --log-dir " +
+      "--strategy default --train-examples 3000 --test-examples 2000 --epochs 3"
+      " --batch-per-replica 32 --no-progress --log-dir " +
       dir.path() + " --save-weights " + dir.file("w.safetensors"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("Number of devices: 1"), std::string::npos) << run.output;
@@ -124,7 +124,8 @@ TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
 }
 
 TEST_F(DistTrainTest, MaxStepsStopsAtTheGlobalStep) {
-  auto run = run_command("--strategy one_device --max-steps 5 --epochs 2 --no-progress");
+  auto run = run_command(
+      "--strategy one_device --max-steps 5 --epochs 2 --test-examples 1000 --no-progress");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   auto result = last_json_line(run.output);
   EXPECT_EQ(result["steps"], 5);
@@ -133,7 +134,7 @@ TEST_F(DistTrainTest, MaxStepsStopsAtTheGlobalStep) {
 
 TEST_F(DistTrainTest, MirroredAndCentralStorageRunSeveralReplicas) {
   auto mirrored = run_command(
-      "--strategy mirrored --replicas 2 --train-examples 1000 --epochs 1"
+      "--strategy mirrored --replicas 2 --train-examples 1000 --test-examples 1000 --epochs 1"
       " --batch-per-replica 16 --no-progress");
   ASSERT_EQ(mirrored.exit_code, 0) << mirrored.output;
   EXPECT_NE(mirrored.output.find("Number of devices: 2"), std::string::npos) << mirrored.output;
@@ -145,7 +146,7 @@ TEST_F(DistTrainTest, MirroredAndCentralStorageRunSeveralReplicas) {
 
   auto central = run_command(
       "--strategy central_storage --replicas 3 --global-batch 50"
-      " --max-steps 4 --no-progress");
+      " --max-steps 4 --test-examples 1000 --no-progress");
   ASSERT_EQ(central.exit_code, 0) << central.output;
   result = last_json_line(central.output);
   EXPECT_EQ(result["strategy"], "central_storage");

@@ -232,8 +232,8 @@ TEST(NetnsClusterTest, ResnetWithSynchronizedBatchNormOnTwoHostsTimesTwoReplicas
   MAKE_CLUSTER(cluster, 2);
   testing::TempDir dir;
   auto resnet = [](std::vector<std::string> args) {
-    args.insert(args.end(), {"--model", "resnet", "--lr", "0.01", "--test-examples", "128"});
-    return args;
+    args.insert(args.end(), {"--model", "resnet", "--lr", "0.01"});
+    return testing::with_flag(args, "--test-examples", "128");
   };
   WorkerProcesses one;
   one.start(DIST_TRAIN_BINARY, resnet(job_args("one_device", dir.file("one.safetensors"), 1)), {});

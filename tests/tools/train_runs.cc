@@ -1,5 +1,7 @@
 #include "tools/train_runs.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -31,8 +33,22 @@ std::vector<std::string> job_args(const std::string& strategy, const std::string
           "--no-progress",
           "--collective-timeout",
           "60",
+          "--test-examples",
+          "1000",
           "--save-weights",
           weights};
+}
+
+std::vector<std::string> with_flag(std::vector<std::string> args, const std::string& flag,
+                                   const std::string& value) {
+  const auto it = std::find(args.begin(), args.end(), flag);
+  if (it != args.end() && it + 1 != args.end()) {
+    *(it + 1) = value;
+  } else {
+    args.push_back(flag);
+    args.push_back(value);
+  }
+  return args;
 }
 
 nlohmann::json last_json(const std::string& output, const std::string& prefix) {
@@ -83,6 +99,8 @@ std::vector<std::string> small_multi_worker_job(int workers, std::vector<std::st
                                 "--seed",
                                 "5",
                                 "--no-progress"};
+  if (std::find(more.begin(), more.end(), "--test-examples") == more.end())
+    args.insert(args.end(), {"--test-examples", "1000"});
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }

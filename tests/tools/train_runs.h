@@ -14,9 +14,16 @@
 namespace dist::testing {
 
 // dist-train's flags for `max_steps` SGD steps of global batch 64 on 1280 examples, seed 5,
-// saving the weights to `weights`: the same for one device and for any workers x replicas.
+// evaluated on 1000 test images, saving the weights to `weights`: the same for one device and
+// for any workers x replicas. (The whole test set after every epoch of 20 steps took most of
+// these runs' time; the test set never touches the weights.)
 std::vector<std::string> job_args(const std::string& strategy, const std::string& weights,
                                   int max_steps = 20);
+
+// `args` with `flag` given `value`: replaced where `args` gives it, else appended (dist-train
+// refuses a flag given twice).
+std::vector<std::string> with_flag(std::vector<std::string> args, const std::string& flag,
+                                   const std::string& value);
 
 // The last line of `output` that starts with `prefix` and then '{' (dist-train's JSON result;
 // under dist-launch the chief's lines start with "[worker:0] "), parsed; null if there is none.
@@ -34,8 +41,8 @@ void expect_workers_reached(const ProcessResult& result, const std::string& sour
                             double tolerance = 1e-5);
 
 // dist-launch's arguments for `workers` dist-train workers of one replica on 127.0.0.1, 640
-// examples in global batches of 64 (10 steps an epoch), seed 5, then `more` (the compression
-// and sharding tests).
+// examples in global batches of 64 (10 steps an epoch), seed 5, 1000 test images unless `more`
+// says otherwise, then `more` (the compression and sharding tests).
 std::vector<std::string> small_multi_worker_job(int workers, std::vector<std::string> more);
 // Runs dist-launch with `args` (5 minutes at most), or dist-train alone (1 minute).
 ProcessResult launch_job(const std::vector<std::string>& args);
