@@ -205,7 +205,8 @@ void fill_floats(const wire::Reader& entry, const FeatureValues& v, float* out) 
         list, wire::kFixed32,
         [&](wire::Reader& r) {
           const std::string_view packed = r.read_length_delimited();
-          std::memcpy(out + n, packed.data(), packed.size());  // little-endian, as the wire
+          // An empty packed list may come with no values at all, and then `out` is null.
+          if (!packed.empty()) std::memcpy(out + n, packed.data(), packed.size());  // LE wire
           n += static_cast<int64_t>(packed.size() / 4);
         },
         [&](wire::Reader& r) {
