@@ -1,7 +1,7 @@
 // What a checkpoint's communication hook object asks of the strategy the hook serves
-// (checkpoint.h). Apart from checkpoint.cc, so that the checkpoint's readers (the fuzz targets)
-// build without the strategies: Checkpoint::add(name, hook, strategy) is defined in
-// hook_state.cc and hands checkpoint.cc these functions.
+// (checkpoint.h). Apart from the checkpoint's own files (checkpoint*.cc), so that its readers
+// (the fuzz targets) build without the strategies: Checkpoint::add(name, hook, strategy) is
+// defined in hook_state.cc and hands the checkpoint these functions.
 #pragma once
 
 #include <functional>
