@@ -1,7 +1,7 @@
 #include "ps/optimizer_config.h"
 
-#include "dist/core/error.h"
 #include "core/optimizer_kinds.h"
+#include "dist/core/error.h"
 
 namespace dist::ps {
 

@@ -4,8 +4,8 @@
 #include <torch/torch.h>
 
 #include "dist/core/error.h"
-#include "distribute/strategies/gradients.h"
 #include "distribute/step/optimizer_slots.h"
+#include "distribute/strategies/gradients.h"
 #include "ps/optimizer_config.h"
 
 namespace dist {

@@ -1,6 +1,6 @@
 // What the workers of an elastic job agree on through the rendezvous store
-// (src/distribute/cluster/elastic_membership.h), with an in-process store: the survivors' next members,
-// joiners admitted or refused, and generation-scoped keys that leave the heartbeat alone.
+// (src/distribute/cluster/elastic_membership.h), with an in-process store: the survivors' next
+// members, joiners admitted or refused, and generation-scoped keys that leave the heartbeat alone.
 #include <gtest/gtest.h>
 
 #include <future>

@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "dist/core/error.h"
 #include "core/optimizer_kinds.h"
+#include "dist/core/error.h"
 
 namespace dist::detail {
 namespace {

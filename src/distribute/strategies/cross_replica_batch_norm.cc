@@ -30,9 +30,9 @@ void warn_once_under_parameter_servers() {
 }  // namespace
 
 at::Tensor cross_replica_batch_norm(const at::Tensor& x, const at::Tensor& weight,
-                                   const at::Tensor& bias, const at::Tensor& running_mean,
-                                   const at::Tensor& running_var, bool training, double momentum,
-                                   double eps) {
+                                    const at::Tensor& bias, const at::Tensor& running_mean,
+                                    const at::Tensor& running_var, bool training, double momentum,
+                                    double eps) {
   ReplicaContext* context = get_replica_context();
   if (training && context != nullptr && context->strategy() != nullptr &&
       context->strategy()->step_schedule().workers_step_apart)

@@ -26,8 +26,8 @@ namespace dist::detail {
 // the all-reduce; in evaluation at::batch_norm. InvalidArgument when the global batch holds one
 // value per channel.
 at::Tensor cross_replica_batch_norm(const at::Tensor& x, const at::Tensor& weight,
-                                   const at::Tensor& bias, const at::Tensor& running_mean,
-                                   const at::Tensor& running_var, bool training, double momentum,
-                                   double eps);
+                                    const at::Tensor& bias, const at::Tensor& running_mean,
+                                    const at::Tensor& running_var, bool training, double momentum,
+                                    double eps);
 
 }  // namespace dist::detail

@@ -24,9 +24,9 @@
 #include "collective/factory.h"
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
-#include "distribute/strategies/gradients.h"
 #include "distribute/step/layer_gathering.h"
 #include "distribute/step/sharded_step.h"
+#include "distribute/strategies/gradients.h"
 
 namespace dist {
 namespace {

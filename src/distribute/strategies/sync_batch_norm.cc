@@ -59,7 +59,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
       momentum = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
   return detail::cross_replica_batch_norm(input, weight, bias, running_mean, running_var,
-                                         /*training=*/true, momentum, options.eps());
+                                          /*training=*/true, momentum, options.eps());
 }
 
 namespace {
