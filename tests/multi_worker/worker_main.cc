@@ -12,10 +12,12 @@
 //                                                    backward: 20 SGD steps of a layer that
 //                                                    all-reduces in forward and backward;
 //                                                    chief saves the weights
-//   dist_test_worker conformance REPLICAS sgd|adam FROM TO RESTORE SAVE OUT
-//                                                    the strategy conformance run
+//   dist_test_worker conformance REPLICAS OUT_PREFIX (sgd|adam FROM TO RESTORE SAVE)...
+//                                                    strategy conformance runs, one after
+//                                                    another in the same processes
 //                                                    (equivalence_data.h; RESTORE and SAVE
-//                                                    "-" for none); chief saves the weights
+//                                                    "-" for none); the chief saves run i's
+//                                                    weights as OUT_PREFIX.<i>
 //   dist_test_worker collectives REPLICAS            exact integer collectives
 //   dist_test_worker model HIDDEN                    mirror an MLP of this width, one step
 //   dist_test_worker batchnorm OUT_PREFIX            keras fit of a model with batch norm;
@@ -68,8 +70,8 @@
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 #include "dist/train/safetensors.h"
-#include "distribute/strategies/mirrored_extended.h"
 #include "distribute/step/optimizer_shards.h"
+#include "distribute/strategies/mirrored_extended.h"
 #include "equivalence_data.h"
 #include "keras/keras_test_models.h"
 
@@ -155,17 +157,19 @@ int step_by_packs(const std::string& out, const std::string& reduce, const std::
   return 0;
 }
 
-int conformance(int replicas, char** args) {
+int conformance(int replicas, const std::string& out_prefix, int runs, char** args) {
   dist::MultiWorkerMirroredStrategy strategy(options_from_env(replicas));
   auto none_if_dash = [](const std::string& path) { return path == "-" ? "" : path; };
-  dist::testing::ConformanceRun run;
-  run.adam = std::string(args[0]) == "adam";
-  run.from = std::atoi(args[1]);
-  run.to = std::atoi(args[2]);
-  run.restore_from = none_if_dash(args[3]);
-  run.save_to = none_if_dash(args[4]);
-  auto weights = dist::testing::train_conformance_steps(strategy, run);
-  if (strategy.is_chief()) dist::save_safetensors(args[5], weights);
+  for (int i = 0; i < runs; ++i, args += 5) {
+    dist::testing::ConformanceRun run;
+    run.adam = std::string(args[0]) == "adam";
+    run.from = std::atoi(args[1]);
+    run.to = std::atoi(args[2]);
+    run.restore_from = none_if_dash(args[3]);
+    run.save_to = none_if_dash(args[4]);
+    auto weights = dist::testing::train_conformance_steps(strategy, run);
+    if (strategy.is_chief()) dist::save_safetensors(out_prefix + "." + std::to_string(i), weights);
+  }
   std::cout << "trained " << strategy.num_replicas_in_sync() << " replicas" << std::endl;
   return 0;
 }
@@ -403,7 +407,8 @@ int main(int argc, char** argv) {
     if (scenario == "equivalence" && argc == 6)
       return equivalence(std::atoi(argv[2]), argv[3], std::atoll(argv[4]), argv[5]);
     if (scenario == "step_by_packs" && argc == 5) return step_by_packs(argv[2], argv[3], argv[4]);
-    if (scenario == "conformance" && argc == 9) return conformance(std::atoi(argv[2]), argv + 3);
+    if (scenario == "conformance" && argc > 4 && (argc - 4) % 5 == 0)
+      return conformance(std::atoi(argv[2]), argv[3], (argc - 4) / 5, argv + 4);
     if (scenario == "cyclegan" && argc == 4) return cyclegan(argv[2], argv[3]);
     if (scenario == "centering" && argc == 3)
       return overlapped_two_replicas(argv[2], [](const dist::Strategy& strategy) {

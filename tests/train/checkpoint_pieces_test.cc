@@ -1,8 +1,8 @@
 // Checkpoints written in pieces (sharding 'parameters', train/checkpoint_pieces.h): what the
 // files hold, that a job without sharding reads them, and that a missing, foreign or
 // incomplete piece is a named error. One worker here; several workers (pieces written by each,
-// read by every other strategy and worker count) are StrategyConformanceTest's checkpoint
-// lines and DistTrainShardingTest.
+// read by every other strategy and worker count) are StrategyCheckpointMatrixTest and
+// DistTrainShardingTest.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
