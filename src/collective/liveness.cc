@@ -1,5 +1,6 @@
 #include "collective/liveness.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -38,16 +39,19 @@ std::string lost_by_heartbeat(StoreClient& store, const ProcessGroupSpec& spec,
   return lost;
 }
 
-// The live members that have issued fewer than `sequence` collectives, with their counts.
-std::string members_behind(StoreClient& store, const ProcessGroupSpec& spec, int64_t sequence) {
+// The live members that have issued fewer than `sequence` collectives, with their counts; they
+// leave *alive: not in the collective that failed, they have no failure of theirs to diagnose.
+std::string members_behind(StoreClient& store, const ProcessGroupSpec& spec, int64_t sequence,
+                           std::vector<int>* alive) {
   std::string behind;
   for (int r = 0; r < static_cast<int>(spec.members.size()); ++r) {
     const std::string key = "issued/" + name_of(spec, r);
     if (r == spec.rank || !store.check({key})) continue;
     const int64_t theirs = std::stoll(to_text(store.get(key)));
-    if (theirs < sequence)
-      behind += detail::concat(behind.empty() ? "" : ", ", member_name(spec, r), " (issued ",
-                               theirs, ")");
+    if (theirs >= sequence) continue;
+    behind +=
+        detail::concat(behind.empty() ? "" : ", ", member_name(spec, r), " (issued ", theirs, ")");
+    alive->erase(std::remove(alive->begin(), alive->end(), r), alive->end());
   }
   return behind;
 }
@@ -91,7 +95,7 @@ void Liveness::fail(const std::string& what, int64_t sequence, const std::except
       if (!lost.empty()) store->set("verdict", to_bytes(lost));
     }
     if (failures.empty() && lost.empty() && sequence > 0)
-      behind = members_behind(*store, spec_, sequence);
+      behind = members_behind(*store, spec_, sequence, &alive);
     store->set("diagnosed/" + name_of(spec_, spec_.rank), to_bytes("1"));
   } catch (...) {
     if (spec_.rank != 0)

@@ -51,7 +51,8 @@ class Liveness {
  private:
   void close_transport();
   // With the store's server in this process: keeps it up (bounded) until the members in
-  // `alive` said they read the verdict, or they would blame this member for the lost store.
+  // `alive` said they read the verdict, or they would blame this member for the lost store. (A
+  // member that never issued the failed collective is not waited for: nothing of its own fails.)
   void wait_until_diagnosed(StoreClient& store, const std::vector<int>& alive) const;
 
   Rendezvous& rendezvous_;
