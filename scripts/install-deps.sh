@@ -28,6 +28,7 @@ test_packages=(
   procps                # pgrep and pkill in the Slurm helper of the tests
   iproute2              # ip and tc: the test cluster of network namespaces (scripts/netns-cluster.sh)
   python3               # the docs checks: layers and named paths (tests/docs/*.py)
+  python3-torch python3-torchvision  # Python writes the TorchScript modules of the tests
 )
 with_tests=0
 case ${1:-} in

@@ -1,0 +1,114 @@
+// A TorchScript module (torch.jit.script or torch.jit.trace in Python, saved with
+// torch.jit.save) as a LibTorch module, so that every strategy trains it like any other model,
+// and the trained module goes back to Python.
+//
+//   auto model = strategy.mirror(dist::models::load_torchscript("cnn.pt"));
+//   dist::models::check_classifier_forward(*model.primary(), first_batch, 10);
+//   ... strategy.run(step, batch) as for any model ...
+//   dist::models::save_torchscript(*model.primary(), "trained.pt");   // torch.jit.load reads it
+//
+// How it maps onto torch::nn::Module, and why:
+//   - Names. LibTorch names may not contain dots, so the adapter mirrors the scripted module's
+//     tree: one TorchScriptModule per scripted submodule, registered under the submodule's name.
+//     named_parameters() and named_buffers() then give exactly the keys of Python's
+//     model.state_dict() ("layer1.0.bn1.running_mean"), in Python's order, so checkpoints and
+//     safetensors files carry the Python names.
+//   - Storage. The adapter's parameters and buffers ARE the scripted module's tensors (the same
+//     TensorImpl, not copies): an optimizer step, a strategy's set_data to shared storage or a
+//     checkpoint restore changes what the scripted forward computes.
+//   - Buffers. Every buffer is one, BatchNorm's int64 num_batches_tracked included, as LibTorch's
+//     own BatchNorm registers it: the strategies average floating buffers between replicas and
+//     leave integer ones to each copy (all copies count the same steps), checkpoints keep them,
+//     and Python's load_state_dict finds every key it expects.
+//   - clone() is a deep copy (parameters, buffers and other tensor attributes copied, none
+//     shared; the compiled code is shared, which is read-only). It draws no random numbers.
+//   - train(on) / eval() switch the scripted module's `training` flag too, so scripted BatchNorm
+//     and Dropout change mode. A TRACED module computes in the mode it was traced in: tracing
+//     records BatchNorm and Dropout with the mode of that moment as a constant.
+//
+// Limits: a scripted module must not replace its parameter or buffer tensors in forward (assign
+// `self.x = ...`; in-place updates as BatchNorm's are fine): the adapter would keep the old
+// tensor. Sharding 'parameters' (ZeRO stage 3) needs to gather each layer before it computes,
+// which a scripted graph cannot announce: it refuses this module by name (put it in a
+// torch::nn::Sequential to have it gathered whole, as one layer). As a child of a module of your
+// own, a TorchScriptModule clones only inside a torch::nn::Sequential (whose clone calls
+// clone()), not inside a torch::nn::Cloneable (whose clone rebuilds children with reset()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "dist/core/env.h"
+
+namespace dist::models {
+
+class TorchScriptModuleImpl : public torch::nn::Module {
+ public:
+  // Wraps `script` without copying it: this module and `script` share every tensor. `file`
+  // names the module in messages (the file it was loaded from; "" for none).
+  explicit TorchScriptModuleImpl(torch::jit::Module script, std::string file = "");
+
+  // The scripted forward on one tensor. InvalidArgument, naming the file, if forward returns
+  // anything but one tensor; exceptions raised inside the scripted code pass through.
+  at::Tensor forward(at::Tensor input);
+
+  // A deep copy: the copy's parameters, buffers and tensor attributes are its own, with the
+  // same values and requires_grad flags, and its mode is this module's. `device` moves it.
+  std::shared_ptr<torch::nn::Module> clone(
+      const c10::optional<torch::Device>& device = c10::nullopt) const override;
+
+  // Sets training (true) or evaluation mode here and in the scripted module.
+  void train(bool on = true) override;
+
+  // The scripted module, sharing its tensors with this one (save or inspect it; calling
+  // methods other than forward is fine).
+  const torch::jit::Module& script() const { return script_; }
+  // The file the module was loaded from ("" for one built from a torch::jit::Module).
+  const std::string& file() const { return file_; }
+
+ private:
+  torch::jit::Module script_;
+  std::string file_;
+};
+TORCH_MODULE(TorchScriptModule);
+
+// Loads a TorchScript file (torch.jit.save's zip) onto the CPU, through `env` (not owned). Its
+// parameters keep the requires_grad flags they were saved with, and the mode it was saved in.
+// Throws DataError, naming the file and what to do, when it is missing or not a regular file,
+// is not a TorchScript file (text, safetensors, a torch.save() state dict or pickled module), is
+// truncated or damaged, was written by a newer PyTorch than this LibTorch (1.13) reads, or
+// calls operators this LibTorch does not have; throws InvalidArgument, naming the file, when the
+// module has no forward method, no parameter that requires a gradient, or one tensor under two
+// parameter names (tied weights: the strategies would count its gradient twice).
+TorchScriptModule load_torchscript(const std::string& path, Env* env = Env::Default());
+
+// Runs one forward of `model` on `batch` (a float N x C x H x W image batch, as training will
+// give it) and checks that it returns float N x classes logits (any number of classes when
+// `classes` is -1); returns them. Runs in evaluation mode without gradients (BatchNorm's
+// statistics do not move), and puts the mode back. Throws InvalidArgument naming the file,
+// what was expected and what came back: not a tensor (a tuple, a list, ...), not a floating
+// tensor, a rank other than 2, a first dimension other than N, a class count other than
+// `classes`, or the exception the scripted code raised on this batch.
+at::Tensor check_classifier_forward(TorchScriptModuleImpl& model, const at::Tensor& batch,
+                                    int64_t classes = -1);
+
+// Writes `model` as a TorchScript file with its current parameters, buffers and mode, which
+// Python's torch.jit.load (and load_torchscript) reads. Atomic, through `env` (not owned): a
+// crash leaves the old file or the complete new one. DataError naming `path` on failure.
+void save_torchscript(const TorchScriptModuleImpl& model, const std::string& path,
+                      Env* env = Env::Default());
+
+// Writes `model`'s parameters and buffers as safetensors under the names of Python's
+// model.state_dict(), so that `model.load_state_dict(safetensors.torch.load_file(path))` reads
+// them into the Python module the file came from. Errors as save_safetensors
+// (dist/train/safetensors.h).
+void save_torchscript_weights(const TorchScriptModuleImpl& model, const std::string& path,
+                              Env* env = Env::Default());
+
+}  // namespace dist::models
