@@ -6,8 +6,11 @@
 # "parallel" (tests/parallel_suites.txt: no sockets, no elapsed-time checks) run two at a time.
 # The multi-process cases labelled "paired" (tests/paired_cases.txt: they mostly wait on their
 # child processes, assert no elapsed time and share nothing machine-wide) run two at a time
-# too, each with ports of its own. Everything else runs alone, as the deadline tests and those
-# that need the whole machine (fuzzing, Slurm, network namespaces) must on a 2-core machine.
+# too, each with ports of its own. The fuzzing (one target at a time: one core) runs beside
+# the cases that mostly sleep on timeouts and check deadlines (label "waiting",
+# tests/waiting_cases.txt), one at a time on the other core. Everything else runs alone, as the
+# other deadline tests and those that need the whole machine (Slurm, network namespaces) must
+# on a 2-core machine.
 # Every pass always runs; the exit status is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +29,10 @@ ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L parallel -L
 echo "== multi-process tests that run two at a time (label paired)"
 ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L paired -LE "$skip" ||
   status=1
-echo "== tests that run alone (deadlines, loopback servers, Slurm, namespaces, fuzz, install)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -LE "parallel|paired|$skip" ||
+echo "== the fuzzing beside the tests that wait out timeouts (label waiting)"
+ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L waiting -LE "$skip" ||
+  status=1
+echo "== tests that run alone (deadlines, loopback servers, Slurm, namespaces, install)"
+ctest --test-dir "$build" --output-on-failure --timeout 1200 -LE "parallel|paired|waiting|$skip" ||
   status=1
 exit "$status"

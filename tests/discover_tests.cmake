@@ -9,9 +9,13 @@
 #     so each case keeps a process of its own. A case named in tests/paired_cases.txt (by its
 #     suite or by itself) is labelled "paired": scripts/test.sh runs those two at a time, each
 #     with a DIST_PORT_BASE of its own (below);
+#   - a suite or case named in tests/waiting_cases.txt (one that spends its time waiting out
+#     timeouts and checks deadlines) is labelled "waiting" and holds the resource lock
+#     "waiting": scripts/test.sh runs them one at a time beside the fuzzing, which takes one
+#     core;
 #   - suites named Long* are left to the "long_multi_worker" test.
 #
-# Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, PAIRED_LIST, OUTPUT.
+# Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, PAIRED_LIST, WAITING_LIST, OUTPUT.
 cmake_minimum_required(VERSION 3.18)
 
 function(read_suite_list path out)
@@ -30,6 +34,8 @@ endfunction()
 read_suite_list("${PARALLEL_LIST}" parallel_suites)
 read_suite_list("${ONE_PROCESS_LIST}" one_process_suites)
 read_suite_list("${PAIRED_LIST}" paired_entries)  # "Suite" or "Suite.Case"
+read_suite_list("${WAITING_LIST}" waiting_entries)  # "Suite" or "Suite.Case"
+set(waiting_properties " RESOURCE_LOCK waiting")
 
 # dist-launch takes DIST_PORT_BASE, else 8888, for its workers' ports: two paired cases that
 # launch a job without --port-base would both take 8888. Each paired case gets 16 ports of its
@@ -48,6 +54,7 @@ endif()
 set(script "# Written by tests/discover_tests.cmake from ${TEST_BINARY} --gtest_list_tests.\n")
 set(listed_suites "")
 set(listed_paired "")
+set(listed_waiting "")
 # Brackets and semicolons occur only in the "# GetParam() = ..." comments; CMake's lists would
 # misread them.
 string(REGEX REPLACE "[][;]" "_" listing "${listing}")
@@ -63,13 +70,20 @@ foreach(line IN LISTS lines)
     elseif(base IN_LIST one_process_suites)
       set(grouped "unit")
     endif()
+    set(extra "")
+    if(grouped STREQUAL "unit" AND base IN_LIST waiting_entries)
+      list(APPEND listed_waiting "${base}")
+      set(grouped "unit;waiting")
+      set(extra "${waiting_properties}")
+    endif()
     if(base MATCHES "^Long")
       set(suite "")
     elseif(grouped)
       list(APPEND listed_suites "${base}")
       string(APPEND script
         "add_test([=[${suite}]=] [=[${TEST_BINARY}]=] [=[--gtest_filter=${suite}.*]=])\n"
-        "set_tests_properties([=[${suite}]=] PROPERTIES TIMEOUT 1200 LABELS [=[${grouped}]=])\n")
+        "set_tests_properties([=[${suite}]=] PROPERTIES TIMEOUT 1200 LABELS [=[${grouped}]=]"
+        "${extra})\n")
       set(suite "")  # its cases need no tests of their own
     endif()
   elseif(line MATCHES "^  ([A-Za-z0-9_/]+)" AND NOT suite STREQUAL "")
@@ -79,15 +93,24 @@ foreach(line IN LISTS lines)
     string(REGEX REPLACE "/.*$" "" test_case "${CMAKE_MATCH_1}")
     string(REGEX REPLACE "^.*/" "" base "${suite}")
     set(labels "unit")
-    set(environment "")
+    set(properties "")
     foreach(entry IN ITEMS "${base}" "${base}.${test_case}")
       if(entry IN_LIST paired_entries)
         list(APPEND listed_paired "${entry}")
         set(labels "unit;paired")
       endif()
+      if(entry IN_LIST waiting_entries)
+        list(APPEND listed_waiting "${entry}")
+        if(labels MATCHES "paired")
+          message(FATAL_ERROR "tests: ${name} is both paired and waiting; list it in one of "
+                              "tests/paired_cases.txt and tests/waiting_cases.txt")
+        endif()
+        set(labels "unit;waiting")
+        set(properties "${waiting_properties}")
+      endif()
     endforeach()
     if(labels MATCHES "paired")
-      set(environment " ENVIRONMENT DIST_PORT_BASE=${port_base}")
+      set(properties " ENVIRONMENT DIST_PORT_BASE=${port_base}")
       math(EXPR port_base "${port_base} + ${ports_per_case}")
       if(port_base GREATER 65536)
         message(FATAL_ERROR "tests: too many paired cases for the ports 61000..65535 "
@@ -98,7 +121,7 @@ foreach(line IN LISTS lines)
     string(APPEND script
       "add_test([=[${name}]=] [=[${TEST_BINARY}]=] [=[--gtest_filter=${name}]=])\n"
       "set_tests_properties([=[${name}]=] PROPERTIES TIMEOUT 300 LABELS [=[${labels}]=]"
-      "${environment} SKIP_REGULAR_EXPRESSION [=[\\[  SKIPPED \\]]=])\n")
+      "${properties} SKIP_REGULAR_EXPRESSION [=[\\[  SKIPPED \\]]=])\n")
   endif()
 endforeach()
 
@@ -116,6 +139,12 @@ foreach(entry IN LISTS paired_entries)
   if(NOT entry IN_LIST listed_paired)
     message(FATAL_ERROR "tests: tests/paired_cases.txt names ${entry}, which is no suite or case "
                         "of dist_tests that starts processes; remove or rename it")
+  endif()
+endforeach()
+foreach(entry IN LISTS waiting_entries)
+  if(NOT entry IN_LIST listed_waiting)
+    message(FATAL_ERROR "tests: tests/waiting_cases.txt names ${entry}, which is no suite or case "
+                        "of dist_tests outside tests/parallel_suites.txt; remove or rename it")
   endif()
 endforeach()
 
