@@ -8,7 +8,7 @@
 # child processes, assert no elapsed time and share nothing machine-wide) run two at a time
 # too, each with ports of its own. The fuzzing (one target at a time: one core) runs beside
 # the cases that mostly sleep on timeouts and check deadlines (label "waiting",
-# tests/waiting_cases.txt), one at a time on the other core. Everything else runs alone, as the
+# tests/waiting_cases.txt), two at a time on the other core. Everything else runs alone, as the
 # other deadline tests and those that need the whole machine (Slurm, network namespaces) must
 # on a 2-core machine.
 # Every pass always runs; the exit status is non-zero if any failed.
@@ -30,7 +30,7 @@ echo "== multi-process tests that run two at a time (label paired)"
 ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L paired -LE "$skip" ||
   status=1
 echo "== the fuzzing beside the tests that wait out timeouts (label waiting)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L waiting -LE "$skip" ||
+ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 3 -L waiting -LE "$skip" ||
   status=1
 echo "== tests that run alone (deadlines, loopback servers, Slurm, namespaces, install)"
 ctest --test-dir "$build" --output-on-failure --timeout 1200 -LE "parallel|paired|waiting|$skip" ||

@@ -10,9 +10,9 @@
 #     suite or by itself) is labelled "paired": scripts/test.sh runs those two at a time, each
 #     with a DIST_PORT_BASE of its own (below);
 #   - a suite or case named in tests/waiting_cases.txt (one that spends its time waiting out
-#     timeouts and checks deadlines) is labelled "waiting" and holds the resource lock
-#     "waiting": scripts/test.sh runs them one at a time beside the fuzzing, which takes one
-#     core;
+#     timeouts and checks deadlines) is labelled "waiting", with a DIST_PORT_BASE of its own and
+#     the resource locks its line names (what it takes machine-wide): scripts/test.sh runs them
+#     two at a time beside the fuzzing, which takes one core;
 #   - suites named Long* are left to the "long_multi_worker" test.
 #
 # Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, PAIRED_LIST, WAITING_LIST, OUTPUT.
@@ -34,8 +34,15 @@ endfunction()
 read_suite_list("${PARALLEL_LIST}" parallel_suites)
 read_suite_list("${ONE_PROCESS_LIST}" one_process_suites)
 read_suite_list("${PAIRED_LIST}" paired_entries)  # "Suite" or "Suite.Case"
-read_suite_list("${WAITING_LIST}" waiting_entries)  # "Suite" or "Suite.Case"
-set(waiting_properties " RESOURCE_LOCK waiting")
+# "Suite" or "Suite.Case", then the resource locks it holds, if any: "Suite.Case netns mpirun".
+read_suite_list("${WAITING_LIST}" waiting_lines)
+set(waiting_entries "")
+foreach(line IN LISTS waiting_lines)
+  separate_arguments(words UNIX_COMMAND "${line}")
+  list(POP_FRONT words entry)
+  list(APPEND waiting_entries "${entry}")
+  set("locks_of_${entry}" "${words}")
+endforeach()
 
 # dist-launch takes DIST_PORT_BASE, else 8888, for its workers' ports: two paired cases that
 # launch a job without --port-base would both take 8888. Each paired case gets 16 ports of its
@@ -55,6 +62,15 @@ set(script "# Written by tests/discover_tests.cmake from ${TEST_BINARY} --gtest_
 set(listed_suites "")
 set(listed_paired "")
 set(listed_waiting "")
+
+# The ctest properties of the waiting entry `entry`, appended to `out`: its own ports and locks.
+macro(append_waiting_properties out entry)
+  string(APPEND ${out} " ENVIRONMENT DIST_PORT_BASE=${port_base}")
+  math(EXPR port_base "${port_base} + ${ports_per_case}")
+  if(NOT "${locks_of_${entry}}" STREQUAL "")
+    string(APPEND ${out} " RESOURCE_LOCK [=[${locks_of_${entry}}]=]")
+  endif()
+endmacro()
 # Brackets and semicolons occur only in the "# GetParam() = ..." comments; CMake's lists would
 # misread them.
 string(REGEX REPLACE "[][;]" "_" listing "${listing}")
@@ -74,7 +90,7 @@ foreach(line IN LISTS lines)
     if(grouped STREQUAL "unit" AND base IN_LIST waiting_entries)
       list(APPEND listed_waiting "${base}")
       set(grouped "unit;waiting")
-      set(extra "${waiting_properties}")
+      append_waiting_properties(extra "${base}")
     endif()
     if(base MATCHES "^Long")
       set(suite "")
@@ -106,16 +122,12 @@ foreach(line IN LISTS lines)
                               "tests/paired_cases.txt and tests/waiting_cases.txt")
         endif()
         set(labels "unit;waiting")
-        set(properties "${waiting_properties}")
+        append_waiting_properties(properties "${entry}")
       endif()
     endforeach()
     if(labels MATCHES "paired")
       set(properties " ENVIRONMENT DIST_PORT_BASE=${port_base}")
       math(EXPR port_base "${port_base} + ${ports_per_case}")
-      if(port_base GREATER 65536)
-        message(FATAL_ERROR "tests: too many paired cases for the ports 61000..65535 "
-                            "(tests/discover_tests.cmake)")
-      endif()
     endif()
     # A case that cannot run here (GTEST_SKIP, with its reason) shows as skipped, not passed.
     string(APPEND script
@@ -124,6 +136,11 @@ foreach(line IN LISTS lines)
       "${properties} SKIP_REGULAR_EXPRESSION [=[\\[  SKIPPED \\]]=])\n")
   endif()
 endforeach()
+
+if(port_base GREATER 65536)
+  message(FATAL_ERROR "tests: too many paired and waiting cases for the ports 61000..65535 "
+                      "(tests/discover_tests.cmake)")
+endif()
 
 # A name in a list that matches no suite is a typo or a renamed suite: say so rather than let
 # the list rot.
