@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/error.h"
-#include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/elastic.h"
 #include "dist/train/loss.h"
@@ -21,8 +20,8 @@
 #include "dist/train/mixed_precision.h"
 #include "dist/train/preemption.h"
 #include "dist/train/progress_bar.h"
-#include "dist/train/safetensors.h"
 #include "dist/train/summary_writer.h"
+#include "model_file.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -47,13 +46,6 @@ std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
                                                         torch::optim::SGDOptions(options.lr));
   return strategy.mirror_optimizer<torch::optim::Adam>(model,
                                                        torch::optim::AdamOptions(options.lr));
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> named_weights(const torch::nn::Module& module) {
-  std::vector<std::pair<std::string, torch::Tensor>> weights;
-  for (const auto& item : module.named_parameters()) weights.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) weights.emplace_back(item.key(), item.value());
-  return weights;
 }
 
 std::string fixed(double value, int digits) {
@@ -158,10 +150,9 @@ class CustomLoop {
   ElasticGeneration* elastic_;
 };
 
-Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy,
-                                             const TrainOptions& options) {
-  torch::manual_seed(options.seed);
-  return strategy.mirror(models::make_model(name_of(options.model), options.sync_batch_norm));
+Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy, const TrainOptions& options,
+                                             const JobSetup& job) {
+  return strategy.mirror(make_job_model(options, job.model_file.get()));
 }
 
 CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
@@ -173,7 +164,7 @@ CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
       preemption_(preemption),
       out_(job.chief ? chief_out : discard_),
       test_data_(job.strategy.experimental_distribute_dataset(job.test)),
-      model_(seeded_model(job.strategy, options)),
+      model_(seeded_model(job.strategy, options, job)),
       optimizer_(make_optimizer(job.strategy, model_, options)),
       precision_(options.mixed_precision),
       checkpoint_(model_, optimizer_.get()),
@@ -402,18 +393,17 @@ void CustomLoop::write_weight_histograms(int epoch) {
   if (!train_summary_) return;
   model_.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
   for (const std::string& refused :
-       train_summary_->weight_histograms(named_weights(*model_.primary()), epoch))
+       train_summary_->weight_histograms(named_weights_of(*model_.primary()), epoch))
     std::cerr << "dist-train: no histogram at epoch " << epoch + 1 << ": " << refused << std::endl;
 }
 
 void CustomLoop::save_weights() {
-  if (options_.save_weights.empty()) return;
+  if (options_.save_weights.empty() && options_.save_torchscript.empty()) return;
   model_.variables().gather_values();  // every worker: --sharding parameters keeps chunks
   if (!job_.chief) return;
   model_.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
-  save_safetensors(options_.save_weights, named_weights(*model_.primary()),
-                   {{"model", name_of(options_.model)}, {"step", std::to_string(result_.steps)}},
-                   options_.env);
+  save_trained_model(options_, *model_.primary(),
+                     {{"model", name_of(options_.model)}, {"step", std::to_string(result_.steps)}});
 }
 
 // What this worker sent to the others per step of this run's training epochs (with any

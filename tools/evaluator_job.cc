@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -14,13 +15,12 @@
 #include "dist/distribute/strategy.h"
 #include "dist/keras/model.h"
 #include "dist/keras/optimizers.h"
-#include "dist/models/keras_models.h"
-#include "dist/models/reference_models.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/loss.h"
 #include "dist/train/metrics.h"
 #include "dist/train/mixed_precision.h"
 #include "dist/train/sidecar_evaluator.h"
+#include "model_file.h"
 #include "strategy_factory.h"
 
 namespace dist::tools {
@@ -42,8 +42,9 @@ struct EvaluatedModel {
 
 // The custom loop's model and test evaluation (CustomLoop::evaluate, on one device):
 // the same batches and precision, so the chief's last test figures are reproduced.
-EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Dataset& test) {
-  torch::nn::Sequential model = models::make_model(name_of(options.model), options.sync_batch_norm);
+EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Dataset& test,
+                                 const ModelFile* file) {
+  torch::nn::Sequential model = make_job_model(options, file);
   const auto precision = options.mixed_precision;
   auto evaluate = [model, test, precision]() mutable {
     SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, Reduction::kNone);
@@ -65,8 +66,9 @@ EvaluatedModel custom_loop_model(const TrainOptions& options, const data::Datase
 
 // The fit loop's: its checkpoints are BackupAndRestore's (model and optimizer), read into the
 // same Keras model compiled alike on one device.
-EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& test) {
-  keras::Model model = models::make_keras_model(name_of(options.model), options.sync_batch_norm);
+EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& test,
+                              const ModelFile* file) {
+  keras::Model model = make_job_keras_model(options, file);
   model.compile(get_default_strategy(), make_keras_optimizer(options),
                 SparseCategoricalCrossentropy(true), {"accuracy"});
   model.set_dtype_policy(options.mixed_precision);  // as the chief's fit validates
@@ -114,9 +116,12 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
                                  .batch(global_batch)
                                  .map(data::scale_images_of);
 
-  torch::manual_seed(options.seed);
-  EvaluatedModel evaluated =
-      options.loop == Loop::kFit ? fit_loop_model(options, test) : custom_loop_model(options, test);
+  std::optional<ModelFile> file;
+  if (!options.model_file.empty()) file = load_model_file(options, test);
+  const ModelFile* model_file = file ? &*file : nullptr;
+  EvaluatedModel evaluated = options.loop == Loop::kFit
+                                 ? fit_loop_model(options, test, model_file)
+                                 : custom_loop_model(options, test, model_file);
   SidecarEvaluatorOptions sidecar;
   sidecar.checkpoint_dir = options.checkpoint_dir;
   if (!options.log_dir.empty()) sidecar.log_dir = options.log_dir + "/evaluation";

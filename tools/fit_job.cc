@@ -9,9 +9,9 @@
 #include "dist/data/mnist.h"
 #include "dist/keras/callbacks.h"
 #include "dist/keras/elastic_callback.h"
-#include "dist/models/keras_models.h"
 #include "dist/train/mixed_precision.h"
 #include "dist/train/preemption.h"
+#include "model_file.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -189,6 +189,20 @@ void report_scores(keras::Model& model, const keras::History& history, const Job
   }
 }
 
+// --save-weights and --save-torchscript: the built-in model's weights by fit's names, a scripted
+// module's by its own (model_file.h).
+void save_fit_model(keras::Model& model, const TrainOptions& options, bool chief) {
+  if (options.save_weights.empty() && options.save_torchscript.empty()) return;
+  model.gather_weights();  // every worker: --sharding parameters keeps shares
+  if (!chief) return;
+  if (options.model_file.empty()) {
+    model.save_weights(options.save_weights);
+    return;
+  }
+  model.weights();  // under ParameterServerStrategy: reads the values from the ps tasks
+  save_trained_model(options, *model.module(), {});
+}
+
 // `elastic`: the generation of an elastic job this fit runs (null otherwise).
 TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
                     Clock::time_point job_start, ElasticGeneration* elastic) {
@@ -201,7 +215,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   std::ostream& out = chief ? chief_out : discard;
 
   torch::manual_seed(options.seed);
-  keras::Model model = models::make_keras_model(name_of(options.model), options.sync_batch_norm);
+  keras::Model model = make_job_keras_model(options, job.model_file.get());
   model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
                 {"accuracy"});
   model.set_dtype_policy(options.mixed_precision);
@@ -232,10 +246,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.steps = model.global_step();
   if (made.backup) report_backup(*made.backup, options, result, out, elastic);
   report_scores(model, history, job, *made.timer, result);
-  if (!options.save_weights.empty()) {
-    model.gather_weights();  // every worker: --sharding parameters keeps shares
-    if (chief) model.save_weights(options.save_weights);
-  }
+  save_fit_model(model, options, chief);
   result.train_seconds = made.timer->seconds;
   result.images_per_sec = made.timer->images / std::max(made.timer->seconds, 1e-9);
   report_peak_memory(strategy, result, out);

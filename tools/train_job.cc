@@ -17,6 +17,7 @@
 #include "dist/core/error.h"
 #include "dist/distribute/strategy_extended.h"
 #include "dist/train/mixed_precision.h"
+#include "model_file.h"
 #include "strategy_factory.h"
 #include "training_data.h"
 
@@ -53,15 +54,19 @@ void check_replaceable(const char* flag, const std::filesystem::path& path) {
                  "dist-train writes only regular files: choose another path");
 }
 
+// An output file's path: not a directory, replaceable, in a writable directory.
+void check_output_file(const char* flag, const std::string& file, const char* example) {
+  if (file.empty()) return;
+  const std::filesystem::path path(file);
+  DIST_CHECK_ARG(!std::filesystem::is_directory(path), flag, " ", file,
+                 " is a directory; give a file name such as ", example);
+  check_replaceable(flag, path);
+  check_writable_directory(flag, path.has_parent_path() ? path.parent_path().string() : ".");
+}
+
 void check_output_paths(const TrainOptions& options) {
-  if (!options.save_weights.empty()) {
-    const std::filesystem::path path(options.save_weights);
-    DIST_CHECK_ARG(!std::filesystem::is_directory(path), "--save-weights ", options.save_weights,
-                   " is a directory; give a file name such as weights.safetensors");
-    check_replaceable("--save-weights", path);
-    check_writable_directory("--save-weights",
-                             path.has_parent_path() ? path.parent_path().string() : ".");
-  }
+  check_output_file("--save-weights", options.save_weights, "weights.safetensors");
+  check_output_file("--save-torchscript", options.save_torchscript, "trained.pt");
   if (!options.log_dir.empty()) {
     check_writable_directory("--log-dir", options.log_dir);
     for (const char* name : {"metrics.jsonl", "metrics.csv"})
@@ -84,7 +89,8 @@ std::string exact(double value) {
 
 std::vector<std::pair<std::string, std::string>> option_settings(const TrainOptions& options) {
   return {{"--loop", name_of(options.loop)},
-          {"--model", name_of(options.model)},
+          {"--model", options.model_file.empty() ? name_of(options.model) : "(--model-file)"},
+          {"--model-file", options.model_file.empty() ? "none" : options.model_file},
           {"--optimizer", name_of(options.optimizer)},
           {"--lr", exact(options.lr)},
           {"--seed", std::to_string(options.seed)},
@@ -132,7 +138,6 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   const bool chief = strategy.is_chief();
   const int replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = global_batch_of(options, replicas);
-  if (chief) check_output_paths(options);
   if (chief) {
     chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
               << "\nGlobal batch size: " << global_batch << std::endl;
@@ -159,6 +164,13 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")
                 << std::endl;
   }
+  std::shared_ptr<ModelFile> model_file;
+  if (!options.model_file.empty()) {
+    model_file = std::make_shared<ModelFile>(load_model_file(options, data.train));
+    if (chief) describe_model_file(*model_file, options, replicas, chief_out);
+  }
+  // Last: it creates the output directories, which a bad model file must leave unmade.
+  if (chief) check_output_paths(options);
   JobSetup job{strategy,
                chief,
                replicas,
@@ -168,7 +180,8 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                std::move(data.train),
                std::move(data.test),
                data.ignored,
-               nullptr};
+               nullptr,
+               model_file};
   if (chief && !options.checkpoint_dir.empty())
     job.checkpoint_lock = std::make_shared<DirectoryLock>(options.checkpoint_dir, "checkpoints");
   return job;

@@ -31,6 +31,8 @@ struct Optimizer;
 
 namespace dist::tools {
 
+struct ModelFile;  // model_file.h
+
 // This process's peak resident memory so far (VmHWM of /proc/self/status), in bytes; 0 where
 // the file or the line is missing.
 int64_t peak_resident_bytes();
@@ -71,12 +73,15 @@ struct JobSetup {
   // The chief's hold on --checkpoint-dir for the whole job: a second job on the same directory
   // is refused, naming this one's host and pid.
   std::shared_ptr<DirectoryLock> checkpoint_lock;
+  // --model-file, loaded and checked on a batch of `train` (null without it).
+  std::shared_ptr<const ModelFile> model_file;
 };
 // Every worker, likewise: under --ignore-errors, the records and images skipped by all workers
 // go into `result` and are said, with the first one's error, on `chief_out`.
 void report_ignored_errors(const JobSetup& job, TrainResult& result, std::ostream& chief_out);
-// Checks the options, makes the strategy, prints the job's header on the chief, checks that
-// every output path can be written (chief), opens the data. `generation`: an elastic job's
+// Checks the options, makes the strategy, prints the job's header on the chief, opens the data,
+// loads --model-file and checks its forward on a batch, then checks that every output path can
+// be written (chief): a bad model file leaves nothing written. `generation`: an elastic job's
 // (multi_worker only); unset: every worker of the cluster.
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
                    ElasticGeneration* generation = nullptr);

@@ -70,138 +70,6 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
-bool is_mirrored(StrategyKind s) {
-  return s == StrategyKind::kMirrored || s == StrategyKind::kCentralStorage;
-}
-
-void check_ranges(const TrainOptions& o) {
-  DIST_CHECK_ARG(o.epochs >= 1, "--epochs must be at least 1, got ", o.epochs);
-  DIST_CHECK_ARG(std::isfinite(o.lr) && o.lr > 0, "--lr must be a positive finite number, got ",
-                 o.lr);
-  DIST_CHECK_ARG(o.max_steps == -1 || o.max_steps >= 1,
-                 "--max-steps must be at least 1 (or -1 for no limit), got ", o.max_steps);
-  DIST_CHECK_ARG(o.steps_per_epoch == -1 || o.steps_per_epoch >= 1,
-                 "--steps-per-epoch must be at least 1 (or -1 for one pass of the data), got ",
-                 o.steps_per_epoch);
-  DIST_CHECK_ARG(o.batch_per_replica >= 1, "--batch-per-replica must be at least 1, got ",
-                 o.batch_per_replica);
-  DIST_CHECK_ARG(o.global_batch >= 0, "--global-batch must be at least 1, got ", o.global_batch);
-  DIST_CHECK_ARG(o.train_examples == -1 || o.train_examples >= 1,
-                 "--train-examples must be at least 1 (or -1 for all), got ", o.train_examples);
-  DIST_CHECK_ARG(o.test_examples == -1 || o.test_examples >= 1,
-                 "--test-examples must be at least 1 (or -1 for all), got ", o.test_examples);
-  DIST_CHECK_ARG(o.replicas >= 0, "--replicas must be at least 1, got ", o.replicas);
-  DIST_CHECK_ARG(o.threads >= 0, "--threads must be at least 1, got ", o.threads);
-  DIST_CHECK_ARG(o.checkpoint_every >= 0, "--checkpoint-every must be at least 0, got ",
-                 o.checkpoint_every);
-  DIST_CHECK_ARG(o.min_workers >= 0, "--min-workers must be at least 1 (or 0: not elastic), got ",
-                 o.min_workers);
-  DIST_CHECK_ARG(o.commit_every >= 1, "--commit-every must be at least 1, got ", o.commit_every);
-  DIST_CHECK_ARG(o.max_to_keep >= 1, "--max-to-keep must be at least 1, got ", o.max_to_keep);
-  whole_milliseconds("--collective-timeout", o.collective_timeout);
-  whole_milliseconds("--rendezvous-timeout", o.rendezvous_timeout);
-  whole_milliseconds("--evaluator-timeout", o.evaluator_timeout);
-  mixed_precision::check_supported(o.mixed_precision);
-}
-
-// --gradient-compression and --sharding: how gradients cross the replicas of a collective.
-void check_gradient_flags(const TrainOptions& o, bool ps) {
-  const bool one_replica =
-      o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
-  DIST_CHECK_ARG(o.gradient_compression == "none" || (!ps && !one_replica),
-                 "--gradient-compression ", o.gradient_compression,
-                 " applies to mirrored, central_storage and multi_worker, not to --strategy ",
-                 name_of(o.strategy),
-                 ps ? " (its gradients go to the ps tasks one variable at a time, not through a "
-                      "collective a hook could compress)"
-                    : " (one replica: no gradient crosses anything)");
-  DIST_CHECK_ARG(o.sharding == Sharding::kNone || (!ps && !one_replica), "--sharding ",
-                 to_string(o.sharding),
-                 " applies to mirrored, central_storage and multi_worker, not to --strategy ",
-                 name_of(o.strategy),
-                 ps ? " (the ps tasks hold the variables and their slots, one share each "
-                      "already)"
-                    : " (one replica: nothing to split)");
-  DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none", "--sharding ",
-                 to_string(o.sharding), " and --gradient-compression ", o.gradient_compression,
-                 " both decide how gradients cross the workers; use one of them");
-}
-
-// --min-workers: what an elastic job needs to end where a fixed-size one would.
-void check_elastic_flags(const TrainOptions& o) {
-  if (o.min_workers == 0) return;
-  const std::string elastic = "--min-workers " + std::to_string(o.min_workers);
-  DIST_CHECK_ARG(o.strategy == StrategyKind::kMultiWorker, elastic,
-                 " (an elastic job) applies to --strategy multi_worker only, not to --strategy ",
-                 name_of(o.strategy));
-  DIST_CHECK_ARG(o.global_batch > 0, elastic,
-                 " needs --global-batch: the global batch must stay the same when the job "
-                 "resizes (--batch-per-replica would change it with the number of replicas)");
-  DIST_CHECK_ARG(o.sharding == Sharding::kNone, elastic, " and --sharding ", to_string(o.sharding),
-                 ": a sharded state is split by the number of workers, which a resize changes; "
-                 "use one of them");
-  DIST_CHECK_ARG(!o.collective_backend || *o.collective_backend == "gloo", elastic,
-                 " and --collective-backend ", o.collective_backend.value_or(""),
-                 ": an MPI communicator's members are fixed at mpirun; an elastic job needs the "
-                 "gloo backend, whose groups are made again at each resize");
-  DIST_CHECK_ARG(o.gradient_compression == "none", elastic, " and --gradient-compression ",
-                 o.gradient_compression,
-                 ": compression keeps per-worker state that a resize would not carry over "
-                 "exactly; use one of them");
-}
-
-void check_combinations(const TrainOptions& o) {
-  const bool ps = o.strategy == StrategyKind::kParameterServer;
-  DIST_CHECK_ARG(o.train_data.empty() || !ps,
-                 "--train-data is not supported under --strategy parameter_server yet (its "
-                 "workers and evaluator read Fashion-MNIST); use another strategy");
-  DIST_CHECK_ARG(!o.train_data.empty() || (o.test_data.empty() && !o.ignore_errors),
-                 o.ignore_errors ? "--ignore-errors" : "--test-data",
-                 " applies to your files (--train-data) only");
-  data::compression_from_name(o.tfrecord_compression);  // names the flag's accepted values
-  DIST_CHECK_ARG(o.sync_batch_norm || o.model == ModelKind::kResnet,
-                 "--no-sync-batch-norm applies to --model resnet only (the other models have no "
-                 "batch normalization)");
-  DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
-                 "--steps-per-epoch applies to --strategy parameter_server only (the other "
-                 "strategies take whole passes of the data; use --max-steps to stop early)");
-  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
-  // the chief alone, in its own words (save_freq).
-  DIST_CHECK_ARG(o.checkpoint_every == 0 || o.loop != Loop::kFit || !ps, "--checkpoint-every ",
-                 o.checkpoint_every,
-                 " is not supported with --loop fit under --strategy parameter_server: steps run "
-                 "ahead of the chief, so a save within an epoch would not hold the step it "
-                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
-                 "--loop custom, whose checkpoints wait for the scheduled steps");
-  DIST_CHECK_ARG(o.resume_from.empty() || o.loop == Loop::kCustom,
-                 "--resume-from applies to --loop custom; --loop fit resumes from the latest "
-                 "backup in --checkpoint-dir");
-  DIST_CHECK_ARG(!o.collective_backend || o.strategy == StrategyKind::kMultiWorker,
-                 "--collective-backend applies to --strategy multi_worker only, not to "
-                 "--strategy ",
-                 name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
-  check_gradient_flags(o, ps);
-  check_elastic_flags(o);
-  const bool one_replica =
-      o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
-  if (ps) {
-    DIST_CHECK_ARG(!o.cross_device_ops,
-                   "--cross-device-ops applies to mirrored and central_storage only, not to "
-                   "--strategy parameter_server (the ps tasks apply the updates)");
-    DIST_CHECK_ARG(o.replicas <= 1,
-                   "--strategy parameter_server runs one replica per worker, but --replicas ",
-                   o.replicas, " was given; add workers instead (dist-launch --workers N)");
-    return;
-  }
-  DIST_CHECK_ARG(!o.cross_device_ops || is_mirrored(o.strategy),
-                 "--cross-device-ops applies to mirrored and central_storage only, not to "
-                 "--strategy ",
-                 name_of(o.strategy));
-  DIST_CHECK_ARG(!one_replica || o.replicas <= 1, "--strategy ", name_of(o.strategy),
-                 " runs exactly one replica, but --replicas ", o.replicas,
-                 " was given; drop --replicas or use --strategy mirrored");
-}
-
 // -1 ("no limit", "all") or at least 1: 0 is neither, and used to mean "the default" silently.
 const CLI::Validator kMinusOneOrPositive(
     [](std::string& text) -> std::string {
@@ -230,10 +98,10 @@ const CLI::Validator kAtLeastOne(
 
 // The text of the enum-like flags, turned into their types after parsing.
 struct Spelled {
-  std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model = "cnn";
+  std::string loop = "custom", strategy = "mirrored", optimizer = "adam", model;
   std::string mixed_precision = "float32", cross_device_ops, sharding = "none";
   std::string auto_shard = "auto", tfrecord_compression = "none";
-  bool no_progress = false, unchecked = false, no_sync_batch_norm = false;
+  bool no_progress = false, unchecked = false, no_sync_batch_norm = false, sync_batch_norm = false;
 };
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
@@ -315,11 +183,21 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--model", s.model,
                  "cnn (tutorial CNN) | mlp (784-4096-4096-10) | mlp_wide (784-10240-10240-10) | "
                  "mlp_deep (784, 7 x 4096, 10) | resnet (the Mirrored Strategy tutorial's, "
-                 "with batch normalization, 32x32)")
-      ->capture_default_str();
+                 "with batch normalization, 32x32); default cnn");
+  app.add_option("--model-file", o.model_file,
+                 "train a TorchScript classifier from Python instead of --model: a file of "
+                 "torch.jit.save (torch.jit.script or torch.jit.trace) whose forward takes the "
+                 "float image batch N x C x H x W (values in [0, 1]) and returns N x 10 logits; "
+                 "checked by one forward before training");
+  app.add_option("--save-torchscript", o.save_torchscript,
+                 "--model-file: write the trained module as a TorchScript file that Python's "
+                 "torch.jit.load reads");
+  app.add_flag("--sync-batch-norm", s.sync_batch_norm,
+               "resnet: normalize over the global batch, as one device does (the default)");
   app.add_flag("--no-sync-batch-norm", s.no_sync_batch_norm,
                "resnet: each replica normalizes by its own slice's statistics (the default "
-               "normalizes over the global batch, as one device does)");
+               "normalizes over the global batch, as one device does); --model-file: what "
+               "its batch norms do anyway");
   app.add_option("--seed", o.seed, "seed of weights and shuffling")->capture_default_str();
   app.add_option("--mixed-precision", s.mixed_precision,
                  "float32 | bf16 (compute in bfloat16, variables float32; Keras' "
@@ -405,7 +283,17 @@ void finish(TrainOptions& o, const Spelled& s) {
   o.loop = parse_loop(s.loop);
   o.strategy = parse_strategy(s.strategy);
   o.optimizer = parse_optimizer(s.optimizer);
-  o.model = parse_model(s.model);
+  DIST_CHECK_ARG(s.model.empty() || o.model_file.empty(), "--model ", s.model, " and --model-file ",
+                 o.model_file, " both name the model to train; give one of them");
+  DIST_CHECK_ARG(!s.sync_batch_norm || !s.no_sync_batch_norm,
+                 "--sync-batch-norm and --no-sync-batch-norm contradict each other; give one");
+  DIST_CHECK_ARG(!s.sync_batch_norm || o.model_file.empty(),
+                 "--sync-batch-norm cannot apply to --model-file ", o.model_file,
+                 ": a scripted graph's batch norms cannot be swapped for synchronized ones, so "
+                 "each replica normalizes by its own slice's statistics (and the running "
+                 "statistics are averaged between replicas, as buffers are); drop the flag, or "
+                 "give the same global batch to fewer replicas");
+  o.model = parse_model(s.model.empty() ? "cnn" : s.model);
   o.mixed_precision = mixed_precision::policy_from_name(s.mixed_precision);
   if (!s.cross_device_ops.empty()) o.cross_device_ops = parse_cross_device_ops(s.cross_device_ops);
   o.progress = !s.no_progress;
@@ -450,11 +338,6 @@ std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds) {
 
 int64_t global_batch_of(const TrainOptions& options, int replicas) {
   return options.global_batch > 0 ? options.global_batch : options.batch_per_replica * replicas;
-}
-
-void check_options(const TrainOptions& options) {
-  check_ranges(options);
-  check_combinations(options);
 }
 
 namespace {

@@ -77,6 +77,11 @@ struct TrainOptions {
   double lr = 1e-3;
   OptimizerKind optimizer = OptimizerKind::kAdam;
   ModelKind model = ModelKind::kCnn;
+  // A TorchScript classifier from Python instead of --model (tools/model_file.h): its forward
+  // takes the float image batch N x C x H x W and returns N x 10 logits; empty: --model.
+  std::string model_file;
+  // --model-file: the trained module written back as a TorchScript file (chief); empty: none.
+  std::string save_torchscript;
   // Batch normalization (resnet) over the global batch under every multi-replica strategy;
   // false: over each replica's slice (--no-sync-batch-norm, to compare).
   bool sync_batch_norm = true;

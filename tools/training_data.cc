@@ -156,7 +156,8 @@ ExampleDecoder check_first_image(const Source& source, const TrainOptions& optio
   DIST_CHECK_ARG(first.has_value(), flag, " has no examples");
   const Element image = ExampleDecoder{}(source.unpack(*first));
   ExampleDecoder decoder{image[0].size(1), image[0].size(2)};
-  const bool any_size = options.model == ModelKind::kResnet;
+  // A model file's forward is checked on a batch instead (model_file.h).
+  const bool any_size = options.model == ModelKind::kResnet || !options.model_file.empty();
   DIST_CHECK_ARG(any_size || (decoder.height == 28 && decoder.width == 28), "--model ",
                  name_of(options.model),
                  " takes 28x28 grey images (1x28x28, like Fashion-MNIST)"

@@ -1,0 +1,274 @@
+// dist-train --model-file as a user meets it: TorchScript classifiers from Python (written at
+// build time into DIST_TORCHSCRIPT_TEST_DIR by examples/python/make_torchscript_models.py)
+// trained under every strategy to one device's weights, the trained module read back by
+// Python's torch.jit.load (DIST_TORCH_PYTHON, Debian's python3-torch), and every bad model file
+// refused with exit 2 before anything is written. Real processes, bounded in time.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dist/data/mnist.h"
+#include "dist/models/torchscript_model.h"
+#include "dist/train/safetensors.h"
+#include "equivalence_data.h"
+#include "multi_worker/process_group.h"
+#include "test_util.h"
+#include "tools/train_runs.h"
+#include "tools/weight_files.h"
+
+namespace dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ProcessResult;
+using testing::TempDir;
+
+std::string model_file(const std::string& name) {
+  return std::string(DIST_TORCHSCRIPT_TEST_DIR) + "/" + name;
+}
+
+// 20 SGD steps (lr 0.2) of global batch 64 on 1280 examples from `model`, saving the weights
+// to `weights`: the same for every strategy (flags for dist-train after its binary).
+std::vector<std::string> script_job(const std::string& strategy, const std::string& model,
+                                    const std::string& weights) {
+  auto args = testing::job_args(strategy, weights);
+  args.insert(args.end(), {"--model-file", model_file(model + ".pt"), "--lr", "0.2"});
+  return args;
+}
+
+// dist-launch's arguments for `workers` workers of `replicas` replicas each running script_job.
+std::vector<std::string> launched(int workers, int replicas, std::vector<std::string> job) {
+  std::vector<std::string> args{
+      "--workers", std::to_string(workers), "--replicas-per-worker", std::to_string(replicas),
+      "--",        DIST_TRAIN_BINARY};
+  args.insert(args.end(), job.begin(), job.end());
+  return args;
+}
+
+// Starts every dist-train run of `jobs` at once and waits for them all.
+std::vector<ProcessResult> run_together(const std::vector<std::vector<std::string>>& jobs) {
+  testing::WorkerProcesses processes;
+  for (const auto& job : jobs) processes.start(DIST_TRAIN_BINARY, job, {});
+  return processes.wait_all(120s);
+}
+
+double difference(const std::string& a, const std::string& b, const std::string& what) {
+  const double d = testing::max_relative_difference(testing::weights_in(a), testing::weights_in(b));
+  std::printf("%s: max relative difference to one device %.3g\n", what.c_str(), d);
+  return d;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+class DistTrainTorchScriptTest : public ::testing::TestWithParam<std::string> {};
+
+// Mirrored x2 and x3, CentralStorage x2 and fit (Mirrored x2) in one process each, started
+// together; then MultiWorker 2x1 and 2x2, each sharding level (2 workers) and a parameter
+// server job with one worker, through dist-launch. Every run ends within 1e-5 of one device.
+TEST_P(DistTrainTorchScriptTest, EveryStrategyEndsAtTheWeightsOfOneDevice) {
+  TempDir dir;
+  const std::string model = GetParam();
+  auto in_process = [&](const std::string& name, const std::string& strategy,
+                        std::vector<std::string> more) {
+    auto args = script_job(strategy, model, dir.file(name));
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const std::vector<std::vector<std::string>> jobs{
+      in_process("one", "one_device", {}), in_process("mirrored2", "mirrored", {"--replicas", "2"}),
+      in_process("mirrored3", "mirrored", {"--replicas", "3"}),
+      in_process("central2", "central_storage", {"--replicas", "2"}),
+      in_process("fit_mirrored2", "mirrored", {"--replicas", "2", "--loop", "fit"})};
+  const auto results = run_together(jobs);
+  for (const auto& result : results) ASSERT_EQ(result.exit_code, 0) << result.output;
+  // The weights by the module's own (Python's) names, in state_dict's order, in both loops.
+  const auto names = lines_of(model_file(model + ".parameters.txt"));
+  for (const std::string name : {"one", "fit_mirrored2"}) {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : load_safetensors(dir.file(name)).tensors) keys.push_back(key);
+    EXPECT_EQ(keys, names) << name;
+  }
+  for (const std::string name : {"mirrored2", "mirrored3", "central2", "fit_mirrored2"})
+    EXPECT_LT(difference(dir.file(name), dir.file("one"), model + " " + name), 1e-5);
+
+  struct Launch {
+    std::string name;
+    int workers, replicas;
+    std::string sharding;
+  };
+  for (const Launch& l :
+       {Launch{"workers2x1", 2, 1, "none"}, Launch{"workers2x2", 2, 2, "none"},
+        Launch{"optimizer", 2, 1, "optimizer"}, Launch{"gradients", 2, 1, "gradients"},
+        Launch{"parameters", 2, 1, "parameters"}}) {
+    auto job = script_job("multi_worker", model, dir.file(l.name));
+    job.insert(job.end(), {"--sharding", l.sharding});
+    const auto result = testing::launch_job(launched(l.workers, l.replicas, job));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_LT(difference(dir.file(l.name), dir.file("one"), model + " " + l.name), 1e-5);
+    if (l.sharding == "parameters") {
+      EXPECT_TRUE(testing::contains(result.output, "gathers the scripted module whole"))
+          << result.output;
+    }
+  }
+  std::vector<std::string> ps{"--workers", "1", "--ps", "1", "--", DIST_TRAIN_BINARY};
+  const auto ps_job = script_job("parameter_server", model, dir.file("ps"));
+  ps.insert(ps.end(), ps_job.begin(), ps_job.end());
+  const auto result = testing::launch_job(ps);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_LT(difference(dir.file("ps"), dir.file("one"), model + " parameter_server"), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DistTrainTorchScriptTest,
+                         ::testing::Values("cnn_scripted", "cnn_traced"));
+
+// The first `n` Fashion-MNIST test images and labels, scaled as dist-train scales them.
+std::pair<at::Tensor, at::Tensor> test_images(int64_t n) {
+  auto batches = data::fashion_mnist_bytes("/usr/share/datasets/fashion-mnist", data::Split::kTest)
+                     .take(n)
+                     .batch(n)
+                     .map(data::scale_images_of);
+  auto first = batches.iterator().next();
+  EXPECT_TRUE(first.has_value());
+  return {(*first)[0].contiguous(), (*first)[1].to(torch::kLong).contiguous()};
+}
+
+void write_raw(const std::string& path, const at::Tensor& t) {
+  testing::write_file(path, std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
+}
+
+// The module written by --save-torchscript (Mirrored x2), loaded by Python's torch.jit.load,
+// gives our outputs on 1000 test images within 1e-6, and dist-train's test accuracy.
+TEST(DistTrainTorchScriptReadBackTest, PythonRunsTheWrittenModuleAsWeDo) {
+  TempDir dir;
+  auto args = script_job("mirrored", "cnn_scripted", dir.file("w.safetensors"));
+  // 40 steps at lr 0.5: about 0.55 test accuracy, far from chance (0.1, where every image may
+  // get one class and any two models agree).
+  args = testing::with_flag(testing::with_flag(args, "--lr", "0.5"), "--max-steps", "40");
+  args.insert(args.end(), {"--replicas", "2", "--save-torchscript", dir.file("trained.pt")});
+  const auto result = testing::run_dist_train_alone(args);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const double reported = testing::last_json(result.output).at("test_accuracy").get<double>();
+
+  auto [images, labels] = test_images(1000);
+  auto model = models::load_torchscript(dir.file("trained.pt"));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor ours = model->forward(images).contiguous();
+  write_raw(dir.file("images.f32"), images);
+  write_raw(dir.file("labels.i64"), labels);
+  testing::WorkerProcesses python;
+  python.start(DIST_TORCH_PYTHON,
+               {DIST_TORCHSCRIPT_EVALUATOR, dir.file("trained.pt"), dir.file("images.f32"),
+                "--labels", dir.file("labels.i64"), "--outputs", dir.file("outputs.f32")},
+               {});
+  const auto run = python.wait_all(60s).at(0);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto answer = testing::last_json(run.output);
+  ASSERT_FALSE(answer.is_null()) << run.output;
+  const std::string bytes = testing::read_file(dir.file("outputs.f32"));
+  ASSERT_EQ(bytes.size(), ours.nbytes());
+  at::Tensor theirs = torch::empty_like(ours);
+  std::memcpy(theirs.data_ptr(), bytes.data(), bytes.size());
+  const double diff = (theirs - ours).abs().max().item<double>();
+  std::printf(
+      "Python's outputs against ours: max difference %.3g; accuracy %.4f (dist-train "
+      "reported %.4f)\n",
+      diff, answer.at("accuracy").get<double>(), reported);
+  EXPECT_LE(diff, 1e-6);
+  EXPECT_EQ(answer.at("images"), 1000);
+  // The same images right (dist-train's metric sums in float32).
+  EXPECT_EQ(std::lround(answer.at("accuracy").get<double>() * 1000), std::lround(reported * 1000));
+  EXPECT_GT(reported, 0.3);
+}
+
+// A bad file as --model-file, run with every output flag: exit 2, a message naming the flag and
+// the file, and nothing written (no checkpoint directory, no weights, no module).
+TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  testing::write_file(dir.file("notes.pt"), "a model, I promise\n");
+  const std::string whole = testing::read_file(model_file("cnn_scripted.pt"));
+  testing::write_file(dir.file("truncated.pt"), whole.substr(0, whole.size() / 2));
+  struct Bad {
+    std::string path, says;
+  };
+  const std::vector<Bad> bad{
+      {dir.file("notes.pt"), "is a text file"},
+      {dir.file("truncated.pt"), "is truncated"},
+      {dir.file("missing.pt"), "does not exist"},
+      {model_file("state_dict.pt"), "a zip archive of torch.save()"},
+      {model_file("damaged.pt"), "cannot be loaded"},
+      {model_file("newer_version.pt"), "written by a newer PyTorch"},
+      {model_file("newer_operator.pt"), "does not have"},
+      {model_file("no_forward.pt"), "has no forward method"},
+      {model_file("no_parameters.pt"), "has no parameters"},
+      {model_file("frozen_weights.pt"), "no parameter that requires a gradient"},
+      {model_file("forward_tuple.pt"), "it returned a tuple of 2"},
+      {model_file("forward_list.pt"), "it returned a list of 1"},
+      {model_file("forward_rank3.pt"), "rank 3 instead of 2"},
+      {model_file("forward_one_row.pt"), "1 rows for 64 images"},
+      {model_file("forward_long.pt"), "not class indices"},
+      {model_file("forward_raises.pt"), "this model wants 3 channels"}};
+  std::vector<std::vector<std::string>> jobs;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const std::string out = dir.file("out" + std::to_string(i));
+    auto args = testing::job_args("one_device", out + "/w.safetensors");
+    args.insert(args.end(),
+                {"--model-file", bad[i].path, "--checkpoint-dir", out + "/ckpt",
+                 "--save-torchscript", out + "/trained.pt", "--log-dir", out + "/logs"});
+    jobs.push_back(args);
+  }
+  const auto results = run_together(jobs);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE(bad[i].path);
+    EXPECT_EQ(results[i].exit_code, 2) << results[i].output;
+    EXPECT_TRUE(testing::contains(results[i].output, "dist-train: --model-file: "))
+        << results[i].output;
+    EXPECT_TRUE(testing::contains(results[i].output, bad[i].path)) << results[i].output;
+    EXPECT_TRUE(testing::contains(results[i].output, bad[i].says)) << results[i].output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out" + std::to_string(i))));
+  }
+}
+
+// What a scripted module cannot do, and flags that contradict --model-file, are refused by name
+// before training (exit 2).
+TEST(DistTrainTorchScriptErrorsTest, FlagsThatCannotApplyAreRefusedByName) {
+  TempDir dir;
+  const std::string cnn = model_file("cnn_scripted.pt");
+  struct Refused {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  const std::vector<Refused> refused{
+      {{"--model-file", cnn, "--model", "mlp"}, "--model mlp and --model-file"},
+      {{"--model-file", cnn, "--sync-batch-norm"},
+       "a scripted graph's batch norms cannot be swapped for synchronized ones"},
+      {{"--save-torchscript", dir.file("t.pt")}, "give --model-file, or use --save-weights"},
+      {{"--model-file", cnn, "--save-torchscript", cnn}, "is --model-file itself"}};
+  std::vector<std::vector<std::string>> jobs;
+  for (const auto& r : refused) {
+    auto args = testing::job_args("mirrored", dir.file("w.safetensors"));
+    args.insert(args.end(), r.flags.begin(), r.flags.end());
+    jobs.push_back(args);
+  }
+  const auto results = run_together(jobs);
+  for (size_t i = 0; i < refused.size(); ++i) {
+    EXPECT_EQ(results[i].exit_code, 2) << results[i].output;
+    EXPECT_TRUE(testing::contains(results[i].output, refused[i].says)) << results[i].output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("w.safetensors")));
+}
+
+}  // namespace
+}  // namespace dist

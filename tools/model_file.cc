@@ -1,0 +1,131 @@
+#include "model_file.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "dist/core/error.h"
+#include "dist/keras/layers.h"
+#include "dist/models/keras_models.h"
+#include "dist/models/reference_models.h"
+#include "dist/models/torchscript_layer.h"
+#include "dist/train/safetensors.h"
+
+namespace dist::tools {
+namespace {
+
+// The name of the Keras layer that holds the scripted module (its weights: "torchscript.*").
+constexpr const char* kLayerName = "torchscript";
+
+// `e`'s message as --model-file's: exit 2 (a bad command line), naming the flag.
+[[noreturn]] void refuse_model_file(const std::exception& e) {
+  throw InvalidArgument(detail::concat("--model-file: ", e.what()));
+}
+
+bool has_batch_norm(const models::TorchScriptModuleImpl& module) {
+  for (const auto& buffer : module.named_buffers()) {
+    const std::string& name = buffer.key();
+    const std::string suffix = "running_mean";
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data) {
+  ModelFile file;
+  try {
+    file.module = models::load_torchscript(options.model_file, options.env);
+  } catch (const DataError& e) {
+    refuse_model_file(e);
+  } catch (const InvalidArgument& e) {
+    refuse_model_file(e);
+  }
+  auto first = data.iterator().next();
+  DIST_CHECK_ARG(first.has_value(), "--model-file ", options.model_file,
+                 ": the data has no batch to check the module's forward on");
+  const at::Tensor& images = (*first)[0];
+  file.example_shape = images.sizes().slice(1).vec();
+  try {
+    models::check_classifier_forward(*file.module, images, kDataClasses);
+  } catch (const InvalidArgument& e) {
+    refuse_model_file(e);
+  }
+  return file;
+}
+
+void describe_model_file(const ModelFile& file, const TrainOptions& options, int replicas,
+                         std::ostream& out) {
+  out << "Model: TorchScript module " << options.model_file << " (images "
+      << keras::shape_to_string(file.example_shape) << " -> " << kDataClasses << " logits)"
+      << std::endl;
+  const bool several = replicas > 1 || options.strategy == StrategyKind::kParameterServer;
+  if (several && has_batch_norm(*file.module))
+    out << "Note: the module's batch norms normalize by each replica's own slice of the batch "
+           "(a scripted graph's batch norms cannot be made synchronized); their running "
+           "statistics are averaged between the replicas, as every buffer is"
+        << std::endl;
+  if (options.sharding == Sharding::kParameters)
+    out << "Note: --sharding parameters gathers the scripted module whole, as one layer (its "
+           "graph cannot be split into layers): between steps each worker keeps a share of the "
+           "parameters, but during a step it holds all of them; the optimizer's slots and the "
+           "gradients stay split (--sharding gradients saves the same at less communication)"
+        << std::endl;
+}
+
+torch::nn::Sequential make_job_model(const TrainOptions& options, const ModelFile* file) {
+  torch::manual_seed(options.seed);
+  if (file == nullptr) return models::make_model(name_of(options.model), options.sync_batch_norm);
+  torch::nn::Sequential model;
+  model->push_back(std::dynamic_pointer_cast<models::TorchScriptModuleImpl>(file->module->clone()));
+  return model;
+}
+
+keras::Model make_job_keras_model(const TrainOptions& options, const ModelFile* file) {
+  torch::manual_seed(options.seed);
+  if (file == nullptr)
+    return models::make_keras_model(name_of(options.model), options.sync_batch_norm);
+  keras::KerasTensor input = keras::Input(file->example_shape);
+  // The forward checked before (load_model_file) returns N x kDataClasses logits.
+  models::TorchScriptLayer layer(file->module, file->example_shape);
+  layer.named(kLayerName);
+  const std::string stem = std::filesystem::path(options.model_file).stem().string();
+  return keras::Model(input, layer(input), stem.empty() ? "torchscript_model" : stem);
+}
+
+const models::TorchScriptModuleImpl* scripted_module_of(const torch::nn::Module& model) {
+  if (auto* script = dynamic_cast<const models::TorchScriptModuleImpl*>(&model)) return script;
+  for (const auto& child : model.children())
+    if (auto* script = dynamic_cast<const models::TorchScriptModuleImpl*>(child.get()))
+      return script;
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> named_weights_of(const torch::nn::Module& model) {
+  const torch::nn::Module* named = scripted_module_of(model);
+  if (named == nullptr) named = &model;
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& item : named->named_parameters()) weights.emplace_back(item.key(), item.value());
+  for (const auto& item : named->named_buffers()) weights.emplace_back(item.key(), item.value());
+  return weights;
+}
+
+void save_trained_model(const TrainOptions& options, const torch::nn::Module& model,
+                        const std::map<std::string, std::string>& metadata) {
+  const models::TorchScriptModuleImpl* script = scripted_module_of(model);
+  if (!options.save_weights.empty()) {
+    if (script != nullptr)
+      models::save_torchscript_weights(*script, options.save_weights, options.env);
+    else
+      save_safetensors(options.save_weights, named_weights_of(model), metadata, options.env);
+  }
+  if (!options.save_torchscript.empty()) {
+    DIST_INTERNAL_ASSERT(script != nullptr, "--save-torchscript without a scripted module");
+    models::save_torchscript(*script, options.save_torchscript, options.env);
+  }
+}
+
+}  // namespace dist::tools

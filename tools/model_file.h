@@ -1,0 +1,69 @@
+// dist-train's model: the built-in --model, or --model-file, a TorchScript classifier written
+// in Python (dist/models/torchscript_model.h), for both loops and the evaluator.
+//
+// A scripted module trains under every strategy as the built-in models do: the custom loop
+// holds it as the one child of a torch::nn::Sequential (so that --sharding parameters gathers
+// it whole, as one layer), fit as one Keras layer ("torchscript"). Its checkpoints name its
+// tensors under that child; --save-weights and --save-torchscript use the module's own
+// (Python's state_dict) names. What it cannot do is refused by name (train_options.cc); see
+// docs/dist-train.md, "Models from Python".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include "dist/data/dataset.h"
+#include "dist/keras/model.h"
+#include "dist/models/torchscript_model.h"
+#include "train_options.h"
+
+namespace dist::tools {
+
+// The classes of dist-train's data (every built-in model ends in a Dense 10).
+constexpr int64_t kDataClasses = 10;
+
+// --model-file, loaded and checked by one forward on the first batch of `data` (global batches
+// of {float images N x C x H x W, labels}). Every bad file (missing, not TorchScript, truncated,
+// newer than this LibTorch, no forward, no trainable parameters, a forward that fails on the
+// batch or returns anything but float N x 10 logits) is an InvalidArgument that names
+// --model-file, the file and what to do (dist-train: exit 2, before anything is written).
+struct ModelFile {
+  models::TorchScriptModule module{nullptr};
+  std::vector<int64_t> example_shape;  // one image's C, H, W, as the data gives it
+};
+ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data);
+
+// What the job's header says of a scripted module that the strategy changes: its batch norms
+// per replica (with several), --sharding parameters gathering it whole.
+void describe_model_file(const ModelFile& file, const TrainOptions& options, int replicas,
+                         std::ostream& out);
+
+// The custom loop's model, from `options.seed`: the built-in --model, or a deep copy of
+// `file`'s module (given with --model-file) as the one child of a Sequential.
+torch::nn::Sequential make_job_model(const TrainOptions& options, const ModelFile* file);
+// fit's: the built-in --model's Keras twin, or `file`'s module as one Keras layer.
+keras::Model make_job_keras_model(const TrainOptions& options, const ModelFile* file);
+
+// The scripted module inside a model that make_job_model or make_job_keras_model made (or
+// null when it holds none).
+const models::TorchScriptModuleImpl* scripted_module_of(const torch::nn::Module& model);
+
+// The weights to save or show, by the names a user knows: a scripted module's own (Python's
+// state_dict keys), or the built-in model's.
+std::vector<std::pair<std::string, at::Tensor>> named_weights_of(const torch::nn::Module& model);
+
+// The trained model's files, on the chief once its values are whole and current: --save-weights
+// (safetensors; a scripted module's under its own names, so that Python's load_state_dict reads
+// them) and --save-torchscript. `model`: make_job_model's primary copy (the custom loop's) or a
+// Keras model's module; `metadata` goes into the safetensors file of a built-in model.
+void save_trained_model(const TrainOptions& options, const torch::nn::Module& model,
+                        const std::map<std::string, std::string>& metadata);
+
+}  // namespace dist::tools
