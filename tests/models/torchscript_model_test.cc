@@ -268,6 +268,39 @@ TEST(TorchScriptModelTest, TheTutorialCnnTwinComputesTheCppModelsFunction) {
             1e-6 * std::max(1.0, expected.abs().max().item<double>()));
 }
 
+// Given the C++ model's initial weights, the twin trains to the C++ model's weights: 20 SGD(0.1)
+// steps over the equivalence data (tests/equivalence_data.h) on one device.
+TEST(TorchScriptModelTest, TheTutorialCnnTwinTrainsToTheCppModelsWeights) {
+  OneDeviceStrategy strategy;
+  torch::manual_seed(7);
+  auto cpp = strategy.mirror(make_tutorial_cnn());
+  torch::nn::Sequential holder;
+  holder->push_back("twin", load_torchscript(model_file("tutorial_cnn.pt")));
+  {
+    torch::NoGradGuard no_grad;
+    auto weights = cpp.primary()->named_parameters();
+    for (auto& p : holder->named_parameters()) p.value().copy_(weights[p.key().substr(5)]);
+  }
+  auto twin = strategy.mirror(holder);
+  auto sgd = [&](auto& model) {
+    return strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  };
+  std::vector<at::Tensor> initial;
+  for (const auto& p : cpp.primary()->parameters()) initial.push_back(p.detach().clone());
+  auto cpp_optimizer = sgd(cpp);
+  auto twin_optimizer = sgd(twin);
+  std::vector<at::Tensor> expected, actual;
+  for (const auto& [name, value] : testing::train_one_pass(strategy, cpp, *cpp_optimizer))
+    expected.push_back(value);
+  for (const auto& [name, value] : testing::train_one_pass(strategy, twin, *twin_optimizer))
+    actual.push_back(value);
+  const double difference = testing::max_relative_difference(actual, expected);
+  std::printf("twin against the C++ model after 20 steps: max relative difference %.3g\n",
+              difference);
+  EXPECT_LT(difference, 1e-6);
+  EXPECT_GT(testing::max_relative_difference(expected, initial), 1e-3) << "nothing trained";
+}
+
 // ---- bad files: each refused before anything runs, naming the file ----------------------
 
 TEST(TorchScriptModelTest, FilesThatAreNotTorchScriptAreRefusedByWhatTheyAre) {
