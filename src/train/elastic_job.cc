@@ -21,6 +21,9 @@ using Clock = std::chrono::steady_clock;
 
 // What lasts across the generations of one worker's job.
 struct ElasticGeneration::State {
+  State(const ElasticOptions& given, detail::Generations& generations_of_job)
+      : options(given), generations(generations_of_job) {}
+
   const ElasticOptions& options;
   detail::Generations& generations;
   detail::CommittedStates committed;
@@ -157,7 +160,7 @@ struct ElasticJob::Impl {
   explicit Impl(ElasticOptions given)
       : options(with_cluster(std::move(given))),
         generations(options, *options.cluster),
-        state{options, generations} {}
+        state(options, generations) {}
 
   static ElasticOptions with_cluster(ElasticOptions options) {
     if (!options.cluster) options.cluster = resolve_cluster().config;

@@ -133,6 +133,32 @@ TEST_P(DistTrainTorchScriptTest, EveryStrategyEndsAtTheWeightsOfOneDevice) {
 INSTANTIATE_TEST_SUITE_P(Models, DistTrainTorchScriptTest,
                          ::testing::Values("cnn_scripted", "cnn_traced"));
 
+// The project's checkpoints hold a scripted module as they hold a built-in model: a run stopped
+// at step 6 (between periodic saves) and resumed to step 14 ends with the weights, and writes
+// the module, of an uninterrupted run, bit for bit (Mirrored x2, custom loop).
+TEST(DistTrainTorchScriptResumeTest, AResumedRunEndsWithTheSameWeightsBitForBit) {
+  TempDir dir;
+  auto job = [&](const std::string& name, int steps, bool checkpoints) {
+    auto args = script_job("mirrored", "cnn_scripted", dir.file(name + ".safetensors"));
+    args = testing::with_flag(args, "--max-steps", std::to_string(steps));
+    args.insert(args.end(), {"--replicas", "2", "--save-torchscript", dir.file(name + ".pt")});
+    if (checkpoints)
+      args.insert(args.end(), {"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "4"});
+    return args;
+  };
+  const auto runs = run_together({job("whole", 14, false), job("first", 6, true)});
+  for (const auto& run : runs) ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto resumed = run_together({job("resumed", 14, true)}).at(0);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(testing::contains(resumed.output, "at step 6")) << resumed.output;
+  testing::expect_same_weights(dir.file("whole.safetensors"), dir.file("resumed.safetensors"));
+  auto whole = models::load_torchscript(dir.file("whole.pt"));
+  auto again = models::load_torchscript(dir.file("resumed.pt"));
+  auto expected = whole->named_parameters();
+  for (const auto& item : again->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), expected[item.key()])) << item.key();
+}
+
 // The first `n` Fashion-MNIST test images and labels, scaled as dist-train scales them.
 std::pair<at::Tensor, at::Tensor> test_images(int64_t n) {
   auto batches = data::fashion_mnist_bytes("/usr/share/datasets/fashion-mnist", data::Split::kTest)
