@@ -6,11 +6,11 @@
 # "parallel" (tests/parallel_suites.txt: no sockets, no elapsed-time checks) run two at a time.
 # The multi-process cases labelled "paired" (tests/paired_cases.txt: they mostly wait on their
 # child processes, assert no elapsed time and share nothing machine-wide) run two at a time
-# too, each with ports of its own. The fuzzing (one target at a time: one core) runs beside
-# the cases that mostly sleep on timeouts and check deadlines (label "waiting",
-# tests/waiting_cases.txt), two at a time on the other core. Everything else runs alone, as the
-# other deadline tests and those that need the whole machine (Slurm, network namespaces) must
-# on a 2-core machine.
+# too, each with ports of its own. The fuzzing (two targets at a time at the lowest priority,
+# 20 s of wall time each) runs beside the cases that mostly sleep on timeouts and check
+# deadlines (label "waiting", tests/waiting_cases.txt), three at a time: they take a core when
+# they want one, the fuzzing the rest. Everything else runs alone, as the other deadline tests
+# and those that need the whole machine (Slurm, network namespaces) must on a 2-core machine.
 # Every pass always runs; the exit status is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,16 +23,24 @@ tests/fuzz/run_fuzz.sh "$build" --build-only || status=1
 skip="long"
 [[ ${DIST_LONG_TESTS:-0} == 1 ]] && skip="^$"
 
-echo "== tests that run two at a time (label parallel)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L parallel -LE "$skip" ||
-  status=1
-echo "== multi-process tests that run two at a time (label paired)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L paired -LE "$skip" ||
-  status=1
-echo "== the fuzzing beside the tests that wait out timeouts (label waiting)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 3 -L waiting -LE "$skip" ||
-  status=1
-echo "== tests that run alone (deadlines, loopback servers, Slurm, namespaces, install)"
-ctest --test-dir "$build" --output-on-failure --timeout 1200 -LE "parallel|paired|waiting|$skip" ||
-  status=1
+# Runs one pass (its title, then ctest's arguments) and says how long it took: the figures of
+# docs/how-to-extend.md come from these lines.
+passes=()
+run_pass() {
+  local title=$1 started=$SECONDS
+  shift
+  echo "== $title"
+  ctest --test-dir "$build" --output-on-failure --timeout 1200 "$@" || status=1
+  passes+=("$((SECONDS - started)) s  $title")
+}
+tests_started=$SECONDS
+run_pass "tests that run two at a time (label parallel)" -j 2 -L parallel -LE "$skip"
+run_pass "multi-process tests that run two at a time (label paired)" -j 2 -L paired -LE "$skip"
+run_pass "the fuzzing beside the tests that wait out timeouts (label waiting)" -j 4 -L waiting \
+  -LE "$skip"
+run_pass "tests that run alone (deadlines, loopback servers, Slurm, namespaces, install)" \
+  -LE "parallel|paired|waiting|$skip"
+echo "== the passes took"
+printf '  %s\n' "${passes[@]}"
+echo "  $((SECONDS - tests_started)) s in all"
 exit "$status"

@@ -8,11 +8,11 @@
 #   - every other suite (the ones whose cases start processes) gives one ctest test per case,
 #     so each case keeps a process of its own. A case named in tests/paired_cases.txt (by its
 #     suite or by itself) is labelled "paired": scripts/test.sh runs those two at a time, each
-#     with a DIST_PORT_BASE of its own (below);
+#     with a DIST_PORT_BASE of its own (below) and DIST_COLLECTIVE_POLL_MS=0;
 #   - a suite or case named in tests/waiting_cases.txt (one that spends its time waiting out
 #     timeouts and checks deadlines) is labelled "waiting", with a DIST_PORT_BASE of its own and
 #     the resource locks its line names (what it takes machine-wide): scripts/test.sh runs them
-#     two at a time beside the fuzzing, which takes one core;
+#     three at a time beside the fuzzing, which runs at the lowest priority;
 #   - suites named Long* are left to the "long_multi_worker" test.
 #
 # Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, PAIRED_LIST, WAITING_LIST, OUTPUT.
@@ -125,8 +125,11 @@ foreach(line IN LISTS lines)
         append_waiting_properties(properties "${entry}")
       endif()
     endforeach()
+    # Two paired jobs share the machine's cores, which their waits cannot see: a collective's
+    # wait polling for its peers would take the core the other job needs, so they block at
+    # once (DIST_COLLECTIVE_POLL_MS, src/collective/gloo/gloo_transport.cc).
     if(labels MATCHES "paired")
-      set(properties " ENVIRONMENT DIST_PORT_BASE=${port_base}")
+      set(properties " ENVIRONMENT [=[DIST_PORT_BASE=${port_base};DIST_COLLECTIVE_POLL_MS=0]=]")
       math(EXPR port_base "${port_base} + ${ports_per_case}")
     endif()
     # A case that cannot run here (GTEST_SKIP, with its reason) shows as skipped, not passed.

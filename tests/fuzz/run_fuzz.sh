@@ -80,7 +80,7 @@ fuzz_one() {
   local dirs=("$corpus" "$seeds")
   [[ -d $source_dir/corpus/$name ]] && dirs+=("$source_dir/corpus/$name")
   # The first directory receives the new inputs; the others are only read.
-  "$out/build/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  nice -n "${DIST_FUZZ_NICE:-0}" "$out/build/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" "${dirs[@]}" >"$log" 2>&1
   local status=$?
   if ((status == 0)); then
@@ -100,7 +100,9 @@ fuzz_one() {
 }
 
 # Each target is one single-threaded process: DIST_FUZZ_JOBS of them (default 2, the cores of
-# the machine the suite is sized for) run at a time, each for the full SECONDS.
+# the machine the suite is sized for) run at a time, each for the full SECONDS of wall time.
+# DIST_FUZZ_NICE (default 0) lowers their priority: the suite fuzzes beside tests that check
+# deadlines, and those must get a core whenever they want one; the fuzzing takes what is left.
 at_once=${DIST_FUZZ_JOBS:-2}
 declare -A pid_of
 for target in "${targets[@]}"; do

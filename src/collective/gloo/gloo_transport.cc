@@ -1,9 +1,12 @@
 #include "collective/gloo/gloo_transport.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -91,16 +94,17 @@ class GlooWork : public Work {
   std::chrono::milliseconds poll_for_;
 };
 
-WorkHandle wrap(std::vector<C10dWork> works,
-                std::chrono::milliseconds poll_for = kPollBeforeBlocking) {
+WorkHandle wrap(std::vector<C10dWork> works, std::chrono::milliseconds poll_for) {
   return std::make_shared<GlooWork>(std::move(works), poll_for);
 }
 
 class GlooTransport : public Transport {
  public:
-  GlooTransport(const ProcessGroupSpec& spec, const c10::intrusive_ptr<c10d::Store>& store)
+  GlooTransport(const ProcessGroupSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                std::chrono::milliseconds poll_for)
       : group_(make_group(spec, store, "gloo", 2)),
-        bulk_(make_group(spec, store, "gloo-bulk", 1)) {}
+        bulk_(make_group(spec, store, "gloo-bulk", 1)),
+        poll_for_(poll_for) {}
 
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override {
     c10d::AllreduceCoalescedOptions options;
@@ -111,7 +115,8 @@ class GlooTransport : public Transport {
     if (bulk) bulk_used_ = true;
     auto& group = bulk ? bulk_ : group_;
     return wrap({tensors.size() == 1 ? group->allreduce(tensors, options)
-                                     : group->allreduce_coalesced(tensors, options)});
+                                     : group->allreduce_coalesced(tensors, options)},
+                poll_for_);
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override {
@@ -122,20 +127,20 @@ class GlooTransport : public Transport {
       std::vector<at::Tensor> one{t};
       works.push_back(group_->broadcast(one, options));
     }
-    return wrap(std::move(works));
+    return wrap(std::move(works), poll_for_);
   }
 
   WorkHandle all_gather(const at::Tensor& input, std::vector<at::Tensor>* outputs) override {
     std::vector<std::vector<at::Tensor>> into{*outputs};  // the same storage
     std::vector<at::Tensor> inputs{input};
-    return wrap({group_->allgather(into, inputs)});
+    return wrap({group_->allgather(into, inputs)}, poll_for_);
   }
 
   // After every operation issued before it, of both groups (the bulk group's once it was used:
   // every process issues the same operations, so all of them agree on that).
   WorkHandle barrier() override {
-    if (!bulk_used_) return wrap({group_->barrier()});
-    return wrap({bulk_->barrier(), group_->barrier()});
+    if (!bulk_used_) return wrap({group_->barrier()}, poll_for_);
+    return wrap({bulk_->barrier(), group_->barrier()}, poll_for_);
   }
 
   WorkHandle send(const at::Tensor& tensor, int to, int tag) override {
@@ -171,6 +176,7 @@ class GlooTransport : public Transport {
   Group group_;  // two threads: everything but large all-reduces
   Group bulk_;   // one thread: all-reduces of kBulkBytes and more, one at a time
   std::atomic<bool> bulk_used_{false};
+  std::chrono::milliseconds poll_for_;  // poll_before_blocking()
 };
 
 // The transport being made on a thread of its own, and what came of it.
@@ -184,6 +190,22 @@ struct Connecting {
 
 }  // namespace
 
+std::chrono::milliseconds gloo_poll_before_blocking(const ProcessGroupSpec& spec, int cores) {
+  if (const char* text = std::getenv("DIST_COLLECTIVE_POLL_MS"); text && *text) {
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (*end != '\0' || value < 0 || value > 60000)
+      throw InvalidArgument(std::string("DIST_COLLECTIVE_POLL_MS is '") + text +
+                            "': give the milliseconds a collective's wait polls before it "
+                            "blocks, a whole number from 0 to 60000");
+    return std::chrono::milliseconds(value);
+  }
+  const std::string& host = spec.members[static_cast<size_t>(spec.rank)].address.host;
+  const auto on_host = std::count_if(spec.members.begin(), spec.members.end(),
+                                     [&](const Member& m) { return m.address.host == host; });
+  return on_host <= cores ? kPollBeforeBlocking : kNoPolling;
+}
+
 std::unique_ptr<Transport> make_gloo_transport(const ProcessGroupSpec& spec,
                                                Rendezvous& rendezvous) {
   ignore_sigpipe_unless_handled();
@@ -195,12 +217,18 @@ std::unique_ptr<Transport> make_gloo_transport(const ProcessGroupSpec& spec,
   // owns copies of all it touches, and this thread watches: when a member is lost (its process
   // ended, its heartbeat stopped) or a stop signal is pending, it leaves that thread blocked
   // where it is and throws, naming the member.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                        ? CPU_COUNT(&allowed)
+                        : static_cast<int>(std::thread::hardware_concurrency());
+  const auto poll_for = gloo_poll_before_blocking(spec, cores);
   auto connecting = std::make_shared<Connecting>();
-  std::thread([connecting, spec, store = rendezvous.store()] {
+  std::thread([connecting, spec, poll_for, store = rendezvous.store()] {
     std::unique_ptr<Transport> transport;
     std::exception_ptr error;
     try {
-      transport = std::make_unique<GlooTransport>(spec, store);
+      transport = std::make_unique<GlooTransport>(spec, store, poll_for);
     } catch (...) {
       error = std::current_exception();
     }
