@@ -40,7 +40,8 @@
 # Gradient compression variants, in HS_BACKENDS beside the others (same rotation, same cells):
 #   gloo+COMP   dist-train over Gloo exactly as gloo, plus --gradient-compression COMP (bf16,
 #               fp16, powersgd:RANK[:START], none), as gloo+bf16, gloo+fp16, gloo+powersgd:4:2;
-#               gloo+sharding:LEVEL: plus --sharding LEVEL (optimizer, gradients, parameters; issue 35).
+#               gloo+sharding:LEVEL: plus --sharding LEVEL (optimizer, gradients, parameters; issue 35);
+#               gloo+timeline: plus --timeline (its cost; the files stay in HS_OUT/raw).
 #   ddp+fp16, ddp+bf16, ddp+powersgd:RANK[:START]   DDP as ddp with one of PyTorch's
 #               communication hooks (bench/pytorch_ddp_hosts.py): fp16_compress_hook,
 #               bf16_compress_hook, powerSGD_hook with PowerSGDState(matrix_approximation_rank=
@@ -306,6 +307,10 @@ dist_run() {
     backend=gloo
   elif [[ $backend == gloo+sharding:* ]]; then
     compression=(--sharding "${backend#gloo+sharding:}")
+    backend=gloo
+  elif [[ $backend == gloo+timeline ]]; then
+    # Each run its own files (one per worker: FILE.worker-N.json), kept in HS_OUT/raw.
+    compression=(--timeline "$out/raw/timeline-$model-$n-$(date +%s%N).json")
     backend=gloo
   elif [[ $backend == gloo+* ]]; then
     compression=(--gradient-compression "${backend#gloo+}")

@@ -488,6 +488,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   report_ignored_errors(job_, result_, out_);
   result_.images_per_sec = images / std::max(result_.train_seconds, 1e-9);
   result_.seconds = seconds_since(job_start);
+  result_.communication = strategy_.extended().communication_counters();
   return result_;
 }
 

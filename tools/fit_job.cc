@@ -252,6 +252,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   report_peak_memory(strategy, result, out);
   report_ignored_errors(job, result, out);
   result.seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
+  result.communication = strategy.extended().communication_counters();
   return result;
 }
 

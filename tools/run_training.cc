@@ -4,6 +4,7 @@
 
 #include "dist/train/preemption.h"
 #include "elastic_job.h"
+#include "timeline_file.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -12,6 +13,7 @@ using Clock = std::chrono::steady_clock;
 
 TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   const auto job_start = Clock::now();
+  TimelineRecording timeline(options);
   if (options.loop == Loop::kFit) {
     if (options.min_workers == 0) return run_fit_training(options, chief_out);
     // fit's BackupAndRestore watches for signals itself, inside fit only; start_job and the

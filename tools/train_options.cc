@@ -265,6 +265,11 @@ void add_data_and_output_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "and the metrics appended to LOG_DIR/metrics.jsonl (--loop fit: "
                  "LOG_DIR/metrics.csv)");
   app.add_option("--save-weights", o.save_weights, "write the final weights as safetensors");
+  app.add_option("--timeline", o.timeline,
+                 "write a trace of every step (data, forward, backward, each collective with "
+                 "its bytes, the optimizer) in the Chrome trace event format, which "
+                 "ui.perfetto.dev opens; a task of a cluster writes FILE with its task before "
+                 "the extension (trace.worker-1.json); scripts/merge_timelines.py joins them");
   app.add_flag("--no-progress", s.no_progress, "only print per-epoch lines");
   app.add_option("--min-workers", o.min_workers,
                  "multi_worker: an elastic job: when workers are lost, the others go on at the "

@@ -111,6 +111,9 @@ struct TrainOptions {
   // multi_worker: > 0 makes the job elastic (docs/elastic.md): when workers are lost, the others
   // go on at the new size while at least this many remain; 0: a lost worker ends the job.
   int min_workers = 0;
+  // The Chrome trace of every step (dist/core/timeline.h; tools/timeline_file.h names each
+  // task's file); empty: none.
+  std::string timeline;
   // Elastic: the training state is kept in memory every K steps (and at epoch ends); a resize
   // goes back to the last one kept.
   int64_t commit_every = 1;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/collective/communication_counters.h"
+
 namespace dist::tools {
 
 struct TrainResult {
@@ -29,6 +31,9 @@ struct TrainResult {
   // Multi-worker: bytes this worker sent to the others per step of this run, by the library's
   // count (communication_counters.h); 0 otherwise.
   int64_t bytes_sent_per_step = 0;
+  // What this process handed to the collectives between the workers and sent for them over
+  // the whole job, by the library's count (a --timeline's collectives add up to it).
+  CommunicationCounters communication;
   // The peak resident memory (VmHWM) of the largest worker of a synchronous job, else of this
   // process, in bytes.
   int64_t peak_rss_bytes = 0;

@@ -111,6 +111,11 @@ class Communicator {
   // issuing gradient packs during backward overlaps nothing: each pack would only wait for the
   // slowest member while backward is held up.
   virtual bool completes_in_call() const { return false; }
+
+  // What carries this member's collectives between processes, for the timeline
+  // (dist/core/timeline.h): a string literal, "gloo", "mpi" or "in process". Where
+  // completes_in_call(), its all-reduces, broadcasts and barriers go through shared memory.
+  virtual const char* backend_name() const { return "in process"; }
 };
 
 // The rows [begin, end) of dim 0 that member `rank` of `size` gets in reduce_scatter: as even

@@ -51,7 +51,7 @@ std::unique_ptr<Communicator> make_process_communicator(const std::string& backe
     DIST_CHECK_ARG(b.make != nullptr, "the collective backend '", backend,
                    "' is not in this build: ", b.how_to_build);
     std::unique_ptr<Communicator> made =
-        std::make_unique<ProcessCommunicator>(spec, b.display, b.make);
+        std::make_unique<ProcessCommunicator>(spec, b.display, b.make, b.name);
     // Processes of one host share memory whatever the backend between them.
     if (!spec.same_host_shared_memory || spec.members.size() < 2 || !on_one_host(spec)) return made;
     return std::make_unique<SameHostCommunicator>(std::move(made), spec.shared_memory_slot_bytes,

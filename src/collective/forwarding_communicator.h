@@ -28,6 +28,7 @@ class ForwardingCommunicator : public Communicator {
   }
   void abort(const std::string& reason) override { inner_.abort(reason); }
   bool completes_in_call() const override { return inner_.completes_in_call(); }
+  const char* backend_name() const override { return inner_.backend_name(); }
 
  protected:
   Communicator& inner_;  // borrowed: it outlives this one

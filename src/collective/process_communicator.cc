@@ -10,6 +10,7 @@
 #include "collective/agreement.h"
 #include "collective/ring_reduce_scatter.h"
 #include "dist/core/error.h"
+#include "dist/core/timeline.h"
 
 namespace dist::collective {
 namespace {
@@ -66,8 +67,11 @@ ProcessGroupSpec checked(ProcessGroupSpec spec, const std::string& transport_nam
 }  // namespace
 
 ProcessCommunicator::ProcessCommunicator(ProcessGroupSpec spec, const std::string& transport_name,
-                                         MakeTransport make_transport)
-    : spec_(checked(std::move(spec), transport_name)), rendezvous_(spec_), liveness_(rendezvous_) {
+                                         MakeTransport make_transport, const char* backend)
+    : spec_(checked(std::move(spec), transport_name)),
+      rendezvous_(spec_),
+      liveness_(rendezvous_),
+      backend_(backend) {
   // Beating from now on (liveness_): the store's host must see a member waiting for the
   // others as alive.
   try {
@@ -131,6 +135,7 @@ int64_t ProcessCommunicator::begin(const std::string& what, const Fingerprint* f
   if (fingerprint == nullptr || !spec_.check_collectives) return sequence;
   std::string mismatch;
   try {
+    TimelineSpan round_trip("agreement", "collective");
     mismatch = disagreement(*transport_, spec_, sequence, *fingerprint);
   } catch (const std::exception& e) {
     liveness_.fail(what, sequence, e);

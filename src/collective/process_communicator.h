@@ -40,14 +40,16 @@ using MakeTransport = std::unique_ptr<Transport> (*)(const ProcessGroupSpec&, Re
 class ProcessCommunicator : public Communicator {
  public:
   // Blocks until every member joined and the transport connected. `transport_name` names the
-  // transport in messages ("Gloo"). Throws CollectiveError naming the member that never came.
+  // transport in messages ("Gloo"), `backend` in the timeline (a string literal, "gloo").
+  // Throws CollectiveError naming the member that never came.
   ProcessCommunicator(ProcessGroupSpec spec, const std::string& transport_name,
-                      MakeTransport make_transport);
+                      MakeTransport make_transport, const char* backend);
   ~ProcessCommunicator() override;
 
   int rank() const override { return spec_.rank; }
   int size() const override { return static_cast<int>(spec_.members.size()); }
   std::string member_name(int rank) const override;
+  const char* backend_name() const override { return backend_; }
 
   WorkHandle all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) override;
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root) override;
@@ -89,6 +91,7 @@ class ProcessCommunicator : public Communicator {
   ProcessGroupSpec spec_;
   Rendezvous rendezvous_;
   Liveness liveness_;
+  const char* backend_;                   // backend_name()
   std::unique_ptr<Transport> transport_;  // last: closed and destroyed first
 };
 

@@ -11,6 +11,7 @@
 
 #include "dist/core/error.h"
 #include "dist/core/reduce_op.h"
+#include "dist/core/timeline.h"
 #include "dist/train/safetensors.h"
 #include "distribute/step/optimizer_slots.h"
 #include "train/checkpoint_checksums.h"
@@ -180,6 +181,7 @@ std::map<std::string, std::string> state_metadata(const TrainingState& state,
 }  // namespace
 
 void Checkpoint::write_file(const std::string& path, Env* env, const detail::PiecesOf& of) const {
+  TimelineSpan span("checkpoint", "io");
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> metadata = state_metadata(state, of);
   prepare_to_read();

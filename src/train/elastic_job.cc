@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "dist/core/timeline.h"
 #include "dist/distribute/cluster_resolver.h"
 #include "dist/distribute/strategy_extended.h"
 #include "dist/train/preemption.h"
@@ -88,6 +89,7 @@ bool ElasticGeneration::commit_due(int64_t step) const {
 }
 
 void ElasticGeneration::commit(Checkpoint& checkpoint) {
+  TimelineSpan span("commit", "elastic");
   // A worker that joins learns it from the commit: every worker must say the same step in
   // check_workers_agree's "the step resumed from".
   checkpoint.state.values["elastic.resumed_at_step"] = std::to_string(state_.resumed_at_step);

@@ -72,6 +72,7 @@ class SameHostCommunicator : public Communicator {
   void abort(const std::string& reason) override;
   // In shared memory, the calling thread does the work; over the fallback, Gloo's threads do.
   bool completes_in_call() const override { return uses_shared_memory(); }
+  const char* backend_name() const override { return inner_->backend_name(); }
 
  private:
   void wait_for_all(const char* what);

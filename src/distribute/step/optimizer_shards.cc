@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dist/core/error.h"
+#include "dist/core/timeline.h"
 #include "distribute/step/optimizer_slots.h"
 
 namespace dist {
@@ -226,6 +227,9 @@ void OptimizerShards::clear() {
 void OptimizerShards::step(int shard) {
   DIST_INTERNAL_ASSERT(shard >= 0 && static_cast<size_t>(shard) < shards_.size(), "step of shard ",
                        shard, " of ", shards_.size());
+  TimelineSpan span("optimizer", "optimizer");
+  span.arg("share", shard);
+  span.arg("elements", elements_.at(static_cast<size_t>(shard)));
   shards_[static_cast<size_t>(shard)]->step();
 }
 

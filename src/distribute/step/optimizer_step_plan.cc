@@ -9,6 +9,7 @@
 
 #include "collective/hierarchical_communicator.h"
 #include "dist/core/error.h"
+#include "dist/core/timeline.h"
 #include "distribute/step/optimizer_slots.h"
 
 namespace dist {
@@ -18,7 +19,9 @@ class WholeStep : public OptimizerStepPlan {
  public:
   explicit WholeStep(const StepPlanInputs&) {}
   void step(int replica, torch::optim::Optimizer& optimizer) override {
-    if (replica == 0) optimizer.step();
+    if (replica != 0) return;
+    TimelineSpan span("optimizer", "optimizer");
+    optimizer.step();
   }
 };
 
@@ -51,10 +54,12 @@ class ReplicaSplit : public OptimizerStepPlan {
     if (stepped_by_packs_) return;  // one replica: nobody waits at the barrier below
     auto& local = inputs_.group->local();
     local.barrier(replica, "apply_gradients (optimizer step)", [&] { plan(optimizer); });
-    if (shards_.planned())
+    if (shards_.planned()) {
       shards_.step(first_share() + replica);
-    else if (replica == 0)
+    } else if (replica == 0) {
+      TimelineSpan span("optimizer", "optimizer");
       optimizer.step();
+    }
     after_shares(replica);
   }
   const OptimizerShards* last_split() const override {

@@ -9,6 +9,7 @@
 #include "collective/communicator.h"
 #include "collective/hierarchical_communicator.h"
 #include "dist/core/error.h"
+#include "dist/core/timeline.h"
 #include "dist/distribute/replica_context.h"
 
 namespace dist {
@@ -142,6 +143,8 @@ bool ParameterShards::can_gather_here() const {
 }
 
 void ParameterShards::before_forward(size_t unit) {
+  TimelineSpan span("gather layer", "sharding");
+  span.arg("layer", static_cast<int64_t>(unit));
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit)) {
@@ -175,6 +178,9 @@ void ParameterShards::after_forward(size_t unit, bool backward_follows) {
 }
 
 void ParameterShards::before_backward(size_t unit) {
+  TimelineSpan span("gather layer", "sharding");
+  span.arg("layer", static_cast<int64_t>(unit));
+  span.arg("backward", 1);
   std::lock_guard<std::mutex> lock(mu_);
   at::NoGradGuard no_grad;
   for (size_t i : units_.at(unit))

@@ -15,6 +15,7 @@
 #include "collective/hierarchical_communicator.h"
 #include "core/optimizer_kinds.h"
 #include "dist/core/error.h"
+#include "dist/core/timeline.h"
 #include "distribute/step/optimizer_slots.h"
 
 namespace dist {
@@ -281,12 +282,18 @@ void ShardedStep::adopt_slots(Optimizer& optimizer) {
 
 void ShardedStep::step_pack(size_t pack) {
   ShardedPack& shard = packs_.at(pack);
+  const auto step_optimizer = [&] {
+    if (!shard.optimizer) return;
+    TimelineSpan span("optimizer", "optimizer");
+    span.arg("pack", static_cast<int64_t>(pack));
+    shard.optimizer->step();
+  };
   // Stage 3 holds a pack's sums from its reduce-scatter to its step only: a forward then holds
   // none, and backward only those of the layers it has passed.
   if (shards_) {
     attach_sums(shard, pack);
     try {
-      if (shard.optimizer) shard.optimizer->step();
+      step_optimizer();
     } catch (...) {
       drop_sums(shard, pack);  // a later step must not find these sums as a pack's zeros
       throw;
@@ -294,7 +301,7 @@ void ShardedStep::step_pack(size_t pack) {
     drop_sums(shard, pack);
     return;  // stepped in place in the chunk: the next forward gathers it
   }
-  if (shard.optimizer) shard.optimizer->step();
+  step_optimizer();
   // One gather in flight at a time: each holds a pack's worth of memory until it is written.
   if (pack > 0) finish_gather(packs_[pack - 1]);
   if (shard.flat.defined()) {

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "collective/factory.h"
+#include "core/timeline_recorder.h"
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
 #include "distribute/step/layer_gathering.h"
@@ -288,6 +289,7 @@ void MirroredExtended::run_replicas(const std::function<void(int)>& body,
         ReplicaContext context(self, members_[static_cast<size_t>(replica)].get(), replica,
                                global_batch_size);
         ReplicaContextScope scope(&context);
+        detail::ReplicaStepSpans spans;  // forward and backward, while a timeline is recorded
         body(replica);
       },
       [&](int replica, std::exception_ptr error) {
@@ -297,6 +299,7 @@ void MirroredExtended::run_replicas(const std::function<void(int)>& body,
       });
   std::exception_ptr settle_error;
   try {
+    TimelineSpan span("settle", "collective");
     reduction_->settle();
   } catch (...) {
     settle_error = std::current_exception();
@@ -421,6 +424,7 @@ void MirroredExtended::apply_gradients(DistributedVariables& variables,
                  "apply_gradients was called inside run() of a different strategy than the "
                  "one that made this optimizer");
   const int replica = context->local_replica_id();
+  TimelineSpan span("apply_gradients", "step");
   // A plan that steps by packs steps each pack as it lands, then has nothing left in step().
   model.reducer_->finalize(replica,
                            model.step_plan_->step_by_packs(replica, optimizer, *model.reducer_));

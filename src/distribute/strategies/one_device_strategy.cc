@@ -3,6 +3,7 @@
 #include "dist/distribute/one_device_strategy.h"
 
 #include "collective/local/local_communicator.h"
+#include "core/timeline_recorder.h"
 #include "dist/core/error.h"
 #include "distribute/strategies/gradients.h"
 
@@ -52,6 +53,7 @@ class OneDeviceExtended : public StrategyExtended,
   void run_replicas(const std::function<void(int)>& body, int64_t global_batch_size) override {
     ReplicaContext context(shared_from_this(), group_.get(), 0, global_batch_size);
     ReplicaContextScope scope(&context);
+    detail::ReplicaStepSpans spans;  // forward and backward, while a timeline is recorded
     body(0);
   }
 
@@ -70,7 +72,11 @@ class OneDeviceExtended : public StrategyExtended,
     DIST_CHECK_ARG(&variables.strategy() == this, "apply_gradients: this model was made by ",
                    variables.strategy().describe(), ", not by this ", describe(),
                    "; make the model and optimizer with the strategy that runs them");
-    optimizer.step();
+    TimelineSpan span("apply_gradients", "step");
+    {
+      TimelineSpan step("optimizer", "optimizer");
+      optimizer.step();
+    }
     detail::clear_gradients(variables.primary()->parameters());
   }
 

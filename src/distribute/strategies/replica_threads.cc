@@ -2,6 +2,11 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <string>
+
+#include "core/timeline_recorder.h"
+
 namespace dist {
 
 ReplicaThreads::ReplicaThreads(int count, int intra_op_threads)
@@ -27,8 +32,13 @@ std::vector<std::exception_ptr> ReplicaThreads::run(
   std::fill(errors_.begin(), errors_.end(), nullptr);
   pending_ = size();
   ++generation_;
+  dispatched_ = timeline_recording() ? std::chrono::steady_clock::now()
+                                     : std::chrono::steady_clock::time_point{};
+  finished_ = {};
   work_ready_.notify_all();
   work_done_.wait(lock, [this] { return pending_ == 0; });
+  if (dispatched_ != std::chrono::steady_clock::time_point{})
+    detail::record_span("join", "step", finished_, std::chrono::steady_clock::now());
   body_ = nullptr;
   on_error_ = nullptr;
   return errors_;
@@ -41,6 +51,7 @@ void ReplicaThreads::loop(int replica) {
   // another strategy may have changed since: run that initialization first, then set ours.
   at::internal::lazy_init_num_threads();
   at::set_num_threads(intra_op_threads_);
+  detail::name_timeline_thread("replica " + std::to_string(replica));
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -49,7 +60,10 @@ void ReplicaThreads::loop(int replica) {
     seen = generation_;
     const auto* body = body_;
     const auto* on_error = on_error_;
+    const auto dispatched = dispatched_;
     lock.unlock();
+    if (dispatched != std::chrono::steady_clock::time_point{})
+      detail::record_span("dispatch", "step", dispatched, std::chrono::steady_clock::now());
     std::exception_ptr error;
     try {
       (*body)(replica);
@@ -57,8 +71,10 @@ void ReplicaThreads::loop(int replica) {
       error = std::current_exception();
       (*on_error)(replica, error);
     }
+    const auto finished = std::chrono::steady_clock::now();
     lock.lock();
     errors_[static_cast<size_t>(replica)] = error;
+    finished_ = std::max(finished_, finished);
     if (--pending_ == 0) work_done_.notify_all();
   }
 }

@@ -2,6 +2,7 @@
 // cores for LibTorch's intra-op parallelism.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -39,6 +40,12 @@ class ReplicaThreads {
   const std::function<void(int, std::exception_ptr)>* on_error_ = nullptr;
   std::vector<std::exception_ptr> errors_;
   uint64_t generation_ = 0;
+  // When run() handed out the current bodies: a timeline's "dispatch" on each thread is the
+  // wait from then until the thread started its body (a core to run on, mostly).
+  std::chrono::steady_clock::time_point dispatched_;
+  // When the last thread finished its body: the caller's "join" is the wait from then until it
+  // woke up to go on (and the recording of the replicas' spans meanwhile).
+  std::chrono::steady_clock::time_point finished_;
   int pending_ = 0;
   bool stopping_ = false;
 };

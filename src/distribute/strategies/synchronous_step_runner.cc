@@ -1,5 +1,6 @@
 #include "distribute/strategies/synchronous_step_runner.h"
 
+#include "core/timeline_recorder.h"
 #include "dist/core/error.h"
 #include "dist/distribute/strategy.h"
 
@@ -20,9 +21,19 @@ class SynchronousEpoch : public EpochSteps {
 
   std::optional<CompletedSteps> next(const StepGate& gate, bool stopping) override {
     if (stopping || at_limit()) return std::nullopt;
+    // A timeline's "step": from asking for the batch until the step ran (none for the call
+    // that finds the data exhausted or is stopped by the gate).
+    const bool recording = timeline_recording();
+    const auto started =
+        recording ? detail::TimelineClock::now() : detail::TimelineClock::time_point{};
+    if (recording) detail::name_timeline_thread("loop");
     // The batch first: the gate (a callback's on_train_batch_begin) hears only of steps that
     // exist. A batch the gate refuses is dropped; position() stays before it.
-    auto batch = iterator_.next();
+    std::optional<PerReplica<data::Element>> batch;
+    {
+      TimelineSpan waiting("data", "data");
+      batch = iterator_.next();
+    }
     if (!batch) {
       exhausted_ = true;
       return std::nullopt;
@@ -30,6 +41,9 @@ class SynchronousEpoch : public EpochSteps {
     if (gate(index_, 0) == NextStep::kStop) return std::nullopt;
     step_.run(*batch);
     position_ = iterator_.position();
+    if (recording)
+      detail::record_span("step", "step", started, detail::TimelineClock::now(),
+                          {{"epoch", position_.epoch}, {"step", index_}});
     return CompletedSteps{1, index_++, batch->global_batch_size()};
   }
   int64_t running() const override { return 0; }
