@@ -8,7 +8,7 @@
 # child processes, assert no elapsed time and share nothing machine-wide) run two at a time
 # too, each with ports of its own. The fuzzing (two targets at a time at the lowest priority,
 # 20 s of wall time each) runs beside the cases that mostly sleep on timeouts and check
-# deadlines (label "waiting", tests/waiting_cases.txt), three at a time: they take a core when
+# deadlines (label "waiting", tests/waiting_cases.txt), four at a time: they take a core when
 # they want one, the fuzzing the rest. Everything else runs alone, as the other deadline tests
 # and those that need the whole machine (Slurm, network namespaces) must on a 2-core machine.
 # Every pass always runs; the exit status is non-zero if any failed.
@@ -36,7 +36,7 @@ run_pass() {
 tests_started=$SECONDS
 run_pass "tests that run two at a time (label parallel)" -j 2 -L parallel -LE "$skip"
 run_pass "multi-process tests that run two at a time (label paired)" -j 2 -L paired -LE "$skip"
-run_pass "the fuzzing beside the tests that wait out timeouts (label waiting)" -j 4 -L waiting \
+run_pass "the fuzzing beside the tests that wait out timeouts (label waiting)" -j 5 -L waiting \
   -LE "$skip"
 run_pass "tests that run alone (deadlines, loopback servers, Slurm, namespaces, install)" \
   -LE "parallel|paired|waiting|$skip"

@@ -12,7 +12,7 @@
 #   - a suite or case named in tests/waiting_cases.txt (one that spends its time waiting out
 #     timeouts and checks deadlines) is labelled "waiting", with a DIST_PORT_BASE of its own and
 #     the resource locks its line names (what it takes machine-wide): scripts/test.sh runs them
-#     three at a time beside the fuzzing, which runs at the lowest priority;
+#     four at a time beside the fuzzing, which runs at the lowest priority;
 #   - suites named Long* are left to the "long_multi_worker" test.
 #
 # Inputs (-D): TEST_BINARY, PARALLEL_LIST, ONE_PROCESS_LIST, PAIRED_LIST, WAITING_LIST, OUTPUT.
