@@ -1,7 +1,5 @@
 #include "collective/gloo/gloo_transport.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +16,7 @@
 
 #include "collective/store/store_client.h"
 #include "collective/transport_guards.h"
+#include "core/allowed_cores.h"
 #include "core/stop_request.h"
 #include "dist/core/error.h"
 
@@ -217,11 +216,8 @@ std::unique_ptr<Transport> make_gloo_transport(const ProcessGroupSpec& spec,
   // owns copies of all it touches, and this thread watches: when a member is lost (its process
   // ended, its heartbeat stopped) or a stop signal is pending, it leaves that thread blocked
   // where it is and throws, naming the member.
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
-                        ? CPU_COUNT(&allowed)
-                        : static_cast<int>(std::thread::hardware_concurrency());
+  const int allowed = detail::allowed_cores();
+  const int cores = allowed > 0 ? allowed : static_cast<int>(std::thread::hardware_concurrency());
   const auto poll_for = gloo_poll_before_blocking(spec, cores);
   auto connecting = std::make_shared<Connecting>();
   std::thread([connecting, spec, poll_for, store = rendezvous.store()] {

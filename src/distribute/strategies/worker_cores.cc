@@ -1,7 +1,5 @@
 #include "distribute/strategies/worker_cores.h"
 
-#include <sched.h>
-
 #include <algorithm>
 
 namespace dist::detail {
@@ -12,13 +10,6 @@ int workers_on_host(const ClusterConfig& config) {
   for (const auto& task : config.cluster.collective_tasks())
     if (config.cluster.address(task).host == host) ++count;
   return std::max(1, count);
-}
-
-int allowed_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
-  return CPU_COUNT(&set);
 }
 
 int default_threads_per_replica(int replicas, int workers_on_host, int host_cores,

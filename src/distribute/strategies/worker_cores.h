@@ -5,15 +5,13 @@
 // than with 1).
 #pragma once
 
+#include "core/allowed_cores.h"
 #include "dist/distribute/cluster_spec.h"
 
 namespace dist::detail {
 
 // The collective tasks (chief and workers) whose address names the same host as `config.task`.
 int workers_on_host(const ClusterConfig& config);
-
-// The CPUs this process may run on (its affinity mask), or 0 if it cannot be read.
-int allowed_cores();
 
 // A launcher that bound the process to fewer CPUs than the host has (srun --cpu-bind, mpirun
 // --bind-to) already gave it its share: that share is split among its replicas. Otherwise the
