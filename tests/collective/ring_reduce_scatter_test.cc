@@ -65,6 +65,19 @@ TEST(RingReduceScatterTest, EachChunkIsReducedInTheDocumentedOrderBitForBit) {
   }
 }
 
+// A step's message larger than a piece (1 MiB: the ring sends in pieces, each send beside its
+// receive) arrives whole and in order: 200000 rows of 3 floats, 1.2 MB a chunk for 2 members.
+TEST(RingReduceScatterTest, MessagesLargerThanAPieceArriveWholeAndInOrder) {
+  for (int size : {2, 3}) {
+    std::vector<at::Tensor> outputs;
+    run_ring(size, 200000, ReduceOp::kSum, &outputs);
+    for (int r = 0; r < size; ++r)
+      ASSERT_TRUE(at::equal(outputs[static_cast<size_t>(r)],
+                            ring_order_reference(size, 200000, r, ReduceOp::kSum)))
+          << "size " << size << ", member " << r;
+  }
+}
+
 // Each member sends every chunk but its own once: (size - 1) / size of the input, half of the
 // 2 (size - 1) / size that a ring all-reduce of the whole input sends.
 TEST(RingReduceScatterTest, EachMemberSendsTheInputLessItsOwnChunk) {
@@ -107,7 +120,9 @@ TEST(RingReduceScatterTest, RingTagsAreReservedAndDifferForConsecutiveCollective
 TEST(RingAllGatherTest, EveryMemberGetsEveryPartInItsRows) {
   for (int size : {1, 2, 3, 5}) {
     for (const std::vector<int64_t>& pattern :
-         {std::vector<int64_t>{4, 4, 4, 4, 4}, std::vector<int64_t>{3, 0, 2, 1, 0}}) {
+         {std::vector<int64_t>{4, 4, 4, 4, 4}, std::vector<int64_t>{3, 0, 2, 1, 0},
+          // parts larger than a piece (1 MiB), of different sizes
+          std::vector<int64_t>{300000, 170000, 0, 5, 140000}}) {
       const std::vector<int64_t> counts(pattern.begin(), pattern.begin() + size);
       int64_t total = 0;
       for (int64_t c : counts) total += c;

@@ -14,8 +14,8 @@
 #include "collective/factory.h"
 #include "dist/core/error.h"
 #include "dist/distribute/gradient_compression.h"
-#include "distribute/reduction/half_codec.h"
 #include "distribute/reduction/gradient_reducer.h"
+#include "distribute/reduction/half_codec.h"
 
 namespace dist {
 namespace {
@@ -40,6 +40,32 @@ TEST(GradientCompressionTest, Float16ScaleKeepsTheLargestMagnitudeInRange) {
   }
   EXPECT_EQ(compression::float16_exponent(at::zeros({4})), 0);
   EXPECT_EQ(compression::float16_exponent(at::tensor({1.0f, INFINITY})), 0);
+}
+
+// float16 goes through the CPU's F16C instructions where it has them: the bits must be ATen's
+// (round to nearest even, subnormals kept), every element of a length that is not a multiple of
+// the vector's, decoding and decoding into a sum alike.
+TEST(GradientCompressionTest, Float16CodecGivesAtensBitsForEveryKindOfValue) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  at::Tensor values = at::randn({1003}, generator) * 1e-3;
+  values[0] = 0.0f;
+  values[1] = -0.0f;
+  values[2] = 1e-12f;  // float16 subnormals once scaled (by 2^22 here)
+  values[3] = 3.0f * std::ldexp(1.0f, -40);
+  values[1002] = 0.01f;  // the largest, in the tail
+  const int e = compression::float16_exponent(values);
+  const at::Tensor bytes = compression::encode(values, HalfKind::kFloat16);
+  const at::Tensor halves = (values * std::ldexp(1.0f, e)).to(at::kHalf);
+  EXPECT_TRUE(at::equal(bytes.view(at::kShort).narrow(0, 0, 1003), halves.view(at::kShort)));
+  EXPECT_EQ(bytes.view(at::kShort)[1003].item<int16_t>(), e);
+  const at::Tensor exact = halves.to(at::kFloat) * std::ldexp(1.0f, -e);
+  at::Tensor back = at::empty({1003});
+  compression::decode(bytes, HalfKind::kFloat16, back);
+  EXPECT_TRUE(at::equal(back, exact));
+  at::Tensor sum = at::randn({1003}, generator);
+  const at::Tensor expected = sum + exact;
+  compression::decode_add(bytes, HalfKind::kFloat16, sum);
+  EXPECT_TRUE(at::equal(sum, expected));
 }
 
 TEST(GradientCompressionTest, Bfloat16EncodingRoundsToNearestAndTakesTwoBytesAValue) {
@@ -139,7 +165,10 @@ TEST_P(HalfSumTest, EveryMemberGetsTheExplicitCompressedSumBitForBit) {
   const HalfKind kind = name == "bf16" ? HalfKind::kBFloat16 : HalfKind::kFloat16;
   auto group = gloo_group(members);
   // Sizes that split unevenly, one smaller than the group, a matrix, two packs in flight.
-  const std::vector<std::vector<std::vector<int64_t>>> packs{{{1}}, {{7}, {3, 5}}, {{1000}}};
+  // The last pack's messages are larger than a piece (1 MiB) for 2 and 3 members. Step 1 runs
+  // in the buffers step 0 left (kept from step to step).
+  const std::vector<std::vector<std::vector<int64_t>>> packs{
+      {{1}}, {{7}, {3, 5}}, {{1000}}, {{2200, 1000}}};
   PackCommunication communicate = communicate_through(gradient_compression(name));
   run_threads(members, [&](int m) {
     for (int step = 0; step < 2; ++step) {

@@ -69,6 +69,10 @@ struct PackExchange {
   // the pack has landed (both are made again by the next step): what Sharding::kGradients saves
   // between steps.
   bool frees_gradients = false;
+  // With frees_gradients: at most this many packs' buffers wait for their communication while
+  // backward goes on (0: no bound). Issuing one more first waits for the oldest and frees it,
+  // so a communication running behind backward holds a few packs, not every gradient.
+  size_t packs_in_flight = 0;
   // Packs go out only once backward is over, each in turn as finalize reaches it, instead of as
   // soon as backward completes them: for communicators whose collectives complete inside the
   // call (shared memory), where a pack sent during backward would hold backward up until the

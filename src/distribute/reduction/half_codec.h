@@ -14,6 +14,8 @@ enum class HalfKind { kBFloat16, kFloat16 };
 int float16_exponent(const at::Tensor& values);
 // 2 x (n + 1) bytes for n float values.
 at::Tensor encode(const at::Tensor& values, HalfKind kind);
+// encode into `bytes` (kByte, encoded_bytes(n) elements): a buffer kept from step to step.
+void encode_into(const at::Tensor& values, HalfKind kind, const at::Tensor& bytes);
 // Writes the n values of `bytes` (from encode) into `out` (float, n elements).
 void decode(const at::Tensor& bytes, HalfKind kind, at::Tensor& out);
 // sum += the n values of `bytes`, bit for bit as decode and then an addition (no copy).

@@ -149,8 +149,22 @@ void OverlappedReducer::reduce_in_process_and_issue(size_t pack) {
     const size_t next = issued_.size();
     described_[next].step = steps_reduced_;
     issued_.push_back(exchange_.communicate(group_->cross_process(), described_[next]));
-    // A collective done in the call (the ring reduce-scatter) needs the pack no more.
-    if (exchange_.frees_gradients && issued_.back()->is_completed()) free_buffer(next);
+    if (exchange_.frees_gradients) free_sent_buffers_locked();
+  }
+}
+
+void OverlappedReducer::free_sent_buffers_locked() {
+  size_t in_flight = 0;
+  for (size_t k = 0; k < issued_.size(); ++k) in_flight += flat_[k].defined() ? 1 : 0;
+  for (size_t k = 0; k < issued_.size(); ++k) {
+    if (!flat_[k].defined()) continue;
+    // A communication done (in the call, or on its thread) needs the pack no more; beyond
+    // the bound, the oldest are waited for.
+    const bool over = exchange_.packs_in_flight > 0 && in_flight > exchange_.packs_in_flight;
+    if (over) issued_[k]->wait();
+    if (!over && !issued_[k]->is_completed()) continue;
+    free_buffer(k);
+    --in_flight;
   }
 }
 

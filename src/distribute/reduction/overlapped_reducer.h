@@ -81,6 +81,9 @@ class OverlappedReducer : public GradientReducer {
   // With mu_ held: marks (replica, param); returns the pack it completed, or -1.
   int64_t mark_locked(int replica, size_t param);
   void reduce_in_process_and_issue(size_t pack);
+  // With mu_ held (frees_gradients): frees the buffers of issued packs whose communication is
+  // done, waiting for the oldest beyond PackExchange::packs_in_flight.
+  void free_sent_buffers_locked();
   // Waits for every pack in order, landing each; `landed` hears of each.
   void write_results(const PackLanded& landed);
   // Copies pack `pack`'s sums into replica 0's gradients.

@@ -41,6 +41,9 @@ PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sha
   PackExchange exchange;
   exchange.lands_in_gradients = false;  // this worker's sums are its chunk, not every gradient
   exchange.frees_gradients = sharding != Sharding::kOptimizer;
+  // Stage 2 across hosts reduce-scatters on the collective thread behind backward: two packs
+  // on their way at most (the one on the wire and the next), not every gradient of the model.
+  if (sharding == Sharding::kGradients) exchange.packs_in_flight = 2;
   // The reduce-scatter only reads the pack: kept gradients can live in it (one copy, not two).
   exchange.gradients_in_pack = sharding == Sharding::kOptimizer;
   const bool wait_in_call = sharding == Sharding::kParameters;

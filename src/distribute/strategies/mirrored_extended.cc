@@ -218,10 +218,16 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
   // Decided before the communicator is wrapped: the counter answers completes_in_call alike.
   const bool completes_in_call = cross_process->completes_in_call();
   cross_process = collective::count_bytes(std::move(cross_process), counters_);
-  // Stage 3 gathers the next layer while this one computes: its rings run on a thread.
-  const bool prefetch = options_.sharding == Sharding::kParameters && cross_process->size() > 1;
-  group_ =
-      std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process), prefetch);
+  // Sharded collectives are rings of send/recv that complete in the call: on a thread of their
+  // own, stage 3 gathers the next layer while this one computes, and stages 1 and 2 across
+  // hosts reduce-scatter a pack while backward makes the next and gather a pack while the next
+  // one steps (on one host, where the collectives go through shared memory after backward,
+  // there is nothing idle to overlap).
+  const bool sharded = options_.sharding != Sharding::kNone && cross_process->size() > 1;
+  const bool collective_thread =
+      sharded && (options_.sharding == Sharding::kParameters || !completes_in_call);
+  group_ = std::make_shared<collective::HierarchicalGroup>(local, std::move(cross_process),
+                                                           collective_thread);
   for (int r = 0; r < replicas; ++r) members_.push_back(group_->member(r));
   choose_parts(overlap_with_backward && !completes_in_call, share_variables_on_host);
   // Every worker must hold the same number of replicas (equal shares of each batch).
