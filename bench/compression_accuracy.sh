@@ -43,6 +43,7 @@ for compression in $compressions; do
   if "$build/tools/dist-launch" --workers 2 -- "$build/tools/dist-train" --strategy multi_worker \
     --collective-backend gloo --model cnn --threads 1 --batch-per-replica 64 --epochs "$epochs" \
     --no-progress --data-dir "$data" --seed "$seed" --gradient-compression "$compression" \
+    --compress-packs-from 0 \
     >"$log" 2>&1; then
     json=$(grep '"test_accuracy"' "$log" | tail -1 || true)
   else

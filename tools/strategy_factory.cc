@@ -61,6 +61,7 @@ Strategy make_mirrored_strategy(const TrainOptions& options) {
   if (central) mirrored.cross_device_ops = CrossDeviceOps::kReductionToOneDevice;
   if (options.cross_device_ops) mirrored.cross_device_ops = *options.cross_device_ops;
   mirrored.communication_hook = options.communication_hook;
+  mirrored.min_compressed_pack_bytes = options.min_compressed_pack_bytes;
   mirrored.sharding = options.sharding;
   if (central) return CentralStorageStrategy(mirrored);
   return MirroredStrategy(mirrored);
@@ -77,6 +78,7 @@ Strategy make_multi_worker_strategy(const TrainOptions& options, ElasticGenerati
   multi.communication.check_collectives = options.check_collectives;
   if (options.collective_backend) multi.communication.backend = *options.collective_backend;
   multi.communication.communication_hook = options.communication_hook;
+  multi.communication.min_compressed_pack_bytes = options.min_compressed_pack_bytes;
   multi.sharding = options.sharding;
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();

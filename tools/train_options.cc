@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -150,6 +151,12 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "mirrored, central_storage, multi_worker: how gradients cross the workers: "
                  "none | bf16 | fp16 (16 bits each, half the bytes) | powersgd:RANK[:START] "
                  "(rank-RANK approximations after START plain steps, default 10)")
+      ->capture_default_str();
+  app.add_option("--compress-packs-from", o.min_compressed_pack_bytes,
+                 "with --gradient-compression: packs of fewer bytes cross uncompressed, too "
+                 "small to gain (-1: the compression's own threshold, powersgd 1048576, bf16 "
+                 "and fp16 0; 0: every pack compressed)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   app.add_option("--sharding", s.sharding,
                  "mirrored, central_storage, multi_worker: what the workers split between them "

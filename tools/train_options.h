@@ -63,6 +63,8 @@ struct TrainOptions {
   // The hook it names, made once the flags are read (null for "none"): the strategy uses it
   // and checkpoints hold its state.
   std::shared_ptr<CommunicationHook> communication_hook;
+  // Packs below this many bytes cross uncompressed (CommunicationOptions).
+  int64_t min_compressed_pack_bytes = -1;
   // mirrored, central_storage, multi_worker: MirroredOptions / MultiWorkerOptions::sharding.
   Sharding sharding = Sharding::kNone;
   // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.

@@ -209,6 +209,36 @@ TEST(GradientCompressionGlooTest, Float16NeverOverflowsWhereFloat16ItselfWould) 
   release(group);
 }
 
+// Compression only where it pays: a pack below the threshold crosses as one all-reduce in
+// float32 (the exact sum of two members), one at or above it through the hook (rounded). -1
+// takes the hook's own threshold: PowerSGD 1 MiB, the 16-bit hooks none.
+TEST(GradientCompressionGlooTest, PacksBelowTheThresholdCrossUncompressed) {
+  EXPECT_EQ(gradient_compression("powersgd:4")->min_pack_bytes(), int64_t{1} << 20);
+  EXPECT_EQ(gradient_compression("bf16")->min_pack_bytes(), 0);
+  auto group = gloo_group(2);
+  const std::vector<std::vector<int64_t>> small{{64, 64}};  // 16 KiB
+  const at::Tensor exact = pack_of(small, 0, 0).buffer + pack_of(small, 1, 0).buffer;
+  struct Case {
+    std::string compression;
+    int64_t min_bytes;
+    bool compressed;
+  };
+  for (const Case& c :
+       {Case{"powersgd:1:0", -1, false}, Case{"powersgd:1:0", 0, true}, Case{"bf16", -1, true},
+        Case{"bf16", 16 * 1024, true}, Case{"bf16", 16 * 1024 + 1, false}}) {
+    run_threads(2, [&](int m) {
+      // A hook per member: a PowerSGD hook serves one strategy (one process) only.
+      PackCommunication communicate =
+          communicate_through(gradient_compression(c.compression), c.min_bytes);
+      GradientPack pack = pack_of(small, m, 0);
+      communicate(*group[static_cast<size_t>(m)], pack)->wait();
+      EXPECT_EQ(at::equal(pack.buffer, exact), !c.compressed)
+          << c.compression << " from " << c.min_bytes << " bytes, member " << m;
+    });
+  }
+  release(group);
+}
+
 // PowerSGD: what the options say, run on `members` Gloo members for `steps` steps.
 struct PowerSgdRun {
   std::vector<std::vector<at::Tensor>> results;  // [member][step]: the pack's buffer

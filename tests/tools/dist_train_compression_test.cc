@@ -23,7 +23,8 @@ using testing::WorkerProcesses;
 // Two workers (small_multi_worker_job) at `compression`, then `more`.
 std::vector<std::string> two_workers(const std::string& compression,
                                      std::vector<std::string> more) {
-  more.insert(more.begin(), {"--gradient-compression", compression});
+  // Every pack compressed: the tutorial CNN's one pack is below the default threshold.
+  more.insert(more.begin(), {"--gradient-compression", compression, "--compress-packs-from", "0"});
   return testing::small_multi_worker_job(2, std::move(more));
 }
 

@@ -148,8 +148,10 @@ TEST(DistTrainTorchScriptOptionsTest, MixedPrecisionAndCompressionTrainTheModule
   const auto results = run_together(
       {run("one", {}), run("bf16", {"--replicas", "2", "--mixed-precision", "bf16"}),
        run("fit_bf16", {"--replicas", "2", "--mixed-precision", "bf16", "--loop", "fit"}),
-       run("compressed", {"--replicas", "2", "--gradient-compression", "bf16"}),
-       run("powersgd", {"--replicas", "2", "--gradient-compression", "powersgd:2:5"})});
+       run("compressed",
+           {"--replicas", "2", "--gradient-compression", "bf16", "--compress-packs-from", "0"}),
+       run("powersgd", {"--replicas", "2", "--gradient-compression", "powersgd:2:5",
+                        "--compress-packs-from", "0"})});
   for (const auto& result : results) ASSERT_EQ(result.exit_code, 0) << result.output;
   std::vector<at::Tensor> initial =
       models::load_torchscript(model_file("cnn_scripted.pt"))->parameters();

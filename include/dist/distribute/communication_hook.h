@@ -90,6 +90,9 @@ class CommunicationHook {
   virtual ~CommunicationHook() = default;
   // For logs: "bf16", "powersgd:4".
   virtual std::string name() const = 0;
+  // Packs of fewer bytes gain nothing from this hook: the strategy sends them as one all-reduce
+  // in float32 instead (unless its options set another threshold).
+  virtual int64_t min_pack_bytes() const { return 0; }
   // Starts reducing `pack` (see above). `processes`, `pack` and its tensors live until the
   // work has been waited for; `processes` is the same object for every pack that crosses the
   // same processes (one hook may serve several strategies: key per-job state by it).

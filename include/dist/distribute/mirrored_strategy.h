@@ -41,6 +41,11 @@ struct MirroredOptions {
   // all-reduce. In one process it still runs, over collectives of one member: a compressing
   // hook gives the numerics it gives across workers.
   std::shared_ptr<CommunicationHook> communication_hook;
+  // Packs of fewer bytes than this skip the hook and cross as one all-reduce SUM in float32
+  // (bit-identical to no hook): too small to gain from the hook what its extra collectives and
+  // arithmetic cost. -1: the hook's own threshold (CommunicationHook::min_pack_bytes; PowerSGD
+  // 1 MiB, bf16 and fp16 none); 0: every pack through the hook. The same on every worker.
+  int64_t min_compressed_pack_bytes = -1;
   // How much of the optimizer's state, the gradients and the parameters the workers split
   // between them (sharding.h); in one process a level moves the optimizer's slots into the
   // strategy without saving memory. Not with a communication hook.

@@ -63,6 +63,11 @@ struct CommunicationOptions {
   // Needs overlap_with_backward; between workers that share memory it also reduces packs
   // during backward.
   std::shared_ptr<CommunicationHook> communication_hook;
+  // Packs of fewer bytes than this skip the hook and cross as one all-reduce SUM in float32
+  // (bit-identical to no hook): too small to gain from the hook what its extra collectives and
+  // arithmetic cost. -1: the hook's own threshold (CommunicationHook::min_pack_bytes; PowerSGD
+  // 1 MiB, bf16 and fp16 none); 0: every pack through the hook. The same on every worker.
+  int64_t min_compressed_pack_bytes = -1;
   // Workers that share memory (kAuto on one host) keep one copy of the model's parameters and
   // optimizer slots in it and split each optimizer step between them, each updating its share
   // of the elements in place (bit-identical to each worker stepping its own copy; LibTorch's

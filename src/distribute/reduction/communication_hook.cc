@@ -82,24 +82,29 @@ class HookWork : public collective::Work {
 
 }  // namespace
 
-PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook) {
+PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook, int64_t min_bytes) {
   if (!hook) return all_reduce_pack;
+  if (min_bytes < 0) min_bytes = hook->min_pack_bytes();
   // One ProcessCollectives per communicator, for every pack: a hook may key state by it.
   auto mu = std::make_shared<std::mutex>();
   auto made = std::make_shared<
       std::map<collective::Communicator*, std::shared_ptr<CommunicatorCollectives>>>();
-  return [hook = std::move(hook), mu, made](collective::Communicator& cross_process,
-                                            GradientPack& pack) {
-    std::shared_ptr<CommunicatorCollectives> processes;
-    {
-      std::lock_guard<std::mutex> lock(*mu);
-      auto& slot = (*made)[&cross_process];
-      if (!slot) slot = std::make_shared<CommunicatorCollectives>(cross_process);
-      processes = slot;
-    }
-    PendingWork work = hook->reduce(*processes, pack);
-    return std::make_shared<HookWork>(std::move(processes), std::move(work));
-  };
+  return
+      [hook = std::move(hook), mu, made, min_bytes](collective::Communicator& cross_process,
+                                                    GradientPack& pack) -> collective::WorkHandle {
+        // Too small to gain: every process decides alike (the same packs, the same threshold).
+        if (pack.buffer.numel() * static_cast<int64_t>(pack.buffer.element_size()) < min_bytes)
+          return all_reduce_pack(cross_process, pack);
+        std::shared_ptr<CommunicatorCollectives> processes;
+        {
+          std::lock_guard<std::mutex> lock(*mu);
+          auto& slot = (*made)[&cross_process];
+          if (!slot) slot = std::make_shared<CommunicatorCollectives>(cross_process);
+          processes = slot;
+        }
+        PendingWork work = hook->reduce(*processes, pack);
+        return std::make_shared<HookWork>(std::move(processes), std::move(work));
+      };
 }
 
 }  // namespace dist

@@ -56,7 +56,10 @@ class GradientReducer {
 using PackCommunication = std::function<collective::WorkHandle(
     collective::Communicator& cross_process, GradientPack& pack)>;
 collective::WorkHandle all_reduce_pack(collective::Communicator& cross_process, GradientPack& pack);
-PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook);
+// Packs of fewer than `min_bytes` bytes (-1: hook->min_pack_bytes()) cross as all_reduce_pack
+// instead of through the hook.
+PackCommunication communicate_through(std::shared_ptr<CommunicationHook> hook,
+                                      int64_t min_bytes = 0);
 
 // How an overlapped reducer's packs cross the processes, and where their sums land.
 struct PackExchange {

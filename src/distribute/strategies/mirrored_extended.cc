@@ -204,6 +204,9 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
     : name_(std::move(name)), options_(std::move(options)), devices_(resolve_devices(options_)) {
   DIST_CHECK_ARG(options_.bytes_per_pack >= 1, "bytes_per_pack must be positive, got ",
                  options_.bytes_per_pack);
+  DIST_CHECK_ARG(options_.min_compressed_pack_bytes >= -1,
+                 "min_compressed_pack_bytes must be -1 (the hook's own) or at least 0, got ",
+                 options_.min_compressed_pack_bytes);
   DIST_CHECK_ARG(options_.collective_timeout.count() > 0,
                  "collective_timeout must be positive, got ", options_.collective_timeout.count(),
                  " ms");
@@ -253,7 +256,8 @@ void MirroredExtended::choose_parts(bool overlap_with_backward, bool share_varia
   const bool sharded = options_.sharding != Sharding::kNone;
   if (options_.communication_hook || sharded || overlap_with_backward) {
     PackExchange exchange;
-    exchange.communicate = communicate_through(options_.communication_hook);
+    exchange.communicate =
+        communicate_through(options_.communication_hook, options_.min_compressed_pack_bytes);
     if (sharded) {
       exchange = sharded_exchange(sharding_state_, options_.sharding);
       // Not at stage 3: its gathers keep the workers in step through backward already, and a

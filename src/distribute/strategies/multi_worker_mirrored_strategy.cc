@@ -38,6 +38,7 @@ MirroredOptions local_options(const MultiWorkerOptions& options) {
   local.bytes_per_pack = options.communication.bytes_per_pack;
   local.collective_timeout = options.communication.timeout;
   local.communication_hook = options.communication.communication_hook;
+  local.min_compressed_pack_bytes = options.communication.min_compressed_pack_bytes;
   DIST_CHECK_ARG(options.sharding == Sharding::kNone || options.communication.overlap_with_backward,
                  "sharding '", to_string(options.sharding),
                  "' needs CommunicationOptions::overlap_with_backward (each pack is "
