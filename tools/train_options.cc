@@ -146,7 +146,8 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                "cost; workers that diverge then abort inside Gloo)");
 }
 
-void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+// How gradients cross the replicas: compression and sharding.
+void add_gradient_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--gradient-compression", o.gradient_compression,
                  "mirrored, central_storage, multi_worker: how gradients cross the workers: "
                  "none | bf16 | fp16 (16 bits each, half the bytes) | powersgd:RANK[:START] "
@@ -164,6 +165,10 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "slots) | gradients (and the gradients between steps) | parameters (and the "
                  "parameters, gathered layer by layer: one replica per worker)")
       ->capture_default_str();
+}
+
+void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
+  add_gradient_flags(app, o, s);
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->capture_default_str()
       ->check(kAtLeastOne);
