@@ -9,19 +9,13 @@
 namespace dist::collective {
 namespace {
 
-// A ring step's messages go in pieces of this many bytes, each send beside its receive.
-// Gloo's TCP pair writes a message the peer is ready for from its event loop, which reads
-// nothing meanwhile: two whole 32 MiB messages crossing between two processes took turns on
-// the link in about half the steps (540 ms instead of 280 at 1 Gbit/s, docs/hosts-scaling.md).
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
-
 // Sends `outgoing` to `next` and receives `incoming` from `prev` (either may be empty), in
 // pieces, and waits for both. Both ends cut a message alike: they know its size.
 void send_and_receive(Transport& transport, const at::Tensor& outgoing, int next,
                       at::Tensor& incoming, int prev, int tag) {
   const at::Tensor out = outgoing.reshape(-1);
   at::Tensor in = incoming.view(-1);  // contiguous: received in place
-  const int64_t per_piece = std::max<int64_t>(1, kPieceBytes / in.element_size());
+  const int64_t per_piece = std::max<int64_t>(1, kMessagePieceBytes / in.element_size());
   std::vector<WorkHandle> sent, got;
   for (int64_t first = 0; first < std::max(out.numel(), in.numel()); first += per_piece) {
     if (first < out.numel())

@@ -22,6 +22,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "collective/transport.h"
@@ -32,6 +33,13 @@ namespace dist::collective {
 // Point-to-point tags from here on are the library's own (the ring's): user sends and recvs
 // must use tags below it (ProcessCommunicator checks), so that the two never pair up.
 constexpr int kFirstReservedTag = 1 << 30;
+// Large point-to-point messages go in pieces of this many bytes, each piece's send issued beside
+// the matching receive. Gloo's TCP pair writes a message the peer is ready for from its event
+// loop, which reads nothing meanwhile: two whole 32 MiB messages crossing between two processes
+// took turns on the link in about half the steps (540 ms instead of 280 at 1 Gbit/s,
+// docs/hosts-scaling.md). Posting all the sends before the receives did not help; the
+// interleaving does. Used by the rings here and by the bf16/fp16 hooks.
+constexpr int64_t kMessagePieceBytes = int64_t{1} << 20;
 // The ring's tag for collective number `sequence`: consecutive rings use different tags, so a
 // message late from one can never be taken for the next one's.
 inline int ring_tag(int64_t sequence) {

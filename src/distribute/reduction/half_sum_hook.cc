@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "collective/communicator.h"
+#include "collective/ring_reduce_scatter.h"
 #include "dist/distribute/gradient_compression.h"
 #include "distribute/reduction/half_codec.h"
 
@@ -33,12 +34,6 @@ using compression::HalfKind;
 // sums apart, so neither is taken for the other.
 constexpr int kContributionTag = (1 << 29) + 1;
 constexpr int kSumTag = (1 << 29) + 2;
-
-// Messages go in pieces of this many bytes, each send issued beside the matching receive:
-// Gloo's TCP pair writes a whole message from its event loop, which reads nothing meanwhile,
-// so two large messages crossing between two processes took turns on the link about half the
-// time (docs/hosts-scaling.md).
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
 
 // One pack's encoded messages, kept from step to step (the same sizes every step).
 struct PackBuffers {
@@ -77,11 +72,12 @@ void cross_messages(ProcessCollectives& processes, const std::vector<at::Tensor>
   int64_t longest = 0;
   for (int q = 0; q < processes.size(); ++q)
     if (q != me) longest = std::max({longest, out[q].numel(), in[q].numel()});
-  for (int64_t first = 0; first < longest; first += kPieceBytes) {
+  for (int64_t first = 0; first < longest; first += collective::kMessagePieceBytes) {
     for (int q = 0; q < processes.size(); ++q) {
       if (q == me) continue;
       const auto piece = [first](const at::Tensor& bytes) {
-        return bytes.narrow(0, first, std::min(kPieceBytes, bytes.numel() - first));
+        return bytes.narrow(0, first,
+                            std::min(collective::kMessagePieceBytes, bytes.numel() - first));
       };
       if (first < out[q].numel()) works.push_back(processes.send(piece(out[q]), q, tag));
       if (first < in[q].numel()) {
