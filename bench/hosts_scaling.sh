@@ -40,7 +40,9 @@
 # Gradient compression variants, in HS_BACKENDS beside the others (same rotation, same cells):
 #   gloo+COMP   dist-train over Gloo exactly as gloo, plus --gradient-compression COMP (bf16,
 #               fp16, powersgd:RANK[:START], none), as gloo+bf16, gloo+fp16, gloo+powersgd:4:2;
-#               gloo+sharding:LEVEL: plus --sharding LEVEL (optimizer, gradients, parameters; issue 35);
+#               gloo+sharding:LEVEL[:REUSE]: plus --sharding LEVEL (optimizer, gradients,
+#               parameters; issue 35), and --sharding-reuse-bytes REUSE when given (stage 3 only;
+#               -1: every layer kept whole from forward to backward);
 #               gloo+timeline: plus --timeline (its cost; the files stay in HS_OUT/raw).
 #   ddp+fp16, ddp+bf16, ddp+powersgd:RANK[:START]   DDP as ddp with one of PyTorch's
 #               communication hooks (bench/pytorch_ddp_hosts.py): fp16_compress_hook,
@@ -306,7 +308,9 @@ dist_run() {
     binary=${backend#gloo@}/tools/dist-train
     backend=gloo
   elif [[ $backend == gloo+sharding:* ]]; then
-    compression=(--sharding "${backend#gloo+sharding:}")
+    local level=${backend#gloo+sharding:}
+    compression=(--sharding "${level%%:*}")
+    [[ $level == *:* ]] && compression+=(--sharding-reuse-bytes "${level#*:}")
     backend=gloo
   elif [[ $backend == gloo+timeline ]]; then
     # Each run its own files (one per worker: FILE.worker-N.json), kept in HS_OUT/raw.

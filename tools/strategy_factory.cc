@@ -63,6 +63,7 @@ Strategy make_mirrored_strategy(const TrainOptions& options) {
   mirrored.communication_hook = options.communication_hook;
   mirrored.min_compressed_pack_bytes = options.min_compressed_pack_bytes;
   mirrored.sharding = options.sharding;
+  mirrored.sharding_reuse_bytes = options.sharding_reuse_bytes;
   if (central) return CentralStorageStrategy(mirrored);
   return MirroredStrategy(mirrored);
 }
@@ -80,6 +81,7 @@ Strategy make_multi_worker_strategy(const TrainOptions& options, ElasticGenerati
   multi.communication.communication_hook = options.communication_hook;
   multi.communication.min_compressed_pack_bytes = options.min_compressed_pack_bytes;
   multi.sharding = options.sharding;
+  multi.sharding_reuse_bytes = options.sharding_reuse_bytes;
   // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
   const ResolvedCluster resolved = resolve_cluster();
   multi.cluster = resolved.config;

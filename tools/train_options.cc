@@ -165,6 +165,13 @@ void add_gradient_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "slots) | gradients (and the gradients between steps) | parameters (and the "
                  "parameters, gathered layer by layer: one replica per worker)")
       ->capture_default_str();
+  app.add_option("--sharding-reuse-bytes", o.sharding_reuse_bytes,
+                 "with --sharding parameters: a layer stays whole from its forward to its "
+                 "backward (one gather saved) when the layers after it hold at most this many "
+                 "bytes of parameters (0: only the last layer; -1: every layer, the bytes of an "
+                 "all-reduce for the memory of the whole model at the turn)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
 }
 
 void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {

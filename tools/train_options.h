@@ -67,6 +67,8 @@ struct TrainOptions {
   int64_t min_compressed_pack_bytes = -1;
   // mirrored, central_storage, multi_worker: MirroredOptions / MultiWorkerOptions::sharding.
   Sharding sharding = Sharding::kNone;
+  // With Sharding::kParameters: MirroredOptions::sharding_reuse_bytes.
+  int64_t sharding_reuse_bytes = 0;
   // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
   double evaluator_timeout = 1800;
   int epochs = 10;

@@ -122,29 +122,47 @@ TEST(DistTrainShardingTest, FitAndMixedPrecisionTrainShardedAsUnsharded) {
   EXPECT_LT(difference(dir.file("bf16_none"), dir.file("bf16_parameters")), 1e-5);
 }
 
-// The 20M-parameter MLP: a reduce-scatter and an all-gather move what one all-reduce moves;
-// stage 3 gathers each layer for its backward too, 1.5x (ZeRO's figure; the last layer, kept
-// from its forward for its backward, is 0.2% of the model).
+// The 20M-parameter MLP (784-4096-4096-10): a reduce-scatter and an all-gather move what one
+// all-reduce moves; stage 3 gathers each layer for its backward too, 1.5x (ZeRO's figure; the
+// last layer, kept from its forward for its backward, is 0.2% of the model). Keeping layers whole
+// for their backward (--sharding-reuse-bytes) saves their second gather and changes no weight:
+// 1 MiB keeps the 4096x4096 layer (only the last layer computes after it), 1.08x; -1 keeps
+// every layer, the bytes of one all-reduce.
 TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
+  testing::TempDir dir;
   std::map<std::string, int64_t> bytes;
-  for (const std::string sharding : {"none", "optimizer", "gradients", "parameters"}) {
-    auto result = launch(
-        job(2, sharding,
-            {"--model", "mlp", "--max-steps", "3", "--epochs", "1", "--test-examples", "64"}));
+  const auto run = [&](const std::string& name, const std::string& sharding,
+                       const std::string& reuse_bytes) {
+    std::vector<std::string> args{"--model",        "mlp",         "--max-steps",     "3",
+                                  "--epochs",       "1",           "--test-examples", "64",
+                                  "--save-weights", dir.file(name)};
+    if (!reuse_bytes.empty()) args.insert(args.end(), {"--sharding-reuse-bytes", reuse_bytes});
+    auto result = launch(job(2, sharding, args));
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    bytes[sharding] = testing::bytes_sent_per_step(result);
+    bytes[name] = testing::bytes_sent_per_step(result);
     EXPECT_NE(result.output.find("\"peak_rss_bytes\":"), std::string::npos) << result.output;
-  }
+  };
+  for (const std::string sharding : {"none", "optimizer", "gradients", "parameters"})
+    run(sharding, sharding, "");
+  run("parameters_reuse_1MiB", "parameters", "1048576");
+  run("parameters_reuse_all", "parameters", "-1");
   EXPECT_GT(bytes["none"], 80'000'000);
-  for (const std::string sharded : {"optimizer", "gradients"}) {
-    const double ratio = static_cast<double>(bytes[sharded]) / bytes["none"];
-    EXPECT_GT(ratio, 0.95) << sharded;
-    EXPECT_LT(ratio, 1.05) << sharded;
-  }
-  const double stage3 = static_cast<double>(bytes["parameters"]) / bytes["none"];
-  std::printf("stage 3 sends %.4f x the bytes of an all-reduce\n", stage3);
-  EXPECT_GT(stage3, 1.45);
-  EXPECT_LT(stage3, 1.6);
+  const auto ratio = [&](const std::string& name) {
+    const double r = static_cast<double>(bytes[name]) / bytes["none"];
+    std::printf("%s sends %.4f x the bytes of an all-reduce\n", name.c_str(), r);
+    return r;
+  };
+  const auto expect_ratio = [&](const std::string& name, double low, double high) {
+    const double r = ratio(name);
+    EXPECT_GT(r, low) << name;
+    EXPECT_LT(r, high) << name;
+  };
+  for (const std::string sharded : {"optimizer", "gradients", "parameters_reuse_all"})
+    expect_ratio(sharded, 0.95, 1.05);
+  expect_ratio("parameters_reuse_1MiB", 1.05, 1.12);
+  expect_ratio("parameters", 1.45, 1.6);
+  testing::expect_same_weights(dir.file("parameters"), dir.file("parameters_reuse_1MiB"));
+  testing::expect_same_weights(dir.file("parameters"), dir.file("parameters_reuse_all"));
 }
 
 TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
@@ -160,6 +178,9 @@ TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
   auto unknown = run_alone({"--sharding", "zero3"});
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("'zero3'"), std::string::npos) << unknown.output;
+  auto reuse = run_alone({"--sharding", "gradients", "--sharding-reuse-bytes", "-1"});
+  EXPECT_EQ(reuse.exit_code, 2) << reuse.output;
+  EXPECT_NE(reuse.output.find("use --sharding parameters"), std::string::npos) << reuse.output;
 }
 
 // Minutes (label "long"): the 113M-parameter MLP with Adam on 4 workers of this host, each

@@ -50,6 +50,13 @@ struct MirroredOptions {
   // between them (sharding.h); in one process a level moves the optimizer's slots into the
   // strategy without saving memory. Not with a communication hook.
   Sharding sharding = Sharding::kNone;
+  // Sharding::kParameters: a layer stays whole from its forward to its backward when the
+  // layers computing in between (those after it) hold at most this many bytes of parameters,
+  // saving its second gather for the memory of holding it meanwhile (DeepSpeed's
+  // stage3_max_reuse_distance, which counts elements). 0: only the last layer stays (backward
+  // starts with it), as FSDP's reshard_after_forward; -1: every layer stays, one gather per
+  // step (an all-reduce's bytes, not 1.5x), the whole model held at the turn to backward.
+  int64_t sharding_reuse_bytes = 0;
 };
 
 class MirroredStrategy : public Strategy {

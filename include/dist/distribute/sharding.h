@@ -6,7 +6,8 @@
 // pack) and steps the optimizer over its chunks only. Stages 1 and 2 then all-gather the
 // updated parameters: the bytes of one all-reduce, and every worker holds the same parameters
 // after each step. Stage 3 gathers each layer's parameters before its forward and again before
-// its backward: 1.5x the bytes of one all-reduce.
+// its backward: 1.5x the bytes of one all-reduce, less what the options' sharding_reuse_bytes
+// keeps whole from forward to backward (-1: every layer, the bytes of one all-reduce).
 //   kNone        every worker keeps the whole optimizer state and steps every element;
 //   kOptimizer   each worker keeps the optimizer state ("slots": Adam's two moments) of its
 //                chunks only: 1/N of it (ZeRO stage 1);

@@ -16,8 +16,12 @@ namespace dist {
 
 ParameterShards::ParameterShards(std::vector<at::Tensor> params,
                                  std::vector<std::vector<size_t>> units,
-                                 std::shared_ptr<collective::HierarchicalGroup> group)
+                                 std::shared_ptr<collective::HierarchicalGroup> group,
+                                 int64_t reuse_bytes)
     : units_(std::move(units)), group_(std::move(group)) {
+  DIST_CHECK_ARG(reuse_bytes >= -1, "sharding 'parameters': reuse bytes ", reuse_bytes,
+                 " is negative; give -1 (every layer stays whole from its forward to its "
+                 "backward), 0 (only the last) or a number of bytes");
   collective::Communicator& cross = group_->cross_process();
   at::NoGradGuard no_grad;
   for (auto& param : params) {
@@ -33,8 +37,22 @@ ParameterShards::ParameterShards(std::vector<at::Tensor> params,
     entries_.push_back(std::move(entry));
     release(entries_.back());  // one at a time: the model is never held twice
   }
-  for (size_t k = 0; k < units_.size(); ++k)
-    if (!units_[k].empty()) last_unit_ = k;
+  mark_kept_units(reuse_bytes);
+}
+
+void ParameterShards::mark_kept_units(int64_t reuse_bytes) {
+  // From the last unit back: the parameters computing between unit k's forward and its
+  // backward are those of the units after k.
+  kept_for_backward_.assign(units_.size(), false);
+  int64_t bytes_after = 0;
+  bool last_seen = false;
+  for (size_t k = units_.size(); k-- > 0;) {
+    if (units_[k].empty()) continue;
+    kept_for_backward_[k] = !last_seen || reuse_bytes < 0 || bytes_after <= reuse_bytes;
+    last_seen = true;
+    for (size_t i : units_[k])
+      bytes_after += entries_[i].numel * static_cast<int64_t>(entries_[i].owned.element_size());
+  }
 }
 
 size_t ParameterShards::index_of(const at::Tensor& param) const {
@@ -105,11 +123,13 @@ void ParameterShards::prefetch(size_t unit, int step) {
   if (group_->num_processes() == 1 || !can_gather_here()) return;
   for (auto k = static_cast<int64_t>(unit) + step;
        k >= 0 && k < static_cast<int64_t>(units_.size()); k += step) {
-    const auto& next = units_[static_cast<size_t>(k)];
-    if (next.empty()) continue;
-    for (size_t i : next)
-      if (!entries_[i].is_whole && !entries_[i].gathering) start_gather(entries_[i]);
-    return;
+    bool all_whole = true;
+    for (size_t i : units_[static_cast<size_t>(k)]) {
+      if (entries_[i].is_whole) continue;
+      all_whole = false;
+      if (!entries_[i].gathering) start_gather(entries_[i]);
+    }
+    if (!all_whole) return;  // else a unit kept whole: the next one may need its gather
   }
 }
 
@@ -169,10 +189,10 @@ void ParameterShards::before_forward(size_t unit) {
 }
 
 void ParameterShards::after_forward(size_t unit, bool backward_follows) {
-  // Backward starts with the last unit: keeping it saves gathering it again at once. Outside
-  // run() with several workers, whole values (gathered by gather_values) stay: this worker
-  // could not gather them again alone.
-  if ((backward_follows && unit == last_unit_) || !can_gather_here()) return;
+  // Backward starts with the last unit: keeping it saves gathering it again at once; others
+  // are kept as reuse_bytes says. Outside run() with several workers, whole values (gathered
+  // by gather_values) stay: this worker could not gather them again alone.
+  if ((backward_follows && kept_for_backward_.at(unit)) || !can_gather_here()) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i : units_.at(unit)) release(entries_[i]);
 }

@@ -16,15 +16,19 @@
 //   forward of unit k      gather k (or, if k is already whole, take its values as the chunk:
 //                          gathered by gather_values, then perhaps changed in place), start
 //                          gathering the next unit (prefetch: the collectives run on a thread of
-//                          their own), compute, release k unless a backward follows and k is the
-//                          last unit (backward starts with it);
+//                          their own), compute, release k unless a backward follows and k is
+//                          kept for it (below);
 //   before k's backward    gather k again (a hook on k's output: its gradient is about to flow
 //                          into k's node), start gathering the unit before k;
 //   k's gradients final    release k; its pack is reduce-scattered into this worker's chunk of
 //                          the sums; the sharded step updates owned() in place, no all-gather.
 //
 // Bytes per step: two all-gathers and one reduce-scatter of each parameter, 1.5x an
-// all-reduce (ZeRO's figure).
+// all-reduce (ZeRO's figure), less the gathers that keeping saves. A unit is kept whole from its
+// forward to its backward when the units computing in between (those after it) hold at most
+// `reuse_bytes` of parameters (DeepSpeed's stage3_max_reuse_distance, in bytes): the last unit
+// always (backward starts with it), every unit with reuse_bytes -1 (one gather per step: the
+// bytes of an all-reduce, holding the whole model at the turn from forward to backward).
 #pragma once
 
 #include <cstdint>
@@ -46,9 +50,9 @@ class ParameterShards {
  public:
   // `params`: the model's parameters (whole); `units`: indices into them per unit, in forward
   // order. Keeps this worker's chunk of each (collective::chunk_range over its elements), then
-  // releases them all.
+  // releases them all. `reuse_bytes`: which units stay whole for their backward (above).
   ParameterShards(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> units,
-                  std::shared_ptr<collective::HierarchicalGroup> group);
+                  std::shared_ptr<collective::HierarchicalGroup> group, int64_t reuse_bytes = 0);
   ~ParameterShards();  // waits for gathers in flight: they write into its storage
 
   // This worker's chunk of `param`'s elements (1-D), which the sharded step updates in place.
@@ -102,9 +106,11 @@ class ParameterShards {
   // caller goes on; finish_gather waits and makes the parameter whole.
   void start_gather(Entry& entry);
   void finish_gather(Entry& entry);
-  // Starts gathering the first unit with parameters after (`step` 1) or before (-1) `unit`.
+  // Starts gathering the first unit after (`step` 1) or before (-1) `unit` that has parameters
+  // not yet whole (units kept whole for their backward are passed over).
   void prefetch(size_t unit, int step);
   void release(Entry& entry);
+  void mark_kept_units(int64_t reuse_bytes);
   // A whole parameter's values are the current ones (gathered, then perhaps changed in place,
   // as set_weights does): its chunk takes them.
   void adopt(Entry& entry);
@@ -113,7 +119,7 @@ class ParameterShards {
 
   std::vector<Entry> entries_;
   std::vector<std::vector<size_t>> units_;
-  size_t last_unit_ = 0;                           // the last with parameters
+  std::vector<bool> kept_for_backward_;            // per unit (reuse_bytes)
   std::unordered_map<const void*, size_t> index_;  // TensorImpl -> entry
   std::shared_ptr<collective::HierarchicalGroup> group_;
   mutable std::mutex mu_;

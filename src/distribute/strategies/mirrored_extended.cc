@@ -364,7 +364,8 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
   variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names), model);
   if (shard_parameters) {  // after the reducer, which takes the parameters' shapes while whole
     auto shards =
-        std::make_shared<ParameterShards>(primary->parameters(), std::move(units), group_);
+        std::make_shared<ParameterShards>(primary->parameters(), std::move(units), group_,
+                                          options_.sharding_reuse_bytes);
     sharding_state_->set_parameter_shards(model, shards);
     gather_by_units(*primary, shards);
     variables->parameter_shards_ = std::move(shards);

@@ -45,6 +45,7 @@ MirroredOptions local_options(const MultiWorkerOptions& options) {
                  "reduce-scattered as backward produces it); set it to true, or use "
                  "Sharding::kNone to accumulate gradients over several backward passes");
   local.sharding = options.sharding;
+  local.sharding_reuse_bytes = options.sharding_reuse_bytes;
   return local;
 }
 
