@@ -282,10 +282,11 @@ TEST(NetnsClusterTest, ElasticJobLosesTheWorkerOfOneHostAndTakesItBackAsOneDevic
   EXPECT_EQ(cluster.pids(), "") << "processes left on the hosts";
 }
 
-// Every sharding level across hosts (each worker in a namespace of its own, so no shared
-// memory: the transport's reduce-scatter and all-gather): 2 hosts after 20 SGD steps and 4 hosts
-// after 20 Adam steps reproduce one device's weights, within 1e-5 and 1e-4 (Adam divides by the
-// root of small second moments, which magnifies the sums' rounding). Minutes: label "long".
+// Every sharding level across hosts, and stage 3 keeping every layer for its backward (each
+// worker in a namespace of its own, so no shared memory: the transport's reduce-scatter and
+// all-gather): 2 hosts after 20 SGD steps and 4 hosts after 20 Adam steps reproduce one device's
+// weights, within 1e-5 and 1e-4 (Adam divides by the root of small second moments, which magnifies
+// the sums' rounding). Minutes: label "long".
 void expect_sharded_hosts_reproduce_one_device(int hosts, const std::string& optimizer,
                                                const std::string& level) {
   MAKE_CLUSTER(cluster, hosts);
@@ -302,7 +303,11 @@ void expect_sharded_hosts_reproduce_one_device(int hosts, const std::string& opt
   Launch launch = by_dist_launch(cluster, 1);
   for (const auto& a : with_optimizer(job_args("multi_worker", dir.file("hosts.safetensors"))))
     launch.args.push_back(a);
-  launch.args.insert(launch.args.end(), {"--sharding", level});
+  // LEVEL or LEVEL:REUSE_BYTES (stage 3 keeping layers whole for their backward).
+  const size_t colon = level.find(':');
+  launch.args.insert(launch.args.end(), {"--sharding", level.substr(0, colon)});
+  if (colon != std::string::npos)
+    launch.args.insert(launch.args.end(), {"--sharding-reuse-bytes", level.substr(colon + 1)});
   WorkerProcesses launcher;
   launcher.start(launch.program, launch.args, {});
   const ProcessResult result = launcher.wait_all(240s).at(0);
@@ -325,7 +330,8 @@ TEST_P(LongNetnsShardingTest, FourHostsAfterTwentyAdamStepsReproduceOneDeviceWei
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, LongNetnsShardingTest,
-                         ::testing::Values("optimizer", "gradients", "parameters"));
+                         ::testing::Values("optimizer", "gradients", "parameters",
+                                           "parameters:-1"));
 
 // Whether some process's command line holds `text` (/proc/*/cmdline, readable by every user).
 bool on_a_command_line(const std::string& text) {
