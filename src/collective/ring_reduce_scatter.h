@@ -17,7 +17,10 @@
 // that (an optimizer that shards its state would compare with its own reduce_scatter).
 //
 // Steps are synchronous: a step's send starts only after the previous step's receive was
-// reduced. Empty chunks are neither sent nor received (every member knows every chunk's size).
+// reduced. Within a step each piece of the message (kMessagePieceBytes) is reduced as soon as it
+// is in, while the later pieces travel, and the last step reduces into the output: adding
+// elementwise, the same bits as reducing the whole message afterwards. Empty chunks are neither
+// sent nor received (every member knows every chunk's size).
 #pragma once
 
 #include <ATen/core/Tensor.h>
