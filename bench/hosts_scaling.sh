@@ -14,7 +14,7 @@
 # Every other cell is one run.
 #
 # Throughput, steady state: dist-train trains epochs of K steps (--train-examples = K x global
-# batch; cnn K=60, 4 epochs; mlp K=8, 3 epochs); an epoch line's images/s counts its training
+# batch; cnn K=60 (HS_CNN_STEPS), 4 epochs; mlp K=8, 3 epochs); an epoch line's images/s counts its training
 # steps only (not the test pass after it); the figure is the median of the epochs after the
 # first (which carries the first steps' warm-up). DDP: 3 warm-up steps, then the same number of
 # steps timed between two barriers. Start-up is excluded from both.
@@ -81,7 +81,9 @@ tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 run_timeout=400
 
 # Steps per epoch and epochs of the long dist-train run, per model.
-steps_per_epoch() { if [[ $1 == mlp ]]; then echo 8; else echo 60; fi; }
+# HS_CNN_STEPS: the CNN's steps per epoch (default 60; its epochs of about a second swing by
+# 10-25% from round to round at 2 hosts, so a ratio near 1 wants longer ones, e.g. 240).
+steps_per_epoch() { if [[ $1 == mlp ]]; then echo 8; else echo "${HS_CNN_STEPS:-60}"; fi; }
 epochs_of() { if [[ $1 == mlp ]]; then echo 3; else echo 4; fi; }
 
 summary() {
