@@ -98,6 +98,9 @@ std::vector<std::pair<std::string, std::string>> option_settings(const TrainOpti
           {"--max-steps", std::to_string(options.max_steps)},
           {"--mixed-precision", mixed_precision::policy_name(options.mixed_precision)},
           {"--gradient-compression", options.gradient_compression},
+          {"--compress-packs-from", std::to_string(options.min_compressed_pack_bytes)},
+          {"--sharding", to_string(options.sharding)},
+          {"--sharding-reuse-bytes", std::to_string(options.sharding_reuse_bytes)},
           {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
           {"--checkpoint-every", std::to_string(options.checkpoint_every)}};
 }

@@ -85,6 +85,23 @@ TEST(HostileUserTest, WorkersWithDifferentMaxStepsFailTogetherNamingTheSetting) 
   }
 }
 
+// Workers that would split or send their gradients differently (a sharding level, the packs a
+// compression leaves alone) would pair unlike collectives: named before the first step instead.
+TEST(HostileUserTest, WorkersWithDifferentShardingOrCompressionThresholdsFailNamingIt) {
+  auto sharding = two_workers({"--sharding", "optimizer"}, {"--sharding", "gradients"});
+  for (const auto& r : sharding) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, "--sharding = gradients where worker:0")) << r.output;
+  }
+  auto threshold = two_workers({"--gradient-compression", "bf16", "--compress-packs-from", "0"},
+                               {"--gradient-compression", "bf16", "--compress-packs-from", "9"});
+  for (const auto& r : threshold) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(testing::contains(r.output, "--compress-packs-from = 9 where worker:0"))
+        << r.output;
+  }
+}
+
 TEST(HostileUserTest, WorkersWithDifferentLearningRatesFailInsteadOfTrainingGarbage) {
   auto results = two_workers({"--lr", "0.001"}, {"--lr", "0.5"});
   for (const auto& r : results) {
