@@ -296,15 +296,19 @@ void OverlappedReducer::make_buffer(size_t pack) {
 }
 
 bool OverlappedReducer::send_gradient_itself(size_t pack) {
-  // A pack of one parameter of one replica whose gradient is freed anyway: the gradient can be
-  // the pack's buffer (the largest layers make packs of their own: a copy of their size saved).
-  if (!exchange_.frees_gradients || params_.size() != 1 || packs_[pack].size() != 1) return false;
+  // A pack of one parameter of one replica whose gradient is freed anyway, or which the
+  // communication only reads (gradients_in_pack): the gradient can be the pack's buffer (the
+  // largest layers make packs of their own: a copy of their size saved, each step: zero_grad
+  // drops the gradients, so backward makes new ones rather than adding into the pack's view).
+  const bool only_read = exchange_.gradients_in_pack;
+  if (!(exchange_.frees_gradients || only_read) || params_.size() != 1 || packs_[pack].size() != 1)
+    return false;
   at::Tensor& grad = params_[0][packs_[pack][0]].mutable_grad();
   if (!grad.defined() || !grad.is_contiguous()) return false;
   flat_[pack] = grad.view(-1);
   described_[pack].buffer = flat_[pack];
   described_[pack].gradients = {grad};
-  grad.reset();  // the pack's buffer holds it until the pack has gone out
+  if (exchange_.frees_gradients) grad.reset();  // the pack's buffer holds it until sent
   return true;
 }
 

@@ -92,8 +92,8 @@ class OverlappedReducer : public GradientReducer {
   void make_buffer(size_t pack);
   // After the pack landed (PackExchange::frees_gradients).
   void free_buffer(size_t pack);
-  // Makes the pack's one gradient its buffer when nothing needs a copy of it (frees_gradients,
-  // one replica, one parameter); false otherwise.
+  // Makes the pack's one gradient its buffer when nothing needs a copy of it (frees_gradients
+  // or gradients_in_pack, one replica, one parameter); false otherwise.
   bool send_gradient_itself(size_t pack);
   void reset_step_locked();
   int64_t numel_of(size_t param) const;
