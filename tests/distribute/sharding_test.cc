@@ -124,6 +124,19 @@ TEST(ShardingTest, StageThreeRefusesWhatItCannotShardByName) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("one replica"), std::string::npos) << e.what();
   }
+  for (const auto& [sharding, reuse] : {std::pair{Sharding::kParameters, int64_t{-2}},
+                                        std::pair{Sharding::kGradients, int64_t{-1}}}) {
+    MirroredOptions options = one_replica(sharding);
+    options.sharding_reuse_bytes = reuse;
+    try {
+      MirroredStrategy strategy(options);
+      ADD_FAILURE() << "sharding_reuse_bytes " << reuse << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("sharding_reuse_bytes " + std::to_string(reuse)),
+                std::string::npos)
+          << e.what();
+    }
+  }
   MirroredStrategy strategy(one_replica(Sharding::kParameters));
   try {
     strategy.mirror(torch::nn::Linear(8, 4));

@@ -19,9 +19,7 @@ ParameterShards::ParameterShards(std::vector<at::Tensor> params,
                                  std::shared_ptr<collective::HierarchicalGroup> group,
                                  int64_t reuse_bytes)
     : units_(std::move(units)), group_(std::move(group)) {
-  DIST_CHECK_ARG(reuse_bytes >= -1, "sharding 'parameters': reuse bytes ", reuse_bytes,
-                 " is negative; give -1 (every layer stays whole from its forward to its "
-                 "backward), 0 (only the last) or a number of bytes");
+  DIST_INTERNAL_ASSERT(reuse_bytes >= -1, "reuse bytes ", reuse_bytes);  // the strategy checks
   collective::Communicator& cross = group_->cross_process();
   at::NoGradGuard no_grad;
   for (auto& param : params) {
