@@ -1,13 +1,40 @@
 #!/usr/bin/env bash
-# Trains with dist-train on fifteen equivalence settings with two builds and compares the saved
-# weights tensor by tensor (sha256 of each tensor's bytes): a refactoring must leave them
-# bit-identical. A directory holds tools/ as a build tree does.
+# Trains with dist-train on fifteen equivalence settings (six more across hosts with CW_HOSTS)
+# with two builds and compares the saved weights tensor by tensor (sha256 of each tensor's
+# bytes): a refactoring must leave them bit-identical. A directory holds tools/ as a build tree does.
 #   bench/compare_weights.sh BEFORE_DIR AFTER_DIR
+# CW_HOSTS=N (as root): also every sharding level, mlp and cnn, on N namespace hosts at 1 Gbit/s
+# (scripts/netns-cluster.sh): the transport's rings and pieces, which one host's shared memory
+# never runs.
 set -uo pipefail
 before=$1
 after=$2
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+netns=$(dirname "$0")/../scripts/netns-cluster.sh
+hosts_n=${CW_HOSTS:-0}
+cleanup() {
+  ((hosts_n > 1)) && "$netns" down cw >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+if ((hosts_n > 1)); then
+  "$netns" up cw "$hosts_n" 1gbit >/dev/null || exit 1
+fi
+across_hosts() {  # across_hosts BUILD OUT
+  local build=$1 out=$2 hosts port=29800 model level name
+  hosts=$("$netns" addresses cw | paste -sd, -)
+  for model in mlp cnn; do
+    for level in optimizer gradients parameters; do
+      port=$((port + 10)) name=hosts-$model-$level
+      timeout 300 "$build/tools/dist-launch" --hosts "$hosts" --port-base "$port" \
+        --host-command "$netns exec {host} sh -c" -- "$build/tools/dist-train" \
+        --strategy multi_worker --model "$model" --threads 1 --epochs 1 --train-examples 1024 \
+        --global-batch $((64 * hosts_n)) --test-examples 1000 --no-progress --seed 7 \
+        --sharding "$level" --save-weights "$out/$name.safetensors" >"$out/$name.log" 2>&1 ||
+        echo "$name failed (see $out/$name.log)"
+    done
+  done
+}
 common="--epochs 1 --train-examples 1536 --global-batch 96 --no-progress --seed 7"
 train() {  # train BUILD OUT
   local build=$1 out=$2
@@ -35,6 +62,10 @@ train() {  # train BUILD OUT
 }
 train "$before" "$work/before"
 train "$after" "$work/after"
+if ((hosts_n > 1)); then
+  across_hosts "$before" "$work/before"
+  across_hosts "$after" "$work/after"
+fi
 python3 - "$work/before" "$work/after" <<'PY'
 import hashlib, json, os, struct, sys
 def tensors(path):
