@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Trains with dist-train on fifteen equivalence settings (six more across hosts with CW_HOSTS)
 # with two builds and compares the saved weights tensor by tensor (sha256 of each tensor's
-# bytes): a refactoring must leave them bit-identical. A directory holds tools/ as a build tree does.
+# bytes): a refactoring must leave them bit-identical. A directory holds tools/ as a build tree
+# does.
 #   bench/compare_weights.sh BEFORE_DIR AFTER_DIR
 # CW_HOSTS=N (as root): also every sharding level, mlp and cnn, on N namespace hosts at 1 Gbit/s
 # (scripts/netns-cluster.sh): the transport's rings and pieces, which one host's shared memory
