@@ -147,13 +147,9 @@ TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
   run("parameters_reuse_1MiB", "parameters", "1048576");
   run("parameters_reuse_all", "parameters", "-1");
   EXPECT_GT(bytes["none"], 80'000'000);
-  const auto ratio = [&](const std::string& name) {
+  const auto expect_ratio = [&](const std::string& name, double low, double high) {
     const double r = static_cast<double>(bytes[name]) / bytes["none"];
     std::printf("%s sends %.4f x the bytes of an all-reduce\n", name.c_str(), r);
-    return r;
-  };
-  const auto expect_ratio = [&](const std::string& name, double low, double high) {
-    const double r = ratio(name);
     EXPECT_GT(r, low) << name;
     EXPECT_LT(r, high) << name;
   };

@@ -111,12 +111,8 @@ struct MultiWorkerOptions {
   // then travel reduce-scattered and parameters all-gathered. Needs overlap_with_backward, and
   // replaces share_variables_on_host.
   Sharding sharding = Sharding::kNone;
-  // Sharding::kParameters: a layer stays whole from its forward to its backward when the
-  // layers computing in between (those after it) hold at most this many bytes of parameters,
-  // saving its second gather for the memory of holding it meanwhile (DeepSpeed's
-  // stage3_max_reuse_distance, which counts elements). 0: only the last layer stays (backward
-  // starts with it), as FSDP's reshard_after_forward; -1: every layer stays, one gather per
-  // step (an all-reduce's bytes, not 1.5x), the whole model held at the turn to backward.
+  // Sharding::kParameters: which layers stay whole from their forward to their backward, as
+  // MirroredOptions::sharding_reuse_bytes (0: only the last; -1: every layer).
   int64_t sharding_reuse_bytes = 0;
   // Set: an elastic job's generation (a part of the cluster, a rendezvous of its own); unset:
   // every worker of the cluster, for the whole job.

@@ -300,8 +300,8 @@ bool OverlappedReducer::send_gradient_itself(size_t pack) {
   // communication only reads (gradients_in_pack): the gradient can be the pack's buffer (the
   // largest layers make packs of their own: a copy of their size saved, each step: zero_grad
   // drops the gradients, so backward makes new ones rather than adding into the pack's view).
-  const bool only_read = exchange_.gradients_in_pack;
-  if (!(exchange_.frees_gradients || only_read) || params_.size() != 1 || packs_[pack].size() != 1)
+  if (!(exchange_.frees_gradients || exchange_.gradients_in_pack) || params_.size() != 1 ||
+      packs_[pack].size() != 1)
     return false;
   at::Tensor& grad = params_[0][packs_[pack][0]].mutable_grad();
   if (!grad.defined() || !grad.is_contiguous()) return false;
