@@ -2,13 +2,22 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <thread>
 
 #include "dist/core/error.h"
 #include "dist/keras/layers.h"
 #include "dist/models/keras_models.h"
 #include "dist/models/reference_models.h"
 #include "dist/models/torchscript_layer.h"
+#include "dist/train/preemption.h"
 #include "dist/train/safetensors.h"
 
 namespace dist::tools {
@@ -33,6 +42,45 @@ bool has_batch_norm(const models::TorchScriptModuleImpl& module) {
   return false;
 }
 
+// The process's end once a forward was left running (below): static destructors would take
+// LibTorch's globals (its operator registry, its thread pools) from under that forward, and
+// the exit could crash instead of ending with the code of a stop. Registered when the forward
+// is left, this runs before the destructors of all LibTorch built earlier (exit handlers run
+// last registered first), after main has unwound and printed why it stopped, and ends the
+// process with dist-train's code for a stop (dist_train.cc), which is the only way out of a
+// StopRequested.
+void exit_stopped_before_static_destructors() {
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(4);
+}
+
+// check_classifier_forward on a thread of its own: a module's forward may take long (a large
+// module, a loop in the scripted code), and a SIGTERM meanwhile must end the start-up within
+// a fraction of a second (exit 4), as it does every other wait of the start-up. The scripted
+// forward cannot be interrupted, so on a signal it is left to run on alone, with its own
+// references to the module and the batch, until the process exits.
+void check_forward_unless_stopped(const models::TorchScriptModule& module,
+                                  const at::Tensor& images) {
+  PreemptionWatcher stop;  // shares the start-up's watcher; installs one where none is
+  auto check = std::make_shared<std::packaged_task<void()>>([script = module.ptr(), images] {
+    models::check_classifier_forward(*script, images, kDataClasses);
+  });
+  std::future<void> checked = check->get_future();
+  std::thread([check] { (*check)(); }).detach();
+  const auto poll = std::chrono::milliseconds(50);
+  while (!stop.requested() && checked.wait_for(poll) != std::future_status::ready) continue;
+  // Looked at after the check too: a signal that came meanwhile is not lost.
+  if (stop.requested()) {
+    if (checked.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+      std::atexit(exit_stopped_before_static_destructors);
+    throw StopRequested(
+        detail::concat("stopped by ", stop.signal_number() == SIGINT ? "SIGINT" : "SIGTERM",
+                       " while checking the forward of --model-file ", module->file()));
+  }
+  checked.get();  // the check's InvalidArgument, if it refused the module
+}
+
 }  // namespace
 
 ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data) {
@@ -50,7 +98,7 @@ ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data
   const at::Tensor& images = (*first)[0];
   file.example_shape = images.sizes().slice(1).vec();
   try {
-    models::check_classifier_forward(*file.module, images, kDataClasses);
+    check_forward_unless_stopped(file.module, images);
   } catch (const InvalidArgument& e) {
     refuse_model_file(e);
   }

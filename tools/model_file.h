@@ -30,10 +30,13 @@ namespace dist::tools {
 constexpr int64_t kDataClasses = 10;
 
 // --model-file, loaded and checked by one forward on the first batch of `data` (global batches
-// of {float images N x C x H x W, labels}). Every bad file (missing, not TorchScript, truncated,
-// newer than this LibTorch, no forward, no trainable parameters, a forward that fails on the
-// batch or returns anything but float N x 10 logits) is an InvalidArgument that names
-// --model-file, the file and what to do (dist-train: exit 2, before anything is written).
+// of {float images N x C x H x W, labels}). Every bad file (missing, not TorchScript, truncated
+// or damaged, newer than this LibTorch, no forward, no trainable parameters, an integer
+// parameter, a forward that fails on the batch or returns anything but float N x 10 logits) is
+// an InvalidArgument that names --model-file, the file and what to do (dist-train: exit 2,
+// before anything is written). A SIGTERM or SIGINT during the forward is StopRequested at once
+// (exit 4); the forward, which cannot be interrupted, runs on in a thread of its own until the
+// process exits.
 struct ModelFile {
   models::TorchScriptModule module{nullptr};
   std::vector<int64_t> example_shape;  // one image's C, H, W, as the data gives it

@@ -29,7 +29,9 @@ and modules that must be refused, each with what is wrong in its name:
   PyTorch 1.13 lacks), damaged.pt (its data.pkl damaged), and modules whose forward returns
   something else than N x 10 float logits: forward_tuple.pt, forward_list.pt, forward_rank3.pt,
   forward_one_row.pt (reduced over the batch), forward_long.pt (class indices), and
-  forward_raises.pt (raises ValueError on 1-channel images).
+  forward_raises.pt (raises ValueError on 1-channel images), int_parameter.pt (an int64
+  parameter beside the CNN's: no optimizer can step it), and slow_forward.pt (a forward that
+  runs for minutes, for the tests of a SIGTERM during dist-train's check of it).
 """
 
 import argparse
@@ -194,6 +196,33 @@ class ForwardList(nn.Module):
         return [self.net(x)]
 
 
+class IntParameter(nn.Module):
+    """A SmallCnn with an int64 parameter (requires_grad False: it cannot have a gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = SmallCnn()
+        self.steps = nn.Parameter(torch.zeros(3, dtype=torch.long), requires_grad=False)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class SlowForward(nn.Module):
+    """A SmallCnn whose forward adds zero to its logits `rounds` times (about 10 us each)."""
+
+    def __init__(self, rounds: int):
+        super().__init__()
+        self.net = SmallCnn()
+        self.rounds = rounds
+
+    def forward(self, x):
+        y = self.net(x)
+        for _ in range(self.rounds):
+            y = y + 0.0
+        return y
+
+
 def rewrite_records(path, change):
     """Rewrites the zip's records through change(name, data) -> data (checksums recomputed)."""
     with zipfile.ZipFile(path) as old:
@@ -231,7 +260,9 @@ def write_bad_models(out_dir):
                          ("forward_rank3", BadForward("rank3")),
                          ("forward_one_row", BadForward("one_row")),
                          ("forward_raises", BadForward("raises")),
-                         ("forward_long", BadForward("long"))]:
+                         ("forward_long", BadForward("long")),
+                         ("int_parameter", IntParameter()),
+                         ("slow_forward", SlowForward(20_000_000))]:
         torch.jit.script(module).save(os.path.join(out_dir, name + ".pt"))
     frozen = SmallCnn()
     for p in frozen.parameters():

@@ -22,15 +22,12 @@
 
 #include "dist/core/error.h"
 #include "dist/models/torchscript_model.h"
+#include "models/torchscript_archive.h"
 #include "models/torchscript_describe.h"
 #include "train/atomic_file.h"
 
 namespace dist::models {
 namespace {
-
-constexpr const char* kHowToSave =
-    "in Python, save the module with torch.jit.save(torch.jit.script(model), path) (or "
-    "torch.jit.trace(model, example_batch) for a module that cannot be scripted)";
 
 // PyTorch's zip reader over the library's file-system seam.
 class EnvReadAdapter : public caffe2::serialize::ReadAdapterInterface {
@@ -92,7 +89,8 @@ std::string version_in(const std::string& message) {
 }
 
 // Opens the zip archive's directory and version record, and checks that it holds TorchScript.
-void check_archive(const std::string& path, std::shared_ptr<EnvReadAdapter> bytes) {
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> check_archive(
+    const std::string& path, std::shared_ptr<EnvReadAdapter> bytes) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(bytes);
@@ -121,6 +119,7 @@ void check_archive(const std::string& path, std::shared_ptr<EnvReadAdapter> byte
              "' is a zip archive of torch.save() (a state dict or a pickled module: tensors and "
              "Python references, no TorchScript code), not a TorchScript file: ",
              kHowToSave);
+  return reader;
 }
 
 torch::jit::Module import_script(const std::string& path, std::shared_ptr<EnvReadAdapter> bytes) {
@@ -158,6 +157,16 @@ void check_trainable(const std::string& path, const torch::jit::Module& script) 
                    "names, '", at->second, "' and '", p.name,
                    "' (tied weights): the strategies would sum its gradient twice; untie them "
                    "in Python (or train the module in Python)");
+    // No optimizer steps an integer tensor, and the strategies would give it a gradient slot
+    // and an update like any parameter's (one_device would train on, mirrored would fail).
+    DIST_CHECK_ARG(p.value.is_floating_point() || p.value.is_complex(), "TorchScript module '",
+                   path, "' has the ", p.value.scalar_type(), " parameter '", p.name,
+                   "', which no optimizer can step (an integer or boolean tensor has no "
+                   "gradient); in Python, register it as a buffer instead "
+                   "(self.register_buffer('",
+                   p.name.substr(p.name.rfind('.') + 1),
+                   "', tensor)), as BatchNorm does its num_batches_tracked, and save the "
+                   "module again");
     trainable = trainable || p.value.requires_grad();
   }
   DIST_CHECK_ARG(trainable, "TorchScript module '", path, "' has ",
@@ -178,8 +187,10 @@ TorchScriptModule load_torchscript(const std::string& path, Env* env) {
              "torch.jit.save");
   auto bytes = std::make_shared<EnvReadAdapter>(env->new_random_access_file(path));
   check_first_bytes(path, bytes->file());
-  check_archive(path, bytes);
+  const ArchiveIndex index = verify_archive(path, bytes->file());
+  auto reader = check_archive(path, bytes);
   torch::jit::Module script = import_script(path, bytes);
+  verify_tensor_records(path, *reader, index);
   check_trainable(path, script);
   return TorchScriptModule(std::move(script), path);
 }

@@ -84,8 +84,14 @@ TORCH_MODULE(TorchScriptModule);
 // is not a TorchScript file (text, safetensors, a torch.save() state dict or pickled module), is
 // truncated or damaged, was written by a newer PyTorch than this LibTorch (1.13) reads, or
 // calls operators this LibTorch does not have; throws InvalidArgument, naming the file, when the
-// module has no forward method, no parameter that requires a gradient, or one tensor under two
+// module has no forward method, no parameter that requires a gradient, a parameter of an
+// integer dtype (no optimizer can step it: it should be a buffer), or one tensor under two
 // parameter names (tied weights: the strategies would count its gradient twice).
+// Damaged includes what LibTorch itself does not check, verified before it reads the archive
+// (src/models/torchscript_archive.h): a record whose CRC-32 or sizes are wrong, a tensor whose
+// record is shorter than the tensor, deflated records declaring more than the file's size plus
+// 64 MiB (a zip bomb, refused before anything is allocated); the message names the record and
+// the sizes.
 TorchScriptModule load_torchscript(const std::string& path, Env* env = Env::Default());
 
 // Runs one forward of `model` on `batch` (a float N x C x H x W image batch, as training will
