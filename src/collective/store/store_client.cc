@@ -95,39 +95,63 @@ StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::st
     : Store(timeout), at_(at), key_scope_(std::move(key_scope)) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "no address";
+  // Connections the store closed before answering the hello: the store may be full of
+  // strangers' connections, which give way to newer ones (store_protocol.h,
+  // kMaxWaitingPerAddress), so this process tries again until its timeout.
+  int unanswered = 0;
   while (true) {
     if (stop_on_signal) detail::throw_if_stop_requested("connecting to the rendezvous store");
     fd_ = connect_once(at_, std::min(deadline, Clock::now() + kWaitSlice), &why);
-    if (fd_ >= 0 || Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(milliseconds(50));  // the server may not listen yet
+    if (fd_ >= 0) {
+      if (say_hello(job_token, job_id, deadline)) return;
+      ++unanswered;
+      why = last_failure_;
+    }
+    if (Clock::now() >= deadline) break;
+    // The server may not listen yet, or be busy turning strangers away.
+    std::this_thread::sleep_for(milliseconds(unanswered > 0 ? 100 : 50));
   }
-  if (fd_ < 0)
-    throw CollectiveError(detail::concat("cannot reach the rendezvous store at ", at_.to_string(),
-                                         " within ", timeout.count() / 1000.0, " s: ", why));
+  if (unanswered > 0)
+    throw CollectiveError(detail::concat(
+        "cannot join the rendezvous store at ", at_.to_string(), " within ",
+        timeout.count() / 1000.0, " s: it accepted ", unanswered,
+        " connection(s) from this process but answered none of their hellos (the last: ", why,
+        "); a store that closes connections before their hello may be flooded by connections "
+        "that are not its job's (see docs/security.md), or its job's workers fill all its ",
+        store::kMaxConnections, " connections"));
+  throw CollectiveError(detail::concat("cannot reach the rendezvous store at ", at_.to_string(),
+                                       " within ", timeout.count() / 1000.0, " s: ", why));
+}
+
+bool StoreClient::say_hello(const std::string& job_token, const std::string& job_id,
+                            Clock::time_point deadline) {
   store::Writer hello;
   hello.u8(static_cast<uint8_t>(Op::kHello))
       .str(store::kMagic)
       .u32(store::kVersion)
       .str(job_token)
       .str(job_id);
-  const Reply answer = call(hello, timeout);
-  if (answer.status != Status::kOk) {
-    store::Reader why(answer.body.data(), answer.body.size());
-    const std::string text = why.str(store::kMaxFrameBytes);
-    if (answer.status == Status::kNotThisJob) {
-      close(fd_);
-      fd_ = -1;
-      throw StoreOfAnotherJob(detail::concat("the rendezvous store at ", at_.to_string(),
-                                             " is not this job's: ", text));
-    }
-    close(fd_);
-    fd_ = -1;
-    throw StoreRefused(detail::concat(
-        "lost the rendezvous store at ", at_.to_string(),
-        ": it refused this process: ", why.ok() ? text : "a malformed answer",
-        "; every worker of a job needs the same DIST_JOB_TOKEN (or DIST_JOB_TOKEN_FILE) and the "
-        "same version of distribute"));
+  Reply answer{Status::kError, {}};
+  try {
+    answer =
+        call(hello, std::max(milliseconds(1),
+                             std::chrono::duration_cast<milliseconds>(deadline - Clock::now())));
+  } catch (const CollectiveError&) {
+    return false;  // closed or reset before an answer: fail() closed fd_, last_failure_ says why
   }
+  if (answer.status == Status::kOk) return true;
+  store::Reader why(answer.body.data(), answer.body.size());
+  const std::string text = why.str(store::kMaxFrameBytes);
+  close(fd_);
+  fd_ = -1;
+  if (answer.status == Status::kNotThisJob)
+    throw StoreOfAnotherJob(
+        detail::concat("the rendezvous store at ", at_.to_string(), " is not this job's: ", text));
+  throw StoreRefused(detail::concat(
+      "lost the rendezvous store at ", at_.to_string(),
+      ": it refused this process: ", why.ok() ? text : "a malformed answer",
+      "; every worker of a job needs the same DIST_JOB_TOKEN (or DIST_JOB_TOKEN_FILE) and the "
+      "same version of distribute"));
 }
 
 StoreClient::~StoreClient() {
@@ -137,6 +161,7 @@ StoreClient::~StoreClient() {
 void StoreClient::fail(const std::string& why) {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
+  last_failure_ = why;
   throw CollectiveError(
       detail::concat("lost the rendezvous store at ", at_.to_string(), ": ", why));
 }

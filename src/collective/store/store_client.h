@@ -36,9 +36,12 @@ class StoreRefused : public CollectiveError {
 
 class StoreClient : public c10d::Store {
  public:
-  // Connects to `at`, retrying until `timeout` has passed (the server may start later), and says
-  // hello with `job_token` and `job_id` (dist/distribute/cluster_resolver.h). `timeout` is also how
-  // long get() and wait() wait for keys. Throws CollectiveError naming the address, StoreRefused
+  // Connects to `at` and says hello with `job_token` and `job_id`
+  // (dist/distribute/cluster_resolver.h), retrying until `timeout` has passed while nothing
+  // listens there (the server may start later) or the server closes the connection before
+  // answering the hello (strangers' connections may fill it: docs/security.md). `timeout` is
+  // also how long get() and wait() wait for keys. Throws CollectiveError naming the address and
+  // what the last attempt met, StoreRefused
   // when the server refuses the token (saying so), StoreOfAnotherJob when the store is another
   // job's, and StopRequested once a stop signal is pending (core/stop_request.h): every wait, here
   // and in get() and wait(), looks for one at least four times a second.
@@ -88,6 +91,11 @@ class StoreClient : public c10d::Store {
   };
   // One request and its reply, within `deadline` from now.
   Reply call(const store::Writer& request, std::chrono::milliseconds deadline);
+  // The hello on a new connection fd_, answered by `deadline`: true once admitted; false (fd_
+  // closed, last_failure_ set) when the connection ended or went unanswered; throws
+  // StoreRefused or StoreOfAnotherJob when refused.
+  bool say_hello(const std::string& job_token, const std::string& job_id,
+                 std::chrono::steady_clock::time_point deadline);
   // One kWait of at most `slice`: whether every key exists.
   bool wait_once(const std::vector<std::string>& keys, std::chrono::milliseconds slice);
   void send_all(const store::Bytes& frame, std::chrono::steady_clock::time_point deadline);
@@ -99,6 +107,7 @@ class StoreClient : public c10d::Store {
   std::string key_scope_;
   std::mutex mu_;
   int fd_ = -1;
+  std::string last_failure_;  // why fail() last closed the connection
 };
 
 // Records through `store` that member `name` left on purpose: "left/<name>" = its heartbeat

@@ -31,7 +31,17 @@ constexpr int kMaxConnections = 1024;
 constexpr uint32_t kMaxTokenBytes = 1024;
 constexpr uint32_t kMaxJobIdBytes = 256;
 constexpr uint32_t kMaxHelloBytes = 2048;  // a stranger cannot make the server hold more
-constexpr int kHelloTimeoutMs = 10000;     // a connection silent this long is closed
+// A connection that has not said a valid hello this long after it was accepted is closed. A
+// member sends its hello as soon as it is connected, so on any network a job runs on it takes
+// milliseconds; a stranger holding idle connections gets this long per connection.
+constexpr int kHelloTimeoutMs = 3000;
+// Connections still waiting for their hello, per peer address: when one more comes, the one of
+// that address that has waited longest is closed. Members that said hello do not count, so any
+// number of workers (and their several connections each) may share one host. kMaxConnections
+// counts every connection: when the table is full, the connection (of any address) that has
+// waited longest for its hello makes room, so strangers cannot keep a member out; only a table
+// full of members refuses one. (docs/security.md)
+constexpr int kMaxWaitingPerAddress = 64;
 
 // The server's own key: the latest refused connections, one per line, "<number> <peer>:
 // <reason>", the last kRefusalLogLines of them. The chief prints new lines (heartbeat.h).

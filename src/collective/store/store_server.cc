@@ -27,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 struct StoreServer::Client {
   int fd = -1;
-  std::string peer;  // "127.0.0.1:51234", for the refusal log
+  std::string address;  // "127.0.0.1": what kMaxWaitingPerAddress counts by
+  std::string peer;     // "127.0.0.1:51234", for the refusal log
   Clock::time_point accepted;
   bool said_hello = false;
   Bytes in;   // received, not yet handled
@@ -41,6 +42,14 @@ struct StoreServer::Client {
 };
 
 namespace {
+
+// Connections accepted per turn of serve(): between turns every connection already accepted is
+// read, so a member whose hello arrived just after it was accepted is seen before a flood of
+// newer connections could make it give way (make_room).
+constexpr int kAcceptsPerTurn = 16;
+// How long the listener rests when accept fails and no waiting connection can be closed for
+// room (every descriptor the process may open held by members; the system out of memory).
+constexpr std::chrono::milliseconds kAcceptPause{100};
 
 std::runtime_error bind_error(const HostPort& at, const std::string& why) {
   return std::runtime_error("cannot listen on " + at.to_string() + ": " + why);
@@ -69,11 +78,12 @@ int64_t add_to(Bytes& value, int64_t delta) {
   return now;
 }
 
-std::string peer_of(const sockaddr_storage& peer) {
+// The numeric address and port of `peer`.
+std::pair<std::string, std::string> address_of(const sockaddr_storage& peer) {
   char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
   getnameinfo(reinterpret_cast<const sockaddr*>(&peer), sizeof(peer), host, sizeof(host), port,
               sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
-  return std::string(host) + ":" + port;
+  return {host, port};
 }
 
 // Equal strings, in time that depends only on their lengths (a token is not guessed byte by
@@ -159,7 +169,8 @@ void StoreServer::serve() {
   while (true) {
     std::vector<pollfd> fds;
     fds.push_back({wake_[0], POLLIN, 0});
-    fds.push_back({listener_, POLLIN, 0});
+    const bool accepting = Clock::now() >= accept_paused_until_;
+    fds.push_back({listener_, static_cast<short>(accepting ? POLLIN : 0), 0});
     for (const auto& c : clients_) {
       short events = 0;
       if (!c->waiting_for && c->out.empty()) events |= POLLIN;
@@ -169,7 +180,6 @@ void StoreServer::serve() {
     // Waits time out, and direct set() calls may satisfy them: look again at least every 100 ms.
     if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) return;
     if (fds[0].revents != 0) return;
-    if (fds[1].revents & POLLIN) accept_clients();
     std::vector<bool> drop(clients_.size(), false);
     for (size_t i = 0; i < clients_.size() && i + 2 < fds.size(); ++i) {
       Client& c = *clients_[i];
@@ -181,32 +191,80 @@ void StoreServer::serve() {
     }
     for (size_t i = drop.size(); i-- > 0;)
       if (drop[i]) clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
+    // After the connections already accepted are served: making room may close some of them.
+    if (fds[1].revents & POLLIN) accept_clients();
     answer_waits();
     close_silent_clients();
   }
 }
 
 void StoreServer::accept_clients() {
-  while (true) {
+  for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
     sockaddr_storage peer{};
     socklen_t length = sizeof(peer);
     const int fd = accept4(listener_, reinterpret_cast<sockaddr*>(&peer), &length,
                            SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
-    if (static_cast<int>(clients_.size()) >= store::kMaxConnections) {
-      refuse(peer_of(peer),
-             "too many connections (at most " + std::to_string(store::kMaxConnections) + ")");
-      close(fd);
+    if (fd >= 0) {
+      admit(fd, peer);
       continue;
     }
-    const int on = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    auto client = std::make_unique<Client>();
-    client->fd = fd;
-    client->peer = peer_of(peer);
-    client->accepted = Clock::now();
-    clients_.push_back(std::move(client));
+    const int error = errno;
+    if (error == EAGAIN || error == EWOULDBLOCK) return;
+    if (error == EINTR || error == ECONNABORTED) continue;
+    // Out of descriptors (the process's RLIMIT_NOFILE, often 1024, can be below
+    // kMaxConnections): a stranger's connection gives one back.
+    if ((error == EMFILE || error == ENFILE) &&
+        close_oldest_waiting(nullptr,
+                             "no hello yet when the store's process had no file "
+                             "descriptor left for a newer connection"))
+      continue;
+    accept_paused_until_ = Clock::now() + kAcceptPause;
+    return;
   }
+}
+
+void StoreServer::admit(int fd, const sockaddr_storage& peer) {
+  auto client = std::make_unique<Client>();
+  client->fd = fd;  // closed with the client, whatever happens below
+  const auto [address, port] = address_of(peer);
+  client->address = address;
+  client->peer = address + ":" + port;
+  client->accepted = Clock::now();
+  if (!make_room(client->address)) {
+    refuse(client->peer, "too many connections (at most " + std::to_string(store::kMaxConnections) +
+                             ", every one of them a member's)");
+    return;
+  }
+  const int on = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+  // A member sends its hello as soon as it is connected: it is usually here already, and once
+  // answered, this connection is a member's and never gives way to newer ones.
+  if (!read_from(*client) || !handle_frames(*client)) return;
+  clients_.push_back(std::move(client));
+}
+
+bool StoreServer::make_room(const std::string& address) {
+  const auto waiting_here = std::count_if(clients_.begin(), clients_.end(), [&](const auto& c) {
+    return !c->said_hello && c->address == address;
+  });
+  if (waiting_here >= store::kMaxWaitingPerAddress)
+    close_oldest_waiting(&address, "no hello yet when a newer connection came from its address (" +
+                                       std::to_string(store::kMaxWaitingPerAddress) +
+                                       " may wait for their hello per address)");
+  if (static_cast<int>(clients_.size()) < store::kMaxConnections) return true;
+  return close_oldest_waiting(nullptr, "no hello yet when the store was full (" +
+                                           std::to_string(store::kMaxConnections) +
+                                           " connections) and a newer one came");
+}
+
+bool StoreServer::close_oldest_waiting(const std::string* address, const std::string& why) {
+  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+    if ((*it)->said_hello || (address != nullptr && (*it)->address != *address)) continue;
+    refuse((*it)->peer, why);
+    clients_.erase(it);
+    return true;
+  }
+  return false;
 }
 
 bool StoreServer::read_from(Client& c) {

@@ -8,11 +8,20 @@
 // connection and is recorded (refused_connections(), and the log under store::kRefusalLogKey)
 // while every other client goes on undisturbed.
 //
+// Strangers cannot crowd members out: connections that have not said hello yet give way to
+// newer ones (at most store::kMaxWaitingPerAddress per address; when the table of
+// store::kMaxConnections is full, or the process has no file descriptor left, the one that has
+// waited longest is closed), and members that said hello keep their place. With nothing left to
+// close, the server stops accepting for 100 ms instead of spinning on the listener.
+//
 // It does not depend on LibTorch or the rest of the library: dist-store-host (tools/) compiles
 // it in directly.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,8 +59,8 @@ class StoreServer {
   bool closing() const;
 
   // What was turned away, for tests and diagnosis: connections that did not open with the
-  // protocol's hello (or came beyond kMaxConnections), and requests that were malformed or
-  // declared more than the limits.
+  // protocol's hello, were closed to make room before their hello, or came when the table was
+  // full of members; and requests that were malformed or declared more than the limits.
   int64_t refused_connections() const { return refused_connections_; }
   int64_t refused_requests() const { return refused_requests_; }
 
@@ -59,6 +68,13 @@ class StoreServer {
   struct Client;
   void serve();
   void accept_clients();
+  // Takes a connection just accepted from `peer` into the table (making room), or closes it.
+  void admit(int fd, const sockaddr_storage& peer);
+  // Makes room for one more connection from `address`; false when the table is full of members.
+  bool make_room(const std::string& address);
+  // Closes the connection that has waited longest for its hello (of `address`, if not null),
+  // logging `why`; false when no connection waits.
+  bool close_oldest_waiting(const std::string* address, const std::string& why);
   // Reads what arrived; false when the client is to be dropped.
   bool read_from(Client& client);
   bool handle_frames(Client& client);
@@ -83,7 +99,10 @@ class StoreServer {
   std::thread thread_;
   mutable std::mutex mu_;  // guards data_ (serve() and the direct access)
   std::map<std::string, std::vector<uint8_t>> data_;
-  std::vector<std::unique_ptr<Client>> clients_;  // serve()'s thread only
+  std::vector<std::unique_ptr<Client>> clients_;  // serve()'s thread only, oldest first
+  // serve()'s thread only: until then the listener is not polled (accept failed with nothing
+  // to close for room: polling it would return at once, every time).
+  std::chrono::steady_clock::time_point accept_paused_until_;
   std::atomic<int64_t> refused_connections_{0};
   std::atomic<int64_t> refused_requests_{0};
   std::vector<std::string> refusal_log_;  // under mu_: the last kRefusalLogLines lines
