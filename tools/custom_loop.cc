@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "dist/core/env.h"
 #include "dist/core/error.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/elastic.h"
@@ -141,7 +142,7 @@ class CustomLoop {
   metrics::SparseCategoricalAccuracy train_accuracy_{"train_accuracy"},
       test_accuracy_{"test_accuracy"};
   std::unique_ptr<StepRunner> runner_;
-  std::ofstream metrics_log_;
+  std::unique_ptr<WritableFile> metrics_log_;  // LOG_DIR/metrics.jsonl on the chief
   std::optional<SummaryWriter> train_summary_, validation_summary_;
   std::optional<CheckpointManager> manager_;
   Checkpoint checkpoint_;
@@ -203,9 +204,10 @@ std::unique_ptr<StepRunner> CustomLoop::make_runner() {
 
 void CustomLoop::open_logs() {
   if (!job_.chief || options_.log_dir.empty()) return;
-  std::filesystem::create_directories(options_.log_dir);
-  metrics_log_.open(options_.log_dir + "/metrics.jsonl", std::ios::app);
-  DIST_CHECK_ARG(metrics_log_.good(), "cannot write ", options_.log_dir, "/metrics.jsonl");
+  // Appended through the Env, which refuses anything but a regular file (checked before
+  // training too: job_outputs.h).
+  Env::Default()->create_dirs(options_.log_dir);
+  metrics_log_ = Env::Default()->new_appendable_file(options_.log_dir + "/metrics.jsonl");
   // TensorBoard scalars as fit's TensorBoard callback writes them: LOG_DIR/train and
   // LOG_DIR/validation (the test set here), tags epoch_<metric>, step = the epoch from 0.
   train_summary_.emplace(options_.log_dir + "/train", options_.env);
@@ -363,16 +365,17 @@ void CustomLoop::report_epoch(int epoch, double epoch_seconds, double images_per
        << fixed(r.train_accuracy, 4) << " - test loss " << fixed(r.test_loss, 4)
        << " - test accuracy " << fixed(r.test_accuracy, 4) << " - " << fixed(epoch_seconds, 1)
        << "s - " << fixed(images_per_sec, 0) << " images/s" << std::endl;
-  if (metrics_log_.is_open()) {
-    metrics_log_ << nlohmann::json{{"epoch", epoch + 1},
-                                   {"step", r.steps},
-                                   {"train_loss", r.train_loss},
-                                   {"train_accuracy", r.train_accuracy},
-                                   {"test_loss", r.test_loss},
-                                   {"test_accuracy", r.test_accuracy},
-                                   {"images_per_sec", images_per_sec}}
-                        .dump()
-                 << std::endl;
+  if (metrics_log_) {
+    const std::string line = nlohmann::json{{"epoch", epoch + 1},
+                                            {"step", r.steps},
+                                            {"train_loss", r.train_loss},
+                                            {"train_accuracy", r.train_accuracy},
+                                            {"test_loss", r.test_loss},
+                                            {"test_accuracy", r.test_accuracy},
+                                            {"images_per_sec", images_per_sec}}
+                                 .dump() +
+                             "\n";
+    metrics_log_->append(line.data(), line.size());
   }
   if (train_summary_) {
     train_summary_->scalar("epoch_loss", r.train_loss, epoch);

@@ -10,6 +10,9 @@
 // start-up (nothing trained yet); 5 an elastic job ended below --min-workers (or
 // there was none left to join).
 // The last line of stdout is one JSON object with the results.
+#include <pthread.h>
+
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -19,9 +22,48 @@
 #include "dist/train/elastic.h"
 #include "evaluator_job.h"
 #include "run_training.h"
+#include "startup_signals.h"
 #include "train_options.h"
 
 namespace {
+
+// A SIGTERM or SIGINT that came before main: LibTorch's static initialization alone takes about
+// half a second (docs/dist-train.md), during which the default action would end the process
+// with 143 instead of 4.
+volatile std::sig_atomic_t signal_before_main = 0;
+
+void record_signal_before_main(int signal_number) { signal_before_main = signal_number; }
+
+// Runs from the executable's preinit array: after the dynamic loader has mapped the libraries,
+// before any of them initializes. Only a flag is set (async-signal-safe, and nothing of the
+// libraries is usable yet); main hands it to the library's watcher.
+void watch_signals_before_main() {
+  struct sigaction action {};
+  action.sa_handler = record_signal_before_main;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // the libraries' start-up never sees EINTR from it
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+__attribute__((section(".preinit_array"),
+               used)) void (*const kWatchSignalsBeforeMain)() = watch_signals_before_main;
+
+// main's first step: the library's watcher replaces the flag, a signal that came is passed on
+// to it, and the default action is what the watcher restores when the job's own watchers are
+// done (startup_signals.h). The signals are blocked meanwhile, so none falls between.
+void watch_signals_from_main() {
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stops, &before);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  dist::tools::watch_stop_signals_from_start();
+  if (signal_before_main != 0) raise(signal_before_main);  // pending until the unblocking
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+}
 
 constexpr const char* kOutOfMemory =
     "dist-train: out of memory: the model's training state (parameters, gradients, optimizer "
@@ -39,6 +81,7 @@ std::string first_line(const char* text) {
 int run(const dist::tools::TrainOptions& options) {
   // The evaluator task of a parameter-server job (every task runs this same command).
   if (dist::tools::is_evaluator_task(options)) {
+    dist::tools::end_early_stop_watch("starting the evaluator task");
     auto result = dist::tools::run_evaluator(options, std::cout);
     std::cout << dist::tools::to_json_line(result) << std::endl;
     return 0;
@@ -51,6 +94,8 @@ int run(const dist::tools::TrainOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: a SIGTERM from the preinit array on exits 4 (startup_signals.h), never 143.
+  watch_signals_from_main();
   const dist::tools::CommandLine line = dist::tools::parse_command_line(argc, argv);
   if (line.exit_code) return *line.exit_code;
   try {

@@ -17,7 +17,9 @@
 #include "dist/core/error.h"
 #include "dist/distribute/strategy_extended.h"
 #include "dist/train/mixed_precision.h"
+#include "job_outputs.h"
 #include "model_file.h"
+#include "startup_signals.h"
 #include "strategy_factory.h"
 #include "training_data.h"
 
@@ -41,41 +43,17 @@ void check_writable_directory(const char* flag, const std::string& dir) {
   std::filesystem::remove(probe, error);
 }
 
-// An output that exists must be a regular file: the atomic write renames over whatever is there,
-// so a device node, FIFO, socket or directory in its place would be replaced (or, for a FIFO
-// opened for appending, block the run). Checked before training, so nothing is lost to it.
-void check_replaceable(const char* flag, const std::filesystem::path& path) {
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  const bool other =
-      !error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
-  DIST_CHECK_ARG(!other, flag, ": ", path.string(),
-                 " exists and is not a regular file (a directory, device, FIFO or socket); "
-                 "dist-train writes only regular files: choose another path");
-}
-
-// An output file's path: not a directory, replaceable, in a writable directory.
-void check_output_file(const char* flag, const std::string& file, const char* example) {
-  if (file.empty()) return;
-  const std::filesystem::path path(file);
-  DIST_CHECK_ARG(!std::filesystem::is_directory(path), flag, " ", file,
-                 " is a directory; give a file name such as ", example);
-  check_replaceable(flag, path);
-  check_writable_directory(flag, path.has_parent_path() ? path.parent_path().string() : ".");
-}
-
-void check_output_paths(const TrainOptions& options) {
-  check_output_file("--save-weights", options.save_weights, "weights.safetensors");
-  check_output_file("--save-torchscript", options.save_torchscript, "trained.pt");
-  if (!options.log_dir.empty()) {
-    check_writable_directory("--log-dir", options.log_dir);
-    for (const char* name : {"metrics.jsonl", "metrics.csv"})
-      check_replaceable("--log-dir", std::filesystem::path(options.log_dir) / name);
-  }
-  if (!options.checkpoint_dir.empty()) {
-    check_writable_directory("--checkpoint-dir", options.checkpoint_dir);
-    check_replaceable("--checkpoint-dir",
-                      std::filesystem::path(options.checkpoint_dir) / "checkpoint");
+// Creates every output's directory (for a file, its parent) and proves it writable. What may be
+// at each path was checked before (check_job_outputs, run_training.cc); this is the part that
+// changes the file system, done once the model file proved loadable.
+void make_output_directories(const TrainOptions& options) {
+  for (const JobOutput& output : job_outputs(options)) {
+    if (output.flag == "--timeline") continue;  // every task makes its own (start_timeline)
+    const std::filesystem::path path(output.path);
+    const std::string dir = output.directory
+                                ? output.path
+                                : (path.has_parent_path() ? path.parent_path().string() : ".");
+    check_writable_directory(output.flag.c_str(), dir);
   }
 }
 
@@ -173,7 +151,7 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
     if (chief) describe_model_file(*model_file, options, replicas, chief_out);
   }
   // Last: it creates the output directories, which a bad model file must leave unmade.
-  if (chief) check_output_paths(options);
+  if (chief) make_output_directories(options);
   JobSetup job{strategy,
                chief,
                replicas,
@@ -195,6 +173,8 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
                    ElasticGeneration* generation) {
   StopSignalsEndWaits signals;
+  end_early_stop_watch(
+      "loading (before the job started)");  // main's early watch ends here at the latest
   Strategy strategy = make_strategy(options, generation);  // checks the options first
   JobSetup job =
       failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });

@@ -102,9 +102,6 @@ void check_model_file_flags(const TrainOptions& o) {
                  " writes the module of --model-file back; the built-in --model ", name_of(o.model),
                  " is no TorchScript module: give --model-file, or use --save-weights");
   if (o.model_file.empty()) return;
-  DIST_CHECK_ARG(o.model_file != o.save_torchscript, "--save-torchscript ", o.save_torchscript,
-                 " is --model-file itself: the trained module would replace the one it started "
-                 "from; write it to another file");
   DIST_CHECK_ARG(o.min_workers == 0, "--model-file and --min-workers ", o.min_workers,
                  " (an elastic job): not supported together yet; train the module at a fixed "
                  "size (drop --min-workers)");

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "dist/core/error.h"
+#include "dist/core/printable.h"
 #include "dist/data/example.h"
 #include "dist/data/files.h"
 #include "dist/data/image_codec.h"
@@ -48,8 +49,9 @@ struct ExampleSource {
   at::Tensor file;      // the file's path as bytes
   int64_t record = -1;  // the record's index in a TFRecord file; -1: the file is the image
   std::string operator()() const {
-    return record < 0 ? data::string_of(file)
-                      : "record " + std::to_string(record) + " of " + data::string_of(file);
+    // A file's name comes from the user's folders: escaped and cut like anything read.
+    const std::string name = printable(data::string_of(file), 256);
+    return record < 0 ? name : "record " + std::to_string(record) + " of " + name;
   }
 };
 
@@ -119,6 +121,9 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
   read.shuffle_files = shuffle_files;
   read.seed = options.seed;
   read.with_source = true;
+  // Under --ignore-errors a file's framing damage skips the rest of that file as one error, and
+  // the epoch's count is the records before it (docs/guide.md).
+  read.count_up_to_damage = options.ignore_errors;
   const data::FeatureSpec features({
       data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
       data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
@@ -152,8 +157,16 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
 // The shape check before training: the first image, decoded, against the model.
 ExampleDecoder check_first_image(const Source& source, const TrainOptions& options,
                                  const std::string& flag) {
-  auto first = source.items.iterator().next();
-  DIST_CHECK_ARG(first.has_value(), flag, " has no examples");
+  // Under --ignore-errors a bad first record is skipped here too (counted later, by the job's
+  // own pass, not twice).
+  const Dataset items = options.ignore_errors
+                            ? source.items.ignore_errors(std::make_shared<data::IgnoredErrors>())
+                            : source.items;
+  auto first = items.iterator().next();
+  // No data is missing data (exit 3), as dist-train.md's exit codes say.
+  DIST_CHECK(first.has_value(), DataError, flag, " has no examples: its files are empty",
+             options.ignore_errors ? " or none of their records can be used" : "",
+             "; give files with records or images");
   const Element image = ExampleDecoder{}(source.unpack(*first));
   ExampleDecoder decoder{image[0].size(1), image[0].size(2)};
   // A model file's forward is checked on a batch instead (model_file.h).

@@ -85,12 +85,36 @@ class PosixRandomAccessFile : public RandomAccessFile {
   uint64_t size_;
 };
 
+// Opens `path` for writing with `flags` added. Without blocking (a FIFO with no reader would
+// hold the open forever) and refusing anything but a regular file before a byte is written:
+// O_TRUNC does nothing to a device or a FIFO, so nothing there has changed yet.
+std::unique_ptr<WritableFile> open_regular_for_writing(const std::string& path, int flags,
+                                                       const char* doing) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | flags, 0644);
+  if (fd < 0) fail(doing, path, errno);
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  const int err = errno;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    if (!stated) fail("stat of", path, err);
+    throw DataError(detail::concat(doing, " '", path,
+                                   "' refused: it is not a regular file (a device, FIFO or "
+                                   "socket); write to a regular file"));
+  }
+  // Regular files ignore O_NONBLOCK; cleared all the same, so nothing depends on that.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return std::make_unique<PosixWritableFile>(path, fd);
+}
+
 class PosixEnv : public Env {
  public:
   std::unique_ptr<WritableFile> new_writable_file(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail("creating", path, errno);
-    return std::make_unique<PosixWritableFile>(path, fd);
+    return open_regular_for_writing(path, O_TRUNC, "creating");
+  }
+
+  std::unique_ptr<WritableFile> new_appendable_file(const std::string& path) override {
+    return open_regular_for_writing(path, O_APPEND, "opening for appending");
   }
 
   std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override {

@@ -10,7 +10,8 @@ namespace dist {
 // (a POSIX file keeps what was written too): a reader never sees a file mid-append.
 class MemoryWritableFile : public WritableFile {
  public:
-  MemoryWritableFile(MemoryEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
+  MemoryWritableFile(MemoryEnv* env, std::string path, std::string bytes = {})
+      : env_(env), path_(std::move(path)), bytes_(std::move(bytes)) {}
   ~MemoryWritableFile() override {
     if (env_ != nullptr) env_->store(path_, std::move(bytes_));
   }
@@ -79,6 +80,19 @@ std::unique_ptr<WritableFile> MemoryEnv::new_writable_file(const std::string& pa
   }
   store(path, {});  // created (or truncated) now, as open(2) would
   return std::make_unique<MemoryWritableFile>(this, path);
+}
+
+std::unique_ptr<WritableFile> MemoryEnv::new_appendable_file(const std::string& path) {
+  std::string existing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dirs_.count(path) > 0)
+      throw DataError(detail::concat("opening '", path, "' for appending failed: Is a directory"));
+    const auto it = files_.find(path);
+    if (it != files_.end()) existing = *it->second;
+  }
+  store(path, existing);  // created now if missing, as open(2) with O_CREAT would
+  return std::make_unique<MemoryWritableFile>(this, path, std::move(existing));
 }
 
 std::unique_ptr<RandomAccessFile> MemoryEnv::new_random_access_file(const std::string& path) {

@@ -12,7 +12,9 @@
 
 #include "core/timeline_events.h"
 #include "core/timeline_recorder.h"
+#include "dist/core/env.h"
 #include "dist/core/error.h"
+#include "dist/core/output_file.h"
 
 namespace dist {
 namespace detail {
@@ -132,13 +134,12 @@ void check_options(const TimelineOptions& options) {
   DIST_CHECK_ARG(!options.path.empty(), "start_timeline: the path of the timeline file is empty");
   DIST_CHECK_ARG(options.max_events > 0, "start_timeline: max_events is ", options.max_events,
                  "; give a positive count");
+  // Checked now, not when the recording is written at its end: a path that cannot take the
+  // file (a device, a FIFO, a directory) would lose the whole recording then. A missing
+  // directory is created, as for every other output.
+  output_file_target(options.path, "start_timeline: the timeline file");
   const auto parent = std::filesystem::path(options.path).parent_path();
-  std::error_code error;
-  DIST_CHECK_ARG(parent.empty() || std::filesystem::is_directory(parent, error),
-                 "start_timeline: the directory of the timeline file '", options.path,
-                 "' does not exist; create it first");
-  DIST_CHECK_ARG(!std::filesystem::is_directory(options.path, error), "start_timeline: '",
-                 options.path, "' is a directory; give the path of a file to write");
+  if (!parent.empty()) Env::Default()->create_dirs(parent.string());
 }
 
 }  // namespace

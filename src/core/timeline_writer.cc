@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/atomic_file.h"
 #include "core/timeline_events.h"
 #include "dist/core/env.h"
 
@@ -126,12 +127,8 @@ int64_t write_timeline(const std::string& path, const TimelineRecording& recordi
     }
   }
   const std::string bytes = text.finish();
-  Env* env = Env::Default();
-  const std::string temporary = path + ".tmp";
-  auto file = env->new_writable_file(temporary);
-  file->append(bytes.data(), bytes.size());
-  file->close();
-  env->rename_file(temporary, path);
+  write_file_atomically(Env::Default(), path, "the timeline file",
+                        [&](WritableFile& file) { file.append(bytes.data(), bytes.size()); });
   return spans;
 }
 

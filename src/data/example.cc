@@ -8,6 +8,7 @@
 
 #include "core/protobuf_wire.h"
 #include "dist/core/error.h"
+#include "dist/core/printable.h"
 #include "dist/data/files.h"
 
 namespace dist::data {
@@ -227,6 +228,11 @@ std::string_view last_bytes(const wire::Reader& entry, const FeatureValues& v) {
   return value;
 }
 
+// The feature names a message about a missing one lists: the names come from the file, so
+// each is escaped and cut (dist/core/printable.h), and only the first few are listed.
+constexpr size_t kNamesListed = 10;
+constexpr size_t kNameBytesShown = 40;
+
 // "a, b, c": the feature names of an example, sorted, for the message about a missing one.
 std::string names_in(std::string_view serialized) {
   std::vector<std::string_view> names;
@@ -235,10 +241,12 @@ std::string names_in(std::string_view serialized) {
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
   std::string text = "the example has: ";
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < names.size() && i < kNamesListed; ++i) {
     if (i > 0) text += ", ";
-    text.append(names[i].data(), names[i].size());
+    text += printable(names[i], kNameBytesShown);
   }
+  if (names.size() > kNamesListed)
+    text += " and " + std::to_string(names.size() - kNamesListed) + " more";
   return text;
 }
 

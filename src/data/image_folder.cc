@@ -9,10 +9,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "data/dataset_node.h"
 #include "data/epoch_random.h"
 #include "dist/core/error.h"
+#include "dist/core/printable.h"
 #include "dist/data/files.h"
 
 namespace dist::data {
@@ -125,22 +128,48 @@ class ImageFolderNode : public detail::FileSourceNode {
   ImageFolderOptions options_;
 };
 
+// A directory's identity (device and inode, links followed), to notice one reached twice.
+std::pair<dev_t, ino_t> folder_identity(const fs::path& path) {
+  struct stat st {};
+  DIST_CHECK(::stat(path.c_str(), &st) == 0, DataError, "image_folder: cannot read '",
+             printable(path.string(), 256), "': ", std::strerror(errno));
+  return {st.st_dev, st.st_ino};
+}
+
+// The images below one class folder, sub-folders (and links to them) followed, sorted.
+std::vector<std::string> list_class(const fs::path& root, const std::string& name) {
+  std::vector<std::string> files;
+  // Every folder walked, by identity: a link back up (c0/loop -> ..) would otherwise be walked
+  // 40 levels deep, listing each image again under this class each time.
+  std::map<std::pair<dev_t, ino_t>, std::string> walked{{folder_identity(root), root.string()}};
+  std::error_code error;
+  for (fs::recursive_directory_iterator
+           it(root, fs::directory_options::follow_directory_symlink, error),
+       end;
+       !error && it != end; it.increment(error)) {
+    if (it->is_directory()) {
+      const auto [first, fresh] = walked.emplace(folder_identity(it->path()), it->path().string());
+      DIST_CHECK(fresh, DataError, "image_folder: '", printable(it->path().string(), 256),
+                 "' is the folder '", printable(first->second, 256),
+                 "' again (a symbolic link loop, or a second link to it): its images would be "
+                 "listed again under class '",
+                 printable(name, 256), "'; remove the link");
+    } else if (is_image_name(it->path())) {
+      files.push_back(it->path().string());
+    }
+  }
+  DIST_CHECK(!error, DataError, "image_folder: cannot list '", printable(root.string(), 256),
+             "': ", error.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 Listing list_images(const std::string& directory) {
   const auto classes = image_folder_classes(directory);
   Listing listing;
   for (size_t label = 0; label < classes.size(); ++label) {
-    std::vector<std::string> files;
-    std::error_code error;
-    for (fs::recursive_directory_iterator
-             it(fs::path(directory) / classes[label],
-                fs::directory_options::follow_directory_symlink, error),
-         end;
-         !error && it != end; it.increment(error)) {
-      if (is_image_name(it->path()) && !it->is_directory()) files.push_back(it->path().string());
-    }
-    DIST_CHECK(!error, DataError, "image_folder: cannot list '",
-               (fs::path(directory) / classes[label]).string(), "': ", error.message());
-    std::sort(files.begin(), files.end());
+    std::vector<std::string> files =
+        list_class(fs::path(directory) / classes[label], classes[label]);
     for (auto& file : files) {
       listing.files.push_back(std::move(file));
       listing.labels.push_back(static_cast<int64_t>(label));

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "data/dataset_node.h"
 #include "data/epoch_random.h"
@@ -15,27 +16,43 @@
 namespace dist::data {
 namespace {
 
-// Record counts per file, found once (on first use) and shared by the node's copies.
+// Record counts per file, found once (on first use) and shared by the node's copies: once
+// taken, the records each epoch reads (no more, should a file grow), and the damage that cut a
+// file short when the options count up to damage.
 class RecordCounts {
  public:
-  RecordCounts(std::vector<std::string> files, Compression compression)
-      : files_(std::move(files)), compression_(compression), counts_(files_.size(), -1) {}
-  int64_t of(size_t file) {
+  RecordCounts(std::vector<std::string> files, const TFRecordOptions& options)
+      : files_(std::move(files)), options_(options), counts_(files_.size()) {}
+  const detail::ReadableRecords& of(size_t file) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (counts_[file] < 0) counts_[file] = detail::count_records(files_[file], compression_);
+    std::optional<detail::ReadableRecords>& count = counts_[file];
+    if (!count) {
+      count = detail::count_readable_records(files_[file], options_.compression);
+      if (!count->damage.empty() && !options_.count_up_to_damage) {
+        const std::string damage = count->damage;
+        count.reset();
+        throw DataError(damage);  // as the reading would, before anything is read
+      }
+    }
+    return *count;
+  }
+  // The count if it was taken (by cardinality(), or a skip), without taking it: reading does not
+  // walk a file twice for a count nobody asked for.
+  std::optional<detail::ReadableRecords> known(size_t file) {
+    std::lock_guard<std::mutex> lock(mu_);
     return counts_[file];
   }
   int64_t total() {
     int64_t sum = 0;
-    for (size_t f = 0; f < files_.size(); ++f) sum += of(f);
+    for (size_t f = 0; f < files_.size(); ++f) sum += of(f).records;
     return sum;
   }
 
  private:
   std::vector<std::string> files_;
-  Compression compression_;
+  TFRecordOptions options_;
   std::mutex mu_;
-  std::vector<int64_t> counts_;
+  std::vector<std::optional<detail::ReadableRecords>> counts_;
 };
 
 class TFRecordIterator : public detail::IteratorNode {
@@ -51,6 +68,13 @@ class TFRecordIterator : public detail::IteratorNode {
   std::optional<Element> next() override {
     while (open_next_file_if_needed()) {
       const int64_t index = reader_->records_read();
+      const auto counted = counts_->known(order_[position_]);
+      if (counted && index >= counted->records) {  // all the file held when it was counted
+        reader_.reset();
+        ++position_;
+        if (!counted->damage.empty()) throw DataError(counted->damage);  // once a file and epoch
+        continue;
+      }
       try {
         if (reader_->next(&record_)) return element(index);
       } catch (const DataError&) {
@@ -73,7 +97,7 @@ class TFRecordIterator : public detail::IteratorNode {
     while (skipped < n && position_ < order_.size()) {
       if (!reader_) {
         // A whole unopened file whose count is known is passed without reading it.
-        const int64_t in_file = counts_->of(order_[position_]);
+        const int64_t in_file = counts_->of(order_[position_]).records;
         if (in_file <= n - skipped) {
           skipped += in_file;
           ++position_;
@@ -83,7 +107,7 @@ class TFRecordIterator : public detail::IteratorNode {
                                                                options_.compression);
         file_name_ = at::Tensor();
       }
-      if (reader_->skip()) {
+      if (reader_->records_read() < counts_->of(order_[position_]).records && reader_->skip()) {
         ++skipped;
       } else {
         reader_.reset();
@@ -125,7 +149,7 @@ class TFRecordNode : public detail::FileSourceNode {
  public:
   TFRecordNode(std::vector<std::string> files, const TFRecordOptions& options)
       : files_(std::make_shared<const std::vector<std::string>>(std::move(files))),
-        counts_(std::make_shared<RecordCounts>(*files_, options.compression)),
+        counts_(std::make_shared<RecordCounts>(*files_, options)),
         options_(options) {}
   std::unique_ptr<detail::IteratorNode> make_iterator(int64_t epoch) const override {
     std::vector<size_t> order(files_->size());

@@ -346,4 +346,15 @@ int64_t count_records(const std::string& path, Compression compression) {
   return reader.records_read();
 }
 
+ReadableRecords count_readable_records(const std::string& path, Compression compression) {
+  TFRecordFileReader reader(path, compression);
+  try {
+    while (reader.skip()) {
+    }
+  } catch (const DataError& e) {
+    return {reader.records_read(), e.what()};
+  }
+  return {reader.records_read(), ""};
+}
+
 }  // namespace dist::data::detail

@@ -91,4 +91,14 @@ class TFRecordFileReader {
 // TFRecordFileReader does.
 int64_t count_records(const std::string& path, Compression compression);
 
+// The records of a file as far as its framing holds: how many can be read, and the damage that
+// ends the walk before the file's end (the reader's message: a truncated record, a length whose
+// CRC fails, an oversized length, a corrupt compressed stream), "" when there is none. Only a
+// file that cannot be opened throws.
+struct ReadableRecords {
+  int64_t records = 0;
+  std::string damage;
+};
+ReadableRecords count_readable_records(const std::string& path, Compression compression);
+
 }  // namespace dist::data::detail

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <regex>
 #include <sstream>
 
+#include "dist/core/env.h"
 #include "dist/core/error.h"
 #include "dist/keras/callbacks.h"
 #include "dist/keras/model.h"
@@ -190,32 +192,43 @@ void CSVLogger::on_train_begin(const Logs&) {
     }
   }
   std::filesystem::path parent = std::filesystem::path(filename_).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
-  DIST_CHECK_ARG(file_.good(), "CSVLogger: cannot write '", filename_, "'");
+  Env* env = Env::Default();
+  if (!parent.empty()) env->create_dirs(parent.string());
+  try {
+    file_ = append_ ? env->new_appendable_file(filename_) : env->new_writable_file(filename_);
+  } catch (const DataError& e) {
+    throw InvalidArgument(
+        ::dist::detail::concat("CSVLogger: cannot write '", filename_, "': ", e.what()));
+  }
 }
 
 void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
-  if (!file_.is_open()) return;
+  if (!file_) return;
   std::vector<std::string> keys;
   for (const auto& [key, value] : logs) keys.push_back(key);
+  std::ostringstream rows;
   if (keys != keys_) {  // the first epoch, or new entries (Keras would fail; a header is kinder)
     keys_ = keys;
-    file_ << "epoch";
-    for (const auto& key : keys_) file_ << separator_ << key;
-    file_ << "\n";
+    rows << "epoch";
+    for (const auto& key : keys_) rows << separator_ << key;
+    rows << "\n";
   }
-  file_ << epoch;  // 0-based, as Keras writes it
+  rows << epoch;  // 0-based, as Keras writes it
   char text[32];
   for (const auto& key : keys_) {
     std::snprintf(text, sizeof text, "%.10g", logs.at(key));
-    file_ << separator_ << text;
+    rows << separator_ << text;
   }
-  file_ << std::endl;  // flushed: the file is complete after every epoch
+  rows << "\n";
+  // One write per epoch, unbuffered: the file is complete after every epoch.
+  const std::string bytes = rows.str();
+  file_->append(bytes.data(), bytes.size());
 }
 
 void CSVLogger::on_train_end(const Logs&) {
-  if (file_.is_open()) file_.close();
+  if (!file_) return;
+  std::unique_ptr<WritableFile> file = std::move(file_);
+  file->close();
 }
 
 void CSVLogger::on_train_abort() { on_train_end({}); }

@@ -24,7 +24,7 @@
 #include "dist/models/torchscript_model.h"
 #include "models/torchscript_archive.h"
 #include "models/torchscript_describe.h"
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace dist::models {
 namespace {

@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "dist/models/torchscript_model.h"
 #include "dist/train/safetensors.h"
-#include "train/atomic_file.h"
 
 namespace dist::models {
 

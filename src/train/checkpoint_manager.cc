@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "dist/core/error.h"
-#include "train/atomic_file.h"
 #include "train/checkpoint_pieces.h"
 
 namespace dist {

@@ -3,11 +3,11 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/atomic_file.h"
 #include "dist/core/error.h"
 #include "dist/data/example.h"
 #include "dist/data/image_codec.h"
 #include "dist/train/image_io.h"
-#include "train/atomic_file.h"
 
 namespace dist {
 namespace {

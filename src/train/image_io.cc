@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/atomic_file.h"
 #include "dist/core/error.h"
-#include "train/atomic_file.h"
 
 namespace dist {
 namespace {

@@ -8,8 +8,9 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "dist/core/error.h"
-#include "train/atomic_file.h"
+#include "dist/core/printable.h"
 #include "train/safetensors_reader.h"
 
 // The data section is little-endian; writing tensors' memory as is needs a little-endian host.
@@ -111,7 +112,8 @@ class HeaderParser {
   HeaderParser(const std::string& path, uint64_t data_size) : path_(path), data_size_(data_size) {}
 
   [[noreturn]] void fail(const std::string& message) const {
-    throw DataError(detail::concat("safetensors file '", path_, "': ", message));
+    // What the header holds (names, shapes, values) is escaped and bounded.
+    throw DataError(detail::concat("safetensors file '", path_, "': ", printable(message, 1024)));
   }
   [[noreturn]] void fail(const std::string& tensor, const std::string& message) const {
     fail(detail::concat("tensor '", tensor, "': ", message));
@@ -227,7 +229,8 @@ class FileReader {
   }
 
   [[noreturn]] void fail(const std::string& message) const {
-    throw DataError(detail::concat("safetensors file '", path_, "': ", message));
+    // What the header holds (names, shapes, values) is escaped and bounded.
+    throw DataError(detail::concat("safetensors file '", path_, "': ", printable(message, 1024)));
   }
   void read(uint64_t offset, uint64_t size, void* out) const {
     try {

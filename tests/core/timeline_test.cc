@@ -4,6 +4,7 @@
 #include "dist/core/timeline.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -91,14 +92,26 @@ void expect_refused(const TimelineOptions& options, const std::string& what) {
 TEST(TimelineTest, BadOptionsAreRefusedNamingWhatToDo) {
   testing::TempDir dir;
   expect_refused({"", "p", 0}, "the path of the timeline file is empty");
-  expect_refused({dir.file("missing/trace.json"), "p", 0}, "does not exist; create it first");
-  expect_refused({dir.path(), "p", 0}, "is a directory");
+  expect_refused({dir.path(), "p", 0}, "is not a regular file but a directory");
   EXPECT_FALSE(timeline_recording());
   start_timeline({dir.file("first.json"), "p", 0});
   expect_refused({dir.file("second.json"), "p", 0}, "already being recorded into");
   stop_timeline();
   EXPECT_TRUE(std::filesystem::exists(dir.file("first.json")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("second.json")));
+}
+
+// Like every other output: a missing directory is created at the start, and a path that holds
+// what a new file must not replace (a FIFO here) is refused then, not when the recording ends.
+TEST(TimelineTest, AMissingDirectoryIsCreatedAndAFifoRefusedAtTheStart) {
+  testing::TempDir dir;
+  start_timeline({dir.file("missing/deeper/trace.json"), "p", 0});
+  EXPECT_TRUE(std::filesystem::is_directory(dir.file("missing/deeper")));
+  stop_timeline();
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir.file("missing/deeper/trace.json")));
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  expect_refused({dir.file("fifo"), "p", 0}, "is not a regular file but a FIFO");
+  EXPECT_TRUE(std::filesystem::is_fifo(dir.file("fifo")));
 }
 
 TEST(TimelineTest, TheFileSaysHowManySpansItDropped) {

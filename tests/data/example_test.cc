@@ -276,6 +276,24 @@ TEST(ExampleTest, MissingMistypedAndMiscountedFeaturesAreNamed) {
                "(the example has no features)"));
 }
 
+// Feature names come from the file: the message about a missing one escapes them and lists a
+// bounded number, however many and however long they are (a nested record gave 395 KB of binary
+// on stderr: issue 68, item 6).
+TEST(ExampleTest, TheMissingFeatureMessageEscapesAndBoundsTheNamesItLists) {
+  ExampleBuilder builder;
+  for (int i = 0; i < 500; ++i)
+    builder.add_int64(std::string(1000, static_cast<char>('\x01' + i % 20)) + std::to_string(i), 1);
+  const std::string message = data_error([&] {
+    parse_example(builder.serialize(),
+                  FeatureSpec({FixedLenFeature{"image/encoded", FeatureType::kBytes, {}}}));
+  });
+  EXPECT_LT(message.size(), 4096u) << message.size();
+  for (char c : message) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << static_cast<int>(c);
+  EXPECT_TRUE(contains(message, "\\x01")) << message.substr(0, 200);
+  EXPECT_TRUE(contains(message, "and 490 more")) << message;
+  EXPECT_TRUE(contains(message, "feature 'image/encoded' is missing")) << message;
+}
+
 TEST(ExampleTest, DefaultsStandInForMissingFeatures) {
   const FeatureSpec spec(
       {FixedLenFeature{"d", FeatureType::kFloat, {2}, at::tensor({7.0f, 8.0f})},

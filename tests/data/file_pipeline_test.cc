@@ -300,6 +300,74 @@ TEST(FilePipelineTest, ShardingByFileRefusesWhatItCannotShard) {
   EXPECT_TRUE(contains(uneven, "does not divide among the 2 workers")) << uneven;
 }
 
+// dist-train --ignore-errors counts its records before training: a file whose framing is
+// damaged (here truncated) must count the records before the damage, which the reading then
+// delivers before the damage is one error, instead of failing the count (issue 68, item 5).
+TEST(FilePipelineTest, CountingUpToDamageCountsWhatIgnoreErrorsDelivers) {
+  TempDir dir;
+  auto files = write_shards(dir, 2, 3);
+  const std::string whole = testing::read_file(files[1]);  // 3 records of 19 bytes
+  testing::write_file(files[1], whole.substr(0, whole.size() - 20));
+  const std::string refused = message_of<DataError>([&] { tfrecord_dataset(files).cardinality(); });
+  EXPECT_TRUE(contains(refused, files[1])) << refused;
+  EXPECT_TRUE(contains(refused, "truncated")) << refused;
+  TFRecordOptions up_to_damage;
+  up_to_damage.count_up_to_damage = true;
+  auto records = tfrecord_dataset(files, up_to_damage);
+  EXPECT_EQ(records.cardinality(), 4);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    auto log = std::make_shared<IgnoredErrors>();
+    EXPECT_EQ(strings_of(records.ignore_errors(log).iterator(epoch)),
+              (std::vector<std::string>{"0:0", "0:1", "0:2", "1:0"}));
+    EXPECT_EQ(log->count(), 1);
+    EXPECT_TRUE(contains(log->first_message(), "truncated")) << log->first_message();
+  }
+}
+
+// Once counted, an epoch reads the records counted: a file appended to while a job reads it
+// keeps the epoch's length the job planned with (issue 68, item 13).
+TEST(FilePipelineTest, RecordsAppendedAfterTheCountAreNotRead) {
+  TempDir dir;
+  auto files = write_shards(dir, 1, 3);
+  auto records = tfrecord_dataset(files);
+  ASSERT_EQ(records.cardinality(), 3);
+  {
+    TFRecordWriter more(dir.file("more.tfrecord"));
+    more.write("late:0");
+    more.write("late:1");
+    more.close();
+  }
+  testing::write_file(files[0],
+                      testing::read_file(files[0]) + testing::read_file(dir.file("more.tfrecord")));
+  EXPECT_EQ(strings_of(records.iterator()), (std::vector<std::string>{"0:0", "0:1", "0:2"}));
+  EXPECT_EQ(records.skip(1).cardinality(), 2);
+  EXPECT_EQ(strings_of(records.skip(1).iterator()), (std::vector<std::string>{"0:1", "0:2"}));
+  EXPECT_EQ(tfrecord_dataset(files).cardinality(), 5);  // a new count sees them
+}
+
+// A link loop in an image folder (c0/loop -> ..) is refused naming the link, instead of being
+// walked 40 levels deep with every image listed again under c0 (issue 68, item 7).
+TEST(FilePipelineTest, ImageFolderRefusesALinkLoopNamingIt) {
+  TempDir dir;
+  for (const std::string name : {"c0/a.png", "c1/b.png"}) {
+    std::filesystem::create_directories(std::filesystem::path(dir.file(name)).parent_path());
+    testing::write_file(dir.file(name), encode_png(torch::zeros({1, 2, 2}, torch::kByte)));
+  }
+  std::filesystem::create_directory_symlink("..", dir.file("c0/loop"));
+  const std::string message = message_of<DataError>([&] { image_folder(dir.path()); });
+  EXPECT_TRUE(contains(message, "loop")) << message;
+  EXPECT_TRUE(contains(message, "again")) << message;
+  EXPECT_TRUE(contains(message, "class 'c0'")) << message;
+  std::filesystem::remove(dir.file("c0/loop"));
+  // A link to a folder elsewhere is followed as before.
+  std::filesystem::create_directories(dir.file("elsewhere"));
+  testing::write_file(dir.file("elsewhere/c.png"),
+                      encode_png(torch::zeros({1, 2, 2}, torch::kByte)));
+  std::filesystem::create_directories(dir.file("data/c0"));
+  std::filesystem::create_directory_symlink(dir.file("elsewhere"), dir.file("data/c0/linked"));
+  EXPECT_EQ(image_folder(dir.file("data")).cardinality(), 1);
+}
+
 TEST(FilePipelineTest, ImageFolderLabelsBySortedClassFolder) {
   TempDir dir;
   // Class folders out of order on purpose; "zebra" holds a nested folder.

@@ -277,6 +277,43 @@ TEST(DistTrainFilesTest, ACorruptRecordIsNamedOrSkippedAndCountedUnderIgnoreErro
   EXPECT_TRUE(std::filesystem::exists(dir.file("weights.safetensors")));
 }
 
+// Framing damage (a truncated file) under --ignore-errors: the count before training takes the
+// records before the damage, the epoch reads them, and the rest of the file is one error (the
+// count walked every header and stopped the job before: issue 68, item 5). Without the flag the
+// job stops before training, naming the file.
+TEST(DistTrainFilesTest, ATruncatedFileIsOneErrorUnderIgnoreErrors) {
+  testing::TempDir dir;
+  const std::string train = png_shards(dir, "train", data::Split::kTrain, 640, 4);
+  const std::string test = png_shards(dir, "test", data::Split::kTest, 64, 1);
+  const std::string damaged = dir.file("train-00001-of-00004.tfrecord");
+  const std::string bytes = testing::read_file(damaged);
+  testing::write_file(damaged, bytes.substr(0, bytes.size() / 2));
+  const auto refused = testing::run_dist_train_alone(one_epoch(dir, train, test));
+  EXPECT_EQ(refused.exit_code, 3) << refused.output;
+  EXPECT_TRUE(testing::contains(refused.output, damaged)) << refused.output;
+  EXPECT_TRUE(testing::contains(refused.output, "truncated")) << refused.output;
+  EXPECT_FALSE(testing::contains(refused.output, "Epoch 1/")) << refused.output;
+
+  auto skipping = testing::run_dist_train_alone(one_epoch(dir, train, test, {"--ignore-errors"}));
+  ASSERT_EQ(skipping.exit_code, 0) << skipping.output;
+  const auto json = testing::last_json(skipping.output);
+  ASSERT_FALSE(json.is_null()) << skipping.output;
+  EXPECT_EQ(json["ignored_errors"].get<int64_t>(), 1) << skipping.output;
+  EXPECT_TRUE(testing::contains(skipping.output, "truncated")) << skipping.output;
+}
+
+// An empty file is data that is missing: exit 3 as dist-train.md puts it, not 2 (a batch too
+// large for zero examples).
+TEST(DistTrainFilesTest, OnlyEmptyFilesAreMissingDataExitThree) {
+  testing::TempDir dir;
+  testing::write_file(dir.file("empty.tfrecord"), "");
+  const std::string spec = "tfrecord:" + dir.file("empty.tfrecord");
+  const auto result = testing::run_dist_train_alone(one_epoch(dir, spec, spec));
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_TRUE(testing::contains(result.output, "--train-data has no examples: its files are empty"))
+      << result.output;
+}
+
 // Under DATA sharding every worker reads every record, the damaged one included: the job's
 // summary counts the one record skipped, not one per worker.
 TEST(DistTrainFilesTest, TwoWorkersShardingByDataCountASkippedRecordOnce) {

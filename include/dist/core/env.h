@@ -68,7 +68,13 @@ class Env {
   static Env* Default();
 
   // Creates `path`, or truncates it if it exists, for writing (mode 0644 less the umask).
+  // DataError, with nothing written, when `path` is something other than a regular file (a
+  // device node, a FIFO, a socket): the POSIX Env opens without blocking and looks first.
   virtual std::unique_ptr<WritableFile> new_writable_file(const std::string& path) = 0;
+  // Opens `path` for appending at its end, creating it if it is missing: for logs that grow
+  // by a line at a time (CSVLogger, dist-train's metrics.jsonl). DataError as above for
+  // anything but a regular file.
+  virtual std::unique_ptr<WritableFile> new_appendable_file(const std::string& path) = 0;
   // Opens an existing `path` for reading; DataError if it is missing or unreadable.
   virtual std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) = 0;
   // Whether something (a file or a directory) exists at `path`. Never throws.
@@ -97,6 +103,9 @@ class EnvWrapper : public Env {
 
   std::unique_ptr<WritableFile> new_writable_file(const std::string& path) override {
     return target_->new_writable_file(path);
+  }
+  std::unique_ptr<WritableFile> new_appendable_file(const std::string& path) override {
+    return target_->new_appendable_file(path);
   }
   std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override {
     return target_->new_random_access_file(path);

@@ -21,6 +21,7 @@ namespace dist {
 class MemoryEnv : public Env {
  public:
   std::unique_ptr<WritableFile> new_writable_file(const std::string& path) override;
+  std::unique_ptr<WritableFile> new_appendable_file(const std::string& path) override;
   std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override;
   bool file_exists(const std::string& path) override;
   std::vector<std::string> get_children(const std::string& dir) override;

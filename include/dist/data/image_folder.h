@@ -4,7 +4,9 @@
 //   flowers/daisy/1.jpg  flowers/daisy/2.jpg  flowers/tulip/a.png ...
 //
 // Classes are the sub-folders in sorted order (label 0 is the first); images are the files
-// below each (sub-folders followed) whose extension is .png, .jpg or .jpeg (any case). Each
+// below each (sub-folders and links to them followed; a folder reached twice in one class, as
+// through a link loop, is a DataError naming the link) whose extension is .png, .jpg or .jpeg
+// (any case). Each
 // image file is a file of the source: AutoShardPolicy::kFile gives worker i the images i,
 // i + N, ... of the sorted list.
 #pragma once

@@ -26,12 +26,18 @@ struct TFRecordOptions {
   // string_of) and the record's index in it (int64 scalar), so that a later stage can say
   // which record it could not use.
   bool with_source = false;
+  // For a pipeline that skips bad records (ignore_errors() follows): a file whose framing is
+  // damaged counts the records before the damage instead of failing the count, and its reading
+  // delivers them, then throws the damage once (one error for the rest of the file).
+  bool count_up_to_damage = false;
 };
 
 // Elements {record}: a 1-D uint8 tensor of each record's bytes. The files must exist and be
 // regular files (DataError naming the file otherwise), checked now. The cardinality is found
 // on first use by walking the record headers of every file once (an uncompressed file's data
-// is seeked over; a compressed one is decompressed), and kept.
+// is seeked over; a compressed one is decompressed), and kept: once counted, every epoch reads
+// exactly the records counted, so a file appended to while a job reads it does not change the
+// epoch's length the job planned with (nor make it differ between workers).
 //
 // Errors while reading (a truncated record, a CRC that does not match) are DataErrors naming
 // the file, the record's index and byte offset. Under ignore_errors() a record whose data's CRC

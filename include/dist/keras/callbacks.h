@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +26,7 @@
 namespace dist {
 class CheckpointManager;
 class PreemptionWatcher;
+class WritableFile;
 class ProgressBar;
 class SummaryWriter;
 }  // namespace dist
@@ -185,7 +185,8 @@ class LearningRateScheduler : public Callback {
 
 // Appends one row per epoch to a CSV file: "epoch" then the log keys in sorted order (as
 // Keras), written on the first epoch (and again if the keys change). append: keep earlier
-// rows (for a resumed fit) instead of starting the file afresh.
+// rows (for a resumed fit) instead of starting the file afresh. The file is written through
+// Env::Default(), which refuses anything but a regular file (a device, a FIFO) at on_train_begin.
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
@@ -199,7 +200,7 @@ class CSVLogger : public Callback {
   std::string filename_;
   char separator_;
   bool append_;
-  std::ofstream file_;
+  std::unique_ptr<WritableFile> file_;  // open between on_train_begin and on_train_end
   std::vector<std::string> keys_;
 };
 

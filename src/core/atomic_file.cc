@@ -1,10 +1,11 @@
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "dist/core/error.h"
+#include "dist/core/output_file.h"
 
 namespace dist::detail {
 
@@ -19,22 +20,18 @@ std::string temporary_path(const std::string& path) { return concat(path, ".tmp.
 void write_file_atomically(Env* env, const std::string& path, const char* what,
                            const std::function<void(WritableFile& file)>& write) {
   DIST_CHECK_ARG(env != nullptr, "cannot write ", what, " '", path, "': the Env is null");
-  // The rename below replaces whatever is at `path`: never a device node, FIFO, socket or
-  // directory that someone named as an output by mistake (as root, /dev/full would become a
-  // regular file).
-  DIST_CHECK_ARG(!exists_as_non_regular_file(path), "cannot write ", what, " '", path,
-                 "': it exists and is not a regular file (a directory, device, FIFO or "
-                 "socket); choose another path");
-  const std::string temp = temporary_path(path);
+  // A MemoryEnv's paths are not on the real file system, where they read as missing.
+  const std::string target = output_file_target(path, concat("cannot write ", what));
+  const std::string temp = temporary_path(target);
   bool renamed = false;
   try {
     std::unique_ptr<WritableFile> file = env->new_writable_file(temp);
     write(*file);
     file->sync();
     file->close();
-    env->rename_file(temp, path);
+    env->rename_file(temp, target);
     renamed = true;
-    std::string dir = std::filesystem::path(path).parent_path().string();
+    std::string dir = std::filesystem::path(target).parent_path().string();
     env->sync_dir(dir.empty() ? "." : dir);
   } catch (const std::exception& e) {
     if (!renamed && env->file_exists(temp)) {
