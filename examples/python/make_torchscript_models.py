@@ -31,7 +31,10 @@ and modules that must be refused, each with what is wrong in its name:
   forward_one_row.pt (reduced over the batch), forward_long.pt (class indices), and
   forward_raises.pt (raises ValueError on 1-channel images), int_parameter.pt (an int64
   parameter beside the CNN's: no optimizer can step it), and slow_forward.pt (a forward that
-  runs for minutes, for the tests of a SIGTERM during dist-train's check of it).
+  runs for minutes, for the tests of a SIGTERM during dist-train's check of it);
+
+and partly_frozen.pt, the CNN with conv1's parameters requires_grad False (a module that
+trains, its frozen layer unchanged).
 """
 
 import argparse
@@ -268,6 +271,10 @@ def write_bad_models(out_dir):
     for p in frozen.parameters():
         p.requires_grad_(False)
     torch.jit.script(frozen).save(os.path.join(out_dir, "frozen_weights.pt"))
+    partly = SmallCnn()
+    for p in partly.conv1.parameters():
+        p.requires_grad_(False)
+    torch.jit.script(partly).save(os.path.join(out_dir, "partly_frozen.pt"))
     torch.save(SmallCnn().state_dict(), os.path.join(out_dir, "state_dict.pt"))
     for name, change in [("newer_version", raise_version), ("newer_operator", newer_operator),
                          ("damaged", damage_pickle)]:

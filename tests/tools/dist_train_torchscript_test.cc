@@ -6,18 +6,22 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/data/mnist.h"
 #include "dist/models/torchscript_model.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
+#include "models/zip_files.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 #include "tools/train_runs.h"
@@ -257,6 +261,17 @@ TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsW
   testing::write_file(dir.file("notes.pt"), "a model, I promise\n");
   const std::string whole = testing::read_file(model_file("cnn_scripted.pt"));
   testing::write_file(dir.file("truncated.pt"), whole.substr(0, whole.size() / 2));
+  // Issue 68, 1: dense1.weight's record rewritten 100 bytes long (LibTorch trained on the heap
+  // past them); 11: data.pkl inflating to 200 MiB of zeros from 200 KB.
+  auto records = testing::read_zip(whole);
+  auto cut = records;
+  for (auto& record : cut)
+    if (record.data.size() == 51200) record.data.resize(100);
+  testing::write_file(dir.file("cut_record.pt"), testing::write_zip(cut));
+  for (auto& record : records)
+    if (record.name.find("data.pkl") != std::string::npos)
+      record = testing::deflated_zeros(record.name, record.data, uint64_t{200} << 20);
+  testing::write_file(dir.file("bomb.pt"), testing::write_zip(records));
   struct Bad {
     std::string path, says;
   };
@@ -276,7 +291,12 @@ TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsW
       {model_file("forward_rank3.pt"), "rank 3 instead of 2"},
       {model_file("forward_one_row.pt"), "1 rows for 64 images"},
       {model_file("forward_long.pt"), "not class indices"},
-      {model_file("forward_raises.pt"), "this model wants 3 channels"}};
+      {model_file("forward_raises.pt"), "this model wants 3 channels"},
+      {dir.file("cut_record.pt"),
+       "holds 100 bytes, but the Float tensor [32, 400] stored there "
+       "needs 51200"},
+      {dir.file("bomb.pt"), "a zip bomb"},
+      {model_file("int_parameter.pt"), "has the Long parameter 'steps'"}};
   std::vector<std::vector<std::string>> jobs;
   for (size_t i = 0; i < bad.size(); ++i) {
     const std::string out = dir.file("out" + std::to_string(i));
@@ -298,6 +318,35 @@ TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsW
   }
 }
 
+// Issue 68, 9: a SIGTERM while dist-train checks the module's forward on the first batch (here a
+// forward that runs for minutes) was ignored until the forward ended; it now ends the start-up
+// within about a second, exit 4, nothing trained or written.
+TEST(DistTrainTorchScriptSignalTest, SigtermDuringTheChecksForwardExitsFourAtOnce) {
+  TempDir dir;
+  auto args = script_job("mirrored", "slow_forward", dir.file("out/w.safetensors"));
+  args.insert(args.end(), {"--replicas", "2", "--checkpoint-dir", dir.file("out/ckpt")});
+  testing::WorkerProcesses process;
+  process.start(DIST_TRAIN_BINARY, args, {});
+  // Printed just before the data are read and the module loaded: its forward starts at once.
+  ASSERT_TRUE(process.wait_for_output(0, "Global batch size", 60s));
+  std::this_thread::sleep_for(1s);
+  const auto signalled = std::chrono::steady_clock::now();
+  process.kill(0, SIGTERM);
+  const ProcessResult result = process.wait_all(120s).at(0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  std::printf("SIGTERM during the check's forward: exit %d after %.2f s\n", result.exit_code,
+              seconds);
+  EXPECT_EQ(result.exit_code, 4) << result.output;
+  EXPECT_LT(seconds, 2.0) << result.output;
+  EXPECT_TRUE(testing::contains(result.output,
+                                "stopped by SIGTERM while checking the forward of "
+                                "--model-file " +
+                                    model_file("slow_forward.pt")))
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+}
+
 // What a scripted module cannot do, and flags that contradict --model-file, are refused by name
 // before training (exit 2).
 TEST(DistTrainTorchScriptErrorsTest, FlagsThatCannotApplyAreRefusedByName) {
@@ -312,7 +361,7 @@ TEST(DistTrainTorchScriptErrorsTest, FlagsThatCannotApplyAreRefusedByName) {
       {{"--model-file", cnn, "--sync-batch-norm"},
        "a scripted graph's batch norms cannot be swapped for synchronized ones"},
       {{"--save-torchscript", dir.file("t.pt")}, "give --model-file, or use --save-weights"},
-      {{"--model-file", cnn, "--save-torchscript", cnn}, "is --model-file itself"}};
+      {{"--model-file", cnn, "--save-torchscript", cnn}, "is --model-file"}};
   std::vector<std::vector<std::string>> jobs;
   for (const auto& r : refused) {
     auto args = testing::job_args("mirrored", dir.file("w.safetensors"));
