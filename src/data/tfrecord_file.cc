@@ -13,22 +13,13 @@
 
 #include "core/crc32c.h"
 #include "dist/core/error.h"
+#include "dist/core/output_file.h"
 
 namespace dist::data::detail {
 namespace {
 
 constexpr uint64_t kHeaderBytes = 12;  // uint64 length + uint32 masked CRC of it
 constexpr uint64_t kCrcBytes = 4;
-
-// What a non-regular file is, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
-}
 
 std::string hex32(uint32_t v) {
   std::ostringstream out;
@@ -78,8 +69,8 @@ TFRecordFileReader::TFRecordFileReader(std::string path, Compression compression
     throw DataError(
         ::dist::detail::concat("cannot stat TFRecord file ", path_, ": ", std::strerror(error)));
   }
-  DIST_CHECK(S_ISREG(st.st_mode), DataError, path_, " is ", file_kind(st.st_mode),
-             ", not a TFRecord file");
+  DIST_CHECK(S_ISREG(st.st_mode), DataError, path_, " ", why_not_an_output_file(path_),
+             ": give a TFRecord file");
   // O_NONBLOCK in case the path became a FIFO since the stat; fstat checks again.
   impl_->fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   DIST_CHECK(impl_->fd >= 0, DataError, "cannot open TFRecord file ", path_, ": ",

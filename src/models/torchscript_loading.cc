@@ -20,11 +20,12 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/atomic_file.h"
 #include "dist/core/error.h"
+#include "dist/core/output_file.h"
 #include "dist/models/torchscript_model.h"
 #include "models/torchscript_archive.h"
 #include "models/torchscript_describe.h"
-#include "core/atomic_file.h"
 
 namespace dist::models {
 namespace {
@@ -182,9 +183,10 @@ TorchScriptModule load_torchscript(const std::string& path, Env* env) {
   DIST_CHECK(env->file_exists(path), DataError, "TorchScript file '", path,
              "' does not exist: check the path (a relative path is taken from the working "
              "directory)");
-  DIST_CHECK(!detail::exists_as_non_regular_file(path), DataError, "'", path,
-             "' is not a regular file (a directory?): give the path of a file written by "
-             "torch.jit.save");
+  // Named for what it is (a directory, a device, a FIFO: output_file.h says it), and never
+  // opened: a FIFO would block the open.
+  DIST_CHECK(!detail::exists_as_non_regular_file(path), DataError, "'", path, "' ",
+             why_not_an_output_file(path), ": give the path of a file written by torch.jit.save");
   auto bytes = std::make_shared<EnvReadAdapter>(env->new_random_access_file(path));
   check_first_bytes(path, bytes->file());
   const ArchiveIndex index = verify_archive(path, bytes->file());

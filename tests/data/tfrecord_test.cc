@@ -346,13 +346,14 @@ TEST(TFRecordTest, ACorruptCompressedStreamIsAnError) {
 
 TEST(TFRecordTest, OnlyRegularFilesOpen) {
   TempDir dir;
-  EXPECT_TRUE(contains(data_error([&] { TFRecordFileReader(dir.path(), Compression::kNone); }),
-                       dir.path() + " is a directory, not a TFRecord file"));
+  EXPECT_TRUE(
+      contains(data_error([&] { TFRecordFileReader(dir.path(), Compression::kNone); }),
+               dir.path() + " is not a regular file but a directory: give a TFRecord file"));
   ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
   // Opening a FIFO would block until a writer came: the reader must refuse it first.
   EXPECT_TRUE(
       contains(data_error([&] { TFRecordFileReader(dir.file("fifo"), Compression::kGzip); }),
-               "is a FIFO (named pipe), not a TFRecord file"));
+               "is not a regular file but a FIFO (named pipe): give a TFRecord file"));
   EXPECT_TRUE(contains(
       data_error([&] { detail::count_records(dir.file("fifo"), Compression::kNone); }), "FIFO"));
   EXPECT_TRUE(

@@ -18,7 +18,8 @@ namespace dist {
 
 // Why a new regular file cannot replace whatever is at `path`, as a phrase ("is a character
 // device", "is a symbolic link to a FIFO (named pipe)", "is read-only"); "" when it can. Asks the
-// real file system; never throws.
+// real file system; never throws. Readers use it too, to name what a path that is not a regular
+// file holds ("'x.tfrecord' is not a regular file but a FIFO (named pipe)").
 std::string why_not_an_output_file(const std::string& path);
 
 // The path a write to `path` must rename onto: `path` itself, or, for a symbolic link to a
