@@ -131,9 +131,9 @@ TEST(DistTrainTimelineTest, ShardedStepsShowTheirReduceScattersAndGathers) {
 // As for the other outputs (issue 69 found --timeline out/x.json refused for a missing out/).
 TEST(DistTrainTimelineTest, AMissingDirectoryIsCreated) {
   testing::TempDir dir;
-  const auto result = testing::run_dist_train_alone({"--strategy", "one_device", "--train-examples",
-                                                     "64", "--max-steps", "1", "--timeline",
-                                                     dir.file("missing/trace.json")});
+  const auto result = testing::run_dist_train_alone(
+      {"--strategy", "one_device", "--train-examples", "64", "--test-examples", "64", "--max-steps",
+       "1", "--timeline", dir.file("missing/trace.json")});
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_TRUE(std::filesystem::is_regular_file(dir.file("missing/trace.json"))) << result.output;
 }
