@@ -34,6 +34,12 @@ volatile std::sig_atomic_t signal_before_main = 0;
 
 void record_signal_before_main(int signal_number) { signal_before_main = signal_number; }
 
+// What SIGTERM and SIGINT did before the preinit function (SIG_DFL, or SIG_IGN as a shell leaves
+// them for a background job): main puts it back under the library's watcher, which restores it
+// when the job's own watchers are done.
+struct sigaction inherited_sigterm = {};
+struct sigaction inherited_sigint = {};
+
 // Runs from the executable's preinit array: after the dynamic loader has mapped the libraries,
 // before any of them initializes. Only a flag is set (async-signal-safe, and nothing of the
 // libraries is usable yet); main hands it to the library's watcher.
@@ -42,15 +48,15 @@ void watch_signals_before_main() {
   action.sa_handler = record_signal_before_main;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // the libraries' start-up never sees EINTR from it
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, &inherited_sigterm);
+  sigaction(SIGINT, &action, &inherited_sigint);
 }
 
 __attribute__((section(".preinit_array"),
                used)) void (*const kWatchSignalsBeforeMain)() = watch_signals_before_main;
 
 // main's first step: the library's watcher replaces the flag, a signal that came is passed on
-// to it, and the default action is what the watcher restores when the job's own watchers are
+// to it, and the inherited action is what the watcher restores when the job's own watchers are
 // done (startup_signals.h). The signals are blocked meanwhile, so none falls between.
 void watch_signals_from_main() {
   sigset_t stops, before;
@@ -58,10 +64,13 @@ void watch_signals_from_main() {
   sigaddset(&stops, SIGTERM);
   sigaddset(&stops, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stops, &before);
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGINT, SIG_DFL);
+  sigaction(SIGTERM, &inherited_sigterm, nullptr);
+  sigaction(SIGINT, &inherited_sigint, nullptr);
   dist::tools::watch_stop_signals_from_start();
-  if (signal_before_main != 0) raise(signal_before_main);  // pending until the unblocking
+  // Pending until the unblocking; one the process inherited as ignored stays ignored.
+  const struct sigaction& inherited =
+      signal_before_main == SIGINT ? inherited_sigint : inherited_sigterm;
+  if (signal_before_main != 0 && inherited.sa_handler != SIG_IGN) raise(signal_before_main);
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
