@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,16 @@
 #include "collective/store/store_protocol.h"
 
 namespace dist::testing {
+
+// Raises this process's soft limit of open files to its hard limit (a stranger's connections,
+// and a store's, are descriptors) and returns the limit now in force.
+inline rlim_t raise_open_file_limit() {
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
+  return files.rlim_cur;
+}
 
 struct StoreStrangerOptions {
   int port = 0;  // the store's, on 127.0.0.1

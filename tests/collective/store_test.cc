@@ -375,11 +375,8 @@ TEST(StoreTest, ConnectionsWaitingForTheirHelloAreCappedPerAddressAndTheOldestGi
 // before keep their places and are served, and a new member joins within its timeout.
 TEST(StoreTest, MembersKeepTheirPlacesAndANewOneJoinsWhenStrangersFillTheTable) {
   // Both ends of every connection are in this process.
-  rlimit files{};
-  getrlimit(RLIMIT_NOFILE, &files);
-  files.rlim_cur = files.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &files);
-  ASSERT_GE(files.rlim_cur, 2400u) << "raise the hard limit of open files (ulimit -Hn) to run this";
+  ASSERT_GE(::dist::testing::raise_open_file_limit(), 2400u)
+      << "raise the hard limit of open files (ulimit -Hn) to run this";
   const std::string token = "5e1f0c2a9b7d4e3f8a6c1b0d2e4f6a8c";
   StoreServer server({"127.0.0.1", 0}, token);
   std::vector<c10::intrusive_ptr<StoreClient>> members;

@@ -68,11 +68,8 @@ JobRun two_workers(const std::string& weights, const std::vector<int>& ports,
 TEST(DistTrainStrangerTest, AJobFormsAndTrainsToTheSameWeightsWhileAStrangerFloodsItsStore) {
   // The stranger's 1,100 connections and more are this process's descriptors, and the store's
   // host must be able to open its 1,024.
-  rlimit files{};
-  getrlimit(RLIMIT_NOFILE, &files);
-  files.rlim_cur = files.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &files);
-  ASSERT_GE(files.rlim_cur, 2048u) << "raise the hard limit of open files (ulimit -Hn) to run this";
+  ASSERT_GE(::dist::testing::raise_open_file_limit(), 2048u)
+      << "raise the hard limit of open files (ulimit -Hn) to run this";
 
   testing::TempDir dir;
   const JobRun quiet = two_workers(dir.file("quiet.safetensors"), free_loopback_ports(2), [] {});
