@@ -68,11 +68,10 @@ class TFRecordIterator : public detail::IteratorNode {
   std::optional<Element> next() override {
     while (open_next_file_if_needed()) {
       const int64_t index = reader_->records_read();
-      const auto counted = counts_->known(order_[position_]);
-      if (counted && index >= counted->records) {  // all the file held when it was counted
+      if (counted_ && index >= counted_->records) {  // all the file held when it was counted
         reader_.reset();
         ++position_;
-        if (!counted->damage.empty()) throw DataError(counted->damage);  // once a file and epoch
+        if (!counted_->damage.empty()) throw DataError(counted_->damage);  // once a file, epoch
         continue;
       }
       try {
@@ -103,9 +102,7 @@ class TFRecordIterator : public detail::IteratorNode {
           ++position_;
           continue;
         }
-        reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
-                                                               options_.compression);
-        file_name_ = at::Tensor();
+        open_reader();
       }
       if (reader_->records_read() < counts_->of(order_[position_]).records && reader_->skip()) {
         ++skipped;
@@ -121,10 +118,17 @@ class TFRecordIterator : public detail::IteratorNode {
   bool open_next_file_if_needed() {
     if (reader_) return true;
     if (position_ >= order_.size()) return false;
+    open_reader();
+    return true;
+  }
+
+  // Opens the file at position_, with its count if one was taken (looked up once a file, not
+  // once a record).
+  void open_reader() {
     reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
                                                            options_.compression);
     file_name_ = at::Tensor();
-    return true;
+    counted_ = counts_->known(order_[position_]);
   }
 
   Element element(int64_t index) const {
@@ -141,6 +145,7 @@ class TFRecordIterator : public detail::IteratorNode {
   TFRecordOptions options_;
   size_t position_ = 0;  // in order_: the file being read
   std::unique_ptr<detail::TFRecordFileReader> reader_;
+  std::optional<detail::ReadableRecords> counted_;  // reader_'s file's count, if taken
   std::string record_;            // reused: one allocation for the records of similar size
   mutable at::Tensor file_name_;  // the open file's, for with_source
 };
