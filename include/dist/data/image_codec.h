@@ -1,6 +1,7 @@
 // Encoded images (PNG through libpng, JPEG through libjpeg-turbo) decoded into uint8 tensors,
-// channels first, optionally converted to grey or RGB and resized; and JPEG encoding, for tests
-// and for converting data sets (PNG encoding is dist::encode_png in dist/train/image_io.h).
+// channels first, optionally converted to grey or RGB and resized (antialiased, as PIL); and
+// JPEG encoding, for tests and for converting data sets (PNG encoding is dist::encode_png in
+// dist/train/image_io.h).
 //
 //   // One TFRecord example's image bytes to a [3, 224, 224] uint8 tensor:
 //   auto image = dist::data::decode_image(bytes.data(), bytes.size(), {3, 224, 224},
@@ -52,9 +53,12 @@ struct DecodeImageOptions {
   // 1: grey; 3: RGB. Anything else is InvalidArgument.
   int64_t channels = 0;
   // 0 and 0: the stored size. Both positive: the image is resized to height x width by
-  // resize_image (bilinear, below). One set without the other is InvalidArgument.
+  // resize_image (below). One set without the other is InvalidArgument.
   int64_t height = 0;
   int64_t width = 0;
+  // The resize_image method: antialiased as PIL and torchvision (default) or TensorFlow's
+  // plain bilinear (false).
+  bool antialias = true;
 };
 
 // Decodes the PNG or JPEG image in data[0, size), whose format is told by its first bytes
@@ -68,14 +72,31 @@ at::Tensor decode_image(const uint8_t* data, size_t size, const DecodeImageOptio
 at::Tensor decode_image(const at::Tensor& encoded, const DecodeImageOptions& options = {},
                         const std::string& source = "");
 
-// Resizes a uint8 image [C, H, W] to [C, height, width] with bilinear interpolation as
-// tf.image.resize(method="bilinear") computes it: half-pixel centres (align_corners=false),
-// no antialiasing, so downscaling by more than 2 skips pixels. Computed in float by ATen's
-// upsample_bilinear2d, then rounded to the nearest integer (halves to even, as torch.round and
-// tf.round) and clamped to 0..255. Returns a new contiguous tensor, also when the size is
-// unchanged (the pixels are then equal). InvalidArgument for another shape or dtype, sizes
-// below 1, or more than kMaxImagePixels output pixels.
-at::Tensor resize_image(const at::Tensor& image, int64_t height, int64_t width);
+// Resizes an image [C, H, W], uint8 or floating, to [C, height, width] by bilinear
+// interpolation with half-pixel centres (align_corners=false). Same dtype out as in.
+//
+// antialias = true (the default): PIL's Image.resize(BILINEAR), which torchvision's Resize
+// computes on PIL images and on tensors with antialias=True. A separable triangle filter:
+// output pixel i of an axis scaled by s = in / out is centred at input coordinate
+// (i + 0.5) * s and weighs the input pixels j whose centres j + 0.5 lie within
+// max(s, 1) of it by 1 - |j + 0.5 - centre| / max(s, 1), normalised to sum 1 (taps beyond
+// the edge are dropped). Downscaling thus averages every input pixel; upscaling is plain
+// bilinear. The horizontal pass (each row to the new width) runs first, then the vertical;
+// uint8 images are rounded to uint8 after each pass, as PIL does, so pixels match PIL's within 1
+// grey level (measured: see tests/data/image_codec_test.cc).
+//
+// antialias = false: tf.image.resize(method="bilinear") without antialiasing: each output
+// pixel interpolates the 2x2 input pixels around (i + 0.5) * s - 0.5 (clamped at the edges),
+// so downscaling by more than 2 skips pixels. Computed in float by ATen's
+// upsample_bilinear2d; uint8 is rounded to the nearest integer (halves to even, as torch.round
+// and tf.round). Kept for data prepared by TensorFlow.
+//
+// Returns a new contiguous tensor, also when the size is unchanged (the pixels are then
+// equal). The image may be a strided view (a crop from narrow()): it is read in place.
+// InvalidArgument for another shape or dtype, an image without pixels, sizes below 1, or more
+// than kMaxImagePixels output pixels.
+at::Tensor resize_image(const at::Tensor& image, int64_t height, int64_t width,
+                        bool antialias = true);
 
 // The JPEG file's bytes (baseline, 4:2:0 chroma subsampling for RGB, libjpeg's standard
 // quantisation tables scaled to `quality`) for a uint8 image [H, W], [1, H, W] or [3, H, W].
