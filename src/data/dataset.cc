@@ -9,8 +9,14 @@ Dataset::Dataset(std::shared_ptr<const detail::DatasetNode> node) : node_(std::m
   DIST_INTERNAL_ASSERT(node_ != nullptr);
 }
 
-Dataset Dataset::from_tensor_slices(std::vector<at::Tensor> tensors) {
+Dataset Dataset::from_tensor_slices(Element tensors) {
   return Dataset(detail::make_tensor_slices_node(std::move(tensors)));
+}
+
+Dataset Dataset::range(int64_t start, int64_t stop, int64_t step) {
+  DIST_CHECK_ARG(step != 0, "Dataset::range(", start, ", ", stop,
+                 ", 0): step must not be 0 (it would never reach stop)");
+  return Dataset(detail::make_range_node(start, stop, step));
 }
 
 Dataset Dataset::zip(std::vector<Dataset> datasets) {
@@ -66,6 +72,23 @@ Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn,
   return Dataset(detail::make_interleave_node(node_, std::move(fn), options));
 }
 
+Dataset Dataset::flat_map(std::function<Dataset(const Element&)> fn) const {
+  DIST_CHECK_ARG(static_cast<bool>(fn), "Dataset::flat_map needs a function, got an empty one");
+  return Dataset(detail::make_flat_map_node(node_, std::move(fn)));
+}
+
+Dataset Dataset::filter(std::function<bool(const Element&)> predicate) const {
+  DIST_CHECK_ARG(static_cast<bool>(predicate),
+                 "Dataset::filter needs a predicate, got an empty function");
+  return Dataset(detail::make_filter_node(node_, std::move(predicate)));
+}
+
+Dataset Dataset::concatenate(const Dataset& other) const {
+  return Dataset(detail::make_concatenate_node(node_, other.node_));
+}
+
+Dataset Dataset::unbatch() const { return Dataset(detail::make_unbatch_node(node_)); }
+
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   DIST_CHECK_ARG(num_shards >= 1, "shard: num_shards must be at least 1, got ", num_shards);
   DIST_CHECK_ARG(index >= 0 && index < num_shards, "shard: index ", index, " is out of range for ",
@@ -96,6 +119,23 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   DIST_CHECK_ARG(batch_size >= 1, "batch size must be at least 1, got ", batch_size);
   return Dataset(detail::make_batch_node(node_, batch_size, drop_remainder));
+}
+
+Dataset Dataset::padded_batch(int64_t batch_size, std::vector<std::vector<int64_t>> padded_shapes,
+                              std::vector<at::Scalar> padding_values, bool drop_remainder) const {
+  DIST_CHECK_ARG(batch_size >= 1, "padded_batch: batch size must be at least 1, got ", batch_size);
+  return Dataset(detail::make_padded_batch_node(node_, batch_size, std::move(padded_shapes),
+                                                std::move(padding_values), drop_remainder));
+}
+
+Dataset Dataset::bucket_by_sequence_length(std::function<int64_t(const Element&)> length,
+                                           std::vector<int64_t> bucket_boundaries,
+                                           std::vector<int64_t> bucket_batch_sizes,
+                                           const BucketOptions& options) const {
+  DIST_CHECK_ARG(static_cast<bool>(length),
+                 "bucket_by_sequence_length needs an element_length_func, got an empty function");
+  return Dataset(detail::make_bucket_node(node_, std::move(length), std::move(bucket_boundaries),
+                                          std::move(bucket_batch_sizes), options));
 }
 
 Dataset Dataset::prefetch(int64_t buffer_size) const {

@@ -77,6 +77,21 @@ class ParallelMapStage : public UnaryNode {
   virtual NodePtr computing_only(std::function<bool(int64_t index)> computes) const = 0;
 };
 
+// batch() and padded_batch(): how many rows their batches hold in all, which unbatch() gives
+// as its cardinality. (padded_batch is not a BatchStage: dividing a global batch among
+// workers rebuilds a plain batch().)
+class BatchingStage {
+ public:
+  virtual ~BatchingStage() = default;
+  // The input's cardinality less a dropped remainder; kUnknown/kInfiniteCardinality as it.
+  virtual int64_t batched_rows() const = 0;
+};
+// batched_rows() of a batch of `batch_size` over `input_rows` rows.
+inline int64_t batched_rows_of(int64_t input_rows, int64_t batch_size, bool drop_remainder) {
+  if (input_rows < 0 || !drop_remainder) return input_rows;
+  return input_rows / batch_size * batch_size;
+}
+
 // batch(): what giving each worker its part of the global batch (kFile sharding) rewrites.
 class BatchStage : public UnaryNode {
  public:
@@ -85,7 +100,19 @@ class BatchStage : public UnaryNode {
   virtual bool drop_remainder() const = 0;
 };
 
-NodePtr make_tensor_slices_node(std::vector<at::Tensor> tensors);
+NodePtr make_tensor_slices_node(Element tensors);
+NodePtr make_range_node(int64_t start, int64_t stop, int64_t step);
+NodePtr make_filter_node(NodePtr input, std::function<bool(const Element&)> predicate);
+NodePtr make_flat_map_node(NodePtr input, std::function<Dataset(const Element&)> fn);
+NodePtr make_concatenate_node(NodePtr first, NodePtr second);
+NodePtr make_unbatch_node(NodePtr input);
+// padded_shapes and padding_values as Dataset::padded_batch, checked by the caller.
+NodePtr make_padded_batch_node(NodePtr input, int64_t batch_size,
+                               std::vector<std::vector<int64_t>> padded_shapes,
+                               std::vector<at::Scalar> padding_values, bool drop_remainder);
+NodePtr make_bucket_node(NodePtr input, std::function<int64_t(const Element&)> length,
+                         std::vector<int64_t> boundaries, std::vector<int64_t> batch_sizes,
+                         const BucketOptions& options);
 NodePtr make_zip_node(std::vector<NodePtr> inputs);
 NodePtr make_map_node(NodePtr input, std::function<Element(Element)> fn);
 NodePtr make_map_with_context_node(NodePtr input,

@@ -450,6 +450,10 @@ FeatureSpec::FeatureSpec(std::vector<Entry> entries) {
     DIST_CHECK_ARG(inserted, "FeatureSpec: feature '", name,
                    "' is listed twice; each feature gives one tensor");
   }
+  std::vector<std::string> names;
+  for (const Entry& e : data->entries)
+    names.push_back(std::visit([](const auto& f) { return f.name; }, e));
+  data->names = Element::make_names(std::move(names));
   data_ = std::move(data);
 }
 
@@ -487,6 +491,7 @@ Element parse_example(std::string_view serialized, const FeatureSpec& spec) {
       out.push_back(has[i] ? parse_var(found[i], var) : at::empty({0}, dtype_for(var.type)));
     }
   }
+  out.set_names(spec.names());
   return out;
 }
 

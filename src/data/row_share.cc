@@ -15,6 +15,7 @@ Element stack_rows(const std::vector<Element>& rows) {
     for (size_t i = 0; i < rows.size(); ++i) parts[i] = rows[i].at(k);
     batch.push_back(at::stack(parts));
   }
+  batch.set_names(rows.front().shared_names());
   return batch;
 }
 

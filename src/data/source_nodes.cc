@@ -9,7 +9,7 @@ namespace {
 
 class TensorSlicesIterator : public IteratorNode {
  public:
-  explicit TensorSlicesIterator(const std::vector<at::Tensor>* tensors, int64_t size)
+  explicit TensorSlicesIterator(const Element* tensors, int64_t size)
       : tensors_(tensors), size_(size) {}
 
   std::optional<Element> next() override {
@@ -17,6 +17,7 @@ class TensorSlicesIterator : public IteratorNode {
     Element element;
     element.reserve(tensors_->size());
     for (const auto& t : *tensors_) element.push_back(t.select(0, index_));
+    element.set_names(tensors_->shared_names());
     ++index_;
     return element;
   }
@@ -28,14 +29,14 @@ class TensorSlicesIterator : public IteratorNode {
   }
 
  private:
-  const std::vector<at::Tensor>* tensors_;  // owned by the node, which outlives iterators
+  const Element* tensors_;  // owned by the node, which outlives iterators
   int64_t size_;
   int64_t index_ = 0;
 };
 
 class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this<TensorSlicesNode> {
  public:
-  explicit TensorSlicesNode(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
+  explicit TensorSlicesNode(Element tensors) : tensors_(std::move(tensors)) {
     DIST_CHECK_ARG(!tensors_.empty(), "from_tensor_slices needs at least one tensor");
     for (size_t i = 0; i < tensors_.size(); ++i) {
       DIST_CHECK_ARG(tensors_[i].defined() && tensors_[i].dim() >= 1, "from_tensor_slices: tensor ",
@@ -57,12 +58,11 @@ class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this
 
  private:
   struct Owning : TensorSlicesIterator {
-    Owning(std::shared_ptr<const TensorSlicesNode> keep, const std::vector<at::Tensor>* t,
-           int64_t n)
+    Owning(std::shared_ptr<const TensorSlicesNode> keep, const Element* t, int64_t n)
         : TensorSlicesIterator(t, n), keep_(std::move(keep)) {}
     std::shared_ptr<const TensorSlicesNode> keep_;
   };
-  std::vector<at::Tensor> tensors_;
+  Element tensors_;
 };
 
 class ZipIterator : public IteratorNode {
@@ -71,12 +71,19 @@ class ZipIterator : public IteratorNode {
       : inputs_(std::move(inputs)) {}
 
   std::optional<Element> next() override {
+    parts_.clear();
     Element out;
+    bool named = true;
+    std::vector<const void*> names_in;  // which name lists the parts carry
     for (auto& input : inputs_) {
       auto element = input->next();
       if (!element) return std::nullopt;
       out.insert(out.end(), element->begin(), element->end());
+      named = named && element->has_names();
+      names_in.push_back(element->shared_names().get());
+      parts_.push_back(std::move(*element));
     }
+    if (named) out.set_names(joined_names(names_in));
     return out;
   }
 
@@ -87,7 +94,23 @@ class ZipIterator : public IteratorNode {
   }
 
  private:
+  // The parts' names joined, made once for each combination of name lists met (a pipeline's
+  // elements share theirs, so this is once per iterator).
+  const Element::Names& joined_names(const std::vector<const void*>& names_in) {
+    if (names_in != joined_from_) {
+      std::vector<std::string> all;
+      for (const Element& part : parts_)
+        all.insert(all.end(), part.names().begin(), part.names().end());
+      joined_ = Element::make_names(std::move(all));
+      joined_from_ = names_in;
+    }
+    return joined_;
+  }
+
   std::vector<std::unique_ptr<IteratorNode>> inputs_;
+  std::vector<Element> parts_;
+  std::vector<const void*> joined_from_;
+  Element::Names joined_;
 };
 
 class ZipNode : public DatasetNode {
@@ -126,7 +149,7 @@ class ZipNode : public DatasetNode {
 
 }  // namespace
 
-NodePtr make_tensor_slices_node(std::vector<at::Tensor> tensors) {
+NodePtr make_tensor_slices_node(Element tensors) {
   return std::make_shared<TensorSlicesNode>(std::move(tensors));
 }
 

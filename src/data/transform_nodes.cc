@@ -73,6 +73,7 @@ Element stack_elements(const std::vector<Element>& elements) {
     }
     batch.push_back(at::stack(parts));
   }
+  batch.set_names(elements.front().shared_names());
   return batch;
 }
 
@@ -105,12 +106,15 @@ class BatchIterator : public IteratorNode {
   bool drop_remainder_;
 };
 
-class BatchNode : public BatchStage {
+class BatchNode : public BatchStage, public BatchingStage {
  public:
   BatchNode(NodePtr input, int64_t size, bool drop_remainder)
       : BatchStage(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
   int64_t batch_size() const override { return size_; }
   bool drop_remainder() const override { return drop_remainder_; }
+  int64_t batched_rows() const override {
+    return batched_rows_of(input_->cardinality(), size_, drop_remainder_);
+  }
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<BatchIterator>(input_->make_iterator(epoch), size_, drop_remainder_);
   }

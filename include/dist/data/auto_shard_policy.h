@@ -3,7 +3,7 @@
 // DistributeOptions; docs/guide.md ("Input pipelines from files") says what each guarantees.
 #pragma once
 
-namespace dist {
+namespace dist::data {
 
 enum class AutoShardPolicy {
   // kFile where the pipeline reads files (list_files, tfrecord_dataset, image_folder), kData
@@ -23,4 +23,9 @@ enum class AutoShardPolicy {
   kOff,
 };
 
+}  // namespace dist::data
+
+namespace dist {
+// Where it lived before it joined its folder's namespace: existing code keeps compiling.
+using data::AutoShardPolicy;
 }  // namespace dist

@@ -10,6 +10,10 @@
 //   for (int64_t epoch = 0; epoch < 10; ++epoch)
 //     for (const Element& batch : ds.iterator(epoch)) { ... batch[0], batch[1] ... }
 //
+// Components may be named, as tf.data's dicts (see dist/data/element.h):
+//   auto ds = Dataset::from_tensor_slices({{"image", images}, {"label", labels}}).batch(64);
+//   ... batch["image"], batch["label"] ...
+//
 // Thread safety: a Dataset may be shared by threads; an Iterator is used by one thread.
 #pragma once
 
@@ -21,13 +25,12 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
 
 #include "dist/data/auto_shard_policy.h"
+#include "dist/data/element.h"
 
 namespace dist::data {
-
-// One element of a dataset: a tuple of tensors (for example {image, label}).
-using Element = std::vector<at::Tensor>;
 
 // Special cardinalities, as tf.data.
 constexpr int64_t kInfiniteCardinality = -1;
@@ -102,6 +105,22 @@ struct DatasetOptions {
   std::optional<AutoShardPolicy> auto_shard_policy;
 };
 
+// The optional parts of Dataset::bucket_by_sequence_length (tf.data's
+// bucket_by_sequence_length arguments of the same names).
+struct BucketOptions {
+  // As padded_batch's: per component, -1 for "the longest in the batch"; empty: every
+  // dimension of every component padded to the longest in the batch.
+  std::vector<std::vector<int64_t>> padded_shapes;
+  // As padded_batch's: per component; empty: 0 everywhere.
+  std::vector<at::Scalar> padding_values;
+  // true: the -1 dimensions of a batch of bucket i are padded to bucket_boundaries[i] - 1 (the
+  // longest length the bucket holds) rather than to the batch's longest, so every batch of a
+  // bucket has one shape; an element of the last, unbounded bucket is then an error.
+  bool pad_to_bucket_boundary = false;
+  // true: a bucket's last, partial batch is dropped at the end of the input.
+  bool drop_remainder = false;
+};
+
 class IgnoredErrors;  // dist/data/ignored_errors.h
 
 namespace detail {
@@ -113,9 +132,16 @@ class Iterator;
 
 class Dataset {
  public:
-  // Element i is {t[i] for t in tensors}. All tensors need the same size in dimension 0.
-  static Dataset from_tensor_slices(std::vector<at::Tensor> tensors);
-  // Element i is the concatenation of the i-th elements; stops at the shortest dataset.
+  // Element i is {t[i] for t in tensors}, with the names of `tensors` if it has them:
+  // from_tensor_slices({images, labels}) or from_tensor_slices({{"image", images}, {"label",
+  // labels}}). All tensors need the same size in dimension 0.
+  static Dataset from_tensor_slices(Element tensors);
+  // The int64 scalars start, start + step, ... up to stop, excluded (tf.data's range; step may
+  // be negative, not 0).
+  static Dataset range(int64_t start, int64_t stop, int64_t step = 1);
+  static Dataset range(int64_t stop) { return range(0, stop, 1); }
+  // Element i is the concatenation of the i-th elements; stops at the shortest dataset. When
+  // every input's elements are named, so is the output (the names must then differ).
   static Dataset zip(std::vector<Dataset> datasets);
   // Elements from a C++ callable: make_generator(epoch) is called once per epoch (and on each
   // restore) and must give the same sequence for the same epoch, as restoring a position
@@ -144,6 +170,21 @@ class Dataset {
   //       [](const Element& f) { return tfrecord_dataset({string_of(f[0])}); }, {4, 1});
   Dataset interleave(std::function<Dataset(const Element&)> fn,
                      const InterleaveOptions& options) const;
+  // Maps each element to a dataset and gives all elements of each in turn (tf.data's
+  // flat_map; interleave with cycle_length 1). The datasets are iterated at this stage's
+  // epoch, so fn may return shuffled ones. The cardinality is unknown.
+  Dataset flat_map(std::function<Dataset(const Element&)> fn) const;
+  // Keeps the elements for which predicate is true (tf.data's filter). The predicate should
+  // be deterministic: restoring a position evaluates it again on the elements passed. The
+  // cardinality becomes unknown.
+  Dataset filter(std::function<bool(const Element&)> predicate) const;
+  // This dataset's elements, then `other`'s (tf.data's concatenate), both at the same epoch.
+  Dataset concatenate(const Dataset& other) const;
+  // Splits each element along dimension 0 into its rows (tf.data's unbatch; the inverse of
+  // batch). Every component needs the same size in dimension 0 (InvalidArgument naming the
+  // component otherwise). Names are kept. The cardinality is known when the input is a
+  // batch() or padded_batch() of a dataset of known cardinality.
+  Dataset unbatch() const;
   // Keeps elements index, index + num_shards, index + 2 num_shards, ... (tf.data's shard).
   // Applied to list_files(...), it gives each input pipeline its own files.
   Dataset shard(int64_t num_shards, int64_t index) const;
@@ -159,6 +200,32 @@ class Dataset {
   // Stacks `batch_size` consecutive elements. The last batch may be smaller unless
   // drop_remainder is true.
   Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+  // Stacks `batch_size` consecutive elements whose components may differ in shape, padding
+  // each component to a common shape (tf.data's padded_batch). padded_shapes: per component,
+  // the shape to pad to (its rank must be the component's), where -1 means "the longest in
+  // the batch"; empty: every dimension of every component is padded to the longest in the
+  // batch. An element larger than a fixed padded dimension is an InvalidArgument naming the
+  // element, component and dimension. padding_values: per component, the value filled in
+  // (converted to the component's dtype); empty: 0. Names are kept.
+  //   tokens.padded_batch(32)                    // [32, longest] of 0-padded sequences
+  //   ds.padded_batch(32, {{128}, {}}, {-1, 0})  // pad component 0 to 128 with -1
+  Dataset padded_batch(int64_t batch_size, std::vector<std::vector<int64_t>> padded_shapes = {},
+                       std::vector<at::Scalar> padding_values = {},
+                       bool drop_remainder = false) const;
+  // Groups elements by length into buckets and gives padded batches of each
+  // (tf.data.experimental.bucket_by_sequence_length): an element of length L
+  // (element_length_func) goes to bucket i where bucket_boundaries[i-1] <= L <
+  // bucket_boundaries[i] (bucket 0 below the first boundary, the last at or above the last);
+  // a bucket that holds bucket_batch_sizes[i] elements is given as one padded batch (see
+  // padded_batch; padding in BucketOptions). At the end of the input the partial buckets
+  // follow in bucket order, so the output is a function of the input's order only
+  // (deterministic, and restored exactly). bucket_boundaries must increase strictly from 1 up;
+  // bucket_batch_sizes has one more entry than bucket_boundaries, each at least 1. The
+  // cardinality is unknown.
+  Dataset bucket_by_sequence_length(std::function<int64_t(const Element&)> element_length_func,
+                                    std::vector<int64_t> bucket_boundaries,
+                                    std::vector<int64_t> bucket_batch_sizes,
+                                    const BucketOptions& options = {}) const;
   // Produces up to `buffer_size` elements ahead on a background thread. Same sequence.
   Dataset prefetch(int64_t buffer_size = 2) const;
   // Keeps the elements of the first complete pass in memory and replays them afterwards.

@@ -14,10 +14,11 @@
 //   b.add_bytes("image/encoded", jpeg_bytes);
 //   b.add_int64("image/class/label", 7);
 //   writer.write(b.serialize());
-// Reading (one tensor per spec entry, in spec order):
+// Reading (one tensor per spec entry, in spec order, named by the spec's feature names):
 //   const FeatureSpec spec({FixedLenFeature{"image/encoded", FeatureType::kBytes, {}},
 //                           FixedLenFeature{"image/class/label", FeatureType::kInt64, {}}});
 //   Element e = parse_example(record, spec);  // {uint8 [n] of the JPEG, int64 []}
+//   e["image/class/label"]                    // the same as e[1]
 #pragma once
 
 #include <cstdint>
@@ -113,18 +114,22 @@ class FeatureSpec {
   const std::vector<Entry>& entries() const { return data_->entries; }
   // The index of the entry named `name`, or -1.
   int64_t find(std::string_view name) const;
+  // The entries' names in spec order, shared by every Element parse_example gives.
+  const Element::Names& names() const { return data_->names; }
 
  private:
   struct Data {
     std::vector<Entry> entries;
     std::unordered_map<std::string_view, int64_t> index;  // views of the names in entries
+    Element::Names names;
   };
   // Shared and immutable: copies are cheap, and the index's views stay valid in every copy.
   std::shared_ptr<const Data> data_;
 };
 
 // Parses a serialized tf.train.Example and returns one CPU tensor per spec entry, in spec order
-// (see FixedLenFeature and VarLenFeature for dtypes and shapes). Follows protocol-buffer
+// and named by the entries' names, so e["label"] reads as e[i] (see FixedLenFeature and
+// VarLenFeature for dtypes and shapes). Follows protocol-buffer
 // semantics: fields in any order, unknown fields skipped, packed or unpacked numbers, a map
 // entry repeated for a name means the last one wins, and a Feature whose kind field appears
 // more than once holds the concatenation of the values (a kind of another type replaces the

@@ -28,8 +28,13 @@ std::vector<std::string> match_files(const std::vector<std::string>& patterns);
 // of the path's bytes (string_of gives it back). The list is taken once, when the dataset is
 // made. With shuffle, every epoch lists the files in another order, a function of (seed,
 // epoch). A file source: AutoShardPolicy::kFile gives each worker every N-th of these files.
-Dataset list_files(const std::string& pattern, bool shuffle = true, uint64_t seed = 0);
-Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = true,
+//
+// One rule for every file source (list_files, tfrecord_dataset's shuffle_files, image_folder's
+// shuffle): files are read in name order unless shuffling is asked for, and a shuffled order is
+// a function of (seed, epoch) alone. (tf.data's list_files shuffles by default; here no source
+// does, so that a pipeline without a seed is reproducible.)
+Dataset list_files(const std::string& pattern, bool shuffle = false, uint64_t seed = 0);
+Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = false,
                    uint64_t seed = 0);
 
 // Bytes in and out of elements (file names, records, encoded images, parse_example's bytes

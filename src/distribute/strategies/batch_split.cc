@@ -33,6 +33,7 @@ std::vector<data::Element> split_batch(const data::Element& batch, int num_repli
   int64_t start = 0;
   for (size_t r = 0; r < sizes.size(); ++r) {
     for (const auto& t : batch) shares[r].push_back(t.narrow(0, start, sizes[r]));
+    shares[r].set_names(batch.shared_names());  // each replica reads share["name"] too
     start += sizes[r];
   }
   return shares;
@@ -47,6 +48,7 @@ data::Element batch_share(const data::Element& batch, int replica, int num_repli
   data::Element share;
   for (const auto& t : batch)
     share.push_back(t.narrow(0, start, sizes[static_cast<size_t>(replica)]));
+  share.set_names(batch.shared_names());
   return share;
 }
 

@@ -27,6 +27,7 @@ data::Element DistributedIterator::empty_like_last() const {
                  "every worker at least one batch");
   data::Element empty;
   for (const auto& t : *last_batch_) empty.push_back(t.narrow(0, 0, 0));
+  empty.set_names(last_batch_->shared_names());
   return empty;
 }
 
@@ -39,6 +40,7 @@ std::vector<data::Element> DistributedIterator::split_own_rows(const data::Eleme
     const int64_t size = sizes[static_cast<size_t>(strategy_->first_replica_id() + r)];
     data::Element share;
     for (const auto& t : own) share.push_back(t.narrow(0, start, size));
+    share.set_names(own.shared_names());  // each replica reads share["name"] too
     shares.push_back(std::move(share));
     start += size;
   }
