@@ -153,7 +153,7 @@ class CustomLoop {
 
 Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy, const TrainOptions& options,
                                              const JobSetup& job) {
-  return strategy.mirror(make_job_model(options, job.model_file.get()));
+  return strategy.mirror(make_job_model(options, job.model_file.get(), job.model_input));
 }
 
 CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,

@@ -117,7 +117,7 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
                                  .map(data::scale_images_of);
 
   std::optional<ModelFile> file;
-  if (!options.model_file.empty()) file = load_model_file(options, test);
+  if (!options.model_file.empty()) file = load_model_file(options, inspect_training_data(options));
   const ModelFile* model_file = file ? &*file : nullptr;
   EvaluatedModel evaluated = options.loop == Loop::kFit
                                  ? fit_loop_model(options, test, model_file)

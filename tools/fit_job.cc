@@ -215,7 +215,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   std::ostream& out = chief ? chief_out : discard;
 
   torch::manual_seed(options.seed);
-  keras::Model model = make_job_keras_model(options, job.model_file.get());
+  keras::Model model = make_job_keras_model(options, job.model_file.get(), job.model_input);
   model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
                 {"accuracy"});
   model.set_dtype_policy(options.mixed_precision);

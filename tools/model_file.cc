@@ -10,6 +10,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "dist/core/error.h"
@@ -59,14 +60,14 @@ void exit_stopped_before_static_destructors() {
 // module, a loop in the scripted code), and a SIGTERM meanwhile must end the start-up within
 // a fraction of a second (exit 4), as it does every other wait of the start-up. The scripted
 // forward cannot be interrupted, so on a signal it is left to run on alone, with its own
-// references to the module and the batch, until the process exits.
-void check_forward_unless_stopped(const models::TorchScriptModule& module,
-                                  const at::Tensor& images) {
+// references to the module and the batch, until the process exits. Returns the logits.
+at::Tensor check_forward_unless_stopped(const models::TorchScriptModule& module,
+                                        const at::Tensor& images) {
   PreemptionWatcher stop;  // shares the start-up's watcher; installs one where none is
-  auto check = std::make_shared<std::packaged_task<void()>>([script = module.ptr(), images] {
-    models::check_classifier_forward(*script, images, kDataClasses);
+  auto check = std::make_shared<std::packaged_task<at::Tensor()>>([script = module.ptr(), images] {
+    return models::check_classifier_forward(*script, images, /*classes=*/-1);
   });
-  std::future<void> checked = check->get_future();
+  std::future<at::Tensor> checked = check->get_future();
   std::thread([check] { (*check)(); }).detach();
   const auto poll = std::chrono::milliseconds(50);
   while (!stop.requested() && checked.wait_for(poll) != std::future_status::ready) continue;
@@ -78,12 +79,21 @@ void check_forward_unless_stopped(const models::TorchScriptModule& module,
         detail::concat("stopped by ", stop.signal_number() == SIGINT ? "SIGINT" : "SIGTERM",
                        " while checking the forward of --model-file ", module->file()));
   }
-  checked.get();  // the check's InvalidArgument, if it refused the module
+  return checked.get();  // the check's InvalidArgument, if it refused the module
+}
+
+// Two copies of the first image, made ready as training makes them with `channels`: the batch
+// the forward is checked on (two rows, so that a forward that reduces over the batch shows).
+at::Tensor sample_batch(const TrainOptions& options, const DataShape& shape, int64_t channels) {
+  const ImagePreparation prepare = image_preparation(options, shape.first, channels);
+  const at::Tensor image = prepare(convert_channels(shape.first, channels), {}, /*training=*/false,
+                                   "the first training image");
+  return at::stack({image, image});
 }
 
 }  // namespace
 
-ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data) {
+ModelFile load_model_file(const TrainOptions& options, const DataShape& shape) {
   ModelFile file;
   try {
     file.module = models::load_torchscript(options.model_file, options.env);
@@ -92,24 +102,38 @@ ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data
   } catch (const InvalidArgument& e) {
     refuse_model_file(e);
   }
-  auto first = data.iterator().next();
-  DIST_CHECK_ARG(first.has_value(), "--model-file ", options.model_file,
-                 ": the data has no batch to check the module's forward on");
-  const at::Tensor& images = (*first)[0];
-  file.example_shape = images.sizes().slice(1).vec();
-  try {
-    check_forward_unless_stopped(file.module, images);
-  } catch (const InvalidArgument& e) {
-    refuse_model_file(e);
+  // The channels: --channels, else the first image's, else the other count, whichever the
+  // module's forward takes.
+  std::vector<int64_t> channels{options.images.channels};
+  if (channels[0] == 0) channels = {shape.first.size(0), shape.first.size(0) == 1 ? 3 : 1};
+  at::Tensor logits, images;
+  std::optional<InvalidArgument> first_refusal;  // what the first count's forward said
+  for (size_t i = 0; i < channels.size() && !logits.defined(); ++i) {
+    try {
+      images = sample_batch(options, shape, channels[i]);
+      logits = check_forward_unless_stopped(file.module, images);
+      file.channels_from_forward = i > 0;
+    } catch (const InvalidArgument& e) {
+      if (!first_refusal) first_refusal = e;
+    }
   }
+  if (!logits.defined()) refuse_model_file(*first_refusal);
+  file.example_shape = images.sizes().slice(1).vec();
+  file.classes = logits.size(1);
+  DIST_CHECK_ARG(file.classes == shape.classes, "--model-file ", options.model_file,
+                 ": the module's forward returns ", file.classes,
+                 " logits per image (its classes) but the data has ", shape.classes, " classes (",
+                 shape.classes_source,
+                 "); give a module with one logit per class, or --num-classes ", file.classes,
+                 " if the data's classes are that many");
   return file;
 }
 
 void describe_model_file(const ModelFile& file, const TrainOptions& options, int replicas,
                          std::ostream& out) {
   out << "Model: TorchScript module " << options.model_file << " (images "
-      << keras::shape_to_string(file.example_shape) << " -> " << kDataClasses << " logits)"
-      << std::endl;
+      << keras::shape_to_string(file.example_shape) << " -> " << file.classes << " logits"
+      << (file.channels_from_forward ? "; the channels its forward takes" : "") << ")" << std::endl;
   const bool several = replicas > 1 || options.strategy == StrategyKind::kParameterServer;
   if (several && has_batch_norm(*file.module))
     out << "Note: the module's batch norms normalize by each replica's own slice of the batch "
@@ -124,24 +148,27 @@ void describe_model_file(const ModelFile& file, const TrainOptions& options, int
         << std::endl;
 }
 
-torch::nn::Sequential make_job_model(const TrainOptions& options, const ModelFile* file) {
+torch::nn::Sequential make_job_model(const TrainOptions& options, const ModelFile* file,
+                                     const models::ImageModelInput& input) {
   torch::manual_seed(options.seed);
-  if (file == nullptr) return models::make_model(name_of(options.model), options.sync_batch_norm);
+  if (file == nullptr)
+    return models::make_model(name_of(options.model), options.sync_batch_norm, input);
   torch::nn::Sequential model;
   model->push_back(std::dynamic_pointer_cast<models::TorchScriptModuleImpl>(file->module->clone()));
   return model;
 }
 
-keras::Model make_job_keras_model(const TrainOptions& options, const ModelFile* file) {
+keras::Model make_job_keras_model(const TrainOptions& options, const ModelFile* file,
+                                  const models::ImageModelInput& input) {
   torch::manual_seed(options.seed);
   if (file == nullptr)
-    return models::make_keras_model(name_of(options.model), options.sync_batch_norm);
-  keras::KerasTensor input = keras::Input(file->example_shape);
-  // The forward checked before (load_model_file) returns N x kDataClasses logits.
+    return models::make_keras_model(name_of(options.model), options.sync_batch_norm, input);
+  keras::KerasTensor images = keras::Input(file->example_shape);
+  // The forward checked before (load_model_file) returns N x classes logits.
   models::TorchScriptLayer layer(file->module, file->example_shape);
   layer.named(kLayerName);
   const std::string stem = std::filesystem::path(options.model_file).stem().string();
-  return keras::Model(input, layer(input), stem.empty() ? "torchscript_model" : stem);
+  return keras::Model(images, layer(images), stem.empty() ? "torchscript_model" : stem);
 }
 
 const models::TorchScriptModuleImpl* scripted_module_of(const torch::nn::Module& model) {

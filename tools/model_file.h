@@ -21,38 +21,43 @@
 
 #include "dist/data/dataset.h"
 #include "dist/keras/model.h"
+#include "dist/models/model_input.h"
 #include "dist/models/torchscript_model.h"
 #include "train_options.h"
+#include "training_data.h"
 
 namespace dist::tools {
 
-// The classes of dist-train's data (every built-in model ends in a Dense 10).
-constexpr int64_t kDataClasses = 10;
-
-// --model-file, loaded and checked by one forward on the first batch of `data` (global batches
-// of {float images N x C x H x W, labels}). Every bad file (missing, not TorchScript, truncated
-// or damaged, newer than this LibTorch, no forward, no trainable parameters, an integer
-// parameter, a forward that fails on the batch or returns anything but float N x 10 logits) is
-// an InvalidArgument that names --model-file, the file and what to do (dist-train: exit 2,
-// before anything is written). A SIGTERM or SIGINT during the forward is StopRequested at once
-// (exit 4); the forward, which cannot be interrupted, runs on in a thread of its own until the
-// process exits.
+// --model-file, loaded and checked by one forward on a batch of the data's first image made
+// ready as training makes it (image_preparation.h). Without --channels the forward finds the
+// channels the module takes: the first image's, else the other count (1 or 3). Every bad file
+// (missing, not TorchScript, truncated or damaged, newer than this LibTorch, no forward, no
+// trainable parameters, an integer parameter, a forward that fails on the batch or returns
+// anything but float N x classes logits, the classes of `shape`) is an InvalidArgument that
+// names --model-file, the file and what to do (dist-train: exit 2, before anything is
+// written); a class count that differs names both counts and where each came from. A SIGTERM
+// or SIGINT during the forward is StopRequested at once (exit 4); the forward, which cannot be
+// interrupted, runs on in a thread of its own until the process exits.
 struct ModelFile {
   models::TorchScriptModule module{nullptr};
   std::vector<int64_t> example_shape;  // one image's C, H, W, as the data gives it
+  int64_t classes = 0;                 // the logits per image
+  bool channels_from_forward = false;  // the channels found by trying the forward
 };
-ModelFile load_model_file(const TrainOptions& options, const data::Dataset& data);
+ModelFile load_model_file(const TrainOptions& options, const DataShape& shape);
 
 // What the job's header says of a scripted module that the strategy changes: its batch norms
 // per replica (with several), --sharding parameters gathering it whole.
 void describe_model_file(const ModelFile& file, const TrainOptions& options, int replicas,
                          std::ostream& out);
 
-// The custom loop's model, from `options.seed`: the built-in --model, or a deep copy of
-// `file`'s module (given with --model-file) as the one child of a Sequential.
-torch::nn::Sequential make_job_model(const TrainOptions& options, const ModelFile* file);
+// The custom loop's model, from `options.seed`: the built-in --model built for `input`, or a
+// deep copy of `file`'s module (given with --model-file) as the one child of a Sequential.
+torch::nn::Sequential make_job_model(const TrainOptions& options, const ModelFile* file,
+                                     const models::ImageModelInput& input = {});
 // fit's: the built-in --model's Keras twin, or `file`'s module as one Keras layer.
-keras::Model make_job_keras_model(const TrainOptions& options, const ModelFile* file);
+keras::Model make_job_keras_model(const TrainOptions& options, const ModelFile* file,
+                                  const models::ImageModelInput& input = {});
 
 // The scripted module inside a model that make_job_model or make_job_keras_model made (or
 // null when it holds none).

@@ -66,21 +66,29 @@ std::string exact(double value) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> option_settings(const TrainOptions& options) {
-  return {{"--loop", name_of(options.loop)},
-          {"--model", options.model_file.empty() ? name_of(options.model) : "(--model-file)"},
-          {"--model-file", options.model_file.empty() ? "none" : options.model_file},
-          {"--optimizer", name_of(options.optimizer)},
-          {"--lr", exact(options.lr)},
-          {"--seed", std::to_string(options.seed)},
-          {"--epochs", std::to_string(options.epochs)},
-          {"--max-steps", std::to_string(options.max_steps)},
-          {"--mixed-precision", mixed_precision::policy_name(options.mixed_precision)},
-          {"--gradient-compression", options.gradient_compression},
-          {"--compress-packs-from", std::to_string(options.min_compressed_pack_bytes)},
-          {"--sharding", to_string(options.sharding)},
-          {"--sharding-reuse-bytes", std::to_string(options.sharding_reuse_bytes)},
-          {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
-          {"--checkpoint-every", std::to_string(options.checkpoint_every)}};
+  return {
+      {"--loop", name_of(options.loop)},
+      {"--model", options.model_file.empty() ? name_of(options.model) : "(--model-file)"},
+      {"--model-file", options.model_file.empty() ? "none" : options.model_file},
+      {"--optimizer", name_of(options.optimizer)},
+      {"--lr", exact(options.lr)},
+      {"--seed", std::to_string(options.seed)},
+      {"--epochs", std::to_string(options.epochs)},
+      {"--max-steps", std::to_string(options.max_steps)},
+      {"--mixed-precision", mixed_precision::policy_name(options.mixed_precision)},
+      {"--gradient-compression", options.gradient_compression},
+      {"--compress-packs-from", std::to_string(options.min_compressed_pack_bytes)},
+      {"--sharding", to_string(options.sharding)},
+      {"--sharding-reuse-bytes", std::to_string(options.sharding_reuse_bytes)},
+      {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
+      {"--checkpoint-every", std::to_string(options.checkpoint_every)},
+      {"--channels", std::to_string(options.images.channels)},
+      {"--image-size",
+       std::to_string(options.images.height) + "x" + std::to_string(options.images.width)},
+      {"--resize-policy", options.images.resize_policy == ResizePolicy::kCrop ? "crop" : "resize"},
+      {"--num-classes", std::to_string(options.images.num_classes)},
+      {"--augment", augment_spelling(options.images)},
+      {"--normalize", normalize_spelling(options.images)}};
 }
 
 std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
@@ -111,6 +119,20 @@ void print_worker_path(const Strategy& strategy, const TrainOptions& options, st
         << " backend (not shared memory)" << std::endl;
 }
 
+// The images as the model gets them, on the chief: "Images: 3x64x64 (...)", and the classes.
+void describe_images(const TrainOptions& options, const ImagePreparation& prepare,
+                     const DataShape& shape, std::ostream& out) {
+  const ImageOptions& flags = options.images;
+  out << "Images: " << prepare.channels << "x" << prepare.height << "x" << prepare.width;
+  if (flags.sized())
+    out << (flags.resize_policy == ResizePolicy::kCrop
+                ? " (the shorter side resized, the centre cropped)"
+                : " (resized, antialiased)");
+  if (flags.flip || flags.crop) out << "; --augment " << augment_spelling(flags) << " (training)";
+  if (flags.normalized()) out << "; --normalize " << normalize_spelling(flags);
+  out << "\nClasses: " << shape.classes << " (" << shape.classes_source << ")" << std::endl;
+}
+
 // start_job once the strategy exists.
 JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                      std::ostream& chief_out) {
@@ -128,9 +150,19 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << "number of replicas (" << replicas
                 << "); some replicas get empty batches every step" << std::endl;
   }
-  TrainingData data =
-      open_training_data(options, global_batch, strategy.num_workers(), options.min_workers > 0);
-  if (chief && !options.train_data.empty()) chief_out << "Data: " << data.description << std::endl;
+  const DataShape shape = inspect_training_data(options);
+  std::shared_ptr<ModelFile> model_file;
+  if (!options.model_file.empty())
+    model_file = std::make_shared<ModelFile>(load_model_file(options, shape));
+  const ImagePreparation prepare =
+      image_preparation(options, shape.first, model_file ? model_file->example_shape[0] : 0);
+  TrainingData data = open_training_data(options, prepare, shape, global_batch,
+                                         strategy.num_workers(), options.min_workers > 0);
+  if (chief) {
+    if (!options.train_data.empty()) chief_out << "Data: " << data.description << std::endl;
+    if (!data.sharding.empty()) chief_out << "Sharding: " << data.sharding << std::endl;
+    describe_images(options, prepare, shape, chief_out);
+  }
   const int64_t num_train = data.num_train;
   DIST_CHECK_ARG(global_batch <= num_train, "the global batch (", global_batch,
                  ") is larger than the ", num_train,
@@ -145,11 +177,13 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")
                 << std::endl;
   }
-  std::shared_ptr<ModelFile> model_file;
-  if (!options.model_file.empty()) {
-    model_file = std::make_shared<ModelFile>(load_model_file(options, data.train));
-    if (chief) describe_model_file(*model_file, options, replicas, chief_out);
-  }
+  if (model_file && chief) describe_model_file(*model_file, options, replicas, chief_out);
+  const models::ImageModelInput model_input{prepare.channels, prepare.height, prepare.width,
+                                            shape.classes};
+  // A built-in model that cannot take the images says so now, before anything is written.
+  if (!model_file)
+    models::check_image_model_input(model_input, name_of(options.model),
+                                    options.model == ModelKind::kCnn ? 10 : 1);
   // Last: it creates the output directories, which a bad model file must leave unmade.
   if (chief) make_output_directories(options);
   JobSetup job{strategy,
@@ -162,7 +196,8 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                std::move(data.test),
                data.ignored,
                nullptr,
-               model_file};
+               model_file,
+               model_input};
   if (chief && !options.checkpoint_dir.empty())
     job.checkpoint_lock = std::make_shared<DirectoryLock>(options.checkpoint_dir, "checkpoints");
   return job;

@@ -19,6 +19,7 @@
 #include "dist/distribute/input_context.h"
 #include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/strategy.h"
+#include "dist/models/model_input.h"
 #include "dist/train/directory_lock.h"
 #include "dist/train/elastic.h"
 #include "dist/train/preemption.h"
@@ -75,6 +76,8 @@ struct JobSetup {
   std::shared_ptr<DirectoryLock> checkpoint_lock;
   // --model-file, loaded and checked on a batch of `train` (null without it).
   std::shared_ptr<const ModelFile> model_file;
+  // What a built-in model is built for: the images as prepared and the data's classes.
+  models::ImageModelInput model_input;
 };
 // Every worker, likewise: under --ignore-errors, the records and images skipped by all workers
 // go into `result` and are said, with the first one's error, on `chief_out`.

@@ -120,6 +120,15 @@ void check_combinations(const TrainOptions& o) {
                  "--no-sync-batch-norm applies to --model resnet only (the other models have no "
                  "batch normalization)");
   check_model_file_flags(o);
+  DIST_CHECK_ARG(!ps || (o.images.channels == 0 && !o.images.sized() && !o.images.flip &&
+                         !o.images.crop && !o.images.normalized() && o.images.num_classes == 0),
+                 "the image flags (--channels, --image-size, --num-classes, --augment, "
+                 "--normalize) are not supported under --strategy parameter_server yet (its "
+                 "workers and evaluator read Fashion-MNIST as stored); use another strategy");
+  DIST_CHECK_ARG(o.images.num_classes == 0 || o.images.num_classes >= 10 || !o.train_data.empty(),
+                 "--num-classes ", o.images.num_classes,
+                 " is fewer than Fashion-MNIST's 10 classes (its labels go up to 9); give "
+                 "--num-classes for your own files (--train-data)");
   DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
                  "--steps-per-epoch applies to --strategy parameter_server only (the other "
                  "strategies take whole passes of the data; use --max-steps to stop early)");

@@ -103,6 +103,7 @@ struct Spelled {
   std::string mixed_precision = "float32", cross_device_ops, sharding = "none";
   std::string auto_shard = "auto", tfrecord_compression = "none";
   bool no_progress = false, unchecked = false, no_sync_batch_norm = false, sync_batch_norm = false;
+  ImageFlagTexts images;
 };
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
@@ -206,8 +207,8 @@ void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--model-file", o.model_file,
                  "train a TorchScript classifier from Python instead of --model: a file of "
                  "torch.jit.save (torch.jit.script or torch.jit.trace) whose forward takes the "
-                 "float image batch N x C x H x W (values in [0, 1]) and returns N x 10 logits; "
-                 "checked by one forward before training");
+                 "float image batch N x C x H x W (values in [0, 1], or as --normalize makes "
+                 "them) and returns N x classes logits; checked by one forward before training");
   app.add_option("--save-torchscript", o.save_torchscript,
                  "--model-file: write the trained module as a TorchScript file that Python's "
                  "torch.jit.load reads");
@@ -326,6 +327,7 @@ void finish(TrainOptions& o, const Spelled& s) {
   o.communication_hook = gradient_compression(o.gradient_compression);
   o.sharding = parse_sharding(s.sharding);
   o.auto_shard = parse_auto_shard(s.auto_shard);
+  finish_image_options(o.images, s.images);
   std::string compression = s.tfrecord_compression;
   for (auto& c : compression) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   o.tfrecord_compression = compression;
@@ -396,6 +398,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   add_training_flags(app, line.options, spelled);
   add_data_and_output_flags(app, line.options, spelled);
   add_file_data_flags(app, line.options, spelled);
+  add_image_flags(app, line.options.images, spelled.images);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,6 +15,7 @@
 #include "dist/distribute/communication_hook.h"
 #include "dist/distribute/sharding.h"
 #include "dist/train/mixed_precision.h"
+#include "image_options.h"
 
 namespace dist::tools {
 
@@ -82,7 +83,7 @@ struct TrainOptions {
   OptimizerKind optimizer = OptimizerKind::kAdam;
   ModelKind model = ModelKind::kCnn;
   // A TorchScript classifier from Python instead of --model (tools/model_file.h): its forward
-  // takes the float image batch N x C x H x W and returns N x 10 logits; empty: --model.
+  // takes the float image batch N x C x H x W and returns N x classes logits; empty: --model.
   std::string model_file;
   // --model-file: the trained module written back as a TorchScript file (chief); empty: none.
   std::string save_torchscript;
@@ -102,6 +103,8 @@ struct TrainOptions {
   std::string label_feature = "image/class/label";  // its int64 class
   std::string tfrecord_compression = "NONE";        // NONE, GZIP or ZLIB (TFRecordDataset's)
   AutoShardPolicy auto_shard = AutoShardPolicy::kAuto;
+  // Channels, size, classes, augmentation and normalization of the images (image_options.h).
+  ImageOptions images;
   int decode_threads = 0;          // threads decoding images; 0: the machine's hardware threads
   int64_t shuffle_buffer = 10000;  // files: encoded examples shuffled within a buffer this big
   bool ignore_errors = false;      // skip (and count) records and images that cannot be used

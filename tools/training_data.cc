@@ -1,5 +1,6 @@
 #include "training_data.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "dist/core/error.h"
@@ -17,8 +18,8 @@ namespace {
 using data::Dataset;
 using data::Element;
 
-// The built-in models' classes (every one ends in a Dense 10).
-constexpr int64_t kClasses = 10;
+// Fashion-MNIST's classes.
+constexpr int64_t kFashionMnistClasses = 10;
 
 struct DataSpec {
   enum class Kind { kTFRecord, kImages } kind;
@@ -55,40 +56,46 @@ struct ExampleSource {
   }
 };
 
+// An example's image as stored: decoded (or the raw pixels of ImageFormat::kRaw records),
+// uint8 [C, H, W]. `channels`: 0 as stored, else decoded straight to 1 or 3.
+at::Tensor stored_image(const Element& example, int64_t channels) {
+  const at::Tensor& raw_shape = example[4];
+  if (raw_shape.numel() != 3) return data::decode_image(example[0], {channels, 0, 0, true});
+  const int64_t c = raw_shape[0].item<int64_t>(), h = raw_shape[1].item<int64_t>(),
+                w = raw_shape[2].item<int64_t>();
+  DIST_CHECK(c == 1 || c == 3, DataError, "a raw image of ", c,
+             " channels; raw images have 1 (grey) or 3 (RGB)");
+  DIST_CHECK(h > 0 && w > 0 && example[0].numel() == c * h * w, DataError, "a raw image of ",
+             example[0].numel(),
+             " bytes, but its image/channels, image/height and image/width say ", c, "x", h, "x",
+             w);
+  const at::Tensor pixels = example[0].reshape({c, h, w});
+  return channels == 0 ? pixels : convert_channels(pixels, channels);
+}
+
 // An item of a source ({encoded, label, file, record, raw shape}, see Unpack) to
-// {float image [1, H, W], label}, checked against the model's needs.
+// {float image [C, H, W], label}, made ready by the preparation and its label checked.
 struct ExampleDecoder {
-  int64_t height = 0, width = 0;  // the first image's size, which every image must have
+  ImagePreparation prepare;
+  int64_t classes = 0;
+  std::string classes_source;
+  bool training = false;
 
-  Element operator()(const Element& example) const {
+  Element operator()(const Element& example, const data::ElementContext& context) const {
     const ExampleSource source{example[2], example[3].item<int64_t>()};
-    const at::Tensor& raw_shape = example[4];
-    at::Tensor image;
     try {
-      image = raw_shape.numel() == 3 ? raw_pixels(example[0], raw_shape)
-                                     : data::decode_image(example[0], {1, 0, 0});
+      const at::Tensor image =
+          stored_image(example, prepare.channels_chosen ? prepare.channels : 0);
+      const int64_t label = example[1].item<int64_t>();
+      DIST_CHECK(label >= 0 && label < classes, DataError, "label ", label, " is outside 0..",
+                 classes - 1, " (", classes, " classes: ", classes_source, ")");
+      return {prepare(image, context, training, source()), example[1]};
     } catch (const DataError& error) {
-      throw DataError(source() + ": " + error.what());
+      const std::string what = error.what();
+      // The preparation names the source itself.
+      if (what.rfind(source(), 0) == 0) throw;
+      throw DataError(source() + ": " + what);
     }
-    DIST_CHECK(height == 0 || (image.size(1) == height && image.size(2) == width), DataError,
-               source(), ": the image is ", image.size(1), "x", image.size(2),
-               " but the data's first image is ", height, "x", width,
-               "; dist-train batches images of one size: resize the data to one size");
-    const int64_t label = example[1].item<int64_t>();
-    DIST_CHECK(label >= 0 && label < kClasses, DataError, source(), ": label ", label,
-               " is outside 0..", kClasses - 1, "; the built-in models have ", kClasses,
-               " classes");
-    return {data::scale_images(image), example[1]};
-  }
-
-  static at::Tensor raw_pixels(const at::Tensor& bytes, const at::Tensor& shape) {
-    const int64_t c = shape[0].item<int64_t>(), h = shape[1].item<int64_t>(),
-                  w = shape[2].item<int64_t>();
-    DIST_CHECK(c == 1, DataError, "a raw image of ", c,
-               " channels; dist-train's models take grey images (1 channel)");
-    DIST_CHECK(h > 0 && w > 0 && bytes.numel() == h * w, DataError, "a raw image of ",
-               bytes.numel(), " bytes, but its image/height and image/width say ", h, "x", w);
-    return bytes.reshape({1, h, w});
   }
 };
 
@@ -98,6 +105,7 @@ struct ExampleDecoder {
 using Unpack = std::function<Element(const Element&)>;
 
 struct Source {
+  DataSpec spec;
   Dataset items;            // image files {encoded, label, path} or records {record, file, index}
   Unpack unpack;            // an item to the example, as above
   std::string description;  // for the job's header
@@ -109,7 +117,7 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
   if (spec.kind == DataSpec::Kind::kImages) {
     Dataset files = data::image_folder_files(spec.location, {shuffle_files, options.seed, true});
     const at::Tensor no_record = at::scalar_tensor(-1, at::kLong);
-    return {files,
+    return {spec, files,
             [none, no_record](const Element& e) {
               return Element{e[0], e[1], e[2], no_record, none};
             },
@@ -127,8 +135,8 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
   const data::FeatureSpec features({
       data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
       data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
-      // Raw pixels instead of an encoded image (ImageFormat::kRaw in dist/train/image_export.h) say
-      // so.
+      // Raw pixels instead of an encoded image (ImageFormat::kRaw in dist/train/image_export.h)
+      // say so.
       data::FixedLenFeature("image/format", data::FeatureType::kBytes, {}, data::string_tensor("")),
   });
   const data::FeatureSpec raw_size({
@@ -149,53 +157,94 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
       throw DataError(ExampleSource{e[1], e[2].item<int64_t>()}() + ": " + error.what());
     }
   };
-  return {data::tfrecord_dataset(files, read), parse,
+  return {spec, data::tfrecord_dataset(files, read), parse,
           std::to_string(files.size()) + " TFRecord files (" + spec.location + ")",
           static_cast<int64_t>(files.size())};
 }
 
-// The shape check before training: the first image, decoded, against the model.
-ExampleDecoder check_first_image(const Source& source, const TrainOptions& options,
-                                 const std::string& flag) {
+// The source's items, skipping (and counting in `ignored`) what cannot be read under
+// --ignore-errors.
+Dataset readable(const Dataset& items, const std::shared_ptr<data::IgnoredErrors>& ignored) {
+  return ignored ? items.ignore_errors(ignored) : items;
+}
+
+// The first image of a source as stored; DataError (exit 3) when it has none.
+at::Tensor first_image(const Source& source, const TrainOptions& options, const std::string& flag) {
   // Under --ignore-errors a bad first record is skipped here too (counted later, by the job's
   // own pass, not twice).
-  const Dataset items = options.ignore_errors
-                            ? source.items.ignore_errors(std::make_shared<data::IgnoredErrors>())
-                            : source.items;
-  auto first = items.iterator().next();
+  const auto skipped = options.ignore_errors ? std::make_shared<data::IgnoredErrors>() : nullptr;
+  Dataset images =
+      readable(source.items, skipped).map([unpack = source.unpack](const Element& item) {
+        const Element example = unpack(item);
+        try {
+          return Element{stored_image(example, 0)};
+        } catch (const DataError& error) {
+          throw DataError(ExampleSource{example[2], example[3].item<int64_t>()}() + ": " +
+                          error.what());
+        }
+      });
+  auto first = readable(images, skipped).iterator().next();
   // No data is missing data (exit 3), as dist-train.md's exit codes say.
   DIST_CHECK(first.has_value(), DataError, flag, " has no examples: its files are empty",
              options.ignore_errors ? " or none of their records can be used" : "",
              "; give files with records or images");
-  const Element image = ExampleDecoder{}(source.unpack(*first));
-  ExampleDecoder decoder{image[0].size(1), image[0].size(2)};
-  // A model file's forward is checked on a batch instead (model_file.h).
-  const bool any_size = options.model == ModelKind::kResnet || !options.model_file.empty();
-  DIST_CHECK_ARG(any_size || (decoder.height == 28 && decoder.width == 28), "--model ",
-                 name_of(options.model),
-                 " takes 28x28 grey images (1x28x28, like Fashion-MNIST)"
-                 " but the images of ",
-                 flag, " are ", decoder.height, "x", decoder.width,
-                 ": use --model resnet (any size), or resize the data to 28x28");
-  return decoder;
+  return (*first)[0];
 }
 
-// The items of a source (under --ignore-errors, skipping what cannot be read), the first N
-// if asked.
-Dataset readable(const Source& source, int64_t limit,
-                 const std::shared_ptr<data::IgnoredErrors>& ignored) {
-  Dataset items = ignored ? source.items.ignore_errors(ignored) : source.items;
-  return limit > 0 ? items.take(limit) : items;
+// The largest label of a TFRecord source (reading every record's label once), -1 for none.
+int64_t largest_label(const Source& source, const TrainOptions& options) {
+  const data::FeatureSpec label_only(
+      {data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {})});
+  const auto skipped = options.ignore_errors ? std::make_shared<data::IgnoredErrors>() : nullptr;
+  Dataset labels = readable(source.items, skipped)
+                       .map(
+                           [label_only](const Element& e) {
+                             try {
+                               return data::parse_example(data::bytes_view(e[0]), label_only);
+                             } catch (const DataError& error) {
+                               throw DataError(ExampleSource{e[1], e[2].item<int64_t>()}() + ": " +
+                                               error.what());
+                             }
+                           },
+                           data::MapOptions{decode_threads(options)});
+  int64_t largest = -1;
+  for (const Element& e : readable(labels, skipped).iterator())
+    largest = std::max(largest, e[0].item<int64_t>());
+  return largest;
 }
 
-// Decoded, scaled examples on the decoding threads, skipping (and counting) the bad ones under
-// --ignore-errors.
-Dataset decoded(const Dataset& items, const Source& source, const ExampleDecoder& decoder,
-                const TrainOptions& options, const std::shared_ptr<data::IgnoredErrors>& ignored) {
-  Dataset images =
-      items.map([decoder, unpack = source.unpack](Element item) { return decoder(unpack(item)); },
-                data::MapOptions{decode_threads(options)});
-  return ignored ? images.ignore_errors(ignored) : images;
+// The training data's classes and where they came from; the test data checked against them.
+void count_classes(const Source& train, const Source& test, const TrainOptions& options,
+                   DataShape& shape) {
+  if (train.spec.kind == DataSpec::Kind::kImages) {
+    const auto names = data::image_folder_classes(train.spec.location);
+    const auto test_names = test.spec.kind == DataSpec::Kind::kImages
+                                ? data::image_folder_classes(test.spec.location)
+                                : names;
+    DIST_CHECK(test_names == names, DataError, "--test-data '", options.test_data, "' has ",
+               test_names.size(), " class folders and --train-data '", options.train_data, "' has ",
+               names.size(),
+               ", not the same names: a label is a class folder's place in the sorted names, so "
+               "both folders need the same class folders");
+    if (options.images.num_classes > 0) return;
+    shape.classes = static_cast<int64_t>(names.size());
+    shape.classes_source =
+        detail::concat("the ", names.size(), " class folders of ", options.train_data);
+    return;
+  }
+  if (options.images.num_classes > 0) return;
+  const int64_t largest = largest_label(train, options);
+  DIST_CHECK(largest >= 0, DataError, "--train-data '", options.train_data,
+             "' has no label to count the classes from; give --num-classes");
+  shape.classes = largest + 1;
+  shape.classes_source = detail::concat("the largest label of --train-data, ", largest, ", + 1");
+  if (test.spec.kind != DataSpec::Kind::kTFRecord) return;
+  const int64_t test_largest = largest_label(test, options);
+  DIST_CHECK(test_largest < shape.classes, DataError, "--test-data '", options.test_data,
+             "' has label ", test_largest, " but the training data has ", shape.classes,
+             " classes (", shape.classes_source,
+             "): give --num-classes if some class has no training example, or test data of the "
+             "training data's classes");
 }
 
 // --auto-shard for files, `auto` resolved here (file, or data in an elastic job), so that the
@@ -221,27 +270,112 @@ void check_enough_files(const Source& source, const std::string& flag, const std
                  workers, " files, or use --auto-shard data");
 }
 
+// "--auto-shard file: each of the 2 workers reads its own 4 of the 8 TFRecord files" for the
+// job's header.
+std::string describe_sharding(const Source& source, const data::DatasetOptions& shard,
+                              int workers) {
+  if (workers < 2) return "";
+  const AutoShardPolicy policy = *shard.auto_shard_policy;
+  if (policy == AutoShardPolicy::kFile) {
+    const int64_t fewest = source.file_count / workers;
+    const int64_t most = fewest + (source.file_count % workers ? 1 : 0);
+    return detail::concat(
+        "--auto-shard file: each of the ", workers, " workers reads its own ",
+        fewest == most ? std::to_string(most) : detail::concat(fewest, " or ", most), " of the ",
+        source.file_count,
+        " files (every example once per epoch; a step's global batch is the "
+        "workers' batches together)");
+  }
+  if (policy == AutoShardPolicy::kData)
+    return detail::concat("--auto-shard data: each of the ", workers, " workers reads all ",
+                          source.file_count,
+                          " files and keeps its rows of each global batch (one device's batches)");
+  return detail::concat("--auto-shard off: each of the ", workers,
+                        " workers reads all files and trains on whole batches of its own");
+}
+
+bool images_as_stored(const TrainOptions& options, const ImagePreparation& prepare) {
+  return prepare.channels == 1 && prepare.height == 28 && prepare.width == 28 &&
+         !options.images.flip && !options.images.crop && !options.images.normalized();
+}
+
+TrainingData fashion_mnist_data(const TrainOptions& options, const ImagePreparation& prepare,
+                                int64_t global_batch) {
+  // Bytes until batched: a shuffle over the whole set holds views of 47 MB, not 188 MB.
+  Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
+  if (options.train_examples > 0) examples = examples.take(options.train_examples);
+  const int64_t num_train = examples.cardinality();
+  Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest);
+  if (options.test_examples > 0) test = test.take(options.test_examples);
+  const std::string description = "Fashion-MNIST (IDX files in " + options.data_dir + ")";
+  examples = examples.shuffle(num_train, options.seed);
+  if (images_as_stored(options, prepare))
+    return {examples.batch(global_batch).map(data::scale_images_of).prefetch(2),
+            test.batch(global_batch).map(data::scale_images_of).prefetch(2),
+            num_train,
+            description,
+            "",
+            nullptr};
+  // The image flags: each image made ready on its own, as a user's files are.
+  auto prepared = [prepare](bool training) {
+    return [prepare, training](Element e, const data::ElementContext& context) {
+      return Element{prepare(e[0], context, training, "a Fashion-MNIST image"), e[1]};
+    };
+  };
+  const data::MapOptions threads{decode_threads(options)};
+  return {examples.map_with_context(prepared(true), threads).batch(global_batch).prefetch(2),
+          test.map_with_context(prepared(false), threads).batch(global_batch).prefetch(2),
+          num_train,
+          description,
+          "",
+          nullptr};
+}
+
+Dataset prepared_examples(const Dataset& items, const Source& source, const ExampleDecoder& decoder,
+                          const TrainOptions& options,
+                          const std::shared_ptr<data::IgnoredErrors>& ignored) {
+  Dataset images = items.map_with_context(
+      [decoder, unpack = source.unpack](Element item, const data::ElementContext& context) {
+        return decoder(unpack(item), context);
+      },
+      data::MapOptions{decode_threads(options)});
+  return readable(images, ignored);
+}
+
 }  // namespace
 
-TrainingData open_training_data(const TrainOptions& options, int64_t global_batch, int workers,
-                                bool elastic) {
+DataShape inspect_training_data(const TrainOptions& options) {
+  DataShape shape;
   if (options.train_data.empty()) {
-    // Bytes until batched: a shuffle over the whole set holds views of 47 MB, not 188 MB.
-    Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
-    if (options.train_examples > 0) examples = examples.take(options.train_examples);
-    const int64_t num_train = examples.cardinality();
-    Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest);
-    if (options.test_examples > 0) test = test.take(options.test_examples);
-    return {examples.shuffle(num_train, options.seed)
-                .batch(global_batch)
-                .map(data::scale_images_of)
-                .prefetch(2),
-            test.batch(global_batch).map(data::scale_images_of).prefetch(2), num_train,
-            "Fashion-MNIST (IDX files in " + options.data_dir + ")", nullptr};
+    shape.first = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain)
+                      .take(1)
+                      .iterator()
+                      .next()
+                      .value()[0];
+    shape.classes = kFashionMnistClasses;
+    shape.classes_source = "Fashion-MNIST's 10 classes";
+  } else {
+    DIST_CHECK_ARG(!options.test_data.empty(),
+                   "--train-data needs --test-data too (the data to evaluate on after each "
+                   "epoch, in the same kinds of spec)");
+    const Source train =
+        open_source(parse_spec("--train-data", options.train_data), options, false);
+    const Source test = open_source(parse_spec("--test-data", options.test_data), options, false);
+    shape.first = first_image(train, options, "--train-data");
+    first_image(test, options, "--test-data");
+    count_classes(train, test, options, shape);
   }
-  DIST_CHECK_ARG(!options.test_data.empty(),
-                 "--train-data needs --test-data too (the data to evaluate on after each "
-                 "epoch, in the same kinds of spec)");
+  if (options.images.num_classes > 0) {
+    shape.classes = options.images.num_classes;
+    shape.classes_source = "--num-classes";
+  }
+  return shape;
+}
+
+TrainingData open_training_data(const TrainOptions& options, const ImagePreparation& prepare,
+                                const DataShape& shape, int64_t global_batch, int workers,
+                                bool elastic) {
+  if (options.train_data.empty()) return fashion_mnist_data(options, prepare, global_batch);
   std::shared_ptr<data::IgnoredErrors> ignored;
   if (options.ignore_errors) ignored = std::make_shared<data::IgnoredErrors>();
   const auto shard = sharding(options, elastic);
@@ -251,29 +385,39 @@ TrainingData open_training_data(const TrainOptions& options, int64_t global_batc
   Source train = open_source(parse_spec("--train-data", options.train_data), options,
                              /*shuffle_files=*/options.train_examples <= 0);
   check_enough_files(train, "--train-data", options.train_data, shard, workers);
-  const ExampleDecoder decoder = check_first_image(train, options, "--train-data");
+  auto limited = [](const Dataset& items, int64_t limit) {
+    return limit > 0 ? items.take(limit) : items;
+  };
   // Under --ignore-errors the count is what the files hold, bad records included.
-  const int64_t num_train = readable(train, options.train_examples, nullptr).cardinality();
+  const int64_t num_train = limited(train.items, options.train_examples).cardinality();
   // Encoded items are shuffled (a bounded buffer: memory does not grow with the data), then
-  // decoded on the decoding threads in that order.
+  // decoded on the decoding threads in that order, each image's augmentation keyed by its place
+  // in that order.
   const int64_t buffer = std::min(options.shuffle_buffer, std::max<int64_t>(num_train, 1));
+  const ExampleDecoder train_decoder{prepare, shape.classes, shape.classes_source, true};
   Dataset train_batches =
-      decoded(readable(train, options.train_examples, ignored).shuffle(buffer, options.seed), train,
-              decoder, options, ignored)
+      prepared_examples(readable(limited(train.items, options.train_examples), ignored)
+                            .shuffle(buffer, options.seed),
+                        train, train_decoder, options, ignored)
           .batch(global_batch)
           .prefetch(2)
           .with_options(shard);
 
   Source test = open_source(parse_spec("--test-data", options.test_data), options, false);
   check_enough_files(test, "--test-data", options.test_data, shard, workers);
-  check_first_image(test, options, "--test-data");
+  const ExampleDecoder test_decoder{prepare, shape.classes, shape.classes_source, false};
   Dataset test_batches =
-      decoded(readable(test, options.test_examples, ignored), test, decoder, options, ignored)
+      prepared_examples(readable(limited(test.items, options.test_examples), ignored), test,
+                        test_decoder, options, ignored)
           .batch(global_batch)
           .prefetch(2)
           .with_options(shard);
-  return {train_batches, test_batches, num_train,
-          "train: " + train.description + "; test: " + test.description, ignored};
+  return {train_batches,
+          test_batches,
+          num_train,
+          "train: " + train.description + "; test: " + test.description,
+          describe_sharding(train, shard, workers),
+          ignored};
 }
 
 }  // namespace dist::tools

@@ -10,23 +10,25 @@ namespace dist::models {
 
 using namespace keras::layers;  // NOLINT: layer names read better unqualified here
 
-keras::Model keras_tutorial_cnn() {
+keras::Model keras_tutorial_cnn(const ImageModelInput& input) {
+  check_image_model_input(input, "cnn", /*min_side=*/10);
   return keras::Sequential(
-      {1, 28, 28},
+      {input.channels, input.height, input.width},
       {Conv2D(32, 3).activation("relu").named("conv1"), MaxPooling2D(),
        Conv2D(64, 3).activation("relu").named("conv2"), MaxPooling2D(), Flatten(),
-       Dense(64, "relu").named("dense1"), Dense(10).named("dense2")},
+       Dense(64, "relu").named("dense1"), Dense(input.classes).named("dense2")},
       "tutorial_cnn");
 }
 
-keras::Model keras_mlp(int64_t hidden, int hidden_layers) {
+keras::Model keras_mlp(int64_t hidden, int hidden_layers, const ImageModelInput& input) {
+  check_image_model_input(input, "mlp");
   DIST_CHECK_ARG(hidden >= 1, "MLP hidden width must be at least 1, got ", hidden);
   DIST_CHECK_ARG(hidden_layers >= 1, "an MLP needs at least 1 hidden layer, got ", hidden_layers);
   std::vector<keras::Layer> layers{Flatten()};
   for (int k = 1; k <= hidden_layers; ++k)
     layers.push_back(Dense(hidden, "relu").named("dense" + std::to_string(k)));
-  layers.push_back(Dense(10).named("dense" + std::to_string(hidden_layers + 1)));
-  return keras::Sequential({1, 28, 28}, layers, "mlp");
+  layers.push_back(Dense(input.classes).named("dense" + std::to_string(hidden_layers + 1)));
+  return keras::Sequential({input.channels, input.height, input.width}, layers, "mlp");
 }
 
 namespace {
@@ -53,9 +55,10 @@ KerasTensor resnet_block(const KerasTensor& input, const std::string& name, int6
 
 }  // namespace
 
-keras::Model keras_tutorial_resnet(bool synchronized_batch_norm) {
+keras::Model keras_tutorial_resnet(bool synchronized_batch_norm, const ImageModelInput& input) {
+  check_image_model_input(input, "resnet");
   const bool sync = synchronized_batch_norm;
-  KerasTensor inputs = keras::Input({1, 28, 28});
+  KerasTensor inputs = keras::Input({input.channels, input.height, input.width});
   KerasTensor x = ZeroPadding2D(2)(inputs);  // 32x32, the tutorial's CIFAR-10 size
   x = Conv2D(kResnetFilters[0], 7).strides(2).padding("same").named("conv1")(x);
   x = BatchNormalization().synchronized(sync).named("bn1")(x);
@@ -68,15 +71,16 @@ keras::Model keras_tutorial_resnet(bool synchronized_batch_norm) {
                      sync);
   }
   x = GlobalAveragePooling2D()(x);
-  return keras::Model(inputs, Dense(10).named("dense")(x), "tutorial_resnet");
+  return keras::Model(inputs, Dense(input.classes).named("dense")(x), "tutorial_resnet");
 }
 
-keras::Model make_keras_model(const std::string& name, bool synchronized_batch_norm) {
-  if (name == "resnet") return keras_tutorial_resnet(synchronized_batch_norm);
-  if (name == "cnn") return keras_tutorial_cnn();
-  if (name == "mlp") return keras_mlp();
-  if (name == "mlp_wide") return keras_mlp(kWideMlpHidden);
-  if (name == "mlp_deep") return keras_mlp(kDeepMlpHidden, kDeepMlpHiddenLayers);
+keras::Model make_keras_model(const std::string& name, bool synchronized_batch_norm,
+                              const ImageModelInput& input) {
+  if (name == "resnet") return keras_tutorial_resnet(synchronized_batch_norm, input);
+  if (name == "cnn") return keras_tutorial_cnn(input);
+  if (name == "mlp") return keras_mlp(4096, 2, input);
+  if (name == "mlp_wide") return keras_mlp(kWideMlpHidden, 2, input);
+  if (name == "mlp_deep") return keras_mlp(kDeepMlpHidden, kDeepMlpHiddenLayers, input);
   throw InvalidArgument("unknown model '" + name + "': use cnn, mlp, mlp_wide, mlp_deep or resnet");
 }
 

@@ -91,10 +91,12 @@ TORCH_MODULE(ResidualBlock);
 // Conv2D 7x7/2 (conv1), BN (bn1), ReLU, MaxPooling2D 3/2, each with "same" padding.
 class StemImpl : public Cloneable<StemImpl> {
  public:
-  explicit StemImpl(bool synchronized) : synchronized_(synchronized) { reset(); }
+  StemImpl(int64_t channels, bool synchronized) : channels_(channels), synchronized_(synchronized) {
+    reset();
+  }
 
   void reset() override {
-    conv1_ = register_module("conv1", same_conv(1, kResnetFilters[0], 7, 2));
+    conv1_ = register_module("conv1", same_conv(channels_, kResnetFilters[0], 7, 2));
     bn1_ = batch_norm(kResnetFilters[0], synchronized_);
     register_module("bn1", bn1_.ptr());
   }
@@ -105,6 +107,7 @@ class StemImpl : public Cloneable<StemImpl> {
   }
 
  private:
+  int64_t channels_;
   bool synchronized_;
   Conv2d conv1_{nullptr};
   AnyModule bn1_;
@@ -113,12 +116,13 @@ TORCH_MODULE(Stem);
 
 }  // namespace
 
-Sequential make_tutorial_resnet(bool synchronized_batch_norm) {
+Sequential make_tutorial_resnet(bool synchronized_batch_norm, const ImageModelInput& input) {
+  check_image_model_input(input, "resnet");
   const bool sync = synchronized_batch_norm;
   Sequential resnet;
   resnet->push_back("pad", ZeroPad2d(ZeroPad2dOptions(2)));  // 28x28 to 32x32
   resnet->push_back("channels_last", ChannelsLast());        // 1.5x faster (channels_last.h)
-  resnet->push_back("stem", Stem(sync));
+  resnet->push_back("stem", Stem(input.channels, sync));
   int64_t in = kResnetFilters[0];
   for (size_t stage = 0; stage < 3; ++stage) {
     const int64_t filters = kResnetFilters[stage];
@@ -129,7 +133,7 @@ Sequential make_tutorial_resnet(bool synchronized_batch_norm) {
     in = filters;
   }
   resnet->push_back("pool", Functional([](const at::Tensor& x) { return x.mean({2, 3}); }));
-  resnet->push_back("dense", Linear(in, 10));
+  resnet->push_back("dense", Linear(in, input.classes));
   return resnet;
 }
 

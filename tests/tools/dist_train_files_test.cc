@@ -220,15 +220,17 @@ TEST(DistTrainFilesTest, FewerFilesThanWorkersUnderFileShardingNamesBothCounts) 
   expect_refused(testing::launch_job(launched(3, args)), dir, {"2 files", "3 workers"});
 }
 
-TEST(DistTrainFilesTest, TheCnnRefusesImagesOfAnotherSizeBeforeTraining) {
+// The CNN is built for the data's size, but its two 3x3 windows and poolings need 10x10.
+TEST(DistTrainFilesTest, TheCnnRefusesImagesSmallerThanItsWindowsBeforeTraining) {
   testing::TempDir dir;
   torch::manual_seed(0);
-  const auto images = torch::randint(0, 256, {64, 1, 32, 32}).to(torch::kUInt8);
+  const auto images = torch::randint(0, 256, {64, 1, 8, 8}).to(torch::kUInt8);
   const auto labels = torch::randint(0, 10, {64}, torch::kLong);
   write_image_tfrecords(data::Dataset::from_tensor_slices({images, labels}), dir.file("big"), 2);
   const std::string spec = "tfrecord:" + dir.file("big-*.tfrecord");
   auto result = testing::run_dist_train_alone(one_epoch(dir, spec, spec, {"--model", "cnn"}));
-  expect_refused(result, dir, {"28x28", "32x32"});
+  expect_refused(result, dir, {"model cnn", "10x10", "8x8"});
+  EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_FALSE(testing::contains(result.output, "Epoch 1")) << result.output;
 }
 
