@@ -87,11 +87,11 @@ at::Tensor decode_image(const uint8_t* data, size_t size, const DecodeImageOptio
                                          "); only PNG and JPEG are decoded"));
   }
   const int64_t height = hwc.size(0), width = hwc.size(1), channels = hwc.size(2);
-  at::Tensor image =
-      channels == 1 ? hwc.view({1, height, width}) : hwc.permute({2, 0, 1}).contiguous();
+  const at::Tensor chw = channels == 1 ? hwc.view({1, height, width}) : hwc.permute({2, 0, 1});
+  // resize_image reads the channels-first view in place: no copy before resizing.
   if (options.height > 0 && (options.height != height || options.width != width))
-    image = resize_image(image, options.height, options.width);
-  return image;
+    return resize_image(chw, options.height, options.width, options.antialias);
+  return chw.contiguous();
 }
 
 at::Tensor decode_image(const at::Tensor& encoded, const DecodeImageOptions& options,

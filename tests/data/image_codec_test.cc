@@ -371,7 +371,7 @@ TEST(ImageCodecTest, ResizeOfAConstantImageIsConstant) {
     EXPECT_TRUE(torch::equal(resize_image(image, h, w), torch::full({3, h, w}, 77, torch::kUInt8)));
 }
 
-TEST(ImageCodecTest, ResizeMatchesHandComputedHalfPixelBilinear) {
+TEST(ImageCodecTest, ResizeWithoutAntialiasingMatchesHandComputedHalfPixelBilinear) {
   // Output i samples input coordinate (i + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25, clamped:
   // weights (1, 0), (0.75, 0.25), (0.25, 0.75), (0, 1) along each axis.
   const at::Tensor image = torch::tensor({0, 100, 200, 255}, torch::kUInt8).reshape({1, 2, 2});
@@ -381,15 +381,47 @@ TEST(ImageCodecTest, ResizeMatchesHandComputedHalfPixelBilinear) {
                                              200, 214, 241, 255},  // 213.75 241.25
                                             torch::kUInt8)
                                   .reshape({1, 4, 4});
-  EXPECT_TRUE(torch::equal(resize_image(image, 4, 4), expected)) << resize_image(image, 4, 4);
+  EXPECT_TRUE(torch::equal(resize_image(image, 4, 4, false), expected))
+      << resize_image(image, 4, 4, false);
   // Halves round to even: 0, 0.5, 1.5, 2.
+  EXPECT_TRUE(torch::equal(
+      resize_image(torch::tensor({0, 2}, torch::kUInt8).reshape({1, 1, 2}), 1, 4, false),
+      torch::tensor({0, 0, 2, 2}, torch::kUInt8).reshape({1, 1, 4})));
+  // Halving samples between each 2x2 block's pixels: their mean, here x.5, rounded to even.
+  EXPECT_TRUE(torch::equal(
+      resize_image(torch::arange(16).to(torch::kUInt8).reshape({1, 4, 4}), 2, 2, false),
+      torch::tensor({2, 4, 10, 12}, torch::kUInt8).reshape({1, 2, 2})));
+  // Float images are interpolated the same way, without rounding.
+  EXPECT_TRUE(torch::allclose(resize_image(image.to(torch::kFloat), 4, 4, false)[0][1],
+                              torch::tensor({50.0f, 72.1875f, 116.5625f, 138.75f})));
+}
+
+TEST(ImageCodecTest, AntialiasedResizeMatchesHandComputedTriangleFilter) {
+  // Halving [0, 100, 200, 255]: output 0 is centred at input coordinate 1 and the filter's
+  // half-width is 2, so inputs centred at 0.5, 1.5, 2.5 weigh 0.75, 0.75, 0.25 (normalised by
+  // 1.75): 125 / 1.75 = 71.4; output 1, centred at 3: 0.25, 0.75, 0.75 on 100, 200, 255:
+  // 366.25 / 1.75 = 209.3.
+  const at::Tensor row = torch::tensor({0, 100, 200, 255}, torch::kUInt8).reshape({1, 1, 4});
+  EXPECT_TRUE(torch::equal(resize_image(row, 1, 2),
+                           torch::tensor({71, 209}, torch::kUInt8).reshape({1, 1, 2})))
+      << resize_image(row, 1, 2);
+  EXPECT_TRUE(torch::allclose(resize_image(row.to(torch::kFloat), 1, 2),
+                              torch::tensor({125 / 1.75f, 366.25f / 1.75f}).reshape({1, 1, 2})));
+  // The same along columns; every input pixel counts, unlike the 2-tap filter above.
+  EXPECT_TRUE(torch::equal(resize_image(row.view({1, 4, 1}), 2, 1),
+                           torch::tensor({71, 209}, torch::kUInt8).reshape({1, 2, 1})));
+  // Upscaling is linear interpolation; halves round up as PIL's fixed point does: 0, 0.5,
+  // 1.5, 2.
   EXPECT_TRUE(
       torch::equal(resize_image(torch::tensor({0, 2}, torch::kUInt8).reshape({1, 1, 2}), 1, 4),
-                   torch::tensor({0, 0, 2, 2}, torch::kUInt8).reshape({1, 1, 4})));
-  // Halving samples between each 2x2 block's pixels: their mean, here x.5, rounded to even.
-  EXPECT_TRUE(
-      torch::equal(resize_image(torch::arange(16).to(torch::kUInt8).reshape({1, 4, 4}), 2, 2),
-                   torch::tensor({2, 4, 10, 12}, torch::kUInt8).reshape({1, 2, 2})));
+                   torch::tensor({0, 1, 2, 2}, torch::kUInt8).reshape({1, 1, 4})));
+  // A crop given as a view is read in place: the same pixels as from a copy.
+  const at::Tensor image = random_image({3, 40, 50}, 21);
+  const at::Tensor crop = image.narrow(1, 5, 30).narrow(2, 7, 33);
+  EXPECT_TRUE(torch::equal(resize_image(crop, 13, 17), resize_image(crop.contiguous(), 13, 17)));
+  const at::Tensor hwc_view = image.permute({1, 2, 0}).contiguous().permute({2, 0, 1});
+  EXPECT_TRUE(torch::equal(resize_image(hwc_view, 40, 21), resize_image(image, 40, 21)));
+  EXPECT_TRUE(torch::equal(resize_image(hwc_view, 19, 50), resize_image(image, 19, 50)));
 }
 
 TEST(ImageCodecTest, ResizeToTheSameSizeCopiesThePixels) {
@@ -436,8 +468,8 @@ TEST(ImageCodecTest, BadOptionsAndArgumentsAreInvalidArguments) {
   const at::Tensor image = random_image({3, 4, 4}, 15);
   expect_contains(message_of<InvalidArgument>([&] { resize_image(image, 0, 3); }), "height 0");
   expect_contains(message_of<InvalidArgument>([&] { resize_image(image[0], 3, 3); }), "[C, H, W]");
-  expect_contains(message_of<InvalidArgument>([&] { resize_image(image.to(torch::kFloat), 3, 3); }),
-                  "uint8");
+  expect_contains(message_of<InvalidArgument>([&] { resize_image(image.to(torch::kInt), 3, 3); }),
+                  "uint8 or floating");
   expect_contains(message_of<InvalidArgument>([&] { encode_jpeg(image, 0); }),
                   "quality must be 1 to 100, got 0");
   expect_contains(message_of<InvalidArgument>([&] {
