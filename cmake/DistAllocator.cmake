@@ -1,5 +1,6 @@
 # The memory allocator the project's executables link (target dist_allocator, exported as
-# distribute::allocator). glibc's malloc returns the large blocks of every training step to the
+# distribute::allocator, and in the link interface of dist: a user's executable linked with
+# distribute::dist, or with distribute.pc, gets it too). glibc's malloc returns the large blocks of every training step to the
 # kernel and faults them in again; on these machines that costs more than the arithmetic
 # (bench/compare_allocators.sh: tcmalloc 1.1x to 5.4x of glibc across CNN and MLP, one replica
 # and two; jemalloc and mimalloc lose on at least one of them). The allocator is linked ahead of
@@ -35,6 +36,7 @@ elseif(DEFINED _dist_allocator_names_${DIST_ALLOCATOR})
   # libraries would drop it, and with it the faster malloc.
   target_link_libraries(dist_allocator INTERFACE
     "-Wl,--push-state,--no-as-needed" "${DIST_${DIST_ALLOCATOR}_LIBRARY}" "-Wl,--pop-state")
+  set(DIST_ALLOCATOR_LIBRARY "${DIST_${DIST_ALLOCATOR}_LIBRARY}")  # for distribute.pc
   message(STATUS "distribute: executables use ${DIST_ALLOCATOR} (${DIST_${DIST_ALLOCATOR}_LIBRARY})")
 else()
   message(FATAL_ERROR "DIST_ALLOCATOR=${DIST_ALLOCATOR} is not one of: tcmalloc jemalloc mimalloc system")

@@ -6,6 +6,9 @@
 # compiled and linked as a user would, against the installed package. One unit, because each
 # unit parses LibTorch's headers for about 20 s. N counts across all the files; a comment before
 # each function names its file and its block number there.
+# Every ```cmake block goes, as written, into OUT_DIR/doc_blocks.cmake, which the consumer
+# project includes after making my_trainer (the blocks' target) of OUT_DIR/doc_blocks.cc: the
+# documented CMake lines are what link the documented code.
 #   readme_blocks.sh OUT_DIR FILE.md...
 # Prints "FILE: K C++ blocks" for each file on stderr and the total on stdout.
 set -euo pipefail
@@ -22,6 +25,9 @@ awk -v out="$out" '
     if (previous != "") printf "%s: %d C++ blocks\n", previous, k > "/dev/stderr"
     previous = FILENAME; k = 0
   }
+  /^```cmake/ { incmake = 1; cmake = cmake sprintf("# %s\n", FILENAME); next }
+  /^```/ && incmake { incmake = 0; next }
+  incmake { cmake = cmake $0 "\n"; next }
   /^```cpp/ {
     n++; k++; inblock = 1
     functions = functions sprintf("\n// %s, C++ block %d\nvoid doc_block_%d() {\n", FILENAME, k, n)
@@ -38,5 +44,6 @@ awk -v out="$out" '
     printf "  // Compiled and linked, not run (they train for minutes).\n" > file
     for (i = 1; i <= n; i++) printf "  if (argc > 99) doc_block_%d();\n", i > file
     printf "  return 0;\n}\n" > file
+    printf "%s", cmake > (out "/doc_blocks.cmake")
     print n + 0
   }' "$@"

@@ -1,7 +1,7 @@
 // Which memory allocator this process runs on. The project's executables link tcmalloc (CMake
-// option DIST_ALLOCATOR; a user's executable opts in with
-// `target_link_libraries(app PRIVATE distribute::allocator)`), because with the C library's
-// malloc a training step spends more time in page faults than in arithmetic. dist-train reports
+// option DIST_ALLOCATOR), and so does a user's executable linked with distribute::dist or with
+// `pkg-config --libs distribute`, because with the C library's malloc a training step spends
+// more time in page faults than in arithmetic. dist-train reports
 // the answer with its figures, so a benchmark says what it measured.
 #pragma once
 

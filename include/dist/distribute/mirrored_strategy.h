@@ -31,7 +31,13 @@ struct MirroredOptions {
   // A collective that some replica does not reach within this time fails every replica with
   // a CollectiveError naming the missing replicas.
   std::chrono::milliseconds collective_timeout = std::chrono::minutes(5);
-  // Intra-op threads per replica. 0: cores / replicas, at least 1.
+  // Intra-op threads per replica. 0: the cores this process may run on (its CPU affinity, as a
+  // launcher such as srun --cpu-bind or taskset left it) / replicas, at least 1, as dist-train
+  // sets them. Each replica thread sets its own count; the thread that makes the strategy
+  // (where evaluation and your own tensor code outside run() go) gets replicas x this, unless
+  // you chose its count: OMP_NUM_THREADS or MKL_NUM_THREADS set, or at::set_num_threads called
+  // with a count other than LibTorch's default before the strategy is made
+  // (one_device_strategy.h says the same for one replica).
   int threads_per_replica = 0;
   // The replicas of a process split each optimizer step between them, each updating a share
   // of every variable's elements (bit-identical to one step; LibTorch's SGD, Adam, AdamW,

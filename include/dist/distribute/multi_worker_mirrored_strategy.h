@@ -103,7 +103,9 @@ struct MultiWorkerOptions {
   int replicas_per_worker = 1;
   // Intra-op threads per replica; 0: this worker's share of its host's cores, split among its
   // replicas. The share is the CPUs a launcher bound the process to (srun, mpirun --bind-to),
-  // else the host's cores divided among the workers whose address names the same host.
+  // else the host's cores divided among the workers whose address names the same host. The
+  // thread that makes the strategy gets replicas x this unless you chose its count, as in
+  // MirroredOptions::threads_per_replica.
   int threads_per_replica = 0;
   CommunicationOptions communication;
   // The workers split the optimizer's slots (kOptimizer), and the gradients between steps

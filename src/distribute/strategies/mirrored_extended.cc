@@ -28,6 +28,7 @@
 #include "distribute/step/layer_gathering.h"
 #include "distribute/step/sharded_step.h"
 #include "distribute/strategies/gradients.h"
+#include "distribute/strategies/worker_cores.h"
 
 namespace dist {
 namespace {
@@ -252,8 +253,12 @@ MirroredExtended::MirroredExtended(std::string name, MirroredOptions options,
                  " replicas per worker but ", group_->cross_process().member_name(0), " has ",
                  counts[0], "; start every worker with the same replicas_per_worker");
   }
-  const int threads = options_.threads_per_replica > 0 ? options_.threads_per_replica
-                                                       : std::max(1, available_cores() / replicas);
+  const int threads = options_.threads_per_replica > 0
+                          ? options_.threads_per_replica
+                          : std::max(1, detail::usable_cores() / replicas);
+  // Before the replica threads start: their at::set_num_threads changes the count a thread
+  // begins with, which would read as the user's choice (mirrored_strategy.h).
+  detail::set_default_intra_op_threads(0, threads * replicas);
   threads_ = std::make_unique<ReplicaThreads>(replicas, threads);
 }
 

@@ -6,6 +6,7 @@
 #include "core/timeline_recorder.h"
 #include "dist/core/error.h"
 #include "distribute/strategies/gradients.h"
+#include "distribute/strategies/worker_cores.h"
 
 namespace dist {
 namespace {
@@ -86,10 +87,29 @@ class OneDeviceExtended : public StrategyExtended,
   std::unique_ptr<collective::LocalCommunicator> group_;
 };
 
+std::shared_ptr<OneDeviceExtended> make_one_device(const OneDeviceOptions& options) {
+  DIST_CHECK_ARG(options.threads >= 0, "OneDeviceOptions::threads must be at least 0 (0: the ",
+                 "process's cores), got ", options.threads);
+  auto extended =
+      std::make_shared<OneDeviceExtended>("one_device", parse_device_name(options.device));
+  // The replica is the calling thread: give it the cores (one_device_strategy.h).
+  detail::set_default_intra_op_threads(options.threads, detail::usable_cores());
+  return extended;
+}
+
+OneDeviceOptions on_device(const std::string& device) {
+  OneDeviceOptions options;
+  options.device = device;
+  return options;
+}
+
 }  // namespace
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device)
-    : Strategy(std::make_shared<OneDeviceExtended>("one_device", parse_device_name(device))) {}
+    : OneDeviceStrategy(on_device(device)) {}
+
+OneDeviceStrategy::OneDeviceStrategy(OneDeviceOptions options)
+    : Strategy(make_one_device(options)) {}
 
 Strategy get_default_strategy() {
   static const auto extended =
