@@ -2,6 +2,7 @@
 sizes in 5 classes, and a CNN for 3x64x64 images and 5 classes written in Python and scripted.
 
   new_user_images.py make DIR        DIR/train/<class>/*.jpg, DIR/test/<class>/*.jpg, DIR/cnn5.pt
+                                     (and DIR/strided_cnn5.pt, the same without max-pooling)
   new_user_images.py evaluate MODEL TEST_DIR SIZE MEANS STDS
                                      the accuracy of a trained module on TEST_DIR, the images
                                      prepared by torchvision as a user does in Python
@@ -79,6 +80,22 @@ class Cnn5(torch.nn.Module):
         return self.dense(x)
 
 
+class StridedCnn5(torch.nn.Module):
+    """Cnn5 without max-pooling (strided convolutions): float32 max-pooling routes a gradient
+    by exact ties, which differently blocked convolutions (one device's batch against a
+    replica's half) can order differently, so equivalence over many steps is checked on this."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.dense = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.dense(x.mean(dim=(2, 3)))
+
+
 def make(root):
     rng = random.Random(69)
     odd_modes = ["grey", "rgba", "palette", "cmyk", "grey16"]
@@ -94,6 +111,7 @@ def make(root):
                 save(draw(label, rng), os.path.join(folder, "%03d" % i), mode)
     torch.manual_seed(0)
     torch.jit.script(Cnn5()).save(os.path.join(root, "cnn5.pt"))
+    torch.jit.script(StridedCnn5()).save(os.path.join(root, "strided_cnn5.pt"))
 
 
 def evaluate(model_path, test_dir, size, means, stds):
