@@ -1,0 +1,100 @@
+// A TorchScript module's forward of any signature: several tensors, named tensors, a dict of
+// named tensors, optional and defaulted arguments; returning a tensor, a tuple or a dict of them.
+//
+//   # Python: a language model taking token ids and a padding mask
+//   def forward(self, tokens: Tensor, mask: Optional[Tensor] = None) -> Tensor: ...
+//   def forward(self, batch: Dict[str, Tensor]) -> Dict[str, Tensor]: ...
+//
+//   auto model = strategy.mirror(dist::models::load_torchscript("lm.pt"));
+//   dist::models::NamedTensors inputs{{"tokens", x}, {"mask", m}};
+//   // before training, once (outside run(), *model is the primary): what was called and
+//   // what came back, for any signature
+//   std::cout << dist::models::check_forward(*model, inputs).description << "\n";
+//   // in the step, on the replica's copy:
+//   at::Tensor logits = dist::models::forward_tensor(*model, inputs);
+//
+// How inputs map onto the scripted forward's arguments (read from its schema, self excluded):
+//   - by name (NamedTensors, e.g. an element's named components): an argument of type Tensor
+//     takes the input of its name; Optional[Tensor] takes it, or None / its default when there
+//     is none; a Dict[str, Tensor] argument takes every input that no other argument took by
+//     name (so `forward(self, batch: Dict[str, Tensor])` receives them all, keyed as given);
+//     an argument of another type (int, float, bool, str, ...) keeps its default. Inputs that
+//     no argument takes are left out (an element may carry the targets beside the inputs).
+//   - by position (std::vector<at::Tensor>): the i-th tensor is the i-th argument, which must
+//     be Tensor or Optional[Tensor]; the arguments after the given ones keep their defaults.
+// An argument that gets nothing and has no default is an InvalidArgument naming it, the
+// signature and the inputs there are. Outputs: output_tensors names them (below); other return
+// types (lists, nested tuples, numbers) are refused by name.
+//
+// Thread safety: these functions run the module's forward: call them on one replica's copy
+// from one thread at a time, as any module's forward.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "dist/models/torchscript_model.h"
+
+namespace dist::models {
+
+// Tensors by name, in name order.
+using NamedTensors = std::map<std::string, at::Tensor>;
+
+struct ForwardArgument {
+  std::string name;
+  std::string type;  // TorchScript's annotation: "Tensor", "Optional[Tensor]", "Dict[str, Tensor]"
+  bool has_default = false;
+};
+
+// The scripted forward's arguments (self excluded) and return type.
+struct ForwardSignature {
+  std::vector<ForwardArgument> arguments;
+  std::string returns;  // "Tensor", "Tuple[Tensor, Tensor]", "Dict[str, Tensor]", ...
+  // "forward(tokens: Tensor, mask: Optional[Tensor] = ...) -> Tensor"
+  std::string to_string() const;
+};
+
+// Reads `model`'s forward schema. InvalidArgument, naming the file, if it has no forward.
+ForwardSignature forward_signature(const TorchScriptModuleImpl& model);
+
+// Runs the scripted forward on inputs bound by name or by position (see the top of this file)
+// in the module's current mode, with autograd as the caller has it, and returns what it
+// returned. InvalidArgument when the inputs do not bind; exceptions raised inside the scripted
+// code pass through.
+c10::IValue call_forward(TorchScriptModuleImpl& model, const NamedTensors& inputs);
+c10::IValue call_forward(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs);
+
+// The tensors of a forward's result by name: a tensor as "output", a tuple's as "0", "1", ...,
+// a dict's (Dict[str, Tensor]) under its keys. InvalidArgument, saying what it is, for
+// anything else.
+NamedTensors output_tensors(const c10::IValue& output);
+
+// call_forward, then one tensor of the result: `output` "" takes the result when it is a
+// tensor, else names the tuple index ("0") or dict key ("logits") to take. InvalidArgument
+// saying what came back when there is no such tensor.
+at::Tensor forward_tensor(TorchScriptModuleImpl& model, const NamedTensors& inputs,
+                          const std::string& output = "");
+at::Tensor forward_tensor(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs,
+                          const std::string& output = "");
+
+// The start-up check for any signature: one forward on these inputs in evaluation mode without
+// gradients (BatchNorm's statistics do not move; the mode is put back), and what it did:
+//   "'lm.pt': forward(tokens: Tensor, mask: Tensor) -> Tensor called with tokens = a tensor
+//    of shape [8, 64] and dtype Long, mask = a tensor of shape [8, 64] and dtype Bool;
+//    it returned a tensor of shape [8, 64, 65] and dtype Float"
+// Throws InvalidArgument with that description up to the call and the scripted exception's
+// line when the inputs do not bind or the forward raises, and when the result holds no tensor
+// output_tensors can name.
+struct ForwardReport {
+  c10::IValue output;
+  NamedTensors outputs;  // output_tensors(output)
+  std::string description;
+};
+ForwardReport check_forward(TorchScriptModuleImpl& model, const NamedTensors& inputs);
+ForwardReport check_forward(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs);
+
+}  // namespace dist::models
