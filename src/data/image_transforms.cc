@@ -215,6 +215,25 @@ at::Tensor jitter_one(const at::Tensor& image, uint64_t key, double brightness, 
   return out.contiguous();
 }
 
+// normalize of a contiguous uint8 image or batch in one pass: the operations of ToTensor and
+// Normalize in their order (x / 255, - mean, / std) in float32, so the values are theirs.
+at::Tensor normalize_bytes(const at::Tensor& images, const std::vector<double>& mean,
+                           const std::vector<double>& std) {
+  at::Tensor out = at::empty(images.sizes(), images.options().dtype(at::kFloat));
+  const int64_t channels = images.size(-3), plane = images.size(-2) * images.size(-1);
+  const int64_t planes = images.numel() / plane;
+  const uint8_t* in = images.data_ptr<uint8_t>();
+  float* o = out.data_ptr<float>();
+  for (int64_t p = 0; p < planes; ++p) {
+    const size_t c = mean.size() == 1 ? 0 : static_cast<size_t>(p % channels);
+    const float m = static_cast<float>(mean[c]), sd = static_cast<float>(std[c]);
+    const uint8_t* src = in + p * plane;
+    float* dst = o + p * plane;
+    for (int64_t i = 0; i < plane; ++i) dst[i] = (static_cast<float>(src[i]) / 255.0f - m) / sd;
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---- tensor functions ----
@@ -282,8 +301,8 @@ at::Tensor normalize_images(const at::Tensor& images, const std::vector<double>&
                  " channels (shape ", images.sizes(), "); give one value per channel",
                  channels == 1 ? " (a grey image: e.g. the mean of the RGB values)"
                                : " (decode to RGB with DecodeImageOptions::channels = 3?)");
-  const at::Tensor x =
-      images.is_floating_point() ? images.to(at::kFloat) : images.to(at::kFloat).div_(255.0);
+  if (images.scalar_type() == at::kByte) return normalize_bytes(images.contiguous(), mean, std);
+  const at::Tensor x = images.to(at::kFloat);
   const auto shape = std::vector<int64_t>{static_cast<int64_t>(mean.size()), 1, 1};
   const at::Tensor m = at::tensor(mean, at::kDouble).to(at::kFloat).view(shape);
   const at::Tensor s = at::tensor(std, at::kDouble).to(at::kFloat).view(shape);
