@@ -78,6 +78,11 @@ function(dist_write_pkg_config library)
   if(DIST_ALLOCATOR_LIBRARY)
     list(APPEND libs "-Wl,--push-state,--no-as-needed,${DIST_ALLOCATOR_LIBRARY},--pop-state")
   endif()
+  # A shared libdist is found at run time where it was installed, as CMake's consumers find it.
+  get_target_property(type "${library}" TYPE)
+  if(type STREQUAL "SHARED_LIBRARY")
+    list(PREPEND libs "-Wl,-rpath,\${libdir}")
+  endif()
   list(JOIN libs " " libs)
 
   # LibTorch's headers and flags (the C++11 ABI). A compiler's own include directories stay off
