@@ -78,13 +78,17 @@ class ParallelMapStage : public UnaryNode {
 };
 
 // batch() and padded_batch(): how many rows their batches hold in all, which unbatch() gives
-// as its cardinality. (padded_batch is not a BatchStage: dividing a global batch among
-// workers rebuilds a plain batch().)
+// as its cardinality, and the same stage with smaller batches, which dividing a global batch
+// among workers (kFile) builds. (padded_batch is not a BatchStage: sharing a global batch's
+// rows, data/row_share.cc, stacks them without padding.)
 class BatchingStage {
  public:
   virtual ~BatchingStage() = default;
   // The input's cardinality less a dropped remainder; kUnknown/kInfiniteCardinality as it.
   virtual int64_t batched_rows() const = 0;
+  // Rows in a full batch, and this stage (same input, same settings) with `size` instead.
+  virtual int64_t rows_per_batch() const = 0;
+  virtual NodePtr with_rows_per_batch(int64_t size) const = 0;
 };
 // batched_rows() of a batch of `batch_size` over `input_rows` rows.
 inline int64_t batched_rows_of(int64_t input_rows, int64_t batch_size, bool drop_remainder) {

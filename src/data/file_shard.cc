@@ -69,19 +69,22 @@ namespace detail {
 Dataset divide_global_batch(const Dataset& dataset, int64_t num_workers) {
   bool done = false;
   auto divided = rewrite(dataset.node(), [&](const DatasetNode& node) -> NodePtr {
-    const auto* batch = dynamic_cast<const BatchStage*>(&node);
+    // batch() or padded_batch(): each worker pads its own rows (to their longest, where a
+    // padded shape says -1).
+    const auto* batch = dynamic_cast<const BatchingStage*>(&node);
     if (batch == nullptr || done) return nullptr;
     done = true;  // the batch nearest the output is the global one
-    DIST_CHECK_ARG(batch->batch_size() % num_workers == 0, "sharding by file: the global batch (",
-                   batch->batch_size(), ") does not divide among the ", num_workers,
+    const int64_t size = batch->rows_per_batch();
+    DIST_CHECK_ARG(size % num_workers == 0, "sharding by file: the global batch (", size,
+                   ") does not divide among the ", num_workers,
                    " workers, each of which batches its own files; choose a multiple of ",
                    num_workers);
-    return make_batch_node(batch->input(), batch->batch_size() / num_workers,
-                           batch->drop_remainder());
+    return batch->with_rows_per_batch(size / num_workers);
   });
   DIST_CHECK_ARG(done, "sharding by file: ", dataset.describe(),
-                 " has no batch() to divide among the workers; experimental_distribute_dataset "
-                 "takes a dataset of global batches");
+                 " has no batch() or padded_batch() to divide among the workers; "
+                 "experimental_distribute_dataset takes a dataset of global batches (for "
+                 "bucket_by_sequence_length, shard by data: AutoShardPolicy::kData)");
   return Dataset(divided);
 }
 

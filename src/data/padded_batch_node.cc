@@ -178,6 +178,10 @@ class PaddedBatchNode : public UnaryNode, public BatchingStage {
   int64_t batched_rows() const override {
     return batched_rows_of(input_->cardinality(), size_, drop_);
   }
+  int64_t rows_per_batch() const override { return size_; }
+  NodePtr with_rows_per_batch(int64_t size) const override {
+    return std::make_shared<PaddedBatchNode>(input_, size, drop_, spec_);
+  }
   std::string describe() const override {
     return input_->describe() + ".padded_batch(" + std::to_string(size_) + describe_spec(*spec_) +
            (drop_ ? ", drop_remainder" : "") + ")";

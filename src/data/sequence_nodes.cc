@@ -10,10 +10,13 @@
 namespace dist::data::detail {
 namespace {
 
-// The number of values start, start + step, ... before stop.
+// The number of values start, start + step, ... before stop (in 128 bits: stop - start may
+// not fit in 64).
 int64_t range_count(int64_t start, int64_t stop, int64_t step) {
-  if (step > 0) return stop > start ? (stop - start + step - 1) / step : 0;
-  return start > stop ? (start - stop + (-step) - 1) / (-step) : 0;
+  const __int128 span = static_cast<__int128>(stop) - start;
+  if ((step > 0 && span <= 0) || (step < 0 && span >= 0)) return 0;
+  const __int128 toward_zero = step > 0 ? step - 1 : step + 1;
+  return static_cast<int64_t>((span + toward_zero) / step);
 }
 
 class RangeIterator : public IteratorNode {

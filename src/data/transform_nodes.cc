@@ -115,6 +115,10 @@ class BatchNode : public BatchStage, public BatchingStage {
   int64_t batched_rows() const override {
     return batched_rows_of(input_->cardinality(), size_, drop_remainder_);
   }
+  int64_t rows_per_batch() const override { return size_; }
+  NodePtr with_rows_per_batch(int64_t size) const override {
+    return std::make_shared<BatchNode>(input_, size, drop_remainder_);
+  }
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<BatchIterator>(input_->make_iterator(epoch), size_, drop_remainder_);
   }

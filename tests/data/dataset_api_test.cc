@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "data/dataset_testing.h"
+#include "data/file_shard.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
 #include "dist/data/example.h"
@@ -61,6 +63,8 @@ Dataset sequences(const std::vector<int64_t>& lengths) {
       },
       static_cast<int64_t>(lengths.size()));
 }
+
+int64_t length_of(const Element& e) { return e[0].size(0); }
 
 template <typename Fn>
 std::string error_of(Fn&& fn) {
@@ -163,9 +167,26 @@ TEST(DatasetApiTest, PaddedBatchKeepsNames) {
   EXPECT_TRUE(torch::equal(b[1]["tokens"], torch::tensor({{4, 5}})));
 }
 
-// ---- bucket_by_sequence_length ----
+// Sharding by file (kFile) divides a padded global batch among the workers as a plain one.
+TEST(DatasetApiTest, PaddedBatchDividesAmongWorkers) {
+  auto global = sequences({1, 2, 3, 4}).padded_batch(4, {{-1}, {}}, {-1, 0}).prefetch(1);
+  auto divided = detail::divide_global_batch(global, 2);
+  EXPECT_EQ(divided.describe(),
+            "from_generator().padded_batch(2, padded_shapes=[[-1], []], padding_values=[-1, 0])"
+            ".prefetch(1)");
+  auto b = all_of(divided.iterator());
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_TRUE(torch::equal(b[0][0], torch::tensor({{0, -1}, {100, 101}})));
+  EXPECT_TRUE(has(error_of([] { detail::divide_global_batch(sequences({1}).padded_batch(3), 2); }),
+                  "does not divide among the 2 workers"));
+  EXPECT_TRUE(has(error_of([] {
+                    detail::divide_global_batch(
+                        sequences({1}).bucket_by_sequence_length(length_of, {2}, {2, 2}), 2);
+                  }),
+                  "AutoShardPolicy::kData"));
+}
 
-int64_t length_of(const Element& e) { return e[0].size(0); }
+// ---- bucket_by_sequence_length ----
 
 TEST(DatasetApiTest, BucketsBySequenceLength) {
   // Boundaries 3, 5: bucket 0 holds lengths 0-2 (batches of 2), bucket 1 lengths 3-4
@@ -255,6 +276,9 @@ TEST(DatasetApiTest, Range) {
   EXPECT_EQ(Dataset::range(5, 5).cardinality(), 0);
   EXPECT_EQ(Dataset::range(5, 0).cardinality(), 0);
   EXPECT_EQ(Dataset::range(2, 11, 3).describe(), "range(2, 11, 3)");
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(Dataset::range(-big, big, big).cardinality(), 2);
+  EXPECT_EQ(Dataset::range(big, -big, -big).cardinality(), 2);
   auto e = Dataset::range(1).iterator().next();
   ASSERT_TRUE(e);
   EXPECT_EQ((*e)[0].dim(), 0);
