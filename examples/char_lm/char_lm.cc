@@ -134,21 +134,31 @@ int prepare(int argc, char** argv) {
 
 // ---- train ----------------------------------------------------------------------------------
 
-// Sequences of token ids from TFRecords of tf.train.Example, as {inputs, targets}: the ids
-// without their last, and without their first (the byte each position predicts).
+// Sequences of token ids from TFRecords of tf.train.Example, as named components: "tokens",
+// the ids without their last, and "targets", the ids without their first (the byte each
+// position predicts).
 dist::data::Dataset sequences(const std::vector<std::string>& files) {
   const dist::data::FeatureSpec spec(
       {dist::data::VarLenFeature("tokens", dist::data::FeatureType::kInt64)});
-  return dist::data::tfrecord_dataset(files).map([spec](dist::data::Element record) {
-    const at::Tensor ids = dist::data::parse_example(dist::data::bytes_view(record[0]), spec)[0];
-    return dist::data::Element{ids.slice(0, 0, -1), ids.slice(0, 1)};
+  const auto names = dist::data::Element::make_names({"tokens", "targets"});
+  return dist::data::tfrecord_dataset(files).map([spec, names](dist::data::Element record) {
+    const at::Tensor ids =
+        dist::data::parse_example(dist::data::bytes_view(record[0]), spec)["tokens"];
+    return dist::data::Element({ids.slice(0, 0, -1), ids.slice(0, 1)}, names);
   });
 }
 
-// {tokens, mask} for the model, by the names of its forward's arguments.
-dist::models::NamedTensors model_inputs(const at::Tensor& inputs, const at::Tensor& targets,
-                                        int64_t padding_id) {
-  return {{"tokens", inputs}, {"mask", targets.ne(padding_id)}};
+// Batches of `size` sequences padded to the longest (tokens with 0, targets with the padding
+// id), with a "mask": true at the real tokens. The model's forward(tokens, mask) takes its
+// arguments from the components of these names; it leaves "targets" to the loss.
+dist::data::Dataset padded_batches(const dist::data::Dataset& sequences, int64_t size,
+                                   int64_t padding_id, bool drop_remainder) {
+  const auto names = dist::data::Element::make_names({"tokens", "mask", "targets"});
+  return sequences.padded_batch(size, {}, {0, padding_id}, drop_remainder)
+      .map([padding_id, names](dist::data::Element b) {
+        const at::Tensor& targets = b["targets"];
+        return dist::data::Element({b["tokens"], targets.ne(padding_id), targets}, names);
+      });
 }
 
 int train(int argc, char** argv) {
@@ -170,10 +180,10 @@ int train(int argc, char** argv) {
   // job sees the batches one device would. Padding: inputs with 0 (masked in attention, and
   // causal attention never looks ahead at them), targets with the padding id.
   const dist::data::Dataset train_batches =
-      sequences(dist::data::match_files(data_dir + "/train-*.tfrecord"))
-          .shuffle(4096, /*seed=*/1)
-          .repeat()
-          .padded_batch(global_batch, {}, {0, padding_id}, /*drop_remainder=*/true)
+      padded_batches(sequences(dist::data::match_files(data_dir + "/train-*.tfrecord"))
+                         .shuffle(4096, /*seed=*/1)
+                         .repeat(),
+                     global_batch, padding_id, /*drop_remainder=*/true)
           .prefetch();
   dist::DistributeOptions options;
   options.auto_shard_policy = dist::AutoShardPolicy::kData;
@@ -182,12 +192,11 @@ int train(int argc, char** argv) {
   // The module, checked once on a real batch before anything trains: what the forward was
   // called with and what came back.
   dist::models::TorchScriptModule script = dist::models::load_torchscript(model_path);
-  const dist::data::Element first = *sequences({data_dir + "/eval.tfrecord"})
-                                         .padded_batch(batch, {}, {0, padding_id})
-                                         .iterator()
-                                         .next();
-  const auto report =
-      dist::models::check_forward(*script, model_inputs(first[0], first[1], padding_id));
+  const dist::data::Element first =
+      *padded_batches(sequences({data_dir + "/eval.tfrecord"}), batch, padding_id, false)
+           .iterator()
+           .next();
+  const auto report = dist::models::check_forward(*script, first);
   if (strategy.is_chief()) std::cout << "Start-up check: " << report.description << std::endl;
   const at::Tensor logits = report.outputs.at("output");
   if (logits.dim() != 3 || logits.size(2) != vocabulary)
@@ -209,10 +218,10 @@ int train(int argc, char** argv) {
   for (const auto& per_replica : train_data.iterator()) {
     auto losses = strategy.run(
         [&](const dist::data::Element& b) {
-          const at::Tensor logits =
-              dist::models::forward_tensor(*model, model_inputs(b[0], b[1], padding_id));
+          // forward(tokens, mask) from b["tokens"] and b["mask"]
+          const at::Tensor logits = dist::models::forward_tensor(*model, b);
           // The replica's token losses over the GLOBAL batch's real tokens (all-reduced).
-          at::Tensor loss = loss_fn(b[1], logits);
+          at::Tensor loss = loss_fn(b["targets"], logits, b["mask"]);
           loss.backward();
           optimizer->apply_gradients();
           return loss.detach();
@@ -232,21 +241,20 @@ int train(int argc, char** argv) {
   // The evaluation: every eval sequence in one padded batch, on the chief's copy.
   model.eval();
   torch::NoGradGuard no_grad;
-  const dist::data::Element eval = *sequences({data_dir + "/eval.tfrecord"})
-                                        .padded_batch(1 << 20, {}, {0, padding_id})
-                                        .iterator()
-                                        .next();
+  const dist::data::Element eval =
+      *padded_batches(sequences({data_dir + "/eval.tfrecord"}), 1 << 20, padding_id, false)
+           .iterator()
+           .next();
   dist::models::TorchScriptModuleImpl& trained = *model;  // outside run(): the primary
-  const at::Tensor eval_logits =
-      dist::models::forward_tensor(trained, model_inputs(eval[0], eval[1], padding_id));
-  const double eval_loss = loss_fn(eval[1], eval_logits).item<double>();
+  const at::Tensor eval_logits = dist::models::forward_tensor(trained, eval);
+  const double eval_loss = loss_fn(eval["targets"], eval_logits, eval["mask"]).item<double>();
   if (!strategy.is_chief()) return 0;
   std::printf("Eval loss %.6f over %lld tokens of %lld sequences\n", eval_loss,
-              static_cast<long long>(eval[1].ne(padding_id).sum().item<int64_t>()),
-              static_cast<long long>(eval[0].size(0)));
+              static_cast<long long>(eval["mask"].sum().item<int64_t>()),
+              static_cast<long long>(eval["tokens"].size(0)));
   std::filesystem::create_directories(out_dir);
   dist::models::save_torchscript(trained, out_dir + "/trained.pt");
-  const at::Tensor inputs = eval[0].contiguous(), targets = eval[1].contiguous();
+  const at::Tensor inputs = eval["tokens"].contiguous(), targets = eval["targets"].contiguous();
   write_file(out_dir + "/eval_inputs.i64", inputs.data_ptr(), inputs.nbytes());
   write_file(out_dir + "/eval_targets.i64", targets.data_ptr(), targets.nbytes());
   char meta[256];

@@ -45,7 +45,9 @@ std::vector<c10::Argument> arguments_of(const c10::FunctionSchema& schema) {
   return std::vector<c10::Argument>(all.begin() + (all.empty() ? 0 : 1), all.end());
 }
 
-std::string describe_inputs(const NamedTensors& inputs) {
+// Every input, and those no argument takes (none when a Dict[str, Tensor] argument takes the
+// rest).
+std::string describe_inputs(const c10::FunctionSchema& schema, const NamedTensors& inputs) {
   if (inputs.empty()) return "no tensors";
   std::ostringstream out;
   bool first = true;
@@ -53,10 +55,19 @@ std::string describe_inputs(const NamedTensors& inputs) {
     out << (first ? "" : ", ") << name << " = " << describe_value(tensor);
     first = false;
   }
+  std::set<std::string> names;
+  for (const auto& argument : arguments_of(schema)) {
+    if (kind_of(argument.type()) == Kind::kTensorDict) return out.str();
+    names.insert(argument.name());
+  }
+  std::string left_out;
+  for (const auto& entry : inputs)
+    if (!names.count(entry.first)) left_out += (left_out.empty() ? "" : ", ") + entry.first;
+  if (!left_out.empty()) out << " (no argument takes " << left_out << ")";
   return out.str();
 }
 
-std::string describe_inputs(const std::vector<at::Tensor>& inputs) {
+std::string describe_inputs(const c10::FunctionSchema&, const std::vector<at::Tensor>& inputs) {
   if (inputs.empty()) return "no tensors";
   std::ostringstream out;
   for (size_t i = 0; i < inputs.size(); ++i) out << (i ? ", " : "") << describe_value(inputs[i]);
@@ -188,8 +199,8 @@ class ModeRestorer {
 
 template <class Inputs>
 ForwardReport check(TorchScriptModuleImpl& model, const Inputs& inputs) {
-  const std::string called =
-      detail::concat("TorchScript module ", who(model), " called with ", describe_inputs(inputs));
+  const std::string called = detail::concat("TorchScript module ", who(model), " called with ",
+                                            describe_inputs(schema_of(model), inputs));
   ForwardReport report;
   {
     ModeRestorer restore(model);
@@ -273,6 +284,20 @@ c10::IValue call_forward(TorchScriptModuleImpl& model, const std::vector<at::Ten
   return run(model, bind_inputs(model, inputs));
 }
 
+c10::IValue call_forward(TorchScriptModuleImpl& model, const data::Element& inputs) {
+  if (inputs.has_names()) return call_forward(model, named_tensors(inputs));
+  return call_forward(model, static_cast<const std::vector<at::Tensor>&>(inputs));
+}
+
+NamedTensors named_tensors(const data::Element& element) {
+  DIST_CHECK_ARG(element.has_names(), "named_tensors: the element ", element.describe(),
+                 " has no names, only positions; name its components (Element{{\"tokens\", "
+                 "t}, ...}) or pass its tensors by position");
+  NamedTensors named;
+  for (size_t i = 0; i < element.size(); ++i) named.emplace(element.names()[i], element[i]);
+  return named;
+}
+
 NamedTensors output_tensors(const c10::IValue& output) {
   NamedTensors outputs;
   if (output.isTensor()) {
@@ -309,6 +334,16 @@ at::Tensor forward_tensor(TorchScriptModuleImpl& model, const NamedTensors& inpu
 at::Tensor forward_tensor(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs,
                           const std::string& output) {
   return pick(model, call_forward(model, inputs), output);
+}
+
+at::Tensor forward_tensor(TorchScriptModuleImpl& model, const data::Element& inputs,
+                          const std::string& output) {
+  return pick(model, call_forward(model, inputs), output);
+}
+
+ForwardReport check_forward(TorchScriptModuleImpl& model, const data::Element& inputs) {
+  if (inputs.has_names()) return check(model, named_tensors(inputs));
+  return check(model, static_cast<const std::vector<at::Tensor>&>(inputs));
 }
 
 ForwardReport check_forward(TorchScriptModuleImpl& model, const NamedTensors& inputs) {

@@ -145,6 +145,24 @@ TEST_F(TorchScriptSignatureTest, NamedInputsBindByNameAndExtraOnesAreLeftOut) {
                   tokens().sum().item<float>());
 }
 
+// A dataset's element: by name when named (the targets beside the inputs are left out), by
+// position when not.
+TEST_F(TorchScriptSignatureTest, AnElementBindsByItsNamesOrByPosition) {
+  auto model = load("two_inputs");
+  const at::Tensor expected = 3 * tokens().to(torch::kFloat) + mask();
+  const data::Element named{{"targets", tokens()}, {"mask", mask()}, {"tokens", tokens()}};
+  EXPECT_TRUE(torch::equal(forward_tensor(*model, named), expected));
+  EXPECT_THAT(check_forward(*model, named).description,
+              HasSubstr("called with mask = a tensor of shape [2, 3] and dtype Float, targets = "));
+  EXPECT_THAT(check_forward(*model, named).description,
+              HasSubstr("and dtype Long (no argument takes targets); it returned a tensor"));
+  const data::Element positional{tokens(), mask()};
+  EXPECT_TRUE(torch::equal(call_forward(*model, positional).toTensor(), expected));
+  EXPECT_EQ(named_tensors(named).size(), 3u);
+  EXPECT_THAT(message_of<InvalidArgument>([&] { named_tensors(positional); }),
+              HasSubstr("has no names, only positions"));
+}
+
 TEST_F(TorchScriptSignatureTest, ADictArgumentTakesEveryInputKeyedAsGiven) {
   auto model = load("dict_input");
   const NamedTensors inputs{{"a", torch::tensor({1.0f, 2.0f})}, {"b", torch::tensor({4.0f})}};

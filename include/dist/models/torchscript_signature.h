@@ -12,9 +12,11 @@
 //   std::cout << dist::models::check_forward(*model, inputs).description << "\n";
 //   // in the step, on the replica's copy:
 //   at::Tensor logits = dist::models::forward_tensor(*model, inputs);
+//   // or straight from a batch whose components are named (b["tokens"], b["mask"], ...):
+//   at::Tensor logits = dist::models::forward_tensor(*model, b);
 //
 // How inputs map onto the scripted forward's arguments (read from its schema, self excluded):
-//   - by name (NamedTensors, e.g. an element's named components): an argument of type Tensor
+//   - by name (NamedTensors, or a data::Element's named components): an argument of type Tensor
 //     takes the input of its name; Optional[Tensor] takes it, or None / its default when there
 //     is none; a Dict[str, Tensor] argument takes every input that no other argument took by
 //     name (so `forward(self, batch: Dict[str, Tensor])` receives them all, keyed as given);
@@ -37,6 +39,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include "dist/data/element.h"
 #include "dist/models/torchscript_model.h"
 
 namespace dist::models {
@@ -68,6 +71,15 @@ ForwardSignature forward_signature(const TorchScriptModuleImpl& model);
 c10::IValue call_forward(TorchScriptModuleImpl& model, const NamedTensors& inputs);
 c10::IValue call_forward(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs);
 
+// A dataset's element as the inputs: by name when its components are named (Element{{"tokens",
+// t}, {"mask", m}}, parse_example's features, what padded_batch and the distributed datasets
+// keep), else by position. The overloads below taking an Element do the same.
+c10::IValue call_forward(TorchScriptModuleImpl& model, const data::Element& inputs);
+
+// The named components of `element` as NamedTensors. InvalidArgument, describing the element,
+// when its components have no names.
+NamedTensors named_tensors(const data::Element& element);
+
 // The tensors of a forward's result by name: a tensor as "output", a tuple's as "0", "1", ...,
 // a dict's (Dict[str, Tensor]) under its keys. InvalidArgument, saying what it is, for
 // anything else.
@@ -79,6 +91,8 @@ NamedTensors output_tensors(const c10::IValue& output);
 at::Tensor forward_tensor(TorchScriptModuleImpl& model, const NamedTensors& inputs,
                           const std::string& output = "");
 at::Tensor forward_tensor(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs,
+                          const std::string& output = "");
+at::Tensor forward_tensor(TorchScriptModuleImpl& model, const data::Element& inputs,
                           const std::string& output = "");
 
 // The start-up check for any signature: one forward on these inputs in evaluation mode without
@@ -96,5 +110,6 @@ struct ForwardReport {
 };
 ForwardReport check_forward(TorchScriptModuleImpl& model, const NamedTensors& inputs);
 ForwardReport check_forward(TorchScriptModuleImpl& model, const std::vector<at::Tensor>& inputs);
+ForwardReport check_forward(TorchScriptModuleImpl& model, const data::Element& inputs);
 
 }  // namespace dist::models
