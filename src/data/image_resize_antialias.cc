@@ -139,9 +139,16 @@ __attribute__((target("avx2"))) void horizontal_block_avx2(const int32_t* column
     for (int64_t r = 0; r < kBlock; ++r) dst[r * dst_stride + x] = static_cast<uint8_t>(lanes[r]);
   }
 }
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+bool have_avx2() {
+  // Function-local: __builtin_cpu_supports needs __builtin_cpu_init before constructors ran.
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
 #else
-constexpr bool kHaveAvx2 = false;
+constexpr bool have_avx2() { return false; }
 #endif
 
 // One output row of the horizontal pass: src[x * step] for the input columns.
@@ -202,7 +209,7 @@ void horizontal_pass(const uint8_t* src, int64_t row_stride, int64_t step, int64
   for (; y + kBlock <= rows; y += kBlock) {
     interleave_rows(src + y * row_stride, row_stride, step, in, columns.data());
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (kHaveAvx2) {
+    if (have_avx2()) {
       horizontal_block_avx2(columns.data(), f, out, dst + y * out, out);
       continue;
     }

@@ -82,8 +82,9 @@ at::Tensor decode_image(const at::Tensor& encoded, const DecodeImageOptions& opt
 // max(s, 1) of it by 1 - |j + 0.5 - centre| / max(s, 1), normalised to sum 1 (taps beyond
 // the edge are dropped). Downscaling thus averages every input pixel; upscaling is plain
 // bilinear. The horizontal pass (each row to the new width) runs first, then the vertical;
-// uint8 images are rounded to uint8 after each pass, as PIL does, so pixels match PIL's within 1
-// grey level (measured: see tests/data/image_codec_test.cc).
+// uint8 images are rounded to uint8 after each pass, as PIL does: the pixels equal PIL's (0
+// grey levels off in every case of tests/data/image_transforms_test.cc) and are within 1 grey
+// level of torchvision's tensor resize(antialias=True), which works in float.
 //
 // antialias = false: tf.image.resize(method="bilinear") without antialiasing: each output
 // pixel interpolates the 2x2 input pixels around (i + 0.5) * s - 0.5 (clamped at the edges),
