@@ -151,6 +151,17 @@ TEST(MirroredStrategyTest, CentralStorageAndPerReplicaPipelinesEqualOneDevice) {
             1e-5);
 }
 
+// Evaluation in a custom loop calls the primary module, whose forward is not const.
+TEST(MirroredStrategyTest, ThePrimaryModuleCanBeCalledAndIsTheSameModule) {
+  MirroredStrategy strategy(options_for(2));
+  auto model = strategy.mirror(torch::nn::Linear(3, 2));
+  const at::Tensor x = torch::ones({4, 3});
+  const at::Tensor y = model.primary()->forward(x);
+  EXPECT_EQ(y.sizes(), (at::IntArrayRef{4, 2}));
+  model.primary()->weight.data().fill_(0.5);
+  EXPECT_TRUE(torch::equal(model.primary()->weight, torch::full({2, 3}, 0.5)));
+}
+
 TEST(MirroredStrategyTest, DefaultsToOneReplicaPerCore) {
   MirroredStrategy strategy;
   EXPECT_EQ(strategy.num_replicas_in_sync(), available_cores());

@@ -43,8 +43,10 @@ class Mirrored {
   }
   Impl& operator*() const { return *operator->(); }
 
-  // The module cross-replica code reads: after a step it holds the current values.
-  const M& primary() const { return primary_.front(); }
+  // The module cross-replica code reads: after a step it holds the current values. A holder
+  // sharing it (a copy of the holder, not of the module), so that it can be called: forward is
+  // not const (model.primary()->forward(x) evaluates in a custom loop).
+  M primary() const { return primary_.front(); }
   // The modules of this process's replicas.
   const std::vector<M>& replicas() const { return copies_; }
   int num_replicas() const { return static_cast<int>(copies_.size()); }
