@@ -335,6 +335,9 @@ for line in open(folder + "/cases.txt"):
         out = back(T.Resize(int(n[0]))(pil))
     elif op == "tv_resize_center_crop":
         out = back(T.Compose([T.Resize(int(n[0])), T.CenterCrop(int(n[0]))])(pil))
+    elif op == "tv_resized_crop":
+        top, left, bh, bw, oh, ow = (int(v) for v in n)
+        out = back(F.resized_crop(pil, top, left, bh, bw, [oh, ow]))
     elif op == "tv_normalize":
         out = T.Compose([T.ToTensor(), T.Normalize(n[:c], n[c:])])(pil).numpy()
     else:
@@ -378,6 +381,15 @@ class ImageTransformsVsTorchvisionTest : public ::testing::Test {
     all.push_back({"shorter2", "tv_resize_shorter", grey, {200}});
     all.push_back({"resize_crop0", "tv_resize_center_crop", rgb, {56}});
     all.push_back({"resize_crop1", "tv_resize_center_crop", odd, {33}});
+    // random_resized_crop's boxes, cropped and resized by torchvision's resized_crop on PIL.
+    for (uint64_t key = 0; key < 4; ++key) {
+      const CropBox box = random_resized_crop_box(key + 100, 111, 96);
+      all.push_back({"rrc" + std::to_string(key),
+                     "tv_resized_crop",
+                     odd,
+                     {static_cast<double>(box.top), static_cast<double>(box.left),
+                      static_cast<double>(box.height), static_cast<double>(box.width), 48, 40}});
+    }
     all.push_back({"normalize0", "tv_normalize", rgb, {0.485, 0.456, 0.406, 0.229, 0.224, 0.225}});
     all.push_back({"normalize1", "tv_normalize", grey, {0.3, 0.7}});
     return all;
@@ -471,6 +483,12 @@ TEST_F(ImageTransformsVsTorchvisionTest, CropsAndShorterSideResizesMatchTorchvis
           resize_shorter_side_images(c.input, static_cast<int64_t>(c.numbers[0]));
       const at::Tensor theirs = reference(c.name, ours.sizes(), torch::kUInt8);
       EXPECT_LE(differences(ours, theirs).first, 1.0) << c.name << " " << ours.sizes();
+    } else if (c.op == "tv_resized_crop") {
+      const auto v = [&](size_t i) { return static_cast<int64_t>(c.numbers[i]); };
+      const at::Tensor ours =
+          resize_image(c.input.narrow(1, v(0), v(2)).narrow(2, v(1), v(3)), v(4), v(5));
+      const at::Tensor theirs = reference(c.name, ours.sizes(), torch::kUInt8);
+      EXPECT_LE(differences(ours, theirs).first, 1.0) << c.name;
     } else if (c.op == "tv_resize_center_crop") {
       const int64_t size = static_cast<int64_t>(c.numbers[0]);
       const at::Tensor ours = resize_and_center_crop_images(c.input, size, size);
