@@ -79,7 +79,7 @@ int prepare(int argc, char** argv) {
   return 0;
 }
 
-// Rows {x [10] float, y [] float} parsed from Examples, in the spec's order.
+// Rows {"x": [10] float, "y": [] float} parsed from Examples (named by the spec).
 dist::data::Dataset rows_of(const std::vector<std::string>& files) {
   const dist::data::FeatureSpec spec(
       {dist::data::FixedLenFeature("x", dist::data::FeatureType::kFloat, {kFeatures}),
@@ -126,8 +126,8 @@ int train(int argc, char** argv) {
   for (const auto& per_replica : train_data.iterator()) {
     auto losses = strategy.run(
         [&](const dist::data::Element& b) {
-          // b[0]: x [rows, 10]; b[1]: y [rows]; predictions [rows, 1] (the y's trailing axis).
-          at::Tensor loss = dist::compute_average_loss(mse(b[1], model->forward(b[0])));
+          // b["x"]: [rows, 10]; b["y"]: [rows]; predictions [rows, 1] (y's trailing axis).
+          at::Tensor loss = dist::compute_average_loss(mse(b["y"], model->forward(b["x"])));
           loss.backward();
           optimizer->apply_gradients();
           return loss.detach();
@@ -144,11 +144,11 @@ int train(int argc, char** argv) {
   const dist::data::Element test =
       *rows_of({dir + "/test.tfrecord"}).batch(1 << 20).iterator().next();
   model.eval();
-  const at::Tensor predictions = model->forward(test[0]).squeeze(1);
-  const double test_mse = (predictions - test[1]).square().mean().item<double>();
-  const double mean_mse = (test[1] - test[1].mean()).square().mean().item<double>();
+  const at::Tensor predictions = model->forward(test["x"]).squeeze(1);
+  const double test_mse = (predictions - test["y"]).square().mean().item<double>();
+  const double mean_mse = (test["y"] - test["y"].mean()).square().mean().item<double>();
   std::printf("Test MSE %.4f over %lld rows (noise variance %.1f; predicting the mean: %.4f)\n",
-              test_mse, static_cast<long long>(test[1].size(0)), kNoiseVariance, mean_mse);
+              test_mse, static_cast<long long>(test["y"].size(0)), kNoiseVariance, mean_mse);
   return 0;
 }
 
