@@ -128,6 +128,37 @@ TEST(DatasetApiTest, PaddedBatchTwoDimensionsAndFloats) {
   EXPECT_FLOAT_EQ(b[0][0][0][1][0].item<float>(), 0.5f);
 }
 
+// Each element lands in its corner whatever its rank, layout (a transposed view) or dtype.
+TEST(DatasetApiTest, PaddedBatchCopiesEveryLayout) {
+  auto a = torch::arange(24, torch::kDouble).reshape({2, 3, 4});
+  auto b = torch::arange(6, torch::kDouble).reshape({3, 2}).t().unsqueeze(0);  // [1, 2, 3] view
+  auto empty = torch::zeros({0, 1, 1}, torch::kDouble);
+  std::vector<Element> in{{a}, {b}, {empty}};
+  auto ds = Dataset::from_generator(
+      [in](int64_t) {
+        auto i = std::make_shared<size_t>(0);
+        return Generator([in, i]() -> std::optional<Element> {
+          if (*i == in.size()) return std::nullopt;
+          return in[(*i)++];
+        });
+      },
+      3);
+  auto out = all_of(ds.padded_batch(3, {}, {-1.0}).iterator());
+  ASSERT_EQ(out.size(), 1u);
+  const at::Tensor& t = out[0][0];
+  EXPECT_EQ(t.sizes(), (torch::IntArrayRef{3, 2, 3, 4}));
+  EXPECT_TRUE(torch::equal(t[0], a));
+  EXPECT_TRUE(torch::equal(t[1].narrow(0, 0, 1).narrow(1, 0, 2).narrow(2, 0, 3), b));
+  EXPECT_EQ(t[1].sum().item<double>(), 15.0 - (24 - 6));
+  EXPECT_TRUE(torch::equal(t[2], torch::full({2, 3, 4}, -1.0, torch::kDouble)));
+  auto flags = all_of(Dataset::from_tensor_slices({torch::tensor({true, false})})
+                          .map([](Element e) { return Element{e[0].reshape({1})}; })
+                          .padded_batch(2, {{3}}, {true})
+                          .iterator());
+  ASSERT_EQ(flags.size(), 1u);
+  EXPECT_TRUE(torch::equal(flags[0][0], torch::tensor({{true, true, true}, {false, true, true}})));
+}
+
 TEST(DatasetApiTest, PaddedBatchDropRemainderAndCardinality) {
   auto ds = sequences({1, 2, 3, 4, 5}).padded_batch(2, {}, {}, /*drop_remainder=*/true);
   EXPECT_EQ(ds.cardinality(), 2);
