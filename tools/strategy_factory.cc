@@ -111,10 +111,14 @@ Strategy make_strategy(const TrainOptions& options, ElasticGeneration* generatio
       break;
   }
   // LibTorch's own default is one intra-op thread on some machines; a single replica gets
-  // every core unless --threads says otherwise.
-  torch::set_num_threads(options.threads > 0 ? options.threads : available_cores());
+  // every core unless --threads says otherwise. OneDeviceStrategy is told so through its
+  // options: it takes a thread count equal to LibTorch's default for no choice at all.
+  const int threads = options.threads > 0 ? options.threads : available_cores();
+  torch::set_num_threads(threads);
   if (options.strategy == StrategyKind::kDefault) return get_default_strategy();
-  return OneDeviceStrategy("cpu:0");
+  OneDeviceOptions one_device;
+  one_device.threads = threads;
+  return OneDeviceStrategy(one_device);
 }
 
 }  // namespace dist::tools
