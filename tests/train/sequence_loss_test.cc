@@ -161,10 +161,11 @@ TEST(SequenceLossTest, ReplicasLearnTheGlobalTokenCount) {
   EXPECT_DOUBLE_EQ(losses[2], 5 * 2.0 / 8);
   // A count given is used as is, with no collective (one replica calling alone does not hang).
   run_replicas(2, [&](int r) {
-    if (r == 0)
+    if (r == 0) {
       EXPECT_DOUBLE_EQ(
           compute_average_token_loss(torch::full({4}, 1.0), torch::ones({4}), 16).item<double>(),
           0.25);
+    }
   });
 }
 
@@ -263,6 +264,8 @@ TEST(SequenceLossEquivalenceTest, ReplicasEqualOneDeviceWithUnevenPadding) {
                 count, kSteps, difference);
     EXPECT_LT(difference, 1e-5) << count << " replicas";
   }
+  const auto central = train(CentralStorageStrategy(replicas(3)), Averaging::kGlobalTokens);
+  EXPECT_LT(testing::max_relative_difference(central, expected), 1e-5) << "central storage";
   // The per-replica mean trains another model: the test can tell.
   const auto wrong = train(MirroredStrategy(replicas(3)), Averaging::kPerReplicaMean);
   const double wrong_difference = testing::max_relative_difference(wrong, expected);
