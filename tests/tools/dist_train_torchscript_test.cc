@@ -289,7 +289,7 @@ TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsW
       {model_file("forward_tuple.pt"), "it returned a tuple of 2"},
       {model_file("forward_list.pt"), "it returned a list of 1"},
       {model_file("forward_rank3.pt"), "rank 3 instead of 2"},
-      {model_file("forward_one_row.pt"), "1 rows for 64 images"},
+      {model_file("forward_one_row.pt"), "1 rows for 2 images"},
       {model_file("forward_long.pt"), "not class indices"},
       {model_file("forward_raises.pt"), "this model wants 3 channels"},
       {dir.file("cut_record.pt"),
