@@ -87,16 +87,18 @@ struct UserImages {
 std::vector<std::string> user_job(const std::string& strategy, const std::string& train,
                                   const std::string& test, const std::string& model,
                                   const std::string& trained) {
-  return {"--strategy", strategy, "--train-data", train, "--test-data", test, "--model-file",
-          model, "--image-size", "64x64", "--augment", "flip,crop", "--normalize", "imagenet",
-          "--epochs", "10", "--global-batch", "20", "--lr", "0.003", "--seed", "3",
-          "--no-progress", "--save-torchscript", trained};
+  return {
+      "--strategy",   strategy,   "--train-data", train,   "--test-data",    test,
+      "--model-file", model,      "--image-size", "64x64", "--augment",      "flip,crop",
+      "--normalize",  "imagenet", "--epochs",     "10",    "--global-batch", "20",
+      "--lr",         "0.003",    "--seed",       "3",     "--no-progress",  "--save-torchscript",
+      trained};
 }
 
 // Python's accuracy of `trained` on the test folder, its images prepared by torchvision.
 double python_accuracy(const UserImages& data, const std::string& trained) {
-  const auto run = run_python({kScript, "evaluate", trained, data.root + "/test", "64x64",
-                               kImageNetMeans, kImageNetStds});
+  const auto run = run_python(
+      {kScript, "evaluate", trained, data.root + "/test", "64x64", kImageNetMeans, kImageNetStds});
   EXPECT_EQ(run.exit_code, 0) << run.output;
   const auto answer = testing::last_json(run.output);
   if (answer.is_null()) return -1;
@@ -123,8 +125,9 @@ TEST(DistTrainImagesTest, TheNewUsersColourFolderAndScriptedModelTrainInOneProce
   const std::string trained = data.dir.file("trained.pt");
   const auto result = testing::run_dist_train_alone(
       user_job("mirrored", data.train(), data.test(), data.model(), trained));
-  EXPECT_TRUE(testing::contains(result.output, "Images: 3x64x64 (resized, antialiased); "
-                                               "--augment flip,crop (training)"))
+  EXPECT_TRUE(testing::contains(result.output,
+                                "Images: 3x64x64 (resized, antialiased); "
+                                "--augment flip,crop (training)"))
       << result.output;
   EXPECT_TRUE(testing::contains(result.output, "Classes: 5 (the 5 class folders")) << result.output;
   EXPECT_TRUE(testing::contains(result.output, "3, 64, 64) -> 5 logits")) << result.output;
@@ -157,12 +160,39 @@ TEST(DistTrainImagesTest, TheSameImagesAsTFRecordShardsTrainOnTwoWorkers) {
 // 9e-5 at 20 with the built-in cnn, 3e-8 without augmentation, 1e-8 for the mlp).
 std::vector<std::string> augmented_job(const UserImages& data, const std::string& strategy,
                                        const std::string& weights) {
-  return {"--strategy", strategy, "--train-data", data.train(), "--test-data", data.test(),
-          "--model-file", data.root + "/strided_cnn5.pt", "--image-size", "32x32", "--augment",
-          "flip,crop", "--normalize", "0.5,0.5,0.5/0.25,0.25,0.25", "--optimizer", "sgd",
-          "--lr", "0.05", "--global-batch", "16", "--max-steps", "20", "--epochs", "2",
-          "--seed", "7", "--auto-shard", "data", "--decode-threads", "1", "--no-progress",
-          "--save-weights", weights};
+  return {"--strategy",
+          strategy,
+          "--train-data",
+          data.train(),
+          "--test-data",
+          data.test(),
+          "--model-file",
+          data.root + "/strided_cnn5.pt",
+          "--image-size",
+          "32x32",
+          "--augment",
+          "flip,crop",
+          "--normalize",
+          "0.5,0.5,0.5/0.25,0.25,0.25",
+          "--optimizer",
+          "sgd",
+          "--lr",
+          "0.05",
+          "--global-batch",
+          "16",
+          "--max-steps",
+          "20",
+          "--epochs",
+          "2",
+          "--seed",
+          "7",
+          "--auto-shard",
+          "data",
+          "--decode-threads",
+          "1",
+          "--no-progress",
+          "--save-weights",
+          weights};
 }
 
 TEST(DistTrainImagesTest, AugmentedColourBatchesOnReplicasAndWorkersReachOneDevice) {
@@ -213,9 +243,19 @@ void expect_refused(const ProcessResult& result, int code, const std::vector<std
 }
 
 std::vector<std::string> small_job(const UserImages& data, std::vector<std::string> more) {
-  std::vector<std::string> args{"--strategy", "one_device", "--train-data", data.train(),
-                                "--test-data", data.test(), "--epochs", "1", "--global-batch",
-                                "20", "--no-progress", "--decode-threads", "1"};
+  std::vector<std::string> args{"--strategy",
+                                "one_device",
+                                "--train-data",
+                                data.train(),
+                                "--test-data",
+                                data.test(),
+                                "--epochs",
+                                "1",
+                                "--global-batch",
+                                "20",
+                                "--no-progress",
+                                "--decode-threads",
+                                "1"};
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
@@ -224,20 +264,20 @@ TEST(DistTrainImagesTest, BadImageFoldersAreNamedBeforeTraining) {
   UserImages data;
   // Mixed sizes without --image-size: the file and the flag named.
   expect_refused(
-      testing::run_dist_train_alone(small_job(data, {"--channels", "3", "--model", "resnet"})),
-      3, {"--image-size", "but the data's first image is"});
+      testing::run_dist_train_alone(small_job(data, {"--channels", "3", "--model", "resnet"})), 3,
+      {"--image-size", "but the data's first image is"});
   // Grey and colour mixed, the channels taken from the first image: named, --channels advised.
   expect_refused(testing::run_dist_train_alone(small_job(data, {"--image-size", "32x32"})), 3,
                  {"the data mixes grey and colour images", "--channels"});
   // A module of 5 classes asked for 7: both counts and where each came from.
-  expect_refused(testing::run_dist_train_alone(small_job(data, {"--model-file", data.model(),
-                                                                 "--image-size", "64x64",
-                                                                 "--num-classes", "7"})),
-                 2, {"returns 5 logits", "7 classes (--num-classes)"}, /*before_training=*/true);
+  expect_refused(
+      testing::run_dist_train_alone(small_job(
+          data, {"--model-file", data.model(), "--image-size", "64x64", "--num-classes", "7"})),
+      2, {"returns 5 logits", "7 classes (--num-classes)"}, /*before_training=*/true);
   // A corrupt image among good ones: named (exit 3), or skipped and counted.
   testing::write_file(data.root + "/train/circle/001.jpg", "not an image at all");
-  const auto named = testing::run_dist_train_alone(
-      small_job(data, {"--channels", "3", "--image-size", "32x32"}));
+  const auto named =
+      testing::run_dist_train_alone(small_job(data, {"--channels", "3", "--image-size", "32x32"}));
   EXPECT_EQ(named.exit_code, 3) << named.output;
   EXPECT_TRUE(testing::contains(named.output, "circle/001.jpg")) << named.output;
   const auto skipped = testing::run_dist_train_alone(
