@@ -34,6 +34,7 @@
 #include <iostream>
 #include <iterator>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,32 @@ dist::data::Dataset sequences(const std::vector<std::string>& files) {
   });
 }
 
+// A sequence longer than the model accepts is named before anything trains, with its file and
+// record: the module's `max_len` attribute (its position embedding's rows, when it has one)
+// against every sequence of `files` (inputs: a record of n tokens gives n - 1). Without the
+// check the forward would fail mid-epoch at the first long batch, naming no record.
+void check_sequence_lengths(const dist::models::TorchScriptModule& script,
+                            const std::vector<std::string>& files) {
+  const torch::jit::Module& module = script->script();
+  if (!module.hasattr("max_len")) return;
+  const int64_t max_len = module.attr("max_len").toInt();
+  const dist::data::FeatureSpec spec(
+      {dist::data::VarLenFeature("tokens", dist::data::FeatureType::kInt64)});
+  dist::data::TFRecordOptions read;
+  read.with_source = true;  // {record, file, index}
+  for (const auto& e : dist::data::tfrecord_dataset(files, read).iterator()) {
+    const int64_t inputs =
+        dist::data::parse_example(dist::data::bytes_view(e[0]), spec)["tokens"].numel() - 1;
+    if (inputs > max_len)
+      throw std::runtime_error(
+          "record " + std::to_string(e[2].item<int64_t>()) + " of " + dist::data::string_of(e[1]) +
+          " is a sequence of " + std::to_string(inputs) +
+          " inputs, longer than the model's max_len of " + std::to_string(max_len) +
+          ": prepare the data with MAX_LEN " + std::to_string(max_len) +
+          " (char_lm prepare TEXT DATA_DIR SHARDS MAX_LEN), or give the model a larger max_len");
+  }
+}
+
 // Batches of `size` sequences padded to the longest (tokens with 0, targets with the padding
 // id), with a "mask": true at the real tokens. The model's forward(tokens, mask) takes its
 // arguments from the components of these names; it leaves "targets" to the loss.
@@ -192,6 +219,9 @@ int train(int argc, char** argv) {
   // The module, checked once on a real batch before anything trains: what the forward was
   // called with and what came back.
   dist::models::TorchScriptModule script = dist::models::load_torchscript(model_path);
+  std::vector<std::string> all_files = dist::data::match_files(data_dir + "/train-*.tfrecord");
+  all_files.push_back(data_dir + "/eval.tfrecord");
+  check_sequence_lengths(script, all_files);
   const dist::data::Element first =
       *padded_batches(sequences({data_dir + "/eval.tfrecord"}), batch, padding_id, false)
            .iterator()

@@ -94,5 +94,25 @@ TEST(CharLmExampleTest, TwoWorkersTrainItAndPythonReadsItBackToTheSameLoss) {
   EXPECT_NEAR(std::stod(one_eval), std::stod(eval), 1e-4 * std::stod(eval)) << one.output;
 }
 
+// Sequences prepared longer than the model's max_len are named before training, with the file
+// and the record, and nothing is trained.
+TEST(CharLmExampleTest, ASequenceLongerThanTheModelAcceptsIsNamedBeforeTraining) {
+  TempDir dir;
+  const std::string data = dir.file("data"), model = dir.file("model.pt");
+  const std::string python_script = std::string(DIST_SOURCE_DIR) + "/examples/python/char_lm.py";
+  ASSERT_EQ(run(CHAR_LM_BINARY, {"prepare", kText, data, "2", "64"}).exit_code, 0);
+  const ProcessResult made =
+      run(DIST_TORCH_PYTHON, {python_script, "model", data + "/vocab.bin", model, "--layers", "1",
+                              "--dim", "32", "--max-len", "16"});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const ProcessResult trained =
+      run(CHAR_LM_BINARY, {"train", model, data, dir.file("out"), "5", "4"});
+  EXPECT_NE(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(testing::contains(trained.output, "longer than the model's max_len of 16"))
+      << trained.output;
+  EXPECT_TRUE(testing::contains(trained.output, "train-")) << trained.output;
+  EXPECT_FALSE(testing::contains(trained.output, "Training ")) << trained.output;
+}
+
 }  // namespace
 }  // namespace dist
