@@ -7,6 +7,7 @@
 
 #include "dist/core/error.h"
 #include "dist/models/torchscript_model.h"
+#include "models/mode_restorer.h"
 #include "models/torchscript_describe.h"
 
 namespace dist::models {
@@ -51,20 +52,6 @@ std::string exception_line(const std::string& message) {
 }
 
 namespace {
-
-// Puts a module's mode back when the check leaves, by return or by exception.
-class ModeRestorer {
- public:
-  explicit ModeRestorer(TorchScriptModuleImpl& model)
-      : model_(model), training_(model.is_training()) {}
-  ~ModeRestorer() { model_.train(training_); }
-  ModeRestorer(const ModeRestorer&) = delete;
-  ModeRestorer& operator=(const ModeRestorer&) = delete;
-
- private:
-  TorchScriptModuleImpl& model_;
-  bool training_;
-};
 
 std::string message_of(const std::exception& e) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e))

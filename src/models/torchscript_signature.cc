@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "dist/core/error.h"
+#include "models/mode_restorer.h"
 #include "models/torchscript_describe.h"
 
 namespace dist::models {
@@ -182,20 +183,6 @@ std::string describe_result(const c10::IValue& output) {
   out << ")";
   return out.str();
 }
-
-// Puts a module's mode back when the check leaves, by return or by exception.
-class ModeRestorer {
- public:
-  explicit ModeRestorer(TorchScriptModuleImpl& model)
-      : model_(model), training_(model.is_training()) {}
-  ~ModeRestorer() { model_.train(training_); }
-  ModeRestorer(const ModeRestorer&) = delete;
-  ModeRestorer& operator=(const ModeRestorer&) = delete;
-
- private:
-  TorchScriptModuleImpl& model_;
-  bool training_;
-};
 
 template <class Inputs>
 ForwardReport check(TorchScriptModuleImpl& model, const Inputs& inputs) {
