@@ -6,10 +6,14 @@
 
 #include <cmath>
 
+#include "data/image_rows.h"
 #include "dist/core/error.h"
 
 namespace dist::data {
 namespace {
+
+using detail::for_each_row;
+using detail::image_of;
 
 // One salt per kind of decision, so that transforms sharing a seed stay independent.
 constexpr uint64_t kJitterSalt = 0x6a69747465723031ULL;  // "jitter01"
@@ -25,35 +29,6 @@ uint64_t splitmix64(uint64_t x) {
 // A uniform draw from [0, n) out of 32 random bits (multiply-shift; n is far below 2^32).
 int64_t uniform_below(uint32_t bits, int64_t n) {
   return static_cast<int64_t>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(n)) >> 32);
-}
-
-// The image component of `element`, checked to be [C, H, W] or [N, C, H, W].
-const at::Tensor& image_of(const Element& element, size_t component, const char* transform) {
-  DIST_CHECK_ARG(component < element.size(), transform, ": the element has ", element.size(),
-                 " components, so it has no component ", component,
-                 "; pass the index of the image component");
-  const at::Tensor& image = element[component];
-  DIST_CHECK_ARG(image.defined() && (image.dim() == 3 || image.dim() == 4), transform,
-                 ": component ", component,
-                 " must be an image [C, H, W] or a batch of images [N, C, H, W], got shape ",
-                 image.defined() ? image.sizes() : at::IntArrayRef{},
-                 "; give [H, W] images a channel dimension with unsqueeze(0)");
-  return image;
-}
-
-// Applies `per_row(row, n)` to each image of a [C, H, W] image (row 0) or [N, C, H, W] batch.
-at::Tensor for_each_row(const at::Tensor& image,
-                        const std::function<at::Tensor(const at::Tensor&, int64_t)>& per_row) {
-  if (image.dim() == 3) return per_row(image, 0);
-  // An empty batch: run on one blank image only to learn the output's shape and dtype.
-  if (image.size(0) == 0)
-    return per_row(at::zeros(image.sizes().slice(1), image.options()), 0)
-        .unsqueeze(0)
-        .narrow(0, 0, 0);
-  std::vector<at::Tensor> rows;
-  rows.reserve(static_cast<size_t>(image.size(0)));
-  for (int64_t n = 0; n < image.size(0); ++n) rows.push_back(per_row(image[n], n));
-  return at::stack(rows);
 }
 
 // Source index of each output pixel for nearest resizing with half-pixel centres: output i

@@ -11,11 +11,15 @@
 #include <functional>
 #include <string>
 
+#include "data/image_rows.h"
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
 
 namespace dist::data {
 namespace {
+
+using detail::for_each_row;
+using detail::image_of;
 
 constexpr uint64_t kResizedCropSalt = 0x7272633031303031ULL;  // "rrc01001"
 constexpr uint64_t kFlipUpDownSalt = 0x666c697055443031ULL;   // "flipUD01"
@@ -45,20 +49,6 @@ class KeyedDraws {
   uint64_t state_;
 };
 
-// The image component of `element`, checked to be [C, H, W] or [N, C, H, W] with pixels.
-const at::Tensor& image_of(const Element& element, size_t component, const char* transform) {
-  DIST_CHECK_ARG(component < element.size(), transform, ": the element has ", element.size(),
-                 " components, so it has no component ", component,
-                 "; pass the index of the image component");
-  const at::Tensor& image = element[component];
-  DIST_CHECK_ARG(image.defined() && (image.dim() == 3 || image.dim() == 4), transform,
-                 ": component ", component,
-                 " must be an image [C, H, W] or a batch of images [N, C, H, W], got shape ",
-                 image.defined() ? image.sizes() : at::IntArrayRef{},
-                 "; give [H, W] images a channel dimension with unsqueeze(0)");
-  return image;
-}
-
 void check_images(const at::Tensor& images, const char* transform) {
   DIST_CHECK_ARG(images.defined() && (images.dim() == 3 || images.dim() == 4), transform,
                  ": needs an image [C, H, W] or a batch of images [N, C, H, W], got shape ",
@@ -68,20 +58,6 @@ void check_images(const at::Tensor& images, const char* transform) {
                  ": needs a uint8 or floating image, got ", images.scalar_type());
   DIST_CHECK_ARG(images.size(-1) > 0 && images.size(-2) > 0 && images.size(-3) > 0, transform,
                  ": the image of shape ", images.sizes(), " has no pixels");
-}
-
-// Applies `per_row(image, row)` to an image [C, H, W] (row 0) or each image of a batch.
-at::Tensor for_each_row(const at::Tensor& images,
-                        const std::function<at::Tensor(const at::Tensor&, int64_t)>& per_row) {
-  if (images.dim() == 3) return per_row(images, 0);
-  if (images.size(0) == 0)  // learn the output's shape from one blank image
-    return per_row(at::zeros(images.sizes().slice(1), images.options()), 0)
-        .unsqueeze(0)
-        .narrow(0, 0, 0);
-  std::vector<at::Tensor> rows;
-  rows.reserve(static_cast<size_t>(images.size(0)));
-  for (int64_t n = 0; n < images.size(0); ++n) rows.push_back(per_row(images[n], n));
-  return at::stack(rows);
 }
 
 // An ElementTransform applying a deterministic tensor function to the component.
