@@ -133,6 +133,19 @@ void describe_images(const TrainOptions& options, const ImagePreparation& prepar
   out << "\nClasses: " << shape.classes << " (" << shape.classes_source << ")" << std::endl;
 }
 
+// The header's first lines: the strategy, its devices and the global batch.
+void print_strategy(const Strategy& strategy, const TrainOptions& options, int64_t global_batch,
+                    std::ostream& out) {
+  const int replicas = strategy.num_replicas_in_sync();
+  out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
+      << "\nGlobal batch size: " << global_batch << std::endl;
+  print_worker_path(strategy, options, out);
+  if (global_batch < replicas)
+    out << "Warning: the global batch (" << global_batch << ") is smaller than the "
+        << "number of replicas (" << replicas << "); some replicas get empty batches every step"
+        << std::endl;
+}
+
 // start_job once the strategy exists.
 JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                      std::ostream& chief_out) {
@@ -141,15 +154,7 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   const bool chief = strategy.is_chief();
   const int replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = global_batch_of(options, replicas);
-  if (chief) {
-    chief_out << "Strategy: " << strategy.name() << "\nNumber of devices: " << replicas
-              << "\nGlobal batch size: " << global_batch << std::endl;
-    print_worker_path(strategy, options, chief_out);
-    if (global_batch < replicas)
-      chief_out << "Warning: the global batch (" << global_batch << ") is smaller than the "
-                << "number of replicas (" << replicas
-                << "); some replicas get empty batches every step" << std::endl;
-  }
+  if (chief) print_strategy(strategy, options, global_batch, chief_out);
   const DataShape shape = inspect_training_data(options);
   std::shared_ptr<ModelFile> model_file;
   if (!options.model_file.empty())
