@@ -14,9 +14,14 @@ slash that ends in a source or doc suffix (.h .cc .md .sh .py .proto .cmake .in 
 Markdown also the target of a relative link. Such a name is found if it exists from the
 repository's root, from the naming file's folder, or from include/, src/, tests/ or tools/ (the
 folders the code's own includes start from: dist/core/error.h, collective/store/store_host.h);
-a name with * must match a file (glob). Left alone: URLs, absolute paths, names with a
-placeholder (<name>, {a,b}, X), names under build/, and the names of tests/docs/doc_paths_allow.txt
-(other projects' files: each line says why).
+a name with * must match a file (glob). A name with braces stands for each of its expansions,
+as in the shell: src/data/image_{png,jpeg}.cc is src/data/image_png.cc and src/data/image_jpeg.cc,
+a/b.{h,cc} is a/b.h and a/b.cc, and every one must exist. Left alone: URLs, absolute paths, names
+with a placeholder (<name>, {name} without a comma, X, an upper-case first folder: OUT_DIR/x.cc),
+names under build/, and the names of tests/docs/doc_paths_allow.txt (other projects' files: each
+line says why).
+
+  check_doc_paths.py --self-test   checks the reading of each form on planted lines
 """
 import argparse
 import fnmatch
@@ -36,6 +41,18 @@ HASH_LIKE = (".sh", ".py", ".cmake", ".txt")
 WORD = re.compile(r"[A-Za-z0-9_.*/<>{}\[\]+,~$@:%=-]+")
 URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
+
+
+def expand(word):
+    """The shell's brace expansion, innermost first: a/{b,c}.{h,cc} is four names."""
+    match = BRACES.search(word)
+    if not match:
+        return [word]
+    names = []
+    for part in match.group(1).split(","):
+        names.extend(expand(word[:match.start()] + part + word[match.end():]))
+    return names
 
 
 def read_allow(root):
@@ -114,21 +131,25 @@ def candidates(line):
         word = word.lstrip("([`'\"")
         if word.startswith(("/", "~", "$", "./..")):
             continue
-        if "/" not in word:
-            if SUFFIX.search(word) and re.match(r"[A-Za-z0-9]", word) and "*" not in word:
-                yield word, False  # a bare file name: found anywhere in the repository
-            continue
-        if start > 0 and line[start - 1] in "/\\$":
-            continue
-        if re.search(r"[<>{}\[\]$@%=~,]|\bX\b|\.\.\.", word) or ":" in word:
-            continue
-        if word.startswith("./"):
-            word = word[2:]
-        first = word.split("/", 1)[0]
-        if first.isupper():
-            continue  # a variable: OUT_DIR/doc_blocks.cc
-        if first in TOP or SUFFIX.search(word):
-            yield word, False
+        after_slash = start > 0 and line[start - 1] in "/\\$"
+        for name in expand(word):
+            if "/" not in name:
+                if SUFFIX.search(name) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", name):
+                    yield name, False  # a bare file name: found anywhere in the repository
+            elif not after_slash and path_like(name):
+                yield name[2:] if name.startswith("./") else name, False
+
+
+def path_like(word):
+    """Whether a word with a slash (braces expanded) names a file of the repository."""
+    if re.search(r"[<>{}\[\]$@%=~,]|\bX\b|\.\.\.", word) or ":" in word:
+        return False
+    if word.startswith("./"):
+        word = word[2:]
+    first = word.split("/", 1)[0]
+    if first.isupper():
+        return False  # a variable: OUT_DIR/doc_blocks.cc
+    return first in TOP or bool(SUFFIX.search(word))
 
 
 def found(root, folder, name, known):
@@ -172,10 +193,38 @@ def files(root):
                 yield os.path.relpath(os.path.join(folder, name), root)
 
 
+# Planted lines and the names the checker must take from each, one per form the docs use.
+FORMS = (
+    ("see src/data/row_share.h.", ["src/data/row_share.h"]),
+    ("`src/distribute/step/sharded_step.{h,cc}`",
+     ["src/distribute/step/sharded_step.h", "src/distribute/step/sharded_step.cc"]),
+    ("src/data/image_{png,jpeg}.cc", ["src/data/image_png.cc", "src/data/image_jpeg.cc"]),
+    ("a/{b,c}.{h,cc}", ["a/b.h", "a/b.cc", "a/c.h", "a/c.cc"]),
+    ("row_share.{h,cc}", ["row_share.h", "row_share.cc"]),
+    ("`src/train/elastic_*.cc`", ["src/train/elastic_*.cc"]),
+    ("[the guide](guide.md#data) and [x](https://example.org/a.md)", ["guide.md", "guide.md"]),
+    ("src/collective/<name>/<name>_transport.{h,cc}, OUT_DIR/doc_blocks.cc, DIR/{a,b}/", []),
+)
+
+
+def self_test():
+    """Fails if a form of FORMS is read otherwise than it says."""
+    failed = 0
+    for line, expected in FORMS:
+        names = [name for name, _ in candidates(line)]
+        if names != expected:
+            print(f"check_doc_paths --self-test: {line!r} gave {names}, expected {expected}")
+            failed += 1
+    return 1 if failed else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    parser.add_argument("--self-test", action="store_true", help="check the reading of each form")
     args = parser.parse_args()
+    if args.self_test:
+        return self_test()
     root = os.path.abspath(args.root)
     allowed = read_allow(root)
     known = known_names(root)
