@@ -1,38 +1,15 @@
 // Timeline: a trace of where each step's time goes, in the Chrome trace event format (a JSON
 // file that https://ui.perfetto.dev and chrome://tracing open), after Horovod's timeline and
-// PyTorch's profiler traces.
+// PyTorch's profiler traces. One file per process; the library records its steps, replicas'
+// phases and collectives, and your own phases go in the same file. Off, a span costs one
+// relaxed atomic load.
 //
 //   dist::start_timeline({"trace.json", "worker:0", 0});   // before the strategy's first step
-//   ... train ...
+//   { dist::TimelineSpan span("my phase"); ... }            // ... train ...
 //   dist::stop_timeline();                                  // writes trace.json
 //
-// One file per process: under MultiWorkerMirroredStrategy each worker records its own, named
-// apart by the caller (dist-train --timeline FILE inserts the task: FILE.worker-1.json);
-// scripts/merge_timelines.py puts them side by side in one file, one process row per worker.
-// Timestamps are the system clock's, so the files of one machine, or of hosts whose clocks
-// agree (NTP), line up.
-//
-// What the library records, per thread (the loop's thread, each replica's thread):
-//   - "step" (a StepRunner's step: keras fit and dist-train), with inside it "data" (waiting
-//     for the next global batch);
-//   - per replica, "dispatch" (from strategy.run handing the step to the replica's thread
-//     until that thread starts it: waiting for a core, mostly), "forward" (from the replica's
-//     function until autograd runs its first backward function), "backward" (until the last
-//     one ends) and "after backward" (the rest of the replica's function), which holds
-//     "apply_gradients", inside which "optimizer" spans (the step of one pack, or of all
-//     parameters at once); on the loop's thread "settle" (after the replicas);
-//   - "issue": a thread's call that starts a collective with the other workers (all of it,
-//     where the workers share memory); "wait": a thread blocked on one; "agreement": the
-//     round trip in which the workers check that they issue the same collective; "join": the
-//     loop's thread waking up after the replicas finished;
-//   - "gather layer" (sharding 'parameters': a layer's parameters gathered for its forward or
-//     backward), "checkpoint" (writing one), "commit" (an elastic job keeping its state);
-// and on the process's "collectives" track each collective between the workers from its
-// issue until a thread saw it complete: its kind, payload bytes, the bytes this worker sends
-// for it (CommunicationCounters' definitions), its peers and its algorithm.
-//
-// Off, recording costs one relaxed atomic load per span (none of the work above is done).
-// Your own phases go in the same file: { dist::TimelineSpan span("my phase"); ... }.
+// What each span means and how to read a step: docs/guide.md, "A timeline of each step"; why
+// it is recorded so: docs/design.md, "The timeline".
 #pragma once
 
 #include <atomic>

@@ -1,40 +1,17 @@
 // Random image augmentation that is reproducible, resumable and independent of the replica
 // and worker counts: the preprocessing of TensorFlow's CycleGAN tutorial (random jitter,
-// random mirroring, scaling to [-1, 1]) as Dataset::map_with_context functions.
+// random mirroring, scaling to [-1, 1]) as Dataset::map_with_context functions. Every random
+// decision is a pure function of (seed, the transform's kind, epoch, index, row); the
+// functions hold no mutable state (any thread).
 //
 //   auto train = fashion_mnist(kFashionMnistDefaultDir, Split::kTrain)  // {[1,28,28], label}
 //                    .map_with_context(compose({random_jitter(/*seed=*/1, 34, 28),
 //                                               random_flip_left_right(/*seed=*/2),
 //                                               normalize_to_unit_range(0, 1)}))
-//                    .shuffle(60000, 3)
-//                    .batch(64);
+//                    .shuffle(60000, 3).batch(64);
 //
-// Randomness. Every random decision about an image is a pure function of (seed, the
-// transform's kind, epoch, index, row): a splitmix64 chain over those values gives a 64-bit
-// key, and crop offsets and the flip come from the key's bits. No generator is consulted,
-// global or local. So
-//   - the same (seed, epoch, index) gives the same image, bit for bit, on every run;
-//   - an iterator restored at an IteratorPosition gives the same images as an uninterrupted
-//     one (skipped elements still advance the index, see ElementContext);
-//   - the images do not depend on how many replicas or workers consume the global batches:
-//     the transforms run inside the pipeline, which every worker runs in full before its
-//     share of each global batch is taken (AutoShardPolicy kData).
-// Each transform has its own salt, so random_jitter(s) and random_flip_left_right(s) make
-// unrelated decisions even with the same seed; two transforms of the same kind in one
-// pipeline need different seeds to be independent.
-//
-// Where to apply them. Right after the source, before shuffle, the index is the example's
-// row in the source, so an example's augmentation depends on the example, not on where the
-// shuffle put it. Apply after cache(), never before it: cache() replays its first pass, which
-// would freeze the augmentation of epoch 0. Before repeat(count), each repetition is its own
-// epoch (ElementContext), so it gets new crops and flips.
-//
-// Images. The transforms act on one component of the element (default 0, the image of
-// {image, label}); the others pass through. The component is a single image [C, H, W] or, if
-// the transforms run after batch(), a batch [N, C, H, W] whose row n is keyed by (index, n).
-// A single image is keyed as row 0, so it gets the same decisions as a batch of one.
-//
-// Thread safety: the returned functions hold no mutable state and may run on any thread.
+// Where to apply them (after cache(), before shuffle) and why: docs/guide.md, "Random
+// augmentation".
 #pragma once
 
 #include <cstddef>

@@ -1,39 +1,14 @@
-// Encoded images (PNG through libpng, JPEG through libjpeg-turbo) decoded into uint8 tensors,
-// channels first, optionally converted to grey or RGB and resized (antialiased, as PIL); and
-// JPEG encoding, for tests and for converting data sets (PNG encoding is dist::encode_png in
-// dist/train/image_io.h).
+// Encoded images (PNG through libpng, JPEG through libjpeg-turbo) decoded into uint8 tensors
+// [C, H, W], C = 1 (grey) or 3 (RGB), converted and resized as PIL and torchvision do; and
+// JPEG encoding (PNG encoding is dist::encode_png in dist/train/image_io.h). Bad data is a
+// DataError starting "decode_image: <source>: " with the reason; nothing is printed; every
+// function is thread-safe.
 //
-//   // One TFRecord example's image bytes to a [3, 224, 224] uint8 tensor:
 //   auto image = dist::data::decode_image(bytes.data(), bytes.size(), {3, 224, 224},
 //                                         "record 12 of shard-00003.tfrecord");
 //
-// Pixels. The result is a contiguous uint8 tensor [C, H, W] with C = 1 (grey) or 3 (RGB).
-//   - Alpha is dropped, never composited onto a background (as PIL's convert("RGB") and
-//     tf.io.decode_png(channels=3)); a PNG's tRNS transparency is ignored the same way.
-//   - RGB to grey uses the ITU-R BT.601 weights with libjpeg's fixed-point arithmetic:
-//     (19595 R + 38470 G + 7471 B + 32768) >> 16, the conversion of libjpeg's encoder and of
-//     PIL's convert("L"). A colour JPEG asked for grey is decoded straight to grey: libjpeg
-//     outputs its luma (Y), the same weights applied before compression. (libpng's own
-//     png_set_rgb_to_gray defaults to BT.709 weights in linear light, so it is not used.)
-//   - Grey to RGB replicates the grey value.
-//   - 16-bit PNG samples become 8-bit by png_set_scale_16: round(v * 255 / 65535). PIL and
-//     png_set_strip_16 keep the high byte instead, which is lower by at most 1.
-//   - Palette PNGs are expanded to RGB; grey PNGs of 1, 2 or 4 bits are scaled to 0..255;
-//     interlaced PNGs are deinterlaced.
-//   - JPEG uses libjpeg's defaults (the accurate integer DCT, JDCT_ISLOW, and smooth "fancy"
-//     chroma upsampling), which PIL and torchvision use, so pixels match theirs. CMYK and YCCK
-//     JPEGs (Adobe's inverted convention) become RGB by R = C * K / 255, as TensorFlow does.
-//
-// Errors. Bad data (not a PNG or JPEG, truncated, corrupt, 0 or more than kMaxImagePixels
-// pixels) is a dist::DataError whose message starts with "decode_image: " and the source
-// (when one is given), then the reason, libpng's or libjpeg's own message included. A JPEG
-// that libjpeg would only warn about in a way that means pixels are lost (premature end of
-// file, premature end of a data segment, bad Huffman code, lost synchronisation) is an error
-// too: libjpeg fills the missing part with grey, and a truncated image must be reported, not
-// trained on. Harmless warnings (extraneous bytes before a marker, which PIL and TensorFlow
-// accept) are ignored. Bad arguments are dist::InvalidArgument. Nothing is printed.
-//
-// Thread safety: every function is thread-safe (no shared state).
+// Pixel conventions (alpha, grey, 16-bit, CMYK) and the errors in full: docs/guide.md,
+// "Decoding: the pixels of PIL".
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,43 +1,14 @@
 // The image transforms of torchvision.transforms and tf.image, as ElementTransform functions
-// for Dataset::map_with_context (see augment.h), so that a Python recipe reads the same in C++:
+// for Dataset::map_with_context (augment.h), so that a Python recipe reads the same in C++.
+// Random ones are pure functions of (seed, epoch, index): one device's images on any number
+// of replicas or workers, resumed or not. Bad arguments are InvalidArgument naming the
+// transform and the value; the functions hold no mutable state (any thread).
 //
 //   // torchvision: RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(), Normalize(...)
-//   auto train = image_folder(dir, {3})  // {uint8 [3, H, W] of any size, label}
-//                    .map_with_context(compose({random_resized_crop(/*seed=*/1, 224, 224),
-//                                               random_flip_left_right(/*seed=*/2),
-//                                               normalize(kImageNetMean, kImageNetStd)}),
-//                                      MapOptions{})
-//                    .shuffle(10000, 3)
-//                    .batch(64);
-//   // Evaluation, deterministic: Resize(256), CenterCrop(224), ToTensor(), Normalize(...)
-//   auto eval = image_folder(dir, {3}).map_with_context(compose(
-//       {resize_shorter_side(256), center_crop(224, 224), normalize(kImageNetMean,
-//       kImageNetStd)}));
+//   auto train = image_folder(dir, {3}).map_with_context(compose({random_resized_crop(1, 224,
+//       224), random_flip_left_right(2), normalize(kImageNetMean, kImageNetStd)}), MapOptions{});
 //
-// Images. Each transform acts on one component of the element (default 0, the image of
-// {image, label}); the others pass through. The component is an image [C, H, W] or a batch
-// [N, C, H, W] (transforms after batch(); batch row n is keyed by (index, n) as in augment.h),
-// of any size, with C = 1 (grey) or 3 (RGB) where colour matters (color_jitter) and any C
-// otherwise. uint8 images keep 0..255 and stay uint8; floating images (float32, or float64
-// computed in float32) are taken as 0..1 where a range matters (color_jitter's clamping) and
-// keep their dtype. Only normalize changes the dtype (to float32, as ToTensor + Normalize).
-//
-// Resizing is resize_image's antialiased bilinear (image_codec.h): the pixels of PIL's
-// Image.resize(BILINEAR), which torchvision's Resize and RandomResizedCrop compute on PIL
-// images, within 1 grey level.
-//
-// Randomness. Every random transform is a pure function of (seed, the transform's kind,
-// context.epoch, context.index, batch row) through augment_key (augment.h): no generator is
-// consulted. So a job on N workers, resumed or resized, sees the augmented images of one
-// device, bit for bit. The random draws follow torchvision's algorithms (the same
-// distributions), not its generator's numbers.
-//
-// Errors. Bad arguments are dist::InvalidArgument whose message starts with the transform's
-// name and gives the value: those about the arguments alone when the transform is made, those
-// about the image (missing component, wrong rank, channel count) when it is applied.
-//
-// Thread safety: the returned functions hold no mutable state and may run on any thread; the
-// tensor functions are thread-safe.
+// Images, dtypes, resizing and randomness in full: docs/guide.md, "The image transforms".
 #pragma once
 
 #include <ATen/core/Tensor.h>

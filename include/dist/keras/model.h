@@ -20,16 +20,10 @@
 // scaling is needed: a loss with Reduction::kSum sums over the global batch; every other
 // reduction averages over it.
 //
-// Under ParameterServerStrategy (as tf.keras under it) every task of the job runs the same
-// program and calls fit, and steps_per_epoch is required. On the chief fit schedules
-// steps_per_epoch steps per epoch on the workers (through a ClusterCoordinator it keeps while
-// the model lives, so the ps tasks and their weights outlive fit) and runs the callbacks,
-// metrics and validation; each worker trains on its own copy of the dataset, repeated, started
-// i/N of the way into the first pass (worker i of N) so that the workers take different
-// batches; losses are averaged over the worker's batch. On ps and worker tasks fit serves the
-// chief's steps and returns an empty History once the chief's model is destroyed (the job is
-// over there). fit runs once per job under this strategy. See docs/design.md,
-// "ParameterServerStrategy (asynchronous training over gRPC)".
+// Under ParameterServerStrategy every task runs the same program and calls fit once, with
+// steps_per_epoch set; the chief schedules the steps, ps and worker tasks serve them and
+// return an empty History (docs/design.md, "ParameterServerStrategy (asynchronous training
+// over gRPC)").
 //
 // A Model is a handle: copies share one model.
 #pragma once

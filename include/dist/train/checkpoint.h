@@ -1,49 +1,20 @@
-// Checkpoint: everything needed to continue training exactly where it stopped, in one file (or,
-// where a strategy keeps the parameters in shares, one file and a piece per worker:
-// written_in_pieces()).
+// Checkpoint: everything needed to continue training exactly where it stopped: named objects
+// (models, optimizers with their slots and learning rates, tensors, communication hooks' states)
+// with the step, the epoch, the data iterator's position, the CPU random generator and the
+// caller's values, in one safetensors file (or, where a strategy keeps the parameters in
+// shares, one file and a piece per worker: written_in_pieces()). Written with any number of
+// replicas or workers, read with any other or with no strategy; reading checks every checksum,
+// name, shape and dtype before it changes anything. Optimizers: SGD, Adam, AdamW, RMSprop and
+// Adagrad (LibTorch's); others are refused by name.
 //
-//   dist::Checkpoint ckpt(model, optimizer);          // a Mirrored model or a plain module
+//   dist::Checkpoint ckpt(model, optimizer);  // the objects "model" and "optimizer"
 //   dist::CheckpointManager manager("ckpts", 3);
 //   if (auto path = manager.latest()) ckpt.read(*path);   // resume
 //   ...  ckpt.state.step = step; ckpt.state.position = it.position(); manager.save(ckpt);
+//   // or named objects, a model before its optimizer (tf.train.Checkpoint(generator_g=...)):
+//   dist::Checkpoint gan;  gan.add("generator_g", g).add("generator_g_optimizer", g_opt);
 //
-// or, with several named objects (tf.train.Checkpoint(generator_g=..., ...)):
-//
-//   dist::Checkpoint ckpt;
-//   ckpt.add("generator_g", generator_g)                  // its model first ...
-//       .add("generator_g_optimizer", generator_g_optimizer)  // ... then its optimizer
-//       .add("cycle_weight", cycle_weight_tensor);
-//
-// A checkpoint holds named objects: models (their parameters and buffers; a Mirrored model's
-// once, the copies being identical), optimizers (slots and learning rates), tensors and
-// communication hooks (each worker's state); with
-// them the step, the epoch, the data iterator's position, the CPU random generator and the
-// caller's own values. It is written with any number of replicas or workers and read with any
-// other, or with no strategy. Checkpoint(model, optimizer) is the objects "model" and
-// "optimizer".
-//
-// The file is safetensors (see safetensors.h), so other tools read the weights. Each tensor's
-// name starts with its object's name: a model's "<model>/<parameter or buffer>", an
-// optimizer's slots "<optimizer>/<parameter>/<slot>" (named by the parameters of the model it
-// optimizes), a tensor's "<tensor>"; the random state is "rng/cpu". The "__metadata__" holds
-// format "dist.checkpoint/1", the state, "pieces" (how many pieces hold the parameters and
-// slots of models kept in shares, train/checkpoint_pieces.h; absent when none), and:
-//   object/<name>               "model", "optimizer" or "tensor": every object, so that a
-//                               reader names one that is missing;
-//   object/<optimizer>/class    "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad";
-//   object/<optimizer>/model    the model whose parameter names key its slots;
-//   object/<optimizer>/lr/<g>   the learning rate of parameter group g;
-//   object/<hook>/hook          a communication hook's name ("powersgd:4");
-//   object/<hook>/workers       how many workers' states it holds;
-// and CRC-32C checksums: one per tensor ("crc32c/<tensor>") and "header_crc32c" over every
-// other header entry, so a flipped bit anywhere is reported, naming the file and the tensor,
-// before anything is changed.
-// Files written before named objects have no "object/" entries; they hold "model" and
-// "optimizer" (kind in "optimizer", learning rates in "optimizer.lr/<g>"), and are read as
-// such. Those two entries are still written for an optimizer named "optimizer" over the model
-// "model", so earlier versions of this library read the files of Checkpoint(model, optimizer).
-//
-// Optimizers: SGD, Adam, AdamW, RMSprop and Adagrad (LibTorch's); others are refused by name.
+// The file's names and metadata, and how older files are read: docs/design.md, "Checkpoints".
 #pragma once
 
 #include <cstdint>

@@ -2,14 +2,9 @@
 // are lost, and takes in workers that start while it runs, ending with the weights of a run that
 // never changed size.
 //
-// The job runs generation after generation. In each, a fixed set of workers trains under a
-// MultiWorkerMirroredStrategy of their own, and at step boundaries every worker commits the
-// training state to memory (a commit is a collective; the last two are kept). When a worker is
-// lost, the survivors agree through the job's rendezvous store on who goes on, and the next
-// generation restores the newest commit they all hold; when a worker asks to join, the group
-// regroups at the next commit and the newcomer receives that commit from a survivor. Because
-// the global batch stays the same, the steps after a resize are those the job would have taken
-// without it.
+// The job runs generations: in each, a fixed set of workers trains under a strategy of their
+// own and commits the training state to memory at step boundaries; a loss or a join ends the
+// generation, and the next restores the newest commit (docs/elastic.md, "How it works").
 //
 //   dist::ElasticOptions options;
 //   options.min_workers = 2;
