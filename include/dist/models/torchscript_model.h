@@ -1,38 +1,16 @@
 // A TorchScript module (torch.jit.script or torch.jit.trace in Python, saved with
 // torch.jit.save) as a LibTorch module, so that every strategy trains it like any other model,
-// and the trained module goes back to Python.
+// and the trained module goes back to Python. Its parameters and buffers ARE the scripted
+// module's tensors, named by Python's state_dict keys; what a scripted graph cannot do
+// (sharding 'parameters' layer by layer) is refused by name.
 //
 //   auto model = strategy.mirror(dist::models::load_torchscript("cnn.pt"));
 //   dist::models::check_classifier_forward(*model.primary(), first_batch, 10);
 //   ... strategy.run(step, batch) as for any model ...
 //   dist::models::save_torchscript(*model.primary(), "trained.pt");   // torch.jit.load reads it
 //
-// How it maps onto torch::nn::Module, and why:
-//   - Names. LibTorch names may not contain dots, so the adapter mirrors the scripted module's
-//     tree: one TorchScriptModule per scripted submodule, registered under the submodule's name.
-//     named_parameters() and named_buffers() then give exactly the keys of Python's
-//     model.state_dict() ("layer1.0.bn1.running_mean"), in Python's order, so checkpoints and
-//     safetensors files carry the Python names.
-//   - Storage. The adapter's parameters and buffers ARE the scripted module's tensors (the same
-//     TensorImpl, not copies): an optimizer step, a strategy's set_data to shared storage or a
-//     checkpoint restore changes what the scripted forward computes.
-//   - Buffers. Every buffer is one, BatchNorm's int64 num_batches_tracked included, as LibTorch's
-//     own BatchNorm registers it: the strategies average floating buffers between replicas and
-//     leave integer ones to each copy (all copies count the same steps), checkpoints keep them,
-//     and Python's load_state_dict finds every key it expects.
-//   - clone() is a deep copy (parameters, buffers and other tensor attributes copied, none
-//     shared; the compiled code is shared, which is read-only). It draws no random numbers.
-//   - train(on) / eval() switch the scripted module's `training` flag too, so scripted BatchNorm
-//     and Dropout change mode. A TRACED module computes in the mode it was traced in: tracing
-//     records BatchNorm and Dropout with the mode of that moment as a constant.
-//
-// Limits: a scripted module must not replace its parameter or buffer tensors in forward (assign
-// `self.x = ...`; in-place updates as BatchNorm's are fine): the adapter would keep the old
-// tensor. Sharding 'parameters' (ZeRO stage 3) needs to gather each layer before it computes,
-// which a scripted graph cannot announce: it refuses this module by name (put it in a
-// torch::nn::Sequential to have it gathered whole, as one layer). As a child of a module of your
-// own, a TorchScriptModule clones only inside a torch::nn::Sequential (whose clone calls
-// clone()), not inside a torch::nn::Cloneable (whose clone rebuilds children with reset()).
+// Names, storage, buffers, clone, modes and limits: docs/guide.md, "What the strategies do with
+// it"; why an adapter: docs/design.md, "Models from Python".
 #pragma once
 
 #include <cstdint>

@@ -1,34 +1,17 @@
-// A sequence loss averaged over the non-padding tokens of the GLOBAL batch, under every strategy.
+// A sequence loss averaged over the non-padding tokens of the GLOBAL batch, under every
+// strategy: each replica divides the sum of its token losses by the token count of every
+// replica of every worker, so the summed gradients equal one device's whatever the padding.
+// Inside strategy.run() the count is one all-reduce (SUM) of a scalar, a collective: every
+// replica calls the loss (or global_token_count) at the same point of each step, an empty one
+// too; a caller that knows the global count passes it and no collective runs. Outside run()
+// and under OneDeviceStrategy the count is the batch's own; under ParameterServerStrategy a
+// worker's. SequenceCrossentropy is immutable and may be shared by replica threads.
 //
-// Why the token count must be global. A language model's loss is the mean over the step's real
-// (non-padding) tokens. Each replica holds a share of the padded batch, with its own number of
-// real tokens; the replicas' gradients are SUMMED. For that sum to equal one device's gradient,
-// each replica must divide the sum of its own token losses by the token count of the GLOBAL
-// batch (every replica, every worker):
+//   const dist::SequenceCrossentropy loss_fn(/*padding_id=*/vocabulary);
+//   at::Tensor loss = loss_fn(targets, logits);  // inside strategy.run()
 //
-//   replica 0: 3 real tokens, losses summing to 3  ->  3 / 10 = 0.3
-//   replica 1: 7 real tokens, losses summing to 21 -> 21 / 10 = 2.1    sum 2.4 = 24 / 10
-//
-// Each replica taking its own mean instead (3/3 = 1 and 21/7 = 3, averaged: 2.0) weights a
-// token of a short replica batch more than one of a long batch: with uneven padding the job
-// trains a different model than one device would.
-// compute_average_loss (dist/train/loss.h) divides by the global number of EXAMPLES, known from
-// the distributed dataset; the number of tokens is not, since it depends on each example.
-//
-// The rule, under every strategy: a replica learns the global token count by an all-reduce
-// (SUM) of its local count inside strategy.run(). MirroredStrategy and CentralStorageStrategy
-// reduce across the process's replica threads, MultiWorkerMirroredStrategy across every
-// replica of every worker (so the count is the same on all of them); OneDeviceStrategy, a
-// group of one replica, and code outside strategy.run() use the local count, which then is the
-// whole batch. Under ParameterServerStrategy each worker's step is its own (asynchronous)
-// update and is averaged over its own tokens, as one device would average that batch. The
-// all-reduce is a collective: every replica of the group must call the loss (or
-// global_token_count) at the same point of each step, also a replica whose share is empty (its
-// count, 0, still takes part). One scalar a step: it costs a round trip, not bandwidth.
-// A caller that knows the count already (it counted the global batch before splitting it) passes
-// it and no collective runs.
-//
-// Thread safety: SequenceCrossentropy is immutable and may be shared by replica threads.
+// Why the count must be global, with figures: docs/guide.md, "The loss over the global batch's
+// tokens".
 #pragma once
 
 #include <cstdint>
