@@ -1,29 +1,12 @@
 // RendezvousStore: the rendezvous store of one multi-worker job, served from a process of its
-// own until the job has ended, so that it outlives a crashed chief. With the store inside the
-// chief, kill -9 of the chief takes the store with it, and the survivors can only say that the
-// store vanished, not which worker was lost (the verdict lives in the store); served from
-// elsewhere, it stays up until the survivors have diagnosed and exited.
+// own (dist-store-host, which the chief starts; users do not run it) until the job has ended,
+// so that it outlives a crashed chief and the survivors can still read which worker was lost.
+// The job has ended once every member is gone (left on purpose, or its heartbeat still for
+// 3 s); the store then outlives it by about 1.3 s. A launcher that keeps a job's store on a
+// machine of its own could serve it through this class. It does not depend on LibTorch.
 //
-// dist-store-host is the process that serves it: the chief (collective rank 0) starts that
-// process, and users do not run it by hand. A launcher that keeps a job's store on a machine of
-// its own could serve it in its own process through this class.
-//
-// When the job has ended: the store reads every member's heartbeat counter (bumped twice a
-// second by each member) four times a second. A member is gone once it left on purpose (it
-// recorded its counter's value when its process ended, and the counter has not moved since: a
-// worker that finished or failed with an error), or its counter has not moved for 3 s (a killed
-// worker). A member that never connected is gone once every member that did is gone (nobody is
-// left to wait for it), or, when none ever did, once the rendezvous timeout has passed since
-// serving began. Once every member is gone the store marks itself closing (a member of a next
-// job on this address that probes it then leaves at once), waits 1 s for such probes to leave,
-// and the job has ended. So a store outlives its job by its own clean shutdown, about 1.3 s, or
-// 3 s more after the last member was killed. As a backstop, it gives up once the chief (the
-// first member) has been gone for rendezvous + collective timeout + 10 s, the longest the
-// survivors can take to fail and exit; not in an elastic job, whose survivors go on without the
-// chief.
-//
-// It does not depend on LibTorch: dist-store-host compiles it in without the rest of the
-// library.
+// The exit rule in full, and why a process of its own: docs/design.md, "The rendezvous store"
+// ("Store host").
 #pragma once
 
 #include <chrono>

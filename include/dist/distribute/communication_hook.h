@@ -1,31 +1,18 @@
 // CommunicationHook: how a mirrored strategy's gradient packs cross the worker processes,
-// replaceable by the user (PyTorch DDP's register_comm_hook is the model).
+// replaceable by the user (PyTorch DDP's register_comm_hook is the model). The strategy hands
+// each pack, summed over the process's own replicas, to reduce() during backward (in pack
+// order, from the thread that completed it); once the returned PendingWork is waited for, the
+// buffer must hold the sum over every process, or the same bits of an approximation on every
+// process. Every process must issue the same collectives in the same order. Taken by
+// MirroredStrategy and MultiWorkerMirroredStrategy with overlap_with_backward (the default);
+// refused under ParameterServerStrategy.
 //
 //   dist::MultiWorkerOptions options;
 //   options.communication.communication_hook = dist::gradient_compression("powersgd:4");
 //   dist::MultiWorkerMirroredStrategy strategy(options);
 //
-// Gradients travel in packs (CommunicationOptions::bytes_per_pack). Without a hook each pack is
-// summed over the processes by one all-reduce; with one, the strategy hands every pack, already
-// summed over the process's own replicas, to hook.reduce(), which starts whatever collectives
-// it likes and returns a PendingWork; once that work is waited for, the pack's buffer must hold
-// the sum over every process (or the same approximation of it on every process: the weights
-// stay identical everywhere only if every process ends with the same bits).
-//
-// When it runs: reduce() is called during backward, as soon as a pack's gradients are final,
-// from the thread that completed it, in pack order; then, after backward, one thread waits for
-// the packs in pack order (where further collectives may start, see PendingWork). Every
-// process calls the same hooks in the same order, so a hook must issue the same collectives in
-// the same order on every process. A step whose backward ran without apply_gradients still runs
-// its hooks to their end.
-//
-// Where: MirroredStrategy (one process: the collectives have one member; a compressing hook
-// still compresses, so a model trained with Mirrored sees the numerics it will see across
-// workers) and MultiWorkerMirroredStrategy with overlap_with_backward (the default). Refused
-// under ParameterServerStrategy, whose gradients go to the parameter servers, not through a
-// collective.
-//
-// Built-in hooks: gradient_compression.h.
+// Built-in hooks: gradient_compression.h; when each call runs and why: docs/design.md,
+// "Gradient compression: communication hooks".
 #pragma once
 
 #include <cstddef>

@@ -5,26 +5,13 @@
 //   fp16     as float16, scaled so that no gradient overflows: half the bytes, 3 more bits
 //            of precision than bfloat16 where the scale fits;
 //   powersgd a rank-r approximation of every large matrix (Vogels et al. 2019, "PowerSGD"):
-//            n x m gradients cross as (n + m) x r numbers.
+//            n x m gradients cross as (n + m) x r numbers, the first `start_step` steps of
+//            each pack uncompressed.
 //
-// What holds (docs/design.md, "Gradient compression"):
-//   bf16, fp16: each process cuts the pack into one chunk per process, compresses the chunk
-//     for process q (fp16: times a power of two, the largest that keeps the chunk's largest
-//     magnitude within float16's range, sent along) and sends it there; process q decompresses
-//     the chunks it receives and adds them in float32 in process order (0, 1, ...), compresses
-//     the sum the same way, and sends it to every process, which decompresses it. So the
-//     result is round(sum over p of round(g_p)), defined for any number of processes,
-//     deterministic run to run, and every process ends with the same bits. Bytes sent per
-//     process: 2(N-1)/N of the pack in 16 bits, half of a float32 ring all-reduce.
-//   powersgd: per pack, 1-D tensors and matrices too small to gain (n*m <= 2(n+m)r) are summed
-//     uncompressed; every other gradient, seen as an n x m matrix G (first dimension by the
-//     rest), is approximated: M = G + E (E: this process's error feedback), P = sum of M Q
-//     over processes, P orthonormalized (Gram-Schmidt), Q = sum of M^T P, result P Q^T (the
-//     approximation of the sum of every process's M), E = M - result / N. Q starts from a
-//     seeded normal draw (identical on every process) and is kept from step to step (warm
-//     start). Deterministic for a seed; E, Q and the hook's step count are its state(), so a
-//     run resumed from a checkpoint that holds them equals an uninterrupted one bit for bit.
-//     The first `start_step` steps (of each pack) are summed uncompressed.
+// Every one is deterministic (powersgd for a seed) and leaves every process with the same
+// bits; powersgd's error feedback and warm start are its state(), so a run resumed from a
+// checkpoint that holds them equals an uninterrupted one bit for bit. The algorithms, their
+// sums and bytes: docs/design.md, "Gradient compression: communication hooks".
 #pragma once
 
 #include <cstdint>
