@@ -52,4 +52,15 @@ const OptimizerKind* find_optimizer_kind(const std::string& name);
 // Every kind's name, for messages: "SGD, Adam, AdamW, RMSprop and Adagrad".
 std::string optimizer_kind_names();
 
+// An optimizer with its kind, found once where a walk over its state starts (an optimizer step
+// split into shares, a sharded step), so that reading and making the slots of every parameter
+// and piece on the way goes through `kind` instead of finding it again. `kind` is null for an
+// optimizer the table does not list (a LossScaleOptimizer's wrapper, a user's own).
+struct OptimizerWithKind {
+  explicit OptimizerWithKind(torch::optim::Optimizer& of)
+      : optimizer(of), kind(find_optimizer_kind(of)) {}
+  torch::optim::Optimizer& optimizer;
+  const OptimizerKind* kind;
+};
+
 }  // namespace dist::detail

@@ -11,14 +11,19 @@
 #include "dist/data/dataset.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/train/loss.h"
-#include "distribute/strategies/mirrored_extended.h"
 #include "distribute/step/optimizer_slots.h"
+#include "distribute/strategies/mirrored_extended.h"
 
 namespace dist {
 namespace {
 
 using MakeOptimizer =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
+// The optimizer with its kind, as a step plan finds it once per step.
+detail::OptimizerWithKind with_kind(torch::optim::Optimizer& optimizer) {
+  return detail::OptimizerWithKind(optimizer);
+}
 
 // Sizes that put cuts inside parameters, remainders after the vectorized loops, and a
 // parameter smaller than one alignment unit.
@@ -122,7 +127,7 @@ TEST(OptimizerShardsTest, SplitStepsEqualWholeStepsBitForBit) {
         set_gradients(whole_params, step);
         set_gradients(split_params, step);
         whole->step();
-        const bool planned = shards.plan(*split, count, /*min_elements_per_shard=*/1);
+        const bool planned = shards.plan(with_kind(*split), count, /*min_elements_per_shard=*/1);
         EXPECT_EQ(planned, step > 0 || !c.first_step_whole) << what << ", step " << step;
         EXPECT_EQ(shards.planned(), planned) << what;
         if (planned) {
@@ -159,7 +164,7 @@ TEST(OptimizerShardsTest, SetsOfWholeParametersStepLikeTheWholeStepBitForBit) {
       set_gradients(whole_params, step);
       set_gradients(split_params, step);
       whole->step();
-      const bool planned = shards.plan_sets(*split, sets);
+      const bool planned = shards.plan_sets(with_kind(*split), sets);
       EXPECT_EQ(planned, step > 0 || !c.first_step_whole) << what;
       if (planned) {
         ASSERT_EQ(shards.shares(), 3) << what;
@@ -180,19 +185,22 @@ TEST(OptimizerShardsTest, SetsRefuseWhatTheyCannotStepByPacks) {
   set_gradients(params, 0);
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
   OptimizerShards shards;
-  EXPECT_TRUE(shards.plan_sets(sgd, {{params[0], params[1]}, {params[2], params[3], params[4]}}));
-  EXPECT_FALSE(shards.plan_sets(sgd, {{params[0], params[1], params[2], params[3], params[4]}}))
+  EXPECT_TRUE(shards.plan_sets(with_kind(sgd),
+                               {{params[0], params[1]}, {params[2], params[3], params[4]}}));
+  EXPECT_FALSE(
+      shards.plan_sets(with_kind(sgd), {{params[0], params[1], params[2], params[3], params[4]}}))
       << "one set: nothing lands before the rest";
   EXPECT_FALSE(shards.planned());
-  EXPECT_FALSE(shards.plan_sets(sgd, {{params[0], params[1]}, {params[2], params[3]}}))
+  EXPECT_FALSE(shards.plan_sets(with_kind(sgd), {{params[0], params[1]}, {params[2], params[3]}}))
       << "a parameter with a gradient in no set";
   torch::optim::LBFGS lbfgs(params, torch::optim::LBFGSOptions(0.1));
-  EXPECT_FALSE(shards.plan_sets(lbfgs, {{params[0], params[1]}, {params[2], params[3], params[4]}}))
+  EXPECT_FALSE(shards.plan_sets(with_kind(lbfgs),
+                                {{params[0], params[1]}, {params[2], params[3], params[4]}}))
       << "an optimizer whose state it does not know";
   // A parameter in a set that the optimizer does not hold is not stepped.
   torch::optim::SGD some({params[0], params[1]}, torch::optim::SGDOptions(0.1));
   auto before = params[4].detach().clone();
-  ASSERT_TRUE(shards.plan_sets(some, {{params[0]}, {params[1], params[4]}}));
+  ASSERT_TRUE(shards.plan_sets(with_kind(some), {{params[0]}, {params[1], params[4]}}));
   EXPECT_EQ(shards.elements(1), 7);
   shards.step(0);
   shards.step(1);
@@ -204,7 +212,7 @@ TEST(OptimizerShardsTest, SharesAreBalancedToWithinOneAlignmentUnit) {
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
   set_gradients(params, 0);
   OptimizerShards shards;
-  ASSERT_TRUE(shards.plan(sgd, 2, 1));
+  ASSERT_TRUE(shards.plan(with_kind(sgd), 2, 1));
   EXPECT_LE(std::abs(shards.elements(0) - shards.elements(1)), 2 * OptimizerShards::kAlignment);
 }
 
@@ -213,22 +221,22 @@ TEST(OptimizerShardsTest, RefusesWhatItCannotSplit) {
   set_gradients(params, 0);
   OptimizerShards shards;
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
-  EXPECT_FALSE(shards.plan(sgd, 1, 1)) << "one shard";
-  EXPECT_FALSE(shards.plan(sgd, 2)) << "too few elements for the default minimum";
+  EXPECT_FALSE(shards.plan(with_kind(sgd), 1, 1)) << "one shard";
+  EXPECT_FALSE(shards.plan(with_kind(sgd), 2)) << "too few elements for the default minimum";
   torch::optim::LBFGS lbfgs(params, torch::optim::LBFGSOptions(0.1));
-  EXPECT_FALSE(shards.plan(lbfgs, 2, 1)) << "an optimizer whose state it does not know";
+  EXPECT_FALSE(shards.plan(with_kind(lbfgs), 2, 1)) << "an optimizer whose state it does not know";
 
   // A parameter that is a transposed view has no flat view.
   auto base = torch::randn({64, 32});
   auto transposed = base.t().detach().requires_grad_();
   transposed.mutable_grad() = torch::randn({64, 32}).t();
   torch::optim::SGD strided({transposed}, torch::optim::SGDOptions(0.1));
-  EXPECT_FALSE(shards.plan(strided, 2, 1)) << "a parameter that is not contiguous";
+  EXPECT_FALSE(shards.plan(with_kind(strided), 2, 1)) << "a parameter that is not contiguous";
 
   // No gradients: nothing to split.
   auto fresh = clone_all(params);
   torch::optim::SGD idle(fresh, torch::optim::SGDOptions(0.1));
-  EXPECT_FALSE(shards.plan(idle, 2, 1));
+  EXPECT_FALSE(shards.plan(with_kind(idle), 2, 1));
 }
 
 // Under MirroredStrategy: two replicas that split each Adam step end with the bits of two

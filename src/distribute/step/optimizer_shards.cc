@@ -12,8 +12,9 @@
 namespace dist {
 namespace {
 
+using detail::OptimizerKind;
+using detail::OptimizerWithKind;
 using torch::optim::Optimizer;
-using torch::optim::OptimizerParamState;
 
 constexpr const char* kStep = "step";
 
@@ -53,7 +54,8 @@ bool collect(const Optimizer& optimizer, std::vector<Parameter>& out, int64_t& t
 
 // Each parameter's slots, or false when one is missing (its first step makes it) or cannot be
 // viewed flat.
-bool attach_slots(const Optimizer& optimizer, std::vector<Parameter>& params) {
+bool attach_slots(const Optimizer& optimizer, const OptimizerKind& kind,
+                  std::vector<Parameter>& params) {
   const auto& state = optimizer.state();
   for (Parameter& p : params) {
     auto it = state.find(p.key);
@@ -61,7 +63,7 @@ bool attach_slots(const Optimizer& optimizer, std::vector<Parameter>& params) {
       if (!keeps_no_state(optimizer.param_groups()[p.group].options())) return false;
       continue;
     }
-    p.slots = detail::state_slots(optimizer, *it->second);
+    p.slots = kind.get(*it->second);
     for (const auto& [name, t] : p.slots)
       if (name != kStep && !(flat_viewable(t) && t.sizes() == p.param.sizes())) return false;
   }
@@ -127,11 +129,11 @@ bool shares_of_sets(const std::vector<Parameter>& params,
 
 // An empty optimizer of the same kind and the parameters' slots; false when the step must run
 // whole.
-bool prepare(const Optimizer& optimizer, std::vector<Parameter>& params,
+bool prepare(const OptimizerWithKind& step, std::vector<Parameter>& params,
              std::unique_ptr<Optimizer>& probe) {
-  probe = detail::empty_optimizer_like(optimizer);
-  if (!probe) return false;  // not a kind whose state we know how to cut
-  return attach_slots(optimizer, params);
+  if (step.kind == nullptr) return false;  // not a kind whose state we know how to cut
+  probe = step.kind->make_empty(step.optimizer);
+  return attach_slots(step.optimizer, *step.kind, params);
 }
 
 bool enough_to_split(const Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard,
@@ -144,12 +146,14 @@ bool enough_to_split(const Optimizer& optimizer, int num_shards, int64_t min_ele
 }
 
 // The optimizers of `shares`, over views of their pieces: shards[k] and elements[k] for share k.
-void build(Optimizer& optimizer, std::vector<Parameter>& params, std::unique_ptr<Optimizer> probe,
-           const std::vector<Share>& shares, std::vector<std::unique_ptr<Optimizer>>& shards,
-           std::vector<int64_t>& elements) {
+// `step.kind` is known (prepare returned true).
+void build(const OptimizerWithKind& step, std::vector<Parameter>& params,
+           std::unique_ptr<Optimizer> probe, const std::vector<Share>& shares,
+           std::vector<std::unique_ptr<Optimizer>>& shards, std::vector<int64_t>& elements) {
+  Optimizer& optimizer = step.optimizer;
+  const OptimizerKind& kind = *step.kind;
   for (size_t k = 0; k < shares.size(); ++k) {
-    std::unique_ptr<Optimizer> shard =
-        k == 0 ? std::move(probe) : detail::empty_optimizer_like(optimizer);
+    std::unique_ptr<Optimizer> shard = k == 0 ? std::move(probe) : kind.make_empty(optimizer);
     for (const auto& group : optimizer.param_groups())
       shard->param_groups().emplace_back(std::vector<at::Tensor>{}, group.options().clone());
     int64_t count = 0;
@@ -162,7 +166,7 @@ void build(Optimizer& optimizer, std::vector<Parameter>& params, std::unique_ptr
         std::map<std::string, at::Tensor> slots;
         for (const auto& [name, t] : p.slots)
           slots[name] = name == kStep ? t : piece_of(t, piece.offset, piece.length);
-        shard->state()[detail::state_key_of(view)] = detail::state_of_slots(optimizer, slots);
+        shard->state()[detail::state_key_of(view)] = kind.make(slots);
       }
       count += piece.length;
     }
@@ -175,47 +179,48 @@ void build(Optimizer& optimizer, std::vector<Parameter>& params, std::unique_ptr
   // write only to the tensors their pieces view.
   auto& state = optimizer.state();
   for (Parameter& p : params) {
-    auto step = p.slots.find(kStep);
-    if (step == p.slots.end()) continue;
-    step->second = at::scalar_tensor(step->second.item<int64_t>() + 1, at::kLong);
-    state[p.key] = detail::state_of_slots(optimizer, p.slots);
+    auto counter = p.slots.find(kStep);
+    if (counter == p.slots.end()) continue;
+    counter->second = at::scalar_tensor(counter->second.item<int64_t>() + 1, at::kLong);
+    state[p.key] = kind.make(p.slots);
   }
 }
 
 }  // namespace
 
-bool OptimizerShards::splittable(const Optimizer& optimizer, int num_shards,
+bool OptimizerShards::splittable(const OptimizerWithKind& step, int num_shards,
                                  int64_t min_elements_per_shard) {
   std::vector<Parameter> params;
   std::unique_ptr<Optimizer> probe;
-  return enough_to_split(optimizer, num_shards, min_elements_per_shard, params) &&
-         prepare(optimizer, params, probe);
+  return enough_to_split(step.optimizer, num_shards, min_elements_per_shard, params) &&
+         prepare(step, params, probe);
 }
 
-bool OptimizerShards::plan(Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard) {
+bool OptimizerShards::plan(const OptimizerWithKind& step, int num_shards,
+                           int64_t min_elements_per_shard) {
   clear();
   std::vector<Parameter> params;
   std::unique_ptr<Optimizer> probe;
-  if (!enough_to_split(optimizer, num_shards, min_elements_per_shard, params) ||
-      !prepare(optimizer, params, probe))
+  if (!enough_to_split(step.optimizer, num_shards, min_elements_per_shard, params) ||
+      !prepare(step, params, probe))
     return false;
   const int64_t total = params.back().start + params.back().param.numel();
-  build(optimizer, params, std::move(probe),
+  build(step, params, std::move(probe),
         shares_between(params, cut_points(params, total, num_shards)), shards_, elements_);
   return true;
 }
 
-bool OptimizerShards::plan_sets(Optimizer& optimizer,
+bool OptimizerShards::plan_sets(const OptimizerWithKind& step,
                                 const std::vector<std::vector<at::Tensor>>& sets) {
   clear();
   std::vector<Parameter> params;
   int64_t total = 0;
   std::unique_ptr<Optimizer> probe;
   std::vector<Share> shares;
-  if (sets.size() < 2 || !collect(optimizer, params, total) || params.empty() ||
-      !shares_of_sets(params, sets, shares) || !prepare(optimizer, params, probe))
+  if (sets.size() < 2 || !collect(step.optimizer, params, total) || params.empty() ||
+      !shares_of_sets(params, sets, shares) || !prepare(step, params, probe))
     return false;
-  build(optimizer, params, std::move(probe), shares, shards_, elements_);
+  build(step, params, std::move(probe), shares, shards_, elements_);
   return true;
 }
 

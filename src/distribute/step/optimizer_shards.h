@@ -31,6 +31,8 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "core/optimizer_kinds.h"
+
 namespace dist {
 
 class OptimizerShards {
@@ -40,19 +42,20 @@ class OptimizerShards {
   // cost more than they save.
   static constexpr int64_t kMinElementsPerShard = int64_t{1} << 16;
 
-  // Plans `num_shards` shares of the next step of `optimizer` over its parameters that have a
-  // gradient. Not thread-safe: one thread, while no other touches the optimizer.
-  bool plan(torch::optim::Optimizer& optimizer, int num_shards,
+  // Plans `num_shards` shares of the next step of `step.optimizer` over its parameters that
+  // have a gradient; its slots are read and the shares' states made through `step.kind`. Not
+  // thread-safe: one thread, while no other touches the optimizer.
+  bool plan(const detail::OptimizerWithKind& step, int num_shards,
             int64_t min_elements_per_shard = kMinElementsPerShard);
 
   // Plans one share per set of `sets` (tensors the optimizer holds; share k steps the
   // parameters of sets[k] that have a gradient). False, as plan(), when the step must run
   // whole; also when fewer than two sets, or a parameter the step updates is in no set.
-  bool plan_sets(torch::optim::Optimizer& optimizer,
+  bool plan_sets(const detail::OptimizerWithKind& step,
                  const std::vector<std::vector<at::Tensor>>& sets);
 
   // Whether plan() with these arguments would return true (it changes nothing).
-  static bool splittable(const torch::optim::Optimizer& optimizer, int num_shards,
+  static bool splittable(const detail::OptimizerWithKind& step, int num_shards,
                          int64_t min_elements_per_shard = kMinElementsPerShard);
 
   // Steps share `shard` of the planned step; safe to call for different shards at once.

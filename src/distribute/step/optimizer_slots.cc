@@ -2,33 +2,29 @@
 
 #include <c10/util/string_utils.h>
 
-#include <memory>
-
 #include "core/optimizer_kinds.h"
 #include "dist/core/error.h"
 
 namespace dist::detail {
 namespace {
 
-using torch::optim::OptimizerParamState;
+std::string state_key(const void* impl) { return c10::guts::to_string(impl); }
 
-const OptimizerKind& kind_of(const torch::optim::Optimizer& optimizer) {
+}  // namespace
+
+const OptimizerKind& listed_kind(const torch::optim::Optimizer& optimizer) {
   if (const OptimizerKind* k = find_optimizer_kind(optimizer)) return *k;
   throw InvalidArgument(concat("checkpoints can save the state of LibTorch's ",
                                optimizer_kind_names(),
                                " optimizers; this optimizer is none of them"));
 }
 
-std::string state_key(const void* impl) { return c10::guts::to_string(impl); }
-
-}  // namespace
-
 std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
-  return kind_of(optimizer).name;
+  return listed_kind(optimizer).name;
 }
 
 ParameterSlots export_slots(const torch::optim::Optimizer& optimizer) {
-  const OptimizerKind& kind = kind_of(optimizer);
+  const OptimizerKind& kind = listed_kind(optimizer);
   const auto& state = optimizer.state();
   ParameterSlots out;
   for (const auto& group : optimizer.param_groups()) {
@@ -45,7 +41,7 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
                  const std::function<std::string(const void*)>& name_of,
                  const std::function<void(const std::string&)>& fail,
                  const std::function<std::vector<int64_t>(const at::Tensor&)>& sizes_of) {
-  const OptimizerKind& kind = kind_of(optimizer);
+  const OptimizerKind& kind = listed_kind(optimizer);
   std::map<const void*, at::Tensor> params;
   for (const auto& group : optimizer.param_groups())
     for (const auto& p : group.params()) params[p.unsafeGetTensorImpl()] = p;
@@ -75,7 +71,7 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
 }
 
 void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slots) {
-  const OptimizerKind& kind = kind_of(optimizer);
+  const OptimizerKind& kind = listed_kind(optimizer);
   auto& state = optimizer.state();
   for (const auto& [impl, named] : slots) {
     if (named.empty()) {
@@ -89,21 +85,5 @@ void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slot
 }
 
 std::string state_key_of(const at::Tensor& param) { return state_key(param.unsafeGetTensorImpl()); }
-
-std::unique_ptr<torch::optim::Optimizer> empty_optimizer_like(
-    const torch::optim::Optimizer& optimizer) {
-  const OptimizerKind* kind = find_optimizer_kind(optimizer);
-  return kind == nullptr ? nullptr : kind->make_empty(optimizer);
-}
-
-std::map<std::string, at::Tensor> state_slots(const torch::optim::Optimizer& optimizer,
-                                              const OptimizerParamState& state) {
-  return kind_of(optimizer).get(state);
-}
-
-std::unique_ptr<OptimizerParamState> state_of_slots(
-    const torch::optim::Optimizer& optimizer, const std::map<std::string, at::Tensor>& slots) {
-  return kind_of(optimizer).make(slots);
-}
 
 }  // namespace dist::detail

@@ -13,6 +13,8 @@
 
 namespace dist::detail {
 
+struct OptimizerKind;  // core/optimizer_kinds.h
+
 using ParameterSlots = std::vector<std::pair<const void*, std::map<std::string, at::Tensor>>>;
 
 // "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad"; InvalidArgument for any other optimizer.
@@ -33,17 +35,13 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
 // Replaces the optimizer's state with copies of `slots` (already checked).
 void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slots);
 
-// For splitting one step between threads (OptimizerShards):
-// - the key of `param`'s state in an optimizer's state();
-// - an optimizer of the same kind with no parameters; null for a kind not listed above;
-// - one parameter's state as slots that alias its tensors;
-// - a state made of `slots` that aliases their tensors.
+// The key of `param`'s state in an optimizer's state().
 std::string state_key_of(const at::Tensor& param);
-std::unique_ptr<torch::optim::Optimizer> empty_optimizer_like(
-    const torch::optim::Optimizer& optimizer);
-std::map<std::string, at::Tensor> state_slots(const torch::optim::Optimizer& optimizer,
-                                              const torch::optim::OptimizerParamState& state);
-std::unique_ptr<torch::optim::OptimizerParamState> state_of_slots(
-    const torch::optim::Optimizer& optimizer, const std::map<std::string, at::Tensor>& slots);
+
+// The kind of `optimizer` (core/optimizer_kinds.h), for a walk over its state that is no step
+// (a checkpoint's gather or read of a sharded step); InvalidArgument for any kind the table does
+// not list. A step finds its kind once, as an OptimizerWithKind, and reads and makes the slots
+// through it.
+const OptimizerKind& listed_kind(const torch::optim::Optimizer& optimizer);
 
 }  // namespace dist::detail

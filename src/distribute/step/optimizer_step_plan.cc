@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "collective/hierarchical_communicator.h"
+#include "core/optimizer_kinds.h"
 #include "dist/core/error.h"
 #include "dist/core/timeline.h"
 #include "distribute/step/optimizer_slots.h"
@@ -40,10 +41,12 @@ class ReplicaSplit : public OptimizerStepPlan {
     if (replicas() != 1) return {};
     auto packs = reducer.landing_packs();
     // The cheap checks first: a model of one pack (the CNN) asks nothing more, every step.
-    if (packs.size() < 2 || !may_step_by_packs(optimizer)) return {};
+    if (packs.size() < 2) return {};
+    const detail::OptimizerWithKind step(optimizer);  // for the whole walk of this step
+    if (!may_step_by_packs(step)) return {};
     // finalize calls it on this thread, packs in order, before it returns.
-    return [this, &optimizer, packs = std::move(packs)](size_t pack) {
-      if (pack == 0) by_packs_.plan_sets(optimizer, packs);
+    return [this, step, packs = std::move(packs)](size_t pack) {
+      if (pack == 0) by_packs_.plan_sets(step, packs);
       if (!by_packs_.planned()) return;
       by_packs_.step(static_cast<int>(pack));
       stepped_by_packs_ = pack + 1 == packs.size();
@@ -53,7 +56,8 @@ class ReplicaSplit : public OptimizerStepPlan {
   void step(int replica, torch::optim::Optimizer& optimizer) override {
     if (stepped_by_packs_) return;  // one replica: nobody waits at the barrier below
     auto& local = inputs_.group->local();
-    local.barrier(replica, "apply_gradients (optimizer step)", [&] { plan(optimizer); });
+    local.barrier(replica, "apply_gradients (optimizer step)",
+                  [&] { plan(detail::OptimizerWithKind(optimizer)); });
     if (shards_.planned()) {
       shards_.step(first_share() + replica);
     } else if (replica == 0) {
@@ -70,14 +74,14 @@ class ReplicaSplit : public OptimizerStepPlan {
  protected:
   int replicas() { return inputs_.group->local().size(); }
   // One thread, while the local replicas wait: plans shards_.
-  virtual void plan(torch::optim::Optimizer& optimizer) { shards_.plan(optimizer, replicas()); }
+  virtual void plan(const detail::OptimizerWithKind& step) { shards_.plan(step, replicas()); }
   // This process's first share of the planned step.
   virtual int first_share() { return 0; }
   // Every replica, after its share: the local barrier that follows (sync_buffers) makes the
   // shares visible in process.
   virtual void after_shares(int replica) {}
   // Whether a step of one replica may go by packs (the host split first asks the workers).
-  virtual bool may_step_by_packs(const torch::optim::Optimizer& /*optimizer*/) { return true; }
+  virtual bool may_step_by_packs(const detail::OptimizerWithKind& /*step*/) { return true; }
 
   StepPlanInputs inputs_;
   OptimizerShards shards_;
@@ -90,19 +94,19 @@ class ReplicaSplit : public OptimizerStepPlan {
 struct StepValues {
   std::vector<HostSharedVariables::Holders> values;
   // The optimizer states, by key, as slots whose tensors are handles in `values`: the state
-  // the optimizer reads holds other handles (state_slots detaches), so after the slots move,
+  // the optimizer reads holds other handles (the kind's get detaches), so after the slots move,
   // each state is made again from these.
   std::vector<std::pair<std::string, std::map<std::string, at::Tensor>>> states;
 
   StepValues(std::vector<HostSharedVariables::Holders> parameters,
-             const torch::optim::Optimizer& optimizer) {
-    const auto& state = optimizer.state();
+             const detail::OptimizerWithKind& step) {
+    const auto& state = step.optimizer.state();
     for (auto& holders : parameters) {
       const std::string key = detail::state_key_of(holders[0]);
       values.push_back(std::move(holders));
       auto it = state.find(key);
       if (it == state.end()) continue;
-      auto slots = detail::state_slots(optimizer, *it->second);
+      auto slots = kind_of(step).get(*it->second);
       for (const auto& [name, slot] : slots)
         if (name != "step") values.push_back({slot});
       states.emplace_back(key, std::move(slots));
@@ -110,9 +114,14 @@ struct StepValues {
   }
 
   // After share() or unshare(): the optimizer's states read the slots where they are now.
-  void restate(torch::optim::Optimizer& optimizer) const {
-    for (const auto& [key, slots] : states)
-      optimizer.state()[key] = detail::state_of_slots(optimizer, slots);
+  void restate(const detail::OptimizerWithKind& step) const {
+    for (const auto& [key, slots] : states) step.optimizer.state()[key] = kind_of(step).make(slots);
+  }
+
+  // An optimizer whose state is read here is of a kind the table lists (OptimizerShards splits
+  // no other); listed_kind refuses any other by name.
+  static const detail::OptimizerKind& kind_of(const detail::OptimizerWithKind& step) {
+    return step.kind != nullptr ? *step.kind : detail::listed_kind(step.optimizer);
   }
 };
 
@@ -129,9 +138,9 @@ class HostSplit : public ReplicaSplit {
   }
 
  protected:
-  void plan(torch::optim::Optimizer& optimizer) override {
-    shared_with_workers_ = !refused_ && plan_with_workers(optimizer);
-    if (!shared_with_workers_) ReplicaSplit::plan(optimizer);
+  void plan(const detail::OptimizerWithKind& step) override {
+    shared_with_workers_ = !refused_ && plan_with_workers(step);
+    if (!shared_with_workers_) ReplicaSplit::plan(step);
   }
   int first_share() override {
     return shared_with_workers_ ? inputs_.group->process_rank() * replicas() : 0;
@@ -139,10 +148,9 @@ class HostSplit : public ReplicaSplit {
   // When step() would take no collective: once the workers have found they cannot share (a
   // decision they all took together), or while a step is too small to split between them and
   // they share nothing yet (plan_with_workers then returns before its vote).
-  bool may_step_by_packs(const torch::optim::Optimizer& optimizer) override {
-    return refused_ ||
-           (!host_.active() &&
-            !OptimizerShards::splittable(optimizer, inputs_.group->num_processes() * replicas()));
+  bool may_step_by_packs(const detail::OptimizerWithKind& step) override {
+    return refused_ || (!host_.active() && !OptimizerShards::splittable(
+                                               step, inputs_.group->num_processes() * replicas()));
   }
   void after_shares(int replica) override {
     if (!shared_with_workers_) return;
@@ -153,7 +161,7 @@ class HostSplit : public ReplicaSplit {
   }
 
  private:
-  bool plan_with_workers(torch::optim::Optimizer& optimizer);
+  bool plan_with_workers(const detail::OptimizerWithKind& step);
   void check_votes(const at::Tensor& votes, int workers) const;
 
   HostSharedVariables host_;
@@ -161,7 +169,7 @@ class HostSplit : public ReplicaSplit {
   bool shared_with_workers_ = false;  // this step's shares span every worker
 };
 
-bool HostSplit::plan_with_workers(torch::optim::Optimizer& optimizer) {
+bool HostSplit::plan_with_workers(const detail::OptimizerWithKind& optimizer) {
   const int workers = inputs_.group->num_processes();
   const int shards = workers * replicas();
   const bool splittable = OptimizerShards::splittable(optimizer, shards);

@@ -22,6 +22,8 @@ namespace dist {
 
 namespace {
 
+using detail::OptimizerKind;
+using detail::OptimizerWithKind;
 using torch::optim::Optimizer;
 
 // Elements [chunk_offset, chunk_offset + length) of this worker's chunk are elements
@@ -63,8 +65,9 @@ std::unordered_map<const void*, int> optimizer_groups_of(const Optimizer& optimi
 // and max_exp_avg_sq with amsgrad): what one step of an optimizer of its kind and options makes
 // for a one-element parameter. Every worker asks this of the same optimizer, so all of them
 // gather the same slots, whether or not they hold any piece.
-std::vector<std::string> slot_names_of_group(const Optimizer& optimizer, size_t g) {
-  auto probe = detail::empty_optimizer_like(optimizer);
+std::vector<std::string> slot_names_of_group(const OptimizerKind& kind, const Optimizer& optimizer,
+                                             size_t g) {
+  auto probe = kind.make_empty(optimizer);
   at::Tensor p = at::zeros({1});
   p.mutable_grad() = at::zeros({1});
   probe->param_groups().emplace_back(std::vector<at::Tensor>{p},
@@ -72,7 +75,7 @@ std::vector<std::string> slot_names_of_group(const Optimizer& optimizer, size_t 
   probe->step();
   std::vector<std::string> names;
   for (const auto& [key, state] : probe->state())
-    for (const auto& [name, slot] : detail::state_slots(*probe, *state)) names.push_back(name);
+    for (const auto& [name, slot] : kind.get(*state)) names.push_back(name);
   return names;
 }
 
@@ -104,7 +107,7 @@ class ShardedStep : public OptimizerStepPlan {
                            const GradientReducer& reducer) override {
     // finalize calls it on one thread, packs in order, before it returns.
     return [this, &optimizer, &reducer](size_t pack) {
-      if (pack == 0) begin_step(optimizer, reducer);
+      if (pack == 0) begin_step(OptimizerWithKind(optimizer), reducer);  // its kind, found once
       step_pack(pack);
     };
   }
@@ -121,8 +124,8 @@ class ShardedStep : public OptimizerStepPlan {
 
  private:
   collective::Communicator& cross() const { return inputs_.group->cross_process(); }
-  void begin_step(Optimizer& optimizer, const GradientReducer& reducer);
-  void build(const Optimizer& optimizer, const GradientReducer& reducer);
+  void begin_step(const OptimizerWithKind& step, const GradientReducer& reducer);
+  void build(const OptimizerWithKind& step, const GradientReducer& reducer);
   ShardedPack shard_pack(const Optimizer& optimizer, std::vector<at::Tensor> params, size_t pack,
                          const std::unordered_map<const void*, int>& group) const;
   // Cuts a whole state found in `optimizer` into the pieces' and drops it from `optimizer`.
@@ -138,7 +141,7 @@ class ShardedStep : public OptimizerStepPlan {
   bool holds_slots() const;
   // Gives each chunk optimizer its parameter's share of the slots (none: no state).
   void take_slot_shares(const SlotShares& shares);
-  void gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
+  void gather_pack_slots(Optimizer& optimizer, const OptimizerKind& kind, ShardedPack& shard,
                          const std::vector<std::vector<std::string>>& names);
 
   // A parameter's shape, whole or released (stage 3).
@@ -153,6 +156,7 @@ class ShardedStep : public OptimizerStepPlan {
   std::shared_ptr<ShardingState> state_;
   std::shared_ptr<ParameterShards> shards_;  // stage 3: the parameters' chunks live there
   std::vector<ShardedPack> packs_;           // made at the first step
+  const OptimizerKind* kind_ = nullptr;      // of the packs' optimizers, found then
   std::unordered_map<const void*, int> groups_at_build_;  // the optimizer's parameters' groups
   // Slot shares restored before the first step made the chunk optimizers, which take them then.
   std::optional<SlotShares> restored_slots_;
@@ -190,7 +194,7 @@ ShardedPack ShardedStep::shard_pack(const Optimizer& optimizer, std::vector<at::
                          piece.values.numel(), " elements where ", piece.length, " were cut");
     if (shard.group[j] >= 0) {
       if (!shard.optimizer) {
-        shard.optimizer = detail::empty_optimizer_like(optimizer);
+        shard.optimizer = kind_->make_empty(optimizer);
         for (const auto& g : optimizer.param_groups())
           shard.optimizer->param_groups().emplace_back(std::vector<at::Tensor>{},
                                                        g.options().clone());
@@ -218,25 +222,27 @@ void ShardedStep::drop_sums(ShardedPack& shard, size_t pack) const {
   state_->drop_chunk(inputs_.model, pack);
 }
 
-void ShardedStep::build(const Optimizer& optimizer, const GradientReducer& reducer) {
-  DIST_CHECK_ARG(detail::empty_optimizer_like(optimizer) != nullptr,
+void ShardedStep::build(const OptimizerWithKind& step, const GradientReducer& reducer) {
+  DIST_CHECK_ARG(step.kind != nullptr,
                  "sharding: the strategy keeps the optimizer's slots in chunks, which it can do "
                  "for LibTorch's ",
                  detail::optimizer_kind_names(),
                  ", not for this optimizer (a LossScaleOptimizer or one of your own); use one of "
                  "those, or Sharding::kNone");
+  kind_ = step.kind;
   shards_ = state_->parameter_shards(inputs_.model);
-  const auto group = optimizer_groups_of(optimizer);
+  const auto group = optimizer_groups_of(step.optimizer);
   groups_at_build_ = group;
   auto packs = reducer.landing_packs();
   for (size_t k = 0; k < packs.size(); ++k)
-    packs_.push_back(shard_pack(optimizer, std::move(packs[k]), k, group));
+    packs_.push_back(shard_pack(step.optimizer, std::move(packs[k]), k, group));
   if (restored_slots_) take_slot_shares(*restored_slots_);
   restored_slots_.reset();
 }
 
-void ShardedStep::begin_step(Optimizer& optimizer, const GradientReducer& reducer) {
-  if (packs_.empty()) build(optimizer, reducer);
+void ShardedStep::begin_step(const OptimizerWithKind& step, const GradientReducer& reducer) {
+  Optimizer& optimizer = step.optimizer;
+  if (packs_.empty()) build(step, reducer);
   // The step changes the chunks: no layer may stay gathered from before it.
   if (shards_) shards_->release_all();
   // The chunk optimizers were cut from the groups of the first step: a parameter added since
@@ -247,6 +253,10 @@ void ShardedStep::begin_step(Optimizer& optimizer, const GradientReducer& reduce
                  optimizer_groups_of(optimizer).size(),
                  " now); the strategy cut their slots into shares at the first step, so give "
                  "the optimizer all its parameters and groups before training");
+  DIST_CHECK_ARG(step.kind == kind_, "sharding: the packs' optimizers are ", kind_->name,
+                 " (the first step's kind), but this step's optimizer is ",
+                 step.kind ? step.kind->name : "of another kind",
+                 "; step one optimizer throughout");
   if (!optimizer.state().empty()) adopt_slots(optimizer);
   // Learning rates and the other options may have changed since the last step (a schedule, a
   // restored checkpoint).
@@ -270,11 +280,11 @@ void ShardedStep::adopt_slots(Optimizer& optimizer) {
         continue;
       }
       std::map<std::string, at::Tensor> slots;
-      for (const auto& [name, t] : detail::state_slots(optimizer, *it->second))
+      for (const auto& [name, t] : kind_->get(*it->second))
         slots[name] = name == "step"
                           ? t.clone()
                           : t.reshape(-1).narrow(0, piece.param_offset, piece.length).clone();
-      shard.optimizer->state()[key] = detail::state_of_slots(*shard.optimizer, slots);
+      shard.optimizer->state()[key] = kind_->make(slots);
     }
   }
   whole.clear();
@@ -352,7 +362,7 @@ void ShardedStep::take_slot_shares(const SlotShares& shares) {
         continue;
       }
       // Stage 3's packs are one parameter each, whose piece is this worker's share.
-      shard.optimizer->state()[key] = detail::state_of_slots(*shard.optimizer, it->second);
+      shard.optimizer->state()[key] = kind_->make(it->second);
     }
   }
 }
@@ -373,14 +383,16 @@ void ShardedStep::gather_slots(Optimizer& optimizer) {
                  "first step hands to the optimizers of the chunks; gather them after a step (a "
                  "checkpoint needs no gathering: every worker writes its piece)");
   if (packs_.empty() || !optimizer.state().empty()) return;
+  const OptimizerKind& kind = detail::listed_kind(optimizer);
   std::vector<std::vector<std::string>> names;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
-    names.push_back(slot_names_of_group(optimizer, g));
-  for (auto& shard : packs_) gather_pack_slots(optimizer, shard, names);
+    names.push_back(slot_names_of_group(kind, optimizer, g));
+  for (auto& shard : packs_) gather_pack_slots(optimizer, kind, shard, names);
 }
 
 // Every parameter of the pack that has state on some worker gets it whole in `optimizer`.
-void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
+void ShardedStep::gather_pack_slots(Optimizer& optimizer, const OptimizerKind& kind,
+                                    ShardedPack& shard,
                                     const std::vector<std::vector<std::string>>& names) {
   // Per parameter: whether some worker holds state for it, and its step counter.
   at::Tensor held = at::zeros({2, static_cast<int64_t>(shard.params.size())}, at::kLong);
@@ -390,7 +402,7 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
     const ChunkPiece& piece = shard.pieces[i];
     auto it = shard.optimizer->state().find(detail::state_key_of(piece.values));
     if (it == shard.optimizer->state().end()) continue;
-    pieces[i] = detail::state_slots(*shard.optimizer, *it->second);
+    pieces[i] = kind_->get(*it->second);
     marks[0][static_cast<int64_t>(piece.param)] = 1;
     if (auto step = pieces[i].find("step"); step != pieces[i].end())
       marks[1][static_cast<int64_t>(piece.param)] = step->second.item<int64_t>();
@@ -422,8 +434,7 @@ void ShardedStep::gather_pack_slots(Optimizer& optimizer, ShardedPack& shard,
     if (!stateful(j)) continue;
     if (lists(names[static_cast<size_t>(shard.group[j])], "step"))
       slots[j]["step"] = at::scalar_tensor(marks[1][static_cast<int64_t>(j)], at::kLong);
-    optimizer.state()[detail::state_key_of(shard.params[j])] =
-        detail::state_of_slots(optimizer, slots[j]);
+    optimizer.state()[detail::state_key_of(shard.params[j])] = kind.make(slots[j]);
   }
 }
 
@@ -434,13 +445,15 @@ SlotShares ShardedStep::slot_shares(Optimizer& optimizer, const ParameterShards&
   if (packs_.empty() || !optimizer.state().empty()) {
     // The state is whole in `optimizer` (gathered, or restored below stage 3 or given by the
     // user, no step since) or there is none.
+    const OptimizerKind* kind =
+        optimizer.state().empty() ? nullptr : &detail::listed_kind(optimizer);
     for (const auto& group : optimizer.param_groups()) {
       for (const auto& p : group.params()) {
         auto it = optimizer.state().find(detail::state_key_of(p));
         if (it == optimizer.state().end()) continue;
         const int64_t begin = shards.begin(p), length = shards.owned(p).numel();
         auto& share = shares[p.unsafeGetTensorImpl()];
-        for (const auto& [name, t] : detail::state_slots(optimizer, *it->second))
+        for (const auto& [name, t] : kind->get(*it->second))
           share[name] = name == "step" ? t : t.reshape(-1).narrow(0, begin, length);
       }
     }
@@ -452,8 +465,7 @@ SlotShares ShardedStep::slot_shares(Optimizer& optimizer, const ParameterShards&
       if (shard.group[piece.param] < 0) continue;
       auto it = shard.optimizer->state().find(detail::state_key_of(piece.values));
       if (it == shard.optimizer->state().end()) continue;
-      shares[shard.params[piece.param].unsafeGetTensorImpl()] =
-          detail::state_slots(*shard.optimizer, *it->second);
+      shares[shard.params[piece.param].unsafeGetTensorImpl()] = kind_->get(*it->second);
     }
   }
   return shares;
@@ -472,24 +484,6 @@ void ShardedStep::read_slots(Optimizer& optimizer) {
 }
 
 }  // namespace
-
-void place_packs_contiguously(torch::nn::Module& module, int64_t bytes_per_pack) {
-  auto params = module.parameters();
-  if (params.empty()) return;
-  at::NoGradGuard no_grad;
-  for (const auto& pack : make_packs(params, bytes_per_pack)) {
-    int64_t elements = 0;
-    for (size_t i : pack) elements += params[i].numel();
-    at::Tensor buffer = at::empty({elements}, params[pack.front()].options());
-    int64_t offset = 0;
-    for (size_t i : pack) {
-      at::Tensor view = buffer.narrow(0, offset, params[i].numel()).view(params[i].sizes());
-      view.copy_(params[i].detach());
-      params[i].set_data(view);
-      offset += params[i].numel();
-    }
-  }
-}
 
 MakeStepPlan sharded_step_plan(std::shared_ptr<ShardingState> state) {
   return [state](const StepPlanInputs& inputs) {

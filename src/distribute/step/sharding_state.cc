@@ -1,5 +1,8 @@
 // ShardingState and the reduce-scatter exchange of a sharded step (sharded_step.h): the chunks
-// of gradient sums each worker keeps between its reduce-scatter and its step.
+// of gradient sums each worker keeps between its reduce-scatter and its step; and the packs'
+// parameters placed as one buffer each, so that a chunk of a pack is a range of one tensor.
+#include <ATen/ATen.h>
+
 #include <mutex>
 #include <utility>
 
@@ -67,6 +70,24 @@ PackExchange sharded_exchange(std::shared_ptr<ShardingState> state, Sharding sha
     };
   }
   return exchange;
+}
+
+void place_packs_contiguously(torch::nn::Module& module, int64_t bytes_per_pack) {
+  auto params = module.parameters();
+  if (params.empty()) return;
+  at::NoGradGuard no_grad;
+  for (const auto& pack : make_packs(params, bytes_per_pack)) {
+    int64_t elements = 0;
+    for (size_t i : pack) elements += params[i].numel();
+    at::Tensor buffer = at::empty({elements}, params[pack.front()].options());
+    int64_t offset = 0;
+    for (size_t i : pack) {
+      at::Tensor view = buffer.narrow(0, offset, params[i].numel()).view(params[i].sizes());
+      view.copy_(params[i].detach());
+      params[i].set_data(view);
+      offset += params[i].numel();
+    }
+  }
 }
 
 }  // namespace dist
