@@ -94,11 +94,15 @@ class ShareBatchNode : public UnaryNode {
 }  // namespace
 
 RowShare::RowShare(int64_t batch_size, int64_t input_rows, bool drop_remainder,
-                   std::function<std::pair<int64_t, int64_t>(int64_t)> own_rows)
+                   ReplicaRows replicas)
     : batch_size_(batch_size),
       input_rows_(input_rows),
       drop_remainder_(drop_remainder),
-      own_rows_(std::move(own_rows)) {}
+      replicas_(replicas) {
+  DIST_INTERNAL_ASSERT(replicas_.all >= 1 && replicas_.first >= 0 && replicas_.count >= 0 &&
+                           replicas_.first + replicas_.count <= replicas_.all,
+                       "replicas ", replicas_.first, " + ", replicas_.count, " of ", replicas_.all);
+}
 
 int64_t RowShare::batches() const {
   return drop_remainder_ ? input_rows_ / batch_size_
@@ -113,7 +117,7 @@ int64_t RowShare::rows_of_batch(int64_t batch) const {
 }
 
 std::pair<int64_t, int64_t> RowShare::fetched_rows(int64_t rows) const {
-  const auto [lo, hi] = own_rows_(rows);
+  const auto [lo, hi] = own_rows(rows);
   if (hi > lo) return {lo, hi};
   const int64_t one = std::min(lo, rows - 1);
   return {one, one + 1};
@@ -129,7 +133,7 @@ bool RowShare::fetches(int64_t index) const {
 }
 
 std::optional<std::pair<Dataset, std::shared_ptr<const RowShare>>> share_rows(
-    const Dataset& dataset, std::function<std::pair<int64_t, int64_t>(int64_t)> own_rows) {
+    const Dataset& dataset, ReplicaRows replicas) {
   // Down from the output to the global batch, through stages that hand elements on.
   std::vector<NodePtr> above;
   NodePtr at = dataset.node();
@@ -142,7 +146,7 @@ std::optional<std::pair<Dataset, std::shared_ptr<const RowShare>>> share_rows(
   const int64_t input_rows = batch->input()->cardinality();
   if (input_rows < 0) return std::nullopt;
   auto share = std::make_shared<const RowShare>(batch->batch_size(), input_rows,
-                                                batch->drop_remainder(), std::move(own_rows));
+                                                batch->drop_remainder(), replicas);
   NodePtr input = batch->input();
   if (const auto* map = dynamic_cast<const ParallelMapStage*>(input.get()))
     if (auto told = map->computing_only([share](int64_t i) { return share->fetches(i); }))

@@ -11,26 +11,27 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "data/replica_rows.h"
 #include "dist/data/dataset.h"
 
 namespace dist::data::detail {
 
 class RowShare {
  public:
-  // `own_rows(g)`: this worker's rows [lo, hi) of a global batch of g rows.
-  RowShare(int64_t batch_size, int64_t input_rows, bool drop_remainder,
-           std::function<std::pair<int64_t, int64_t>(int64_t rows)> own_rows);
+  // `replicas`: this worker's replicas, whose rows of each global batch it reads.
+  RowShare(int64_t batch_size, int64_t input_rows, bool drop_remainder, ReplicaRows replicas);
 
   // The global batches there are (the last may be partial unless drop_remainder).
   int64_t batches() const;
   // The rows of global batch `batch` (0 past the end).
   int64_t rows_of_batch(int64_t batch) const;
-  std::pair<int64_t, int64_t> own_rows(int64_t rows) const { return own_rows_(rows); }
+  // This worker's rows [lo, hi) of a global batch of `rows`.
+  std::pair<int64_t, int64_t> own_rows(int64_t rows) const { return replicas_.of(rows); }
+  const ReplicaRows& replicas() const { return replicas_; }
   // The rows read with next() from a batch of g rows: the own rows, or, when there are none,
   // one row (an empty batch still needs the shapes of its components).
   std::pair<int64_t, int64_t> fetched_rows(int64_t rows) const;
@@ -42,13 +43,13 @@ class RowShare {
   int64_t batch_size_;
   int64_t input_rows_;
   bool drop_remainder_;
-  std::function<std::pair<int64_t, int64_t>(int64_t)> own_rows_;
+  ReplicaRows replicas_;
 };
 
-// The pipeline whose global batches hold only the rows `own_rows` names, and the RowShare that
+// The pipeline whose global batches hold only the rows of `replicas`, and the RowShare that
 // says which they are; nullopt when the pipeline does not allow it (no global batch at the
 // output, or its input's size is unknown: the last batch's size must be known in advance).
 std::optional<std::pair<Dataset, std::shared_ptr<const RowShare>>> share_rows(
-    const Dataset& dataset, std::function<std::pair<int64_t, int64_t>(int64_t rows)> own_rows);
+    const Dataset& dataset, ReplicaRows replicas);
 
 }  // namespace dist::data::detail

@@ -418,7 +418,10 @@ TEST(FilePipelineTest, ImageFolderNamesEmptyFoldersAndBadFiles) {
 TEST(FilePipelineTest, ARowShareProducesOnlyItsRowsOfEachGlobalBatch) {
   // 103 examples in global batches of 10 over 3 replicas; this worker holds replica 1: rows
   // [4, 7) of a full batch (split 4, 3, 3) and [1, 2) of the last (3 rows: 1, 1, 1).
-  auto own = [](int64_t rows) {
+  const detail::ReplicaRows own{/*first=*/1, /*count=*/1, /*all=*/3};
+  EXPECT_EQ(own.of(10), std::make_pair(int64_t{4}, int64_t{7}));
+  EXPECT_EQ(own.of(3), std::make_pair(int64_t{1}, int64_t{2}));
+  auto own_rows = [](int64_t rows) {  // the expected rows, by a formula of its own
     const int64_t base = rows / 3, extra = rows % 3;
     const int64_t lo = base + (extra > 0 ? 1 : 0);
     return std::make_pair(lo, lo + base + (extra > 1 ? 1 : 0));
@@ -448,7 +451,7 @@ TEST(FilePipelineTest, ARowShareProducesOnlyItsRowsOfEachGlobalBatch) {
     std::vector<int64_t> expected;
     for (int64_t b = 0; b < 11; ++b) {
       const int64_t rows = b < 10 ? 10 : 3;
-      auto [lo, hi] = own(rows);
+      auto [lo, hi] = own_rows(rows);
       for (int64_t r = lo; r < hi; ++r) expected.push_back(whole[b * 10 + r]);
     }
     EXPECT_EQ(values_of(shared->first.iterator(1)), expected) << threads << " threads";
@@ -460,7 +463,8 @@ TEST(FilePipelineTest, ARowShareProducesOnlyItsRowsOfEachGlobalBatch) {
     EXPECT_EQ(shared->second->rows_of_batch(10), 3);
   }
   // A worker without rows in a batch gets an empty batch with the right shape.
-  auto none = detail::share_rows(range(12).batch(4), [](int64_t) { return std::make_pair(0, 0); });
+  // (Replica 4 of 5: batches of 4 rows split 1, 1, 1, 1, 0.)
+  auto none = detail::share_rows(range(12).batch(4), detail::ReplicaRows{4, 1, 5});
   ASSERT_TRUE(none.has_value());
   auto empty = none->first.iterator().next();
   ASSERT_TRUE(empty.has_value());

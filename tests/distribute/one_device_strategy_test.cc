@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "data/replica_rows.h"
 #include "dist/distribute/batch_split.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
@@ -30,6 +31,27 @@ TEST(BatchSplitTest, SizesDifferByAtMostOneInOrder) {
         }
       }
       EXPECT_EQ(sum, b);
+    }
+  }
+}
+
+// A worker's rows of a global batch (data/replica_rows.h, read by its row share and its
+// replicas' split) are the shares of its replicas, in order, as split_sizes gives them.
+TEST(BatchSplitTest, AWorkersRowsAreItsReplicasShares) {
+  for (int64_t b = 0; b < 30; ++b) {
+    for (int all = 1; all <= 7; ++all) {
+      const auto sizes = split_sizes(b, all);
+      for (int first = 0; first < all; ++first) {
+        for (int count = 1; first + count <= all; ++count) {
+          int64_t lo = 0;
+          for (int r = 0; r < first; ++r) lo += sizes[static_cast<size_t>(r)];
+          int64_t hi = lo;
+          for (int r = first; r < first + count; ++r) hi += sizes[static_cast<size_t>(r)];
+          const data::detail::ReplicaRows rows{first, count, all};
+          EXPECT_EQ(rows.of(b), std::make_pair(lo, hi)) << b << " rows, " << first << "+" << count;
+          EXPECT_EQ(rows.replica(count - 1).of(b).second, hi);
+        }
+      }
     }
   }
 }

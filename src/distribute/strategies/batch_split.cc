@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/replica_rows.h"
 #include "dist/core/error.h"
 
 namespace dist {
@@ -9,8 +10,11 @@ namespace dist {
 std::vector<int64_t> split_sizes(int64_t global_batch_size, int num_replicas) {
   DIST_CHECK_ARG(num_replicas >= 1, "cannot split a batch across ", num_replicas, " replicas");
   DIST_CHECK_ARG(global_batch_size >= 0, "batch size must be at least 0, got ", global_batch_size);
-  std::vector<int64_t> sizes(static_cast<size_t>(num_replicas), global_batch_size / num_replicas);
-  for (int64_t r = 0; r < global_batch_size % num_replicas; ++r) ++sizes[static_cast<size_t>(r)];
+  std::vector<int64_t> sizes(static_cast<size_t>(num_replicas));
+  for (int r = 0; r < num_replicas; ++r)
+    sizes[static_cast<size_t>(r)] =
+        data::detail::first_row_of_replica(global_batch_size, r + 1, num_replicas) -
+        data::detail::first_row_of_replica(global_batch_size, r, num_replicas);
   return sizes;
 }
 

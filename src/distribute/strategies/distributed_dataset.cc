@@ -4,7 +4,6 @@
 #include "data/row_share.h"
 #include "dist/core/error.h"
 #include "dist/data/files.h"
-#include "dist/distribute/batch_split.h"
 #include "dist/distribute/strategy_extended.h"
 
 namespace dist {
@@ -33,16 +32,15 @@ data::Element DistributedIterator::empty_like_last() const {
 
 std::vector<data::Element> DistributedIterator::split_own_rows(const data::Element& own,
                                                                int64_t rows) const {
-  const auto sizes = split_sizes(rows, strategy_->num_replicas_in_sync());
+  const data::detail::ReplicaRows& replicas = row_share_->replicas();
+  const int64_t lo = replicas.of(rows).first;  // `own` starts at this row of the global batch
   std::vector<data::Element> shares;
-  int64_t start = 0;
-  for (int r = 0; r < strategy_->num_local_replicas(); ++r) {
-    const int64_t size = sizes[static_cast<size_t>(strategy_->first_replica_id() + r)];
+  for (int r = 0; r < replicas.count; ++r) {
+    const auto [begin, end] = replicas.replica(r).of(rows);
     data::Element share;
-    for (const auto& t : own) share.push_back(t.narrow(0, start, size));
+    for (const auto& t : own) share.push_back(t.narrow(0, begin - lo, end - begin));
     share.set_names(own.shared_names());  // each replica reads share["name"] too
     shares.push_back(std::move(share));
-    start += size;
   }
   return shares;
 }
@@ -168,17 +166,10 @@ DistributedDataset::DistributedDataset(data::Dataset input,
   if (options_.auto_shard_policy == AutoShardPolicy::kData && workers > 1) {
     // Every worker iterates the same global batches, but produces (decodes) only its replicas'
     // rows of them, where the pipeline allows it (data/row_share.h).
-    const int first = strategy_->first_replica_id(), local = strategy_->num_local_replicas();
-    const int all = strategy_->num_replicas_in_sync();
-    auto own_rows = [first, local, all](int64_t rows) {
-      const auto sizes = split_sizes(rows, all);
-      int64_t lo = 0;
-      for (int r = 0; r < first; ++r) lo += sizes[static_cast<size_t>(r)];
-      int64_t hi = lo;
-      for (int r = first; r < first + local; ++r) hi += sizes[static_cast<size_t>(r)];
-      return std::make_pair(lo, hi);
-    };
-    if (auto shared = data::detail::share_rows(input_, own_rows)) {
+    const data::detail::ReplicaRows replicas{strategy_->first_replica_id(),
+                                             strategy_->num_local_replicas(),
+                                             strategy_->num_replicas_in_sync()};
+    if (auto shared = data::detail::share_rows(input_, replicas)) {
       input_ = std::move(shared->first);
       row_share_ = std::move(shared->second);
     }
