@@ -1,35 +1,15 @@
 // A TorchScript module's forward of any signature: several tensors, named tensors, a dict of
 // named tensors, optional and defaulted arguments; returning a tensor, a tuple or a dict of them.
-//
-//   # Python: a language model taking token ids and a padding mask
-//   def forward(self, tokens: Tensor, mask: Optional[Tensor] = None) -> Tensor: ...
-//   def forward(self, batch: Dict[str, Tensor]) -> Dict[str, Tensor]: ...
+// Inputs bind to the scripted forward's arguments by name (NamedTensors, or a data::Element's
+// named components) or by position; an argument that gets nothing and has no default is an
+// InvalidArgument naming it, the signature and the inputs there are. These functions run the
+// module's forward: one replica's copy, one thread at a time.
 //
 //   auto model = strategy.mirror(dist::models::load_torchscript("lm.pt"));
-//   dist::models::NamedTensors inputs{{"tokens", x}, {"mask", m}};
-//   // before training, once (outside run(), *model is the primary): what was called and
-//   // what came back, for any signature
-//   std::cout << dist::models::check_forward(*model, inputs).description << "\n";
-//   // in the step, on the replica's copy:
-//   at::Tensor logits = dist::models::forward_tensor(*model, inputs);
-//   // or straight from a batch whose components are named (b["tokens"], b["mask"], ...):
-//   at::Tensor logits = dist::models::forward_tensor(*model, b);
+//   std::cout << dist::models::check_forward(*model, inputs).description;  // once, before
+//   at::Tensor logits = dist::models::forward_tensor(*model, b);  // in the step: b["tokens"], ...
 //
-// How inputs map onto the scripted forward's arguments (read from its schema, self excluded):
-//   - by name (NamedTensors, or a data::Element's named components): an argument of type Tensor
-//     takes the input of its name; Optional[Tensor] takes it, or None / its default when there
-//     is none; a Dict[str, Tensor] argument takes every input that no other argument took by
-//     name (so `forward(self, batch: Dict[str, Tensor])` receives them all, keyed as given);
-//     an argument of another type (int, float, bool, str, ...) keeps its default. Inputs that
-//     no argument takes are left out (an element may carry the targets beside the inputs).
-//   - by position (std::vector<at::Tensor>): the i-th tensor is the i-th argument, which must
-//     be Tensor or Optional[Tensor]; the arguments after the given ones keep their defaults.
-// An argument that gets nothing and has no default is an InvalidArgument naming it, the
-// signature and the inputs there are. Outputs: output_tensors names them (below); other return
-// types (lists, nested tuples, numbers) are refused by name.
-//
-// Thread safety: these functions run the module's forward: call them on one replica's copy
-// from one thread at a time, as any module's forward.
+// How each kind of argument binds: docs/guide.md, "Any forward signature".
 #pragma once
 
 #include <map>
