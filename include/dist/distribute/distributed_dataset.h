@@ -6,16 +6,11 @@
 // PER-REPLICA batches instead: each step hands the next batch to each local replica in turn.
 //
 // Every PerReplica batch remembers the true size of the step's global batch (across all
-// workers), so compute_average_loss divides by it exactly, even on a partial last batch.
-// When the data runs out unevenly (across replicas or workers), those without data get empty
-// batches (zero rows) and still take part, until no one has data; the epoch then ends
-// everywhere at the same step, so nobody waits in a collective for a peer that stopped.
-//
-// That takes an agreement of the workers before each step (one small all-reduce), except where
-// it is known in advance: global batches sharded by data (kData, kAuto), whose every worker
-// iterates the same pipeline, agree once, at an epoch's first step, that their inputs have the
-// same known number of batches (or are endless); each step's global batch is then the batch
-// every worker read, and an input that ends before or after that number is an error.
+// workers), so compute_average_loss divides by it exactly, even on a partial last batch. When
+// the data runs out unevenly, those without data get empty batches (zero rows) and still take
+// part, until no one has data: the epoch ends everywhere at the same step. How the workers
+// agree on that (each step, or once an epoch under kData): docs/design.md, "Round trips per
+// step, and why they are counted".
 #pragma once
 
 #include <memory>

@@ -20,14 +20,11 @@
 //     }
 //   };
 //
-// A layer is any group of parameters that compute together; the more layers, the less is whole
-// at once. Every parameter of the model belongs to exactly one layer, and a layer computes once
-// per forward (a layer called twice shares its weights between two places: not shardable).
-// The hooks gather across workers: every worker must call them for the same layers in the same
-// order (no branch on data that differs between workers). The tensor given to after_layer must
-// be the one the rest of the model computes from (its gradient is what tells the strategy that
-// the layer's backward is next); a layer whose parameters reach the loss another way finds
-// them released in backward and fails on their shape.
+// Rules: every parameter belongs to exactly one layer, and a layer computes once per forward (a
+// layer called twice is not shardable); every worker calls the hooks for the same layers in the
+// same order; after_layer gets the tensor the rest of the model computes from (its gradient
+// tells the strategy that the layer's backward is next; parameters that reach the loss another
+// way are found released in backward and fail on their shape). More layers, less whole at once.
 #pragma once
 
 #include <cstddef>

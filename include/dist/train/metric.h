@@ -1,21 +1,11 @@
-// Metric: a streaming statistic with one state per replica, aggregated when read.
-//
-// As tf.keras metrics under a strategy: each replica thread updates only its own (total, count)
-// slot, chosen by get_replica_context()->replica_id_in_sync_group() (slot 0 outside
-// strategy.run()), and result() combines the slots as
-//
-//   finalize(sum of totals, sum of counts)     e.g. sum of totals / sum of counts for a mean,
-//
-// which weighs every example equally however the batches were split. (The mean of per-replica
-// means would not: replica 0 averaging {1} and replica 1 averaging {3, 3, 3} give 2.5, not 2.)
-//
-// Across workers: a metric updated inside strategy.run() belongs to that strategy (as a Keras
-// metric created in strategy.scope() does), and result() also sums over the strategy's
-// workers, through the strategy (StrategyExtended::sum_across_workers). A metric only ever
-// updated in cross-replica code belongs to no strategy and reads this process's state.
-// Totals and counts are kept in double whatever the input dtype.
-//
-// Thread safety: every method may be called concurrently (replicas update in parallel).
+// Metric: a streaming statistic with one state per replica, aggregated when read, as tf.keras
+// metrics under a strategy. Each replica thread updates only its own (total, count) slot
+// (slot 0 outside strategy.run()); result() is finalize(sum of totals, sum of counts), which
+// weighs every example equally however the batches were split (the mean of per-replica means
+// of {1} and {3, 3, 3} would be 2.5, not 2). A metric updated inside strategy.run() belongs to
+// that strategy, and result() also sums over its workers (StrategyExtended::
+// sum_across_workers); one only updated in cross-replica code reads this process's state.
+// Totals and counts are doubles. Every method may be called concurrently.
 // The concrete metrics are in dist/train/metrics.h.
 #pragma once
 
