@@ -117,6 +117,26 @@ TEST(ShardingTest, AParameterGroupAddedAfterTheFirstStepIsRefused) {
   }
 }
 
+// Its chunk optimizers are of the first step's kind: a step of an optimizer of another kind over
+// the same model is refused by name, not run by the first kind's chunk optimizers with its
+// options.
+TEST(ShardingTest, AnOptimizerOfAnotherKindAfterTheFirstStepIsRefused) {
+  MirroredStrategy strategy(two_replicas(Sharding::kOptimizer));
+  auto model = strategy.mirror(torch::nn::Sequential(torch::nn::Linear(8, 4)));
+  auto sgd = strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
+  take_step(strategy, model, *sgd);
+  auto adam = strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(1e-2));
+  try {
+    take_step(strategy, model, *adam);
+    ADD_FAILURE() << "an Adam step ran on the chunk optimizers of an SGD";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("are SGD (the first step's kind), but this step's "
+                                         "optimizer is Adam"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ShardingTest, StageThreeRefusesWhatItCannotShardByName) {
   try {
     MirroredStrategy strategy(two_replicas(Sharding::kParameters));
