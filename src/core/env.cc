@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -85,6 +86,35 @@ class PosixRandomAccessFile : public RandomAccessFile {
   uint64_t size_;
 };
 
+// The kind of file a stat mode describes.
+FileKind kind_of(mode_t mode) {
+  if (S_ISREG(mode)) return FileKind::kRegular;
+  if (S_ISDIR(mode)) return FileKind::kDirectory;
+  if (S_ISFIFO(mode)) return FileKind::kFifo;
+  if (S_ISSOCK(mode)) return FileKind::kSocket;
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return FileKind::kDevice;
+  return FileKind::kOther;
+}
+
+// Opens `path` read-only without blocking (open(2) of a FIFO waits for a writer) and refuses
+// anything but a regular file; returns the descriptor, blocking again, and the file's size.
+int open_regular_for_reading(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail("opening", path, errno);
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  const int err = errno;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    if (!stated) fail("stat of", path, err);
+    throw DataError(detail::concat("opening '", path, "' refused: it is not a regular file but ",
+                                   file_kind_phrase(kind_of(st.st_mode)), "; read a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
 // Opens `path` for writing with `flags` added. Without blocking (a FIFO with no reader would
 // hold the open forever) and refusing anything but a regular file before a byte is written:
 // O_TRUNC does nothing to a device or a FIFO, so nothing there has changed yet.
@@ -118,18 +148,25 @@ class PosixEnv : public Env {
   }
 
   std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("opening", path, errno);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      fail("stat of", path, err);
-    }
-    return std::make_unique<PosixRandomAccessFile>(path, fd, static_cast<uint64_t>(st.st_size));
+    uint64_t size = 0;
+    const int fd = open_regular_for_reading(path, &size);
+    return std::make_unique<PosixRandomAccessFile>(path, fd, size);
   }
 
   bool file_exists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+  FileInfo file_info(const std::string& path) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return {};
+      fail("stat of", path, errno);
+    }
+    FileInfo info;
+    info.kind = kind_of(st.st_mode);
+    info.size = info.kind == FileKind::kRegular ? static_cast<uint64_t>(st.st_size) : 0;
+    info.identity = detail::concat(st.st_dev, ":", st.st_ino);
+    return info;
+  }
 
   std::vector<std::string> get_children(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
@@ -176,7 +213,54 @@ class PosixEnv : public Env {
   }
 };
 
+// Streams a RandomAccessFile: reads at an offset that advances, up to the size at opening.
+class RandomAccessStream : public SequentialFile {
+ public:
+  explicit RandomAccessStream(std::unique_ptr<RandomAccessFile> file)
+      : file_(std::move(file)), size_(file_->size()) {}
+  size_t read(void* out, size_t size) override {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(size, size_ - offset_));
+    if (n > 0) file_->read(offset_, n, out);  // throws if the file shrank
+    offset_ += n;
+    return n;
+  }
+  uint64_t skip(uint64_t size) override {
+    const uint64_t n = std::min(size, size_ - offset_);
+    offset_ += n;
+    return n;
+  }
+
+ private:
+  std::unique_ptr<RandomAccessFile> file_;
+  uint64_t size_;
+  uint64_t offset_ = 0;
+};
+
 }  // namespace
+
+const char* file_kind_phrase(FileKind kind) {
+  switch (kind) {
+    case FileKind::kMissing:
+      return "nothing (missing)";
+    case FileKind::kRegular:
+      return "a regular file";
+    case FileKind::kDirectory:
+      return "a directory";
+    case FileKind::kFifo:
+      return "a FIFO (named pipe)";
+    case FileKind::kSocket:
+      return "a socket";
+    case FileKind::kDevice:
+      return "a device";
+    case FileKind::kOther:
+      break;
+  }
+  return "another kind of file";
+}
+
+std::unique_ptr<SequentialFile> sequential_reader(std::unique_ptr<RandomAccessFile> file) {
+  return std::make_unique<RandomAccessStream>(std::move(file));
+}
 
 Env* Env::Default() {
   static Env* const env = new PosixEnv;  // never deleted: usable from static destructors

@@ -108,6 +108,21 @@ bool MemoryEnv::file_exists(const std::string& path) {
   return files_.count(path) > 0 || dirs_.count(path) > 0;
 }
 
+FileInfo MemoryEnv::file_info(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FileInfo info;
+  if (const auto it = files_.find(path); it != files_.end()) {
+    info.kind = FileKind::kRegular;
+    info.size = it->second->size();
+  } else if (dirs_.count(path) > 0) {
+    info.kind = FileKind::kDirectory;
+  } else {
+    return info;
+  }
+  info.identity = path;  // no links here: a path is its own identity
+  return info;
+}
+
 std::vector<std::string> MemoryEnv::get_children(const std::string& dir) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dirs_.count(dir) == 0)

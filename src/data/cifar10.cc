@@ -16,8 +16,8 @@ constexpr const char* kArchiveHint =
     "the binary version is cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html";
 
 // The records of one batch file as uint8 [n, kCifar10RecordBytes].
-at::Tensor read_records(const std::string& path) {
-  detail::FileBytes in(path);
+at::Tensor read_records(const std::string& path, Env* env) {
+  detail::FileBytes in(path, env);
   const uint64_t size = in.size();
   const uint64_t record = kCifar10RecordBytes;
   DIST_CHECK(size > 0 && size % record == 0, DataError, path, " holds ", size, " bytes",
@@ -50,11 +50,11 @@ std::vector<std::string> batch_names(Split split) {
 
 }  // namespace
 
-ImageLabelTensors read_cifar10_batches(const std::vector<std::string>& paths) {
+ImageLabelTensors read_cifar10_batches(const std::vector<std::string>& paths, Env* env) {
   DIST_CHECK_ARG(!paths.empty(), "read_cifar10_batches needs at least one batch file");
   std::vector<at::Tensor> parts;
   parts.reserve(paths.size());
-  for (const auto& path : paths) parts.push_back(read_records(path));
+  for (const auto& path : paths) parts.push_back(read_records(path, env));
   at::Tensor records = parts.size() == 1 ? parts[0] : at::cat(parts);
   parts.clear();  // release the per-file buffers before converting
   const int64_t n = records.size(0);
@@ -62,25 +62,27 @@ ImageLabelTensors read_cifar10_batches(const std::vector<std::string>& paths) {
   return {images, records.select(1, 0).to(at::kLong)};
 }
 
-ImageLabelTensors load_cifar10(const std::string& dir, Split split) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  DIST_CHECK(fs::is_directory(dir, ec), DataError, "CIFAR-10 directory ", dir, " does not exist; ",
+ImageLabelTensors load_cifar10(const std::string& dir, Split split, Env* env) {
+  namespace fs = std::filesystem;  // paths joined here; the file system is env's
+  auto is_directory = [env](const fs::path& p) {
+    return env->file_info(p.string()).kind == FileKind::kDirectory;
+  };
+  DIST_CHECK(is_directory(dir), DataError, "CIFAR-10 directory ", dir, " does not exist; ",
              kArchiveHint);
   fs::path root(dir);
-  if (fs::is_directory(root / "cifar-10-batches-bin", ec)) root /= "cifar-10-batches-bin";
+  if (is_directory(root / "cifar-10-batches-bin")) root /= "cifar-10-batches-bin";
   std::vector<std::string> paths;
   for (const auto& name : batch_names(split)) {
     fs::path path = root / name;
-    DIST_CHECK(fs::exists(path, ec), DataError, "CIFAR-10 batch ", path.string(),
+    DIST_CHECK(env->file_exists(path.string()), DataError, "CIFAR-10 batch ", path.string(),
                " does not exist; ", kArchiveHint, ", unpacked into ", dir);
     paths.push_back(path.string());
   }
-  return read_cifar10_batches(paths);
+  return read_cifar10_batches(paths, env);
 }
 
-Dataset cifar10(const std::string& dir, Split split) {
-  ImageLabelTensors data = load_cifar10(dir, split);
+Dataset cifar10(const std::string& dir, Split split, Env* env) {
+  ImageLabelTensors data = load_cifar10(dir, split, env);
   return Dataset::from_tensor_slices({data.images, data.labels});
 }
 

@@ -1,15 +1,9 @@
 #include "data/file_bytes.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
+#include "core/inflating_file.h"
 #include "dist/core/error.h"
 
 namespace dist::data::detail {
@@ -20,68 +14,50 @@ constexpr uint64_t kMinGzipBytes = 20;
 // Deflate cannot expand data by more than 1032:1, so a gzip file of n bytes holds at most
 // about 1032 * n. This bounds a claimed size where ISIZE (mod 2^32) cannot.
 constexpr uint64_t kMaxDeflateRatio = 1032;
-// zlib and read(2) take lengths below 2^31 or 2^32: read in chunks.
+// zlib takes lengths below 2^32: read in chunks.
 constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
-
-gzFile as_gz(void* p) { return static_cast<gzFile>(p); }
-
-// pread until n bytes or end of file; returns the count read, or -1 with errno set.
-ssize_t pread_full(int fd, unsigned char* dst, size_t n, off_t offset) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, dst + done, n - done, offset + static_cast<off_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  return static_cast<ssize_t>(done);
-}
 
 }  // namespace
 
-FileBytes::FileBytes(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DIST_CHECK(fd_ >= 0, DataError, "cannot open ", path, ": ", std::strerror(errno));
+FileBytes::FileBytes(const std::string& path, Env* env) : path_(path) {
+  DIST_CHECK_ARG(env != nullptr, "reading ", path, ": the Env is null");
+  std::unique_ptr<RandomAccessFile> file;
   try {
-    struct stat st {};
-    DIST_CHECK(::fstat(fd_, &st) == 0, DataError, "cannot stat ", path, ": ", std::strerror(errno));
-    DIST_CHECK(S_ISREG(st.st_mode), DataError, path, " is not a regular file");
-    file_size_ = static_cast<uint64_t>(st.st_size);
-
-    unsigned char magic[2] = {0, 0};
-    DIST_CHECK(pread_full(fd_, magic, 2, 0) >= 0, DataError, "cannot read ", path, ": ",
-               std::strerror(errno));
-    if (file_size_ < 2 || magic[0] != 0x1f || magic[1] != 0x8b) return;  // plain file
-
-    DIST_CHECK(file_size_ >= kMinGzipBytes, DataError, path, " is truncated: it starts like a ",
+    file = env->new_random_access_file(path);  // refuses anything but a regular file
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("cannot open ", path, ": ", e.what()));
+  }
+  file_size_ = file->size();
+  unsigned char magic[2] = {0, 0};
+  read_at(*file, 0, std::min<uint64_t>(file_size_, 2), magic);
+  gzipped_ = file_size_ >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  if (gzipped_) {
+    DIST_CHECK(file_size_ >= kMinGzipBytes, DataError, path_, " is truncated: it starts like a ",
                "gzip file but holds only ", file_size_, " bytes, less than a gzip header and ",
                "trailer");
     unsigned char isize[4];
-    DIST_CHECK(pread_full(fd_, isize, 4, static_cast<off_t>(file_size_ - 4)) == 4, DataError,
-               "cannot read the gzip trailer of ", path, ": ", std::strerror(errno));
+    read_at(*file, file_size_ - 4, 4, isize);
     gzip_isize_ = uint64_t{isize[0]} | uint64_t{isize[1]} << 8 | uint64_t{isize[2]} << 16 |
                   uint64_t{isize[3]} << 24;
+  }
+  content_ = sequential_reader(std::move(file));
+  if (gzipped_)
+    content_ = std::make_unique<::dist::detail::InflatingFile>(std::move(content_),
+                                                               ::dist::detail::StreamFormat::kGzip);
+}
 
-    gzFile gz = gzdopen(fd_, "rb");
-    DIST_CHECK(gz != nullptr, DataError, "cannot start decompressing ", path,
-               " (zlib could not allocate its state)");
-    fd_ = -1;  // gzclose closes it now
-    gz_ = gz;
-    gzbuffer(gz, 1 << 17);  // fewer, larger reads than the 8 KiB default
-  } catch (...) {
-    if (fd_ >= 0) ::close(fd_);
-    throw;
+void FileBytes::read_at(const RandomAccessFile& file, uint64_t offset, size_t n, void* out) {
+  try {
+    file.read(offset, n, out);
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("cannot read ", path_, ": ", e.what()));
   }
 }
 
-FileBytes::~FileBytes() {
-  if (gz_ != nullptr) gzclose(as_gz(gz_));
-  if (fd_ >= 0) ::close(fd_);
-}
+FileBytes::~FileBytes() = default;
 
 void FileBytes::check_size(uint64_t total, const std::string& what) const {
-  if (gz_ == nullptr) {
+  if (!gzipped_) {
     DIST_CHECK(total <= file_size_, DataError, path_,
                " is truncated or its header is corrupt: ", what, " (", total,
                " bytes in all) but the file holds only ", file_size_, " bytes");
@@ -104,25 +80,20 @@ void FileBytes::check_size(uint64_t total, const std::string& what) const {
 void FileBytes::read_exact(void* dst, uint64_t n, const std::string& what) {
   uint64_t got = read_some(dst, n);
   if (got == n) return;
-  std::string zlib_note = gzip_error();
-  if (!zlib_note.empty()) zlib_note = " (zlib: " + zlib_note + ")";
   throw DataError(::dist::detail::concat(path_, " is truncated: expected ", n, " bytes of ", what,
                                          " at content offset ", consumed_ - got, " but got only ",
-                                         got, zlib_note));
+                                         got));
 }
 
 void FileBytes::expect_end() {
   uint64_t expected = consumed_;
   uint64_t trailing = 0;
-  if (gz_ == nullptr) {
+  if (!gzipped_) {
     trailing = file_size_ > consumed_ ? file_size_ - consumed_ : 0;
   } else {
     // Reading to the end makes zlib check the CRC and length in the trailer.
     std::vector<unsigned char> sink(1 << 16);
     for (uint64_t got; (got = read_some(sink.data(), sink.size())) > 0;) trailing += got;
-    std::string error = gzip_error();
-    DIST_CHECK(error.empty(), DataError, path_, " is truncated or corrupt: the gzip stream ",
-               "does not end properly after ", consumed_, " bytes (zlib: ", error, ")");
   }
   DIST_CHECK(trailing == 0, DataError, path_, " has ", trailing, " trailing bytes after the ",
              expected, " bytes expected");
@@ -132,32 +103,19 @@ uint64_t FileBytes::read_some(void* dst, uint64_t n) {
   auto* out = static_cast<unsigned char*>(dst);
   uint64_t done = 0;
   while (done < n) {
-    uint64_t chunk = std::min(n - done, kMaxChunk);
-    int64_t r;
-    if (gz_ != nullptr) {
-      r = gzread(as_gz(gz_), out + done, static_cast<unsigned>(chunk));
-      DIST_CHECK(r >= 0, DataError, path_, " is corrupt or truncated: zlib failed to ",
-                 "decompress it after ", consumed_, " bytes were read: ", gzip_error());
-    } else {
-      r = ::read(fd_, out + done, chunk);
-      if (r < 0 && errno == EINTR) continue;
-      DIST_CHECK(r >= 0, DataError, "cannot read ", path_, ": ", std::strerror(errno));
+    size_t got = 0;
+    try {
+      got = content_->read(out + done, static_cast<size_t>(std::min(n - done, kMaxChunk)));
+    } catch (const DataError& e) {
+      // The Env's read error (it names the file) or the gzip stream's damage.
+      throw DataError(::dist::detail::concat("cannot read ", path_, " after ", consumed_,
+                                             " bytes of content: ", e.what()));
     }
-    if (r == 0) break;
-    done += static_cast<uint64_t>(r);
-    consumed_ += static_cast<uint64_t>(r);
+    if (got == 0) break;
+    done += got;
+    consumed_ += got;
   }
   return done;
-}
-
-std::string FileBytes::gzip_error() const {
-  if (gz_ == nullptr) return "";
-  int errnum = Z_OK;
-  std::string message = gzerror(as_gz(gz_), &errnum);
-  if (errnum == Z_OK) return "";
-  // zlib prefixes the name it was opened with, "<fd:N>: " here; the caller names the path.
-  size_t colon = message.find(": ");
-  return colon == std::string::npos ? message : message.substr(colon + 2);
 }
 
 }  // namespace dist::data::detail

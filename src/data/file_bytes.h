@@ -3,29 +3,33 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "dist/core/env.h"
 
 namespace dist::data::detail {
 
-// Reads the bytes of one file in order. A file starting with the gzip magic (1f 8b) is
-// decompressed with zlib, whatever its name. Every failure is a dist::DataError that names
-// the file. Not thread-safe.
+// Reads the bytes of one file in order, through an Env (env.h). A file starting with the gzip
+// magic (1f 8b) is decompressed (core/inflating_file.h), whatever its name. Every failure is a
+// dist::DataError that names the file: a read error, a file that shrank while read, a corrupt
+// or truncated gzip stream. Not thread-safe.
 class FileBytes {
  public:
-  // Opens `path`. Throws if it cannot be opened, is not a regular file, or starts like a
-  // gzip file but is too short to hold a gzip header and trailer.
-  explicit FileBytes(const std::string& path);
+  // Opens `path` through `env`. Throws if it cannot be opened, is not a regular file, or starts
+  // like a gzip file but is too short to hold a gzip header and trailer.
+  explicit FileBytes(const std::string& path, Env* env = Env::Default());
   ~FileBytes();
   FileBytes(const FileBytes&) = delete;
   FileBytes& operator=(const FileBytes&) = delete;
 
   const std::string& path() const { return path_; }
-  bool gzipped() const { return gz_ != nullptr; }
+  bool gzipped() const { return gzipped_; }
   // The size on disk.
   uint64_t file_size() const { return file_size_; }
   // The size of the content: the file size, or for gzip the trailer's ISIZE field, which is
   // the uncompressed size mod 2^32 of the last member and is only confirmed by reading.
-  uint64_t size() const { return gz_ != nullptr ? gzip_isize_ : file_size_; }
+  uint64_t size() const { return gzipped_ ? gzip_isize_ : file_size_; }
 
   // Throws if the file cannot hold exactly `total` bytes of content (counted from the
   // start), as far as can be told without reading it. `what` says where the claim comes
@@ -42,14 +46,14 @@ class FileBytes {
   void expect_end();
 
  private:
+  // Reads n bytes at `offset` of the opened file (the gzip magic and trailer).
+  void read_at(const RandomAccessFile& file, uint64_t offset, size_t n, void* out);
   // Reads up to n bytes; returns fewer only at the end of the content. Throws on errors.
   uint64_t read_some(void* dst, uint64_t n);
-  // zlib's description of the stream's error, or "" if there is none.
-  std::string gzip_error() const;
 
   std::string path_;
-  int fd_ = -1;         // plain file; -1 once handed to zlib
-  void* gz_ = nullptr;  // gzFile for a gzip file (void* keeps zlib.h out of the header)
+  std::unique_ptr<SequentialFile> content_;  // the file's bytes, or the decompressed stream
+  bool gzipped_ = false;
   uint64_t file_size_ = 0;
   uint64_t gzip_isize_ = 0;
   uint64_t consumed_ = 0;  // content bytes read so far

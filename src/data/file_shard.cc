@@ -49,9 +49,7 @@ Dataset shard_files(const Dataset& dataset, int64_t num_shards, int64_t index) {
                    files.size() == 1 ? "" : "s", " but there are ", num_shards,
                    " workers (input pipelines), so some would read nothing; write the data in "
                    "at least ",
-                   num_shards,
-                   " files, or shard by data (AutoShardPolicy::kData, dist-train "
-                   "--auto-shard data)");
+                   num_shards, " files, or shard by data (AutoShardPolicy::kData)");
     std::vector<std::string> mine;
     for (size_t f = static_cast<size_t>(index); f < files.size(); f += num_shards)
       mine.push_back(files[f]);

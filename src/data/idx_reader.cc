@@ -69,8 +69,8 @@ void big_endian_to_host(void* data, uint64_t count, size_t width) {
 
 }  // namespace
 
-at::Tensor read_idx(const std::string& path) {
-  detail::FileBytes in(path);
+at::Tensor read_idx(const std::string& path, Env* env) {
+  detail::FileBytes in(path, env);
   DIST_CHECK(in.file_size() > 0, DataError, path, " is empty (0 bytes); expected an IDX file");
 
   unsigned char magic[kMagicBytes];

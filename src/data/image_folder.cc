@@ -1,13 +1,7 @@
 // image_folder: the images below a directory's class folders, as a file source.
 #include "dist/data/image_folder.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <utility>
@@ -21,41 +15,25 @@
 namespace dist::data {
 namespace {
 
-namespace fs = std::filesystem;
-
-bool is_image_name(const fs::path& path) {
-  std::string extension = path.extension().string();
+bool is_image_name(const std::string& name) {
+  std::string extension = std::filesystem::path(name).extension().string();
   std::transform(extension.begin(), extension.end(), extension.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
 }
 
-// The whole file as uint8 [size]; DataError naming it if it cannot be read or is not a
-// regular file (a FIFO put among the images must not block the pipeline).
-at::Tensor read_file(const std::string& path) {
-  struct stat info {};
-  DIST_CHECK(::stat(path.c_str(), &info) == 0, DataError, "image_folder: cannot read '", path,
-             "': ", std::strerror(errno));
-  DIST_CHECK(S_ISREG(info.st_mode), DataError, "image_folder: '", path,
-             "' is not a regular file (a FIFO or device named like an image)");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DIST_CHECK(fd >= 0, DataError, "image_folder: cannot open '", path, "': ", std::strerror(errno));
-  at::Tensor bytes = at::empty({static_cast<int64_t>(info.st_size)}, at::kByte);
-  auto* out = bytes.data_ptr<uint8_t>();
-  int64_t done = 0;
-  while (done < info.st_size) {
-    const ssize_t got = ::read(fd, out + done, static_cast<size_t>(info.st_size - done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const int error = errno;
-      ::close(fd);
-      DIST_CHECK(false, DataError, "image_folder: reading '", path, "' failed after ", done, " of ",
-                 info.st_size, " bytes: ", got == 0 ? "the file shrank" : std::strerror(error));
-    }
-    done += got;
+// The whole file as uint8 [size], read through `env`; DataError naming it if it cannot be
+// read or is not a regular file (the Env's open refuses a FIFO named like an image at once,
+// so it does not block the pipeline).
+at::Tensor read_file(Env* env, const std::string& path) {
+  try {
+    const auto file = env->new_random_access_file(path);
+    at::Tensor bytes = at::empty({static_cast<int64_t>(file->size())}, at::kByte);
+    file->read(0, file->size(), bytes.data_ptr<uint8_t>());  // throws if the file shrank
+    return bytes;
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("image_folder: cannot read '", path, "': ", e.what()));
   }
-  ::close(fd);
-  return bytes;
 }
 
 struct Listing {
@@ -66,13 +44,16 @@ struct Listing {
 class ImageFolderIterator : public detail::IteratorNode {
  public:
   ImageFolderIterator(std::shared_ptr<const Listing> listing, std::vector<size_t> order,
-                      bool with_source)
-      : listing_(std::move(listing)), order_(std::move(order)), with_source_(with_source) {}
+                      bool with_source, Env* env)
+      : listing_(std::move(listing)),
+        order_(std::move(order)),
+        with_source_(with_source),
+        env_(env) {}
   std::optional<Element> next() override {
     if (index_ >= order_.size()) return std::nullopt;
     const size_t file = order_[index_++];
     const std::string& path = listing_->files[file];
-    Element element{read_file(path), at::scalar_tensor(listing_->labels[file], at::kLong)};
+    Element element{read_file(env_, path), at::scalar_tensor(listing_->labels[file], at::kLong)};
     if (with_source_) element.push_back(string_tensor(path));
     return element;
   }
@@ -86,6 +67,7 @@ class ImageFolderIterator : public detail::IteratorNode {
   std::shared_ptr<const Listing> listing_;
   std::vector<size_t> order_;
   bool with_source_;
+  Env* env_;
   size_t index_ = 0;
 };
 
@@ -101,7 +83,8 @@ class ImageFolderNode : public detail::FileSourceNode {
       auto rng = detail::epoch_stream(options_.seed, static_cast<uint64_t>(epoch));
       order = detail::permutation(order.size(), rng);
     }
-    return std::make_unique<ImageFolderIterator>(listing_, std::move(order), options_.with_source);
+    return std::make_unique<ImageFolderIterator>(listing_, std::move(order), options_.with_source,
+                                                 options_.env);
   }
   int64_t cardinality() const override { return static_cast<int64_t>(listing_->files.size()); }
   std::string describe() const override {
@@ -128,48 +111,75 @@ class ImageFolderNode : public detail::FileSourceNode {
   ImageFolderOptions options_;
 };
 
-// A directory's identity (device and inode, links followed), to notice one reached twice.
-std::pair<dev_t, ino_t> folder_identity(const fs::path& path) {
-  struct stat st {};
-  DIST_CHECK(::stat(path.c_str(), &st) == 0, DataError, "image_folder: cannot read '",
-             printable(path.string(), 256), "': ", std::strerror(errno));
-  return {st.st_dev, st.st_ino};
+std::string joined(const std::string& dir, const std::string& name) {
+  return !dir.empty() && dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// The images below one class folder, sub-folders (and links to them) followed, sorted.
-std::vector<std::string> list_class(const fs::path& root, const std::string& name) {
-  std::vector<std::string> files;
-  // Every folder walked, by identity: a link back up (c0/loop -> ..) would otherwise be walked
-  // 40 levels deep, listing each image again under this class each time.
-  std::map<std::pair<dev_t, ino_t>, std::string> walked{{folder_identity(root), root.string()}};
-  std::error_code error;
-  for (fs::recursive_directory_iterator
-           it(root, fs::directory_options::follow_directory_symlink, error),
-       end;
-       !error && it != end; it.increment(error)) {
-    if (it->is_directory()) {
-      const auto [first, fresh] = walked.emplace(folder_identity(it->path()), it->path().string());
-      DIST_CHECK(fresh, DataError, "image_folder: '", printable(it->path().string(), 256),
-                 "' is the folder '", printable(first->second, 256),
+// What is at `path`, through `env`; DataError naming it when it cannot be looked at.
+FileInfo info_of(Env* env, const std::string& path) {
+  try {
+    return env->file_info(path);
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("image_folder: cannot read '", printable(path, 256),
+                                           "': ", e.what()));
+  }
+}
+
+// The sorted entry names of directory `dir`; DataError naming it when it cannot be listed.
+std::vector<std::string> entries_of(Env* env, const std::string& dir) {
+  std::vector<std::string> names;
+  try {
+    names = env->get_children(dir);
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("image_folder: cannot list '", printable(dir, 256),
+                                           "': ", e.what()));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Every folder walked so far in one class, by identity, to the path it was first reached by:
+// a link back up (c0/loop -> ..) would otherwise be walked 40 levels deep, listing each image
+// again under this class each time.
+using Walked = std::map<std::string, std::string>;
+
+// Adds the images below `dir` (sub-folders and links to them followed) to `files`. An entry
+// that is not a folder is listed if named like an image, whatever it is (a FIFO, a link to
+// nothing, a file that vanished since the listing): reading it names the problem.
+void walk_class(Env* env, const std::string& dir, const std::string& name, Walked& walked,
+                std::vector<std::string>& files) {
+  for (const auto& entry : entries_of(env, dir)) {
+    const std::string path = joined(dir, entry);
+    const FileInfo info = info_of(env, path);
+    if (info.kind == FileKind::kDirectory) {
+      const auto [first, fresh] = walked.emplace(info.identity, path);
+      DIST_CHECK(fresh, DataError, "image_folder: '", printable(path, 256), "' is the folder '",
+                 printable(first->second, 256),
                  "' again (a symbolic link loop, or a second link to it): its images would be "
                  "listed again under class '",
                  printable(name, 256), "'; remove the link");
-    } else if (is_image_name(it->path())) {
-      files.push_back(it->path().string());
+      walk_class(env, path, name, walked, files);
+    } else if (is_image_name(entry)) {
+      files.push_back(path);
     }
   }
-  DIST_CHECK(!error, DataError, "image_folder: cannot list '", printable(root.string(), 256),
-             "': ", error.message());
+}
+
+// The images below one class folder, sub-folders (and links to them) followed, sorted.
+std::vector<std::string> list_class(Env* env, const std::string& root, const std::string& name) {
+  std::vector<std::string> files;
+  Walked walked{{info_of(env, root).identity, root}};
+  walk_class(env, root, name, walked, files);
   std::sort(files.begin(), files.end());
   return files;
 }
 
-Listing list_images(const std::string& directory) {
-  const auto classes = image_folder_classes(directory);
+Listing list_images(const std::string& directory, Env* env) {
+  const auto classes = image_folder_classes(directory, env);
   Listing listing;
   for (size_t label = 0; label < classes.size(); ++label) {
     std::vector<std::string> files =
-        list_class(fs::path(directory) / classes[label], classes[label]);
+        list_class(env, joined(directory, classes[label]), classes[label]);
     for (auto& file : files) {
       listing.files.push_back(std::move(file));
       listing.labels.push_back(static_cast<int64_t>(label));
@@ -185,24 +195,24 @@ Listing list_images(const std::string& directory) {
 
 }  // namespace
 
-std::vector<std::string> image_folder_classes(const std::string& directory) {
-  std::error_code error;
-  DIST_CHECK(fs::is_directory(directory, error), DataError, "image_folder: '", directory, "' ",
-             fs::exists(directory, error) ? "is not a directory" : "does not exist",
+std::vector<std::string> image_folder_classes(const std::string& directory, Env* env) {
+  DIST_CHECK_ARG(env != nullptr, "image_folder: the Env is null");
+  const FileKind kind = info_of(env, directory).kind;
+  DIST_CHECK(kind == FileKind::kDirectory, DataError, "image_folder: '", directory, "' ",
+             kind == FileKind::kMissing ? "does not exist" : "is not a directory",
              "; give a directory with one sub-folder of images per class");
   std::vector<std::string> classes;
-  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error))
-    if (it->is_directory()) classes.push_back(it->path().filename().string());
-  DIST_CHECK(!error, DataError, "image_folder: cannot list '", directory, "': ", error.message());
+  for (const auto& entry : entries_of(env, directory))
+    if (info_of(env, joined(directory, entry)).kind == FileKind::kDirectory)
+      classes.push_back(entry);
   DIST_CHECK(!classes.empty(), DataError, "image_folder: '", directory,
              "' has no sub-folders; the layout is DIR/<class>/<image>, one folder per class");
-  std::sort(classes.begin(), classes.end());
-  return classes;
+  return classes;  // sorted, as entries_of lists them
 }
 
 Dataset image_folder_files(const std::string& directory, const ImageFolderOptions& options) {
   return Dataset(std::make_shared<ImageFolderNode>(
-      directory, std::make_shared<const Listing>(list_images(directory)), options));
+      directory, std::make_shared<const Listing>(list_images(directory, options.env)), options));
 }
 
 Dataset image_folder(const std::string& directory, const DecodeImageOptions& decode,

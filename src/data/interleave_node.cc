@@ -35,7 +35,7 @@ class InterleaveIterator : public IteratorNode {
         current.reset();  // finished: its place is refilled when the turn comes back
         --open_;
         advance();
-      } else if (!open(place_)) {
+      } else if (!fill_place(place_)) {
         advance();
       }
     }
@@ -44,7 +44,7 @@ class InterleaveIterator : public IteratorNode {
 
  private:
   // Puts the next input element's dataset in `place`; false when the input is exhausted.
-  bool open(size_t place) {
+  bool fill_place(size_t place) {
     if (input_done_) return false;
     auto element = input_->next();
     if (!element) {

@@ -1,11 +1,8 @@
 // match_files and list_files: the file names of a pipeline.
-#include <glob.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
+#include "core/path_match.h"
 #include "data/dataset_node.h"
 #include "data/epoch_random.h"
 #include "dist/core/error.h"
@@ -14,31 +11,25 @@
 namespace dist::data {
 namespace {
 
-// What a path is, for the message that refuses it ("a directory").
-std::string kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
-}
-
-void append_matches(const std::string& pattern, std::vector<std::string>& out) {
+void append_matches(const std::string& pattern, Env* env, std::vector<std::string>& out) {
   DIST_CHECK_ARG(!pattern.empty(), "match_files: the file pattern is empty");
-  glob_t matches{};
-  const int result = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
-  std::vector<std::string> found(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
-  globfree(&matches);
-  DIST_CHECK(result != GLOB_NOMATCH, DataError, "no file matches '", pattern,
+  std::vector<std::string> found = ::dist::detail::match_paths(env, pattern);
+  DIST_CHECK(!found.empty(), DataError, "no file matches '", pattern,
              "': check the path and the pattern (*, ? and [...] as in a shell)");
-  DIST_CHECK(result == 0, DataError, "cannot list the files matching '", pattern, "': ",
-             result == GLOB_ABORTED ? "a directory on the way cannot be read" : "out of memory");
   for (auto& path : found) {
-    struct stat info {};
-    DIST_CHECK(::stat(path.c_str(), &info) == 0, DataError, "cannot read '", path,
-               "' (matched by '", pattern, "'): ", std::strerror(errno));
-    DIST_CHECK(S_ISREG(info.st_mode), DataError, "'", path, "' (matched by '", pattern, "') is ",
-               kind_of(info.st_mode), ", not a data file: narrow the pattern to the files");
+    FileInfo info;
+    try {
+      info = env->file_info(path);
+    } catch (const DataError& e) {
+      throw DataError(::dist::detail::concat("cannot read '", path, "' (matched by '", pattern,
+                                             "'): ", e.what()));
+    }
+    // Missing: it vanished since the listing (or is a link to nothing).
+    DIST_CHECK(info.kind != FileKind::kMissing, DataError, "cannot read '", path, "' (matched by '",
+               pattern, "'): No such file or directory");
+    DIST_CHECK(info.kind == FileKind::kRegular, DataError, "'", path, "' (matched by '", pattern,
+               "') is ", file_kind_phrase(info.kind),
+               ", not a data file: narrow the pattern to the files");
     out.push_back(std::move(path));
   }
 }
@@ -97,25 +88,27 @@ class ListFilesNode : public detail::FileSourceNode {
 
 }  // namespace
 
-std::vector<std::string> match_files(const std::string& pattern) {
-  return match_files(std::vector<std::string>{pattern});
+std::vector<std::string> match_files(const std::string& pattern, Env* env) {
+  return match_files(std::vector<std::string>{pattern}, env);
 }
 
-std::vector<std::string> match_files(const std::vector<std::string>& patterns) {
+std::vector<std::string> match_files(const std::vector<std::string>& patterns, Env* env) {
   DIST_CHECK_ARG(!patterns.empty(), "match_files needs at least one pattern");
+  DIST_CHECK_ARG(env != nullptr, "match_files: the Env is null");
   std::vector<std::string> files;
-  for (const auto& pattern : patterns) append_matches(pattern, files);
+  for (const auto& pattern : patterns) append_matches(pattern, env, files);
   std::sort(files.begin(), files.end());
   files.erase(std::unique(files.begin(), files.end()), files.end());
   return files;
 }
 
-Dataset list_files(const std::string& pattern, bool shuffle, uint64_t seed) {
-  return list_files(std::vector<std::string>{pattern}, shuffle, seed);
+Dataset list_files(const std::string& pattern, bool shuffle, uint64_t seed, Env* env) {
+  return list_files(std::vector<std::string>{pattern}, shuffle, seed, env);
 }
 
-Dataset list_files(const std::vector<std::string>& patterns, bool shuffle, uint64_t seed) {
-  return Dataset(std::make_shared<ListFilesNode>(match_files(patterns), shuffle, seed));
+Dataset list_files(const std::vector<std::string>& patterns, bool shuffle, uint64_t seed,
+                   Env* env) {
+  return Dataset(std::make_shared<ListFilesNode>(match_files(patterns, env), shuffle, seed));
 }
 
 at::Tensor string_tensor(std::string_view text) {

@@ -25,27 +25,25 @@ std::string missing_hint(const std::string& dir) {
 }
 
 // The path of `name` in `dir`, preferring the gzip file.
-std::string find_file(const std::string& dir, const std::string& name) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
+std::string find_file(const std::string& dir, const std::string& name, Env* env) {
+  namespace fs = std::filesystem;  // paths joined here; the file system is env's
   fs::path gz = fs::path(dir) / (name + ".gz");
-  if (fs::exists(gz, ec)) return gz.string();
+  if (env->file_exists(gz.string())) return gz.string();
   fs::path plain = fs::path(dir) / name;
-  DIST_CHECK(fs::exists(plain, ec), DataError, "neither ", gz.string(), " nor ", plain.string(),
-             " exists", missing_hint(dir));
+  DIST_CHECK(env->file_exists(plain.string()), DataError, "neither ", gz.string(), " nor ",
+             plain.string(), " exists", missing_hint(dir));
   return plain.string();
 }
 
 // The images as stored, uint8 [N, 1, 28, 28], and the labels int64 [N] (checked).
-ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split) {
-  std::error_code ec;
-  DIST_CHECK(std::filesystem::is_directory(dir, ec), DataError, "MNIST-format directory ", dir,
-             " does not exist", missing_hint(dir));
+ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split, Env* env) {
+  DIST_CHECK(env->file_info(dir).kind == FileKind::kDirectory, DataError, "MNIST-format directory ",
+             dir, " does not exist", missing_hint(dir));
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte");
-  const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte");
+  const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte", env);
+  const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte", env);
 
-  at::Tensor images = read_idx(images_path);
+  at::Tensor images = read_idx(images_path, env);
   DIST_CHECK(images.scalar_type() == at::kByte && images.dim() == 3, DataError, images_path,
              " holds ", images.scalar_type(), " values of rank ", images.dim(),
              " but MNIST images are uint8 of rank 3 [N, rows, cols]");
@@ -54,7 +52,7 @@ ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split) {
   DIST_CHECK(images.size(1) == 28 && images.size(2) == 28, DataError, images_path, " holds ",
              images.size(1), "x", images.size(2),
              " images but MNIST-format images are 28x28; is it the right file?");
-  at::Tensor labels = read_idx(labels_path);
+  at::Tensor labels = read_idx(labels_path, env);
   DIST_CHECK(labels.scalar_type() == at::kByte && labels.dim() == 1, DataError, labels_path,
              " holds ", labels.scalar_type(), " values of rank ", labels.dim(),
              " but MNIST labels are uint8 of rank 1 [N]");
@@ -75,8 +73,8 @@ ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split) {
 
 }  // namespace
 
-ImageLabelTensors load_mnist_format(const std::string& dir, Split split) {
-  ImageLabelTensors data = load_mnist_bytes(dir, split);
+ImageLabelTensors load_mnist_format(const std::string& dir, Split split, Env* env) {
+  ImageLabelTensors data = load_mnist_bytes(dir, split, env);
   return {scale_images(data.images), data.labels};
 }
 
@@ -91,16 +89,18 @@ Element scale_images_of(Element element) {
   return element;
 }
 
-Dataset fashion_mnist(const std::string& dir, Split split) {
-  ImageLabelTensors data = load_mnist_format(dir, split);
+Dataset fashion_mnist(const std::string& dir, Split split, Env* env) {
+  ImageLabelTensors data = load_mnist_format(dir, split, env);
   return Dataset::from_tensor_slices({data.images, data.labels});
 }
 
-Dataset fashion_mnist_bytes(const std::string& dir, Split split) {
-  ImageLabelTensors data = load_mnist_bytes(dir, split);
+Dataset fashion_mnist_bytes(const std::string& dir, Split split, Env* env) {
+  ImageLabelTensors data = load_mnist_bytes(dir, split, env);
   return Dataset::from_tensor_slices({data.images, data.labels});
 }
 
-Dataset mnist(const std::string& dir, Split split) { return fashion_mnist(dir, split); }
+Dataset mnist(const std::string& dir, Split split, Env* env) {
+  return fashion_mnist(dir, split, env);
+}
 
 }  // namespace dist::data

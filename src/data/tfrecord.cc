@@ -1,6 +1,5 @@
 #include "dist/data/tfrecord.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -23,13 +22,13 @@ std::string parent_dir(const std::string& path) {
 
 // Refuses a path that exists as something a file cannot be written over: a rename would replace
 // a directory's entry or fail late, and opening a FIFO for writing blocks.
-void check_not_special(const std::string& path, const std::string& what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return;  // missing: fine
-  DIST_CHECK_ARG(S_ISREG(st.st_mode), "TFRecordWriter: ", what, " ", path, " exists and is ",
-                 S_ISDIR(st.st_mode)    ? "a directory"
-                 : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                        : "not a regular file",
+void check_not_special(Env* env, const std::string& path, const std::string& what) {
+  const FileKind kind = env->file_info(path).kind;
+  DIST_CHECK_ARG(kind == FileKind::kMissing || kind == FileKind::kRegular, "TFRecordWriter: ", what,
+                 " ", path, " exists and is ",
+                 kind == FileKind::kDirectory ? "a directory"
+                 : kind == FileKind::kFifo    ? "a FIFO"
+                                              : "not a regular file",
                  "; pass the path of a file to write");
 }
 
@@ -126,8 +125,8 @@ TFRecordWriter::TFRecordWriter(std::string path, Compression compression, Env* e
   w.partial = w.path + ".partial";
   w.compression = compression;
   w.env = env;
-  check_not_special(w.path, "the output");
-  check_not_special(w.partial, "the temporary file");
+  check_not_special(env, w.path, "the output");
+  check_not_special(env, w.partial, "the temporary file");
   w.staged.reserve(Impl::kBufferBytes);
   if (compression != Compression::kNone) {
     w.out.reset(new unsigned char[Impl::kBufferBytes]);

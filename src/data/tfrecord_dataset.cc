@@ -1,8 +1,6 @@
 // tfrecord_dataset: a file source streaming the records of TFRecord files.
 #include "dist/data/tfrecord_dataset.h"
 
-#include <sys/stat.h>
-
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -27,7 +25,7 @@ class RecordCounts {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<detail::ReadableRecords>& count = counts_[file];
     if (!count) {
-      count = detail::count_readable_records(files_[file], options_.compression);
+      count = detail::count_readable_records(files_[file], options_.compression, options_.env);
       if (!count->damage.empty() && !options_.count_up_to_damage) {
         const std::string damage = count->damage;
         count.reset();
@@ -123,10 +121,16 @@ class TFRecordIterator : public detail::IteratorNode {
   }
 
   // Opens the file at position_, with its count if one was taken (looked up once a file, not
-  // once a record).
+  // once a record). A file that cannot be opened (it vanished since the dataset was made) is
+  // passed: a retry (ignore_errors) reads the next file instead of failing here forever.
   void open_reader() {
-    reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
-                                                           options_.compression);
+    try {
+      reader_ = std::make_unique<detail::TFRecordFileReader>((*files_)[order_[position_]],
+                                                             options_.compression, options_.env);
+    } catch (const DataError&) {
+      ++position_;
+      throw;
+    }
     file_name_ = at::Tensor();
     counted_ = counts_->known(order_[position_]);
   }
@@ -190,12 +194,13 @@ Dataset tfrecord_dataset(std::vector<std::string> files, const TFRecordOptions& 
   DIST_CHECK_ARG(!files.empty(),
                  "tfrecord_dataset needs at least one file (match_files finds "
                  "them by pattern)");
+  DIST_CHECK_ARG(options.env != nullptr, "tfrecord_dataset: TFRecordOptions::env is null");
   for (const auto& file : files) {
-    struct stat info {};
-    DIST_CHECK(::stat(file.c_str(), &info) == 0, DataError, "tfrecord_dataset: cannot read '", file,
-               "': ", std::strerror(errno));
-    DIST_CHECK(S_ISREG(info.st_mode), DataError, "tfrecord_dataset: '", file,
-               "' is not a regular file (a directory, FIFO or device): give TFRecord files");
+    const FileKind kind = options.env->file_info(file).kind;
+    DIST_CHECK(kind != FileKind::kMissing, DataError, "tfrecord_dataset: cannot read '", file,
+               "': No such file or directory");
+    DIST_CHECK(kind == FileKind::kRegular, DataError, "tfrecord_dataset: '", file, "' is ",
+               file_kind_phrase(kind), ", not a regular file: give TFRecord files");
   }
   return Dataset(std::make_shared<TFRecordNode>(std::move(files), options));
 }

@@ -1,19 +1,13 @@
 #include "data/tfrecord_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
 
 #include "core/crc32c.h"
+#include "core/inflating_file.h"
 #include "dist/core/error.h"
-#include "dist/core/output_file.h"
 
 namespace dist::data::detail {
 namespace {
@@ -36,58 +30,44 @@ uint32_t load_u32(const char* p) {
 }  // namespace
 
 struct TFRecordFileReader::Impl {
-  int fd = -1;
-  uint64_t file_size = 0;
-  uint64_t file_pos = 0;  // bytes of the file read or seeked over
-  bool file_eof = false;
+  // The content: the file's bytes, or the decompressed stream. Every read goes through the
+  // Env's file (env.h), so a test's Env can fail it.
+  std::unique_ptr<SequentialFile> content;
+  uint64_t file_size = 0;    // when opened
+  uint64_t content_pos = 0;  // bytes of content read or skipped
 
-  // Content (the file's bytes, or the decompressed stream) read but not yet consumed: buffer
-  // [begin, end).
+  // Content read but not yet consumed: buffer [begin, end).
   std::unique_ptr<char[]> buffer{new char[kReadBufferBytes]};
   size_t begin = 0;
   size_t end = 0;
-
-  // Compressed files only.
-  bool inflating = false;
-  bool stream_ended = false;
-  z_stream zs{};
-  std::unique_ptr<unsigned char[]> input;
-
-  ~Impl() {
-    if (inflating) inflateEnd(&zs);
-    if (fd >= 0) ::close(fd);
-  }
 };
 
-TFRecordFileReader::TFRecordFileReader(std::string path, Compression compression)
+TFRecordFileReader::TFRecordFileReader(std::string path, Compression compression, Env* env)
     : path_(std::move(path)), compression_(compression), impl_(std::make_unique<Impl>()) {
-  // stat first: open(2) of a FIFO blocks until a writer appears.
-  struct stat st {};
-  if (::stat(path_.c_str(), &st) != 0) {
-    const int error = errno;
-    DIST_CHECK(error != ENOENT, DataError, "TFRecord file ", path_, " does not exist");
-    throw DataError(
-        ::dist::detail::concat("cannot stat TFRecord file ", path_, ": ", std::strerror(error)));
+  DIST_CHECK_ARG(env != nullptr, "TFRecordFileReader(", path_, "): the Env is null");
+  FileInfo info;
+  try {
+    info = env->file_info(path_);
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("cannot stat TFRecord file ", path_, ": ", e.what()));
   }
-  DIST_CHECK(S_ISREG(st.st_mode), DataError, path_, " ", why_not_an_output_file(path_),
-             ": give a TFRecord file");
-  // O_NONBLOCK in case the path became a FIFO since the stat; fstat checks again.
-  impl_->fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  DIST_CHECK(impl_->fd >= 0, DataError, "cannot open TFRecord file ", path_, ": ",
-             std::strerror(errno));
-  DIST_CHECK(::fstat(impl_->fd, &st) == 0 && S_ISREG(st.st_mode), DataError, path_,
-             " is not a regular file (any more), not a TFRecord file");
-  ::fcntl(impl_->fd, F_SETFL, ::fcntl(impl_->fd, F_GETFL) & ~O_NONBLOCK);
-  impl_->file_size = static_cast<uint64_t>(st.st_size);
-  ::posix_fadvise(impl_->fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint: read ahead more
-
+  DIST_CHECK(info.kind != FileKind::kMissing, DataError, "TFRecord file ", path_,
+             " does not exist");
+  DIST_CHECK(info.kind == FileKind::kRegular, DataError, path_, " is not a regular file but ",
+             file_kind_phrase(info.kind), ": give a TFRecord file");
+  std::unique_ptr<RandomAccessFile> file;
+  try {
+    file = env->new_random_access_file(path_);  // refuses a FIFO put there since, unblocked
+  } catch (const DataError& e) {
+    throw DataError(::dist::detail::concat("cannot open TFRecord file ", path_, ": ", e.what()));
+  }
+  impl_->file_size = file->size();
+  impl_->content = sequential_reader(std::move(file));
   if (compression_ != Compression::kNone) {
-    impl_->input.reset(new unsigned char[kReadBufferBytes]);
-    // windowBits 15 (the largest window) selects zlib's header; +16 the gzip header.
-    const int window_bits = compression_ == Compression::kGzip ? 16 + 15 : 15;
-    DIST_CHECK(inflateInit2(&impl_->zs, window_bits) == Z_OK, DataError,
-               "cannot start decompressing ", path_, " (zlib could not allocate its state)");
-    impl_->inflating = true;
+    impl_->content = std::make_unique<::dist::detail::InflatingFile>(
+        std::move(impl_->content), compression_ == Compression::kGzip
+                                       ? ::dist::detail::StreamFormat::kGzip
+                                       : ::dist::detail::StreamFormat::kZlib);
   }
 }
 
@@ -124,6 +104,19 @@ void TFRecordFileReader::truncated(uint64_t got) {
                               " ends ", got, " bytes into ", position(), ": truncated"));
 }
 
+size_t TFRecordFileReader::pull(char* dst, size_t n) {
+  size_t got = 0;
+  try {
+    got = impl_->content->read(dst, n);
+  } catch (const DataError& e) {
+    // A read error, a file that shrank, a corrupt or truncated compressed stream: the framing
+    // is lost, so this ends the reader (failed() says so; ignore_errors moves to the next file).
+    fail(::dist::detail::concat(e.what(), ", in ", position()));
+  }
+  impl_->content_pos += got;
+  return got;
+}
+
 bool TFRecordFileReader::fill() {
   Impl& f = *impl_;
   if (f.begin > 0) {  // keep what is left at the front
@@ -132,69 +125,9 @@ bool TFRecordFileReader::fill() {
     f.begin = 0;
   }
   if (f.end == kReadBufferBytes) return true;  // full already
-  return compression_ == Compression::kNone ? fill_plain() : fill_compressed();
-}
-
-bool TFRecordFileReader::fill_plain() {
-  Impl& f = *impl_;
-  for (;;) {
-    const ssize_t r = ::read(f.fd, f.buffer.get() + f.end, kReadBufferBytes - f.end);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0)
-      fail(::dist::detail::concat("cannot read at file offset ", f.file_pos, ": ",
-                                  std::strerror(errno)));
-    f.end += static_cast<size_t>(r);
-    f.file_pos += static_cast<uint64_t>(r);
-    return r > 0;
-  }
-}
-
-bool TFRecordFileReader::fill_compressed() {
-  Impl& f = *impl_;
-  const char* format = compression_ == Compression::kGzip ? "gzip" : "zlib";
-  z_stream& zs = f.zs;
-  zs.next_out = reinterpret_cast<unsigned char*>(f.buffer.get() + f.end);
-  zs.avail_out = static_cast<unsigned>(kReadBufferBytes - f.end);
-  while (zs.avail_out == kReadBufferBytes - f.end) {  // until some output
-    if (zs.avail_in == 0 && !f.file_eof) {
-      ssize_t r;
-      do r = ::read(f.fd, f.input.get(), kReadBufferBytes);
-      while (r < 0 && errno == EINTR);
-      if (r < 0)
-        fail(::dist::detail::concat("cannot read at file offset ", f.file_pos, ": ",
-                                    std::strerror(errno)));
-      f.file_eof = r == 0;
-      f.file_pos += static_cast<uint64_t>(r);
-      zs.next_in = f.input.get();
-      zs.avail_in = static_cast<unsigned>(r);
-    }
-    if (f.stream_ended) {
-      if (zs.avail_in == 0 && f.file_eof) return false;
-      // A gzip file may hold several members (RFC 1952 2.2), one after the other; a zlib
-      // stream is one.
-      if (compression_ == Compression::kZlib)
-        fail(::dist::detail::concat(
-            "the zlib stream ends at file offset ", f.file_pos - zs.avail_in, " but ",
-            f.file_size - f.file_pos + zs.avail_in, " more bytes follow it: corrupt"));
-      inflateReset(&zs);
-      f.stream_ended = false;
-    }
-    if (zs.avail_in == 0 && f.file_eof) {
-      if (f.file_pos == 0) return false;  // an empty file: no records, as TensorFlow reads it
-      fail(::dist::detail::concat("the ", format, " stream is truncated: the file ends after ",
-                                  f.file_pos, " bytes without the stream's end, in ", position()));
-    }
-    const int status = inflate(&zs, Z_NO_FLUSH);
-    if (status == Z_STREAM_END) {
-      f.stream_ended = true;
-    } else if (status != Z_OK && status != Z_BUF_ERROR) {
-      fail(::dist::detail::concat(
-          "the ", format, " stream is corrupt (zlib: ", zs.msg != nullptr ? zs.msg : zError(status),
-          ") near file offset ", f.file_pos - zs.avail_in, ", in ", position()));
-    }
-  }
-  f.end = kReadBufferBytes - zs.avail_out;
-  return true;
+  const size_t got = pull(f.buffer.get() + f.end, kReadBufferBytes - f.end);
+  f.end += got;
+  return got > 0;
 }
 
 uint64_t TFRecordFileReader::read_bytes(char* dst, uint64_t n) {
@@ -204,15 +137,9 @@ uint64_t TFRecordFileReader::read_bytes(char* dst, uint64_t n) {
     if (f.begin == f.end) {
       // A large plain read bypasses the buffer.
       if (compression_ == Compression::kNone && n - got >= kReadBufferBytes) {
-        const uint64_t want = std::min<uint64_t>(n - got, uint64_t{1} << 30);
-        const ssize_t r = ::read(f.fd, dst + got, want);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0)
-          fail(::dist::detail::concat("cannot read at file offset ", f.file_pos, ": ",
-                                      std::strerror(errno)));
+        const size_t r = pull(dst + got, std::min<uint64_t>(n - got, uint64_t{1} << 30));
         if (r == 0) break;
-        got += static_cast<uint64_t>(r);
-        f.file_pos += static_cast<uint64_t>(r);
+        got += r;
         continue;
       }
       if (!fill()) break;
@@ -232,12 +159,9 @@ uint64_t TFRecordFileReader::discard_bytes(uint64_t n) {
     if (f.begin == f.end) {
       if (compression_ == Compression::kNone) {
         // Seek over the rest; check_fits made sure the file holds it.
-        const uint64_t step = std::min(n - done, f.file_size - std::min(f.file_pos, f.file_size));
+        const uint64_t step = f.content->skip(n - done);
         if (step == 0) break;
-        if (::lseek(f.fd, static_cast<off_t>(step), SEEK_CUR) < 0)
-          fail(::dist::detail::concat("cannot seek past file offset ", f.file_pos, ": ",
-                                      std::strerror(errno)));
-        f.file_pos += step;
+        f.content_pos += step;
         done += step;
         continue;
       }
@@ -278,7 +202,7 @@ void TFRecordFileReader::check_fits(uint64_t length) {
   if (compression_ != Compression::kNone) return;  // the decompressed size is unknown
   // The file position after the header, from what is still buffered.
   const Impl& f = *impl_;
-  const uint64_t at = f.file_pos - (f.end - f.begin);
+  const uint64_t at = f.content_pos - (f.end - f.begin);
   const uint64_t left = f.file_size > at ? f.file_size - at : 0;
   if (left >= length + kCrcBytes) return;
   part_ = left < length ? Part::kData : Part::kDataCrc;
@@ -330,15 +254,15 @@ bool TFRecordFileReader::skip() {
   return true;
 }
 
-int64_t count_records(const std::string& path, Compression compression) {
-  TFRecordFileReader reader(path, compression);
+int64_t count_records(const std::string& path, Compression compression, Env* env) {
+  TFRecordFileReader reader(path, compression, env);
   while (reader.skip()) {
   }
   return reader.records_read();
 }
 
-ReadableRecords count_readable_records(const std::string& path, Compression compression) {
-  TFRecordFileReader reader(path, compression);
+ReadableRecords count_readable_records(const std::string& path, Compression compression, Env* env) {
+  TFRecordFileReader reader(path, compression, env);
   try {
     while (reader.skip()) {
     }

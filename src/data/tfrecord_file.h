@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "dist/core/env.h"
 #include "dist/data/tfrecord.h"
 
 namespace dist::data::detail {
@@ -14,7 +15,7 @@ namespace dist::data::detail {
 // to 2^64 - 1 bytes, but a training example is far smaller; a longer length whose CRC checks
 // is a file nobody should hold in memory one record at a time.
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
-// Bytes per read(2) of the file (and per chunk of decompressed data).
+// Bytes per read of the file (and per chunk of decompressed data).
 constexpr size_t kReadBufferBytes = size_t{256} << 10;
 
 // Reads the records of one TFRecord file in order, checking the CRC of every length and every
@@ -31,9 +32,12 @@ constexpr size_t kReadBufferBytes = size_t{256} << 10;
 // is intact, so the next call reads the next record. Not thread-safe.
 class TFRecordFileReader {
  public:
-  // Opens `path`. Throws DataError if it is missing, or is a directory, FIFO or any other
-  // non-regular file (found by stat before open, so a FIFO never blocks), or cannot be opened.
-  TFRecordFileReader(std::string path, Compression compression);
+  // Opens `path` through `env` (env.h: every read goes through it). Throws DataError if it is
+  // missing, or is a directory, FIFO or any other non-regular file (looked at before opening,
+  // and the Env's open refuses one too, so a FIFO never blocks), or cannot be opened. A read
+  // error, a file that shrank while read and a damaged compressed stream end the reader, its
+  // message naming the file and the record.
+  TFRecordFileReader(std::string path, Compression compression, Env* env = Env::Default());
   ~TFRecordFileReader();
   TFRecordFileReader(const TFRecordFileReader&) = delete;
   TFRecordFileReader& operator=(const TFRecordFileReader&) = delete;
@@ -55,7 +59,7 @@ class TFRecordFileReader {
   bool failed() const { return !error_.empty(); }
 
  private:
-  struct Impl;  // the file, its buffers and the zlib state
+  struct Impl;  // the content stream and its buffer
 
   // Reads the 12-byte header of the next record and checks its CRC; false at a clean end.
   bool read_header(uint64_t* length);
@@ -67,8 +71,9 @@ class TFRecordFileReader {
   uint64_t discard_bytes(uint64_t n);
   // Adds content to the buffer; false at its end. Throws on read errors and bad streams.
   bool fill();
-  bool fill_plain();
-  bool fill_compressed();
+  // Up to n bytes of content from the file (or the decompressing stream); fewer only at its
+  // end. A failure there ends the reader (fail).
+  size_t pull(char* dst, size_t n);
   // Where the reader is, for messages: "record 12's data of 4096 bytes (record at offset 9)".
   std::string position() const;
   [[noreturn]] void truncated(uint64_t got);
@@ -89,7 +94,7 @@ class TFRecordFileReader {
 // The number of records in the file, found by walking their headers (checking the length CRCs;
 // an uncompressed file's data is seeked over, a compressed one is decompressed). Throws as
 // TFRecordFileReader does.
-int64_t count_records(const std::string& path, Compression compression);
+int64_t count_records(const std::string& path, Compression compression, Env* env = Env::Default());
 
 // The records of a file as far as its framing holds: how many can be read, and the damage that
 // ends the walk before the file's end (the reader's message: a truncated record, a length whose
@@ -99,6 +104,7 @@ struct ReadableRecords {
   int64_t records = 0;
   std::string damage;
 };
-ReadableRecords count_readable_records(const std::string& path, Compression compression);
+ReadableRecords count_readable_records(const std::string& path, Compression compression,
+                                       Env* env = Env::Default());
 
 }  // namespace dist::data::detail

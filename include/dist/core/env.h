@@ -1,7 +1,9 @@
 // Env: the library's one seam to the file system, after LevelDB's Env. Checkpoints, their
 // pointer file, safetensors files and summary writers do all their file I/O through an Env*,
-// so a test can pass an Env that fails or kills the process at a chosen operation (a full
-// disk, a crash before a rename) while the code under test stays the production code.
+// and so do the data readers (TFRecord files, IDX and CIFAR-10 files plain or gzip, image
+// folders, file patterns): a test can pass an Env that fails or kills the process at a chosen
+// operation (a full disk, a crash before a rename, a short read, an EIO, a file that vanishes
+// between listing and opening) while the code under test stays the production code.
 //
 //   dist::Env* env = dist::Env::Default();  // the POSIX file system
 //   auto file = env->new_writable_file("dir/x.tmp");
@@ -11,7 +13,9 @@
 //   env->rename_file("dir/x.tmp", "dir/x");
 //   env->sync_dir("dir");
 //
-// To change one operation, derive from EnvWrapper and override only that one.
+// To change one operation, derive from EnvWrapper and override only that one. Every read goes
+// through new_random_access_file: streaming (sequential_reader below) and decompressing
+// (src/core/inflating_file.h) are built over it, so one override there reaches every reader.
 //
 // Errors: every operation throws DataError naming the path(s), the operation and the system's
 // reason ("writing 'ckpt/c.tmp.7' failed: No space left on device"). Paths are used as given
@@ -57,6 +61,39 @@ class RandomAccessFile {
   virtual void read(uint64_t offset, size_t size, void* out) const = 0;
 };
 
+// A file read from its start, in order: a stream over a RandomAccessFile (sequential_reader).
+// Not thread-safe: one thread at a time.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+
+  // Reads up to `size` bytes into `out`: fewer only at the end of the content, 0 there.
+  // DataError naming the file if the read fails, or if the file ends before the size it had
+  // when opened (it shrank since: "unexpected end of file").
+  virtual size_t read(void* out, size_t size) = 0;
+  // Passes over up to `size` bytes without reading them (where the file allows, as a plain
+  // file does); returns how many, fewer only at the end of the content.
+  virtual uint64_t skip(uint64_t size) = 0;
+};
+
+// The bytes of `file` in order from its start up to the size it had when opened: streaming
+// over any Env's files, so a fault injected into new_random_access_file reaches the readers.
+std::unique_ptr<SequentialFile> sequential_reader(std::unique_ptr<RandomAccessFile> file);
+
+// What is at a path (symbolic links followed), from Env::file_info.
+enum class FileKind { kMissing, kRegular, kDirectory, kFifo, kSocket, kDevice, kOther };
+// The kind as the object of "is", for messages: "a directory", "a FIFO (named pipe)".
+const char* file_kind_phrase(FileKind kind);
+
+struct FileInfo {
+  FileKind kind = FileKind::kMissing;
+  // A regular file's length in bytes; 0 for anything else.
+  uint64_t size = 0;
+  // Equal for two paths that reach the same file or directory (POSIX: device and inode), so a
+  // walk can notice a folder reached twice through links; "" when missing.
+  std::string identity;
+};
+
 // The file-system operations the library uses. Implementations must be thread-safe: the
 // library calls one Env from several threads (each on its own files). An Env is not owned by
 // the objects it is passed to: it must outlive them.
@@ -75,10 +112,16 @@ class Env {
   // by a line at a time (CSVLogger, dist-train's metrics.jsonl). DataError as above for
   // anything but a regular file.
   virtual std::unique_ptr<WritableFile> new_appendable_file(const std::string& path) = 0;
-  // Opens an existing `path` for reading; DataError if it is missing or unreadable.
+  // Opens an existing `path` for reading; DataError if it is missing or unreadable, or is not
+  // a regular file (a directory, a FIFO, a device): the POSIX Env opens without blocking and
+  // looks first, so a FIFO among data files fails at once instead of waiting for a writer.
+  // Every reader of the library opens its files here (sequential_reader streams them).
   virtual std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) = 0;
   // Whether something (a file or a directory) exists at `path`. Never throws.
   virtual bool file_exists(const std::string& path) = 0;
+  // What is at `path`, links followed: kMissing when nothing is (or a link points at nothing);
+  // DataError naming the path when it cannot be looked at (a parent that cannot be searched).
+  virtual FileInfo file_info(const std::string& path) = 0;
   // The names (not paths) of the entries of directory `dir`, without "." and "..", in no
   // particular order; DataError if `dir` is missing or not a directory.
   virtual std::vector<std::string> get_children(const std::string& dir) = 0;
@@ -111,6 +154,7 @@ class EnvWrapper : public Env {
     return target_->new_random_access_file(path);
   }
   bool file_exists(const std::string& path) override { return target_->file_exists(path); }
+  FileInfo file_info(const std::string& path) override { return target_->file_info(path); }
   std::vector<std::string> get_children(const std::string& dir) override {
     return target_->get_children(dir);
   }

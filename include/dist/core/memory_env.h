@@ -24,6 +24,7 @@ class MemoryEnv : public Env {
   std::unique_ptr<WritableFile> new_appendable_file(const std::string& path) override;
   std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override;
   bool file_exists(const std::string& path) override;
+  FileInfo file_info(const std::string& path) override;
   std::vector<std::string> get_children(const std::string& dir) override;
   void remove_file(const std::string& path) override;
   void create_dirs(const std::string& dir) override;

@@ -13,16 +13,20 @@
 #include <string_view>
 #include <vector>
 
+#include "dist/core/env.h"
 #include "dist/data/dataset.h"
 
 namespace dist::data {
 
-// The files matching a glob pattern (POSIX glob: *, ?, [...]), sorted by name. Throws
-// DataError naming the pattern when nothing matches, and naming the file when a match is not a
-// regular file (a directory, a FIFO, a device): such a "file" would fail or block later.
-std::vector<std::string> match_files(const std::string& pattern);
+// The files matching a glob pattern (POSIX glob: *, ?, [...]), sorted by name, found through
+// `env` (env.h: its directory listings). Throws DataError naming the pattern when nothing
+// matches or a directory on the way cannot be listed, and naming the file when a match is not
+// a regular file (a directory, a FIFO, a device: such a "file" would fail or block later) or
+// vanished since the listing.
+std::vector<std::string> match_files(const std::string& pattern, Env* env = Env::Default());
 // The same for several patterns: their matches together, sorted, each file once.
-std::vector<std::string> match_files(const std::vector<std::string>& patterns);
+std::vector<std::string> match_files(const std::vector<std::string>& patterns,
+                                     Env* env = Env::Default());
 
 // A dataset of file names, one element {name} per matching file, where name is a uint8 tensor
 // of the path's bytes (string_of gives it back). The list is taken once, when the dataset is
@@ -33,9 +37,10 @@ std::vector<std::string> match_files(const std::vector<std::string>& patterns);
 // shuffle): files are read in name order unless shuffling is asked for, and a shuffled order is
 // a function of (seed, epoch) alone. (tf.data's list_files shuffles by default; here no source
 // does, so that a pipeline without a seed is reproducible.)
-Dataset list_files(const std::string& pattern, bool shuffle = false, uint64_t seed = 0);
+Dataset list_files(const std::string& pattern, bool shuffle = false, uint64_t seed = 0,
+                   Env* env = Env::Default());
 Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = false,
-                   uint64_t seed = 0);
+                   uint64_t seed = 0, Env* env = Env::Default());
 
 // Bytes in and out of elements (file names, records, encoded images, parse_example's bytes
 // features): a 1-D uint8 tensor holding a copy of the bytes, and the bytes of a uint8 tensor

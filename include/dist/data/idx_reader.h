@@ -10,6 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dist/core/env.h"
+
 namespace dist::data {
 
 // The most dimensions read_idx accepts. IDX allows 255, but no real data set uses more than
@@ -26,6 +28,9 @@ constexpr int kMaxIdxDims = 8;
 // zero dim counts as 1 there: LibTorch refuses such shapes even when empty). Sizes claimed by
 // the header are checked against the file's size (for gzip, the size in its trailer) before
 // anything is allocated for them.
-at::Tensor read_idx(const std::string& path);
+//
+// The file is read through `env` (env.h): a read error or a file that shrank while read is a
+// DataError naming it too.
+at::Tensor read_idx(const std::string& path, Env* env = Env::Default());
 
 }  // namespace dist::data

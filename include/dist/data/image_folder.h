@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/core/env.h"
 #include "dist/data/dataset.h"
 #include "dist/data/image_codec.h"
 
@@ -27,11 +28,15 @@ struct ImageFolderOptions {
   // image_folder_files' elements are {encoded, label, file}, the file's path as uint8 bytes
   // (string_of in files.h), so that a later stage can name the file it could not use.
   bool with_source = false;
+  // The file system the folder is listed and its images read through (env.h); not owned: it
+  // must outlive the dataset and its iterators. A test passes one that injects faults.
+  Env* env = Env::Default();
 };
 
 // The class names (sorted sub-folder names). Throws DataError naming the directory when it is
 // missing, not a directory, or has no sub-folders.
-std::vector<std::string> image_folder_classes(const std::string& directory);
+std::vector<std::string> image_folder_classes(const std::string& directory,
+                                              Env* env = Env::Default());
 
 // Elements {encoded, label}: the file's bytes (uint8 [n]) and its class (int64 scalar), read
 // when the element is reached (skipping one reads nothing). Throws DataError naming the

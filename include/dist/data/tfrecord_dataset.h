@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/core/env.h"
 #include "dist/data/dataset.h"
 #include "dist/data/tfrecord.h"
 
@@ -30,6 +31,9 @@ struct TFRecordOptions {
   // damaged counts the records before the damage instead of failing the count, and its reading
   // delivers them, then throws the damage once (one error for the rest of the file).
   bool count_up_to_damage = false;
+  // The file system the files are looked at and read through (env.h); not owned: it must
+  // outlive the dataset and its iterators. A test passes one that injects faults.
+  Env* env = Env::Default();
 };
 
 // Elements {record}: a 1-D uint8 tensor of each record's bytes. The files must exist and be
