@@ -22,7 +22,9 @@
 #include "dist/train/preemption.h"
 #include "dist/train/progress_bar.h"
 #include "dist/train/summary_writer.h"
+#include "epoch_logs.h"
 #include "model_file.h"
+#include "task_options.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -47,12 +49,6 @@ std::shared_ptr<MirroredOptimizer> make_optimizer(const Strategy& strategy,
                                                         torch::optim::SGDOptions(options.lr));
   return strategy.mirror_optimizer<torch::optim::Adam>(model,
                                                        torch::optim::AdamOptions(options.lr));
-}
-
-std::string fixed(double value, int digits) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(digits) << value;
-  return out.str();
 }
 
 // Reads the checkpoint to resume from. When the latest of a directory is damaged, the
@@ -101,7 +97,6 @@ class CustomLoop {
  private:
   at::Tensor train_replica(const Element& b);
   std::unique_ptr<StepRunner> make_runner();
-  void open_logs();
   // Resumes from --resume-from or the directory's latest checkpoint; the first epoch to run.
   int resume();
   void resumed_at(const std::string& from);
@@ -135,15 +130,14 @@ class CustomLoop {
   DistributedDataset test_data_;
   Mirrored<torch::nn::Sequential> model_;
   std::shared_ptr<MirroredOptimizer> optimizer_;
-  int64_t train_bytes_sent_ = 0;  // by this worker, in train_epoch
-  SparseCategoricalCrossentropy loss_fn_{/*from_logits=*/true, Reduction::kNone};
+  int64_t train_bytes_sent_ = 0;   // by this worker, in train_epoch
+  std::shared_ptr<Loss> loss_fn_;  // the task's per-example loss (task_options.h)
   mixed_precision::Policy precision_;
   metrics::Mean train_loss_{"train_loss"}, test_loss_{"test_loss"};
-  metrics::SparseCategoricalAccuracy train_accuracy_{"train_accuracy"},
-      test_accuracy_{"test_accuracy"};
+  // Accuracy, or the mean absolute error of a regression.
+  TaskMetric train_metric_, test_metric_;
   std::unique_ptr<StepRunner> runner_;
-  std::unique_ptr<WritableFile> metrics_log_;  // LOG_DIR/metrics.jsonl on the chief
-  std::optional<SummaryWriter> train_summary_, validation_summary_;
+  std::optional<EpochLogs> logs_;  // made when the loop runs
   std::optional<CheckpointManager> manager_;
   Checkpoint checkpoint_;
   std::optional<data::IteratorPosition> resume_at_;
@@ -167,7 +161,10 @@ CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
       test_data_(job.strategy.experimental_distribute_dataset(job.test)),
       model_(seeded_model(job.strategy, options, job)),
       optimizer_(make_optimizer(job.strategy, model_, options)),
+      loss_fn_(task_loss(options.task.kind)),
       precision_(options.mixed_precision),
+      train_metric_(options.task.kind, "train_" + task_metric_name(options.task.kind)),
+      test_metric_(options.task.kind, "test_" + task_metric_name(options.task.kind)),
       checkpoint_(model_, optimizer_.get()),
       elastic_(elastic) {
   result_.chief = job.chief;
@@ -175,6 +172,7 @@ CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
   result_.num_replicas_in_sync = job.replicas;
   result_.global_batch = job.global_batch;
   result_.mixed_precision = mixed_precision::policy_name(precision_);
+  result_.metric_name = task_metric_name(options.task.kind);
   // PowerSGD's error feedback: without it a resumed run would differ from an uninterrupted one.
   if (options.communication_hook)
     checkpoint_.add("communication_hook", options.communication_hook, strategy_);
@@ -184,10 +182,10 @@ CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
 at::Tensor CustomLoop::train_replica(const Element& b) {
   auto logits =
       mixed_precision::forward_in_policy([&] { return model_->forward(b[0]); }, precision_);
-  auto loss = compute_average_loss(loss_fn_(b[1], logits));
+  auto loss = compute_average_loss((*loss_fn_)(b[1], logits));
   loss.backward();
   optimizer_->apply_gradients();
-  train_accuracy_.update_state(b[1], logits.detach());
+  train_metric_.update_state(b[1], logits.detach());
   return loss.detach();
 }
 
@@ -199,19 +197,7 @@ std::unique_ptr<StepRunner> CustomLoop::make_runner() {
         auto losses = strategy_.run([this](const Element& b) { return train_replica(b); }, batch);
         train_loss_.update_state(strategy_.reduce(ReduceOp::kSum, losses));
       },
-      metric_step_sums({&train_loss_, &train_accuracy_})));
-}
-
-void CustomLoop::open_logs() {
-  if (!job_.chief || options_.log_dir.empty()) return;
-  // Appended through the Env, which refuses anything but a regular file (checked before
-  // training too: job_outputs.h).
-  Env::Default()->create_dirs(options_.log_dir);
-  metrics_log_ = Env::Default()->new_appendable_file(options_.log_dir + "/metrics.jsonl");
-  // TensorBoard scalars as fit's TensorBoard callback writes them: LOG_DIR/train and
-  // LOG_DIR/validation (the test set here), tags epoch_<metric>, step = the epoch from 0.
-  train_summary_.emplace(options_.log_dir + "/train", options_.env);
-  validation_summary_.emplace(options_.log_dir + "/validation", options_.env);
+      metric_step_sums({&train_loss_, &train_metric_.metric()})));
 }
 
 // Checkpoints: every worker reads the latest (the directory must be shared, as in TensorFlow);
@@ -249,7 +235,8 @@ void CustomLoop::resumed_at(const std::string& from) {
 
 std::map<std::string, std::string> CustomLoop::metric_values() const {
   std::map<std::string, std::string> values;
-  for (const Metric* m : std::initializer_list<const Metric*>{&train_loss_, &train_accuracy_}) {
+  for (const Metric* m :
+       std::initializer_list<const Metric*>{&train_loss_, &train_metric_.metric()}) {
     auto [total, count] = m->total_and_count();  // a collective: every worker calls it
     values[m->name() + ".total"] = nlohmann::json(total).dump();
     values[m->name() + ".count"] = nlohmann::json(count).dump();
@@ -293,23 +280,23 @@ void CustomLoop::evaluate() {
           torch::NoGradGuard no_grad;
           auto logits =
               mixed_precision::forward_in_policy([&] { return model_->forward(b[0]); }, precision_);
-          test_loss_.update_state(loss_fn_(b[1], logits));
-          test_accuracy_.update_state(b[1], logits);
+          test_loss_.update_state((*loss_fn_)(b[1], logits));
+          test_metric_.update_state(b[1], logits);
         },
         batch);
   }
 }
 
 void CustomLoop::begin_epoch(bool resuming) {
-  for (Metric* m :
-       std::initializer_list<Metric*>{&train_loss_, &train_accuracy_, &test_loss_, &test_accuracy_})
+  for (Metric* m : std::initializer_list<Metric*>{&train_loss_, &train_metric_.metric(),
+                                                  &test_loss_, &test_metric_.metric()})
     m->reset_state();
   if (!resuming || !job_.chief) return;
   auto value = [&](const std::string& key) {
     auto it = checkpoint_.state.values.find(key);
     return it == checkpoint_.state.values.end() ? 0.0 : std::stod(it->second);
   };
-  for (Metric* m : std::initializer_list<Metric*>{&train_loss_, &train_accuracy_})
+  for (Metric* m : std::initializer_list<Metric*>{&train_loss_, &train_metric_.metric()})
     m->restore_state(value(m->name() + ".total"), value(m->name() + ".count"));
 }
 
@@ -337,8 +324,9 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
     epoch_images += done->examples;
     // local_result: progress is the chief's alone and must not be a collective.
     if (options_.progress && job_.chief)
-      bar.update(epoch_steps, "loss: " + fixed(train_loss_.local_result(), 4) +
-                                  " - accuracy: " + fixed(train_accuracy_.local_result(), 4));
+      bar.update(epoch_steps, "loss: " + fixed(train_loss_.local_result(), 4) + " - " +
+                                  result_.metric_name + ": " +
+                                  fixed(train_metric_.metric().local_result(), 4));
     // Agreed by all workers, so they stop at the same step.
     result_.interrupted = result_.interrupted || strategy_.any_worker(preemption_.requested());
     at_max = max_steps > 0 && result_.steps >= max_steps;
@@ -360,43 +348,19 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
 }
 
 void CustomLoop::report_epoch(int epoch, double epoch_seconds, double images_per_sec) {
-  const TrainResult& r = result_;
-  out_ << "Epoch " << epoch + 1 << ": loss " << fixed(r.train_loss, 4) << " - accuracy "
-       << fixed(r.train_accuracy, 4) << " - test loss " << fixed(r.test_loss, 4)
-       << " - test accuracy " << fixed(r.test_accuracy, 4) << " - " << fixed(epoch_seconds, 1)
-       << "s - " << fixed(images_per_sec, 0) << " images/s" << std::endl;
-  if (metrics_log_) {
-    const std::string line = nlohmann::json{{"epoch", epoch + 1},
-                                            {"step", r.steps},
-                                            {"train_loss", r.train_loss},
-                                            {"train_accuracy", r.train_accuracy},
-                                            {"test_loss", r.test_loss},
-                                            {"test_accuracy", r.test_accuracy},
-                                            {"images_per_sec", images_per_sec}}
-                                 .dump() +
-                             "\n";
-    metrics_log_->append(line.data(), line.size());
-  }
-  if (train_summary_) {
-    train_summary_->scalar("epoch_loss", r.train_loss, epoch);
-    train_summary_->scalar("epoch_accuracy", r.train_accuracy, epoch);
-    validation_summary_->scalar("epoch_loss", r.test_loss, epoch);
-    validation_summary_->scalar("epoch_accuracy", r.test_accuracy, epoch);
-  }
+  logs_->report(epoch, result_, epoch_seconds, images_per_sec);
   write_weight_histograms(epoch);
-  if (train_summary_) {
-    train_summary_->flush();
-    validation_summary_->flush();
-  }
+  logs_->flush();
 }
 
 void CustomLoop::write_weight_histograms(int epoch) {
   if (options_.log_dir.empty()) return;
   model_.variables().gather_values();  // every worker: --sharding parameters keeps shares
-  if (!train_summary_) return;
+  SummaryWriter* summary = logs_->train_summary();
+  if (summary == nullptr) return;
   model_.variables().prepare_to_read();  // under ParameterServerStrategy: from the ps tasks
   for (const std::string& refused :
-       train_summary_->weight_histograms(named_weights_of(*model_.primary()), epoch))
+       summary->weight_histograms(named_weights_of(*model_.primary()), epoch))
     std::cerr << "dist-train: no histogram at epoch " << epoch + 1 << ": " << refused << std::endl;
 }
 
@@ -430,9 +394,9 @@ void CustomLoop::report_if_finished(int first_epoch) {
        << " (raise it, or use a new --checkpoint-dir to train afresh); evaluating" << std::endl;
   evaluate();
   result_.epochs = std::min(first_epoch, options_.epochs);
-  result_.train_loss = result_.train_accuracy = std::nan("");  // no training in this run
+  result_.train_loss = result_.train_metric = std::nan("");  // no training in this run
   result_.test_loss = test_loss_.result();
-  result_.test_accuracy = test_accuracy_.result();
+  result_.test_metric = test_metric_.metric().result();
 }
 
 TrainResult CustomLoop::run(Clock::time_point job_start) {
@@ -443,7 +407,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
     result_.interrupted = preemption_.requested();  // SIGTERM while serving: exit 4
     return result_;
   }
-  open_logs();
+  logs_.emplace(options_, job_.chief, out_);
   const int first_epoch = resume();
   // Every worker must take the same steps: compare what decides them before the first one.
   strategy_.check_workers_agree(step_settings(options_, job_, result_.resumed_at_step));
@@ -476,9 +440,9 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
     evaluate();
     result_.epochs = epoch + 1;
     result_.train_loss = train_loss_.result();
-    result_.train_accuracy = train_accuracy_.result();
+    result_.train_metric = train_metric_.metric().result();
     result_.test_loss = test_loss_.result();
-    result_.test_accuracy = test_accuracy_.result();
+    result_.test_metric = test_metric_.metric().result();
     report_epoch(epoch, seconds_since(epoch_start),
                  epoch_images / std::max(epoch_train_seconds, 1e-9));
     // A stop at --max-steps saved its mid-epoch position above; do not skip the epoch's rest.

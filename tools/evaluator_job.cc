@@ -20,6 +20,7 @@
 #include "dist/train/metrics.h"
 #include "dist/train/mixed_precision.h"
 #include "dist/train/sidecar_evaluator.h"
+#include "epoch_logs.h"
 #include "model_file.h"
 #include "strategy_factory.h"
 
@@ -27,12 +28,6 @@ namespace dist::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string fixed(double value, int digits) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(digits) << value;
-  return out.str();
-}
 
 // What to restore and how to evaluate it, for one --loop.
 struct EvaluatedModel {

@@ -12,6 +12,7 @@
 #include "dist/train/mixed_precision.h"
 #include "dist/train/preemption.h"
 #include "model_file.h"
+#include "task_options.h"
 #include "train_job.h"
 
 namespace dist::tools {
@@ -155,16 +156,17 @@ void report_backup(const keras::callbacks::BackupAndRestore& backup, const Train
         << "; checkpoint saved, rerun the same command to resume" << std::endl;
 }
 
-// The losses and accuracies of the last epoch; after a stop at --max-steps within an epoch
-// (which had no validation), those of the test set for what was trained.
+// The losses and metrics (accuracy or mae) of the last epoch; after a stop at --max-steps within an
+// epoch (which had no validation), those of the test set for what was trained.
 void report_scores(keras::Model& model, const keras::History& history, const JobSetup& job,
                    const TrainTimer& timer, TrainResult& result) {
+  const std::string& metric = result.metric_name;  // as compiled (fit_job)
   if (!history.epoch.empty()) {
     result.epochs = history.epoch.back() + 1;
     result.train_loss = history.history.at("loss").back();
-    result.train_accuracy = history.history.at("accuracy").back();
+    result.train_metric = history.history.at(metric).back();
     result.test_loss = history.history.at("val_loss").back();
-    result.test_accuracy = history.history.at("val_accuracy").back();
+    result.test_metric = history.history.at("val_" + metric).back();
   } else {
     // This fit completed no epoch (it resumed within its last one: a backup, or an elastic
     // generation): the epochs done before, and the training figures of the epoch so far.
@@ -178,14 +180,14 @@ void report_scores(keras::Model& model, const keras::History& history, const Job
     };
     result.epochs = static_cast<int>(state.epoch);
     result.train_loss = mean("loss");
-    result.train_accuracy = mean("accuracy");
+    result.train_metric = mean(metric);
   }
   if (!result.interrupted && timer.last_epoch_end_step != result.steps) {
     keras::EvaluateOptions evaluate;
     evaluate.verbose = 0;
     keras::Logs logs = model.evaluate(job.test, evaluate);
     result.test_loss = logs["loss"];
-    result.test_accuracy = logs["accuracy"];
+    result.test_metric = logs[metric];
   }
 }
 
@@ -216,8 +218,8 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
 
   torch::manual_seed(options.seed);
   keras::Model model = make_job_keras_model(options, job.model_file.get(), job.model_input);
-  model.compile(strategy, make_keras_optimizer(options), SparseCategoricalCrossentropy(true),
-                {"accuracy"});
+  model.compile(strategy, make_keras_optimizer(options), task_loss(options.task.kind),
+                {task_metric_name(options.task.kind)});
   model.set_dtype_policy(options.mixed_precision);
   if (chief) model.summary(out);
 
@@ -243,6 +245,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   result.num_replicas_in_sync = job.replicas;
   result.global_batch = job.global_batch;
   result.mixed_precision = mixed_precision::policy_name(options.mixed_precision);
+  result.metric_name = task_metric_name(options.task.kind);
   result.steps = model.global_step();
   if (made.backup) report_backup(*made.backup, options, result, out, elastic);
   report_scores(model, history, job, *made.timer, result);

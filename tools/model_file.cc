@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "dist/models/keras_models.h"
 #include "dist/models/reference_models.h"
 #include "dist/models/torchscript_layer.h"
+#include "dist/models/torchscript_signature.h"
 #include "dist/train/preemption.h"
 #include "dist/train/safetensors.h"
 
@@ -56,17 +58,18 @@ void exit_stopped_before_static_destructors() {
   std::_Exit(4);
 }
 
-// check_classifier_forward on a thread of its own: a module's forward may take long (a large
-// module, a loop in the scripted code), and a SIGTERM meanwhile must end the start-up within
-// a fraction of a second (exit 4), as it does every other wait of the start-up. The scripted
-// forward cannot be interrupted, so on a signal it is left to run on alone, with its own
-// references to the module and the batch, until the process exits. Returns the logits.
+// A forward check (`check`, which returns the module's output) on a thread of its own: a
+// module's forward may take long (a large module, a loop in the scripted code), and a SIGTERM
+// meanwhile must end the start-up within a fraction of a second (exit 4), as it does every
+// other wait of the start-up. The scripted forward cannot be interrupted, so on a signal it is
+// left to run on alone, with its own references to the module and the inputs, until the
+// process exits.
+using ForwardCheck = std::function<at::Tensor(models::TorchScriptModuleImpl&)>;
 at::Tensor check_forward_unless_stopped(const models::TorchScriptModule& module,
-                                        const at::Tensor& images) {
+                                        ForwardCheck check_forward) {
   PreemptionWatcher stop;  // shares the start-up's watcher; installs one where none is
-  auto check = std::make_shared<std::packaged_task<at::Tensor()>>([script = module.ptr(), images] {
-    return models::check_classifier_forward(*script, images, /*classes=*/-1);
-  });
+  auto check = std::make_shared<std::packaged_task<at::Tensor()>>(
+      [script = module.ptr(), check_forward] { return check_forward(*script); });
   std::future<at::Tensor> checked = check->get_future();
   std::thread([check] { (*check)(); }).detach();
   const auto poll = std::chrono::milliseconds(50);
@@ -82,6 +85,27 @@ at::Tensor check_forward_unless_stopped(const models::TorchScriptModule& module,
   return checked.get();  // the check's InvalidArgument, if it refused the module
 }
 
+// The check of an image classifier: float N x classes logits.
+ForwardCheck image_check(const at::Tensor& images) {
+  return [images](models::TorchScriptModuleImpl& script) {
+    return models::check_classifier_forward(script, images, /*classes=*/-1);
+  };
+}
+
+// The check for --features: the forward takes the rows [N, F] and returns float N x outputs.
+ForwardCheck rows_check(const at::Tensor& rows) {
+  return [rows](models::TorchScriptModuleImpl& script) {
+    const models::ForwardReport report = models::check_forward(script, std::vector<at::Tensor>{rows});
+    const c10::IValue& out = report.output;
+    const bool fits = out.isTensor() && out.toTensor().is_floating_point() &&
+                      out.toTensor().dim() == 2 && out.toTensor().size(0) == rows.size(0);
+    DIST_CHECK_ARG(fits, report.description,
+                   "; the forward must return float N x outputs (one row per example: the "
+                   "classes' logits, or the values --task regress predicts)");
+    return out.toTensor();
+  };
+}
+
 // Two copies of the first image, made ready as training makes them with `channels`: the batch
 // the forward is checked on (two rows, so that a forward that reduces over the batch shows).
 at::Tensor sample_batch(const TrainOptions& options, const DataShape& shape, int64_t channels) {
@@ -89,6 +113,25 @@ at::Tensor sample_batch(const TrainOptions& options, const DataShape& shape, int
   const at::Tensor image = prepare(convert_channels(shape.first, channels), {}, /*training=*/false,
                                    "the first training image");
   return at::stack({image, image});
+}
+
+// The module's outputs per example against the data's classes or targets.
+void check_outputs(const ModelFile& file, const TrainOptions& options, const DataShape& shape) {
+  if (shape.targets > 0) {
+    DIST_CHECK_ARG(file.classes == shape.targets, "--model-file ", options.model_file,
+                   ": the module's forward returns ", file.classes,
+                   " values per example but --label-feature '", options.label_feature, "' has ",
+                   shape.targets,
+                   " (--task regress predicts the label's values); give a module with one "
+                   "output per label value");
+    return;
+  }
+  DIST_CHECK_ARG(file.classes == shape.classes, "--model-file ", options.model_file,
+                 ": the module's forward returns ", file.classes, " logits per ",
+                 shape.has_features() ? "example" : "image", " (its classes) but the data has ",
+                 shape.classes, " classes (", shape.classes_source,
+                 "); give a module with one logit per class, or --num-classes ", file.classes,
+                 " if the data's classes are that many");
 }
 
 }  // namespace
@@ -102,6 +145,17 @@ ModelFile load_model_file(const TrainOptions& options, const DataShape& shape) {
   } catch (const InvalidArgument& e) {
     refuse_model_file(e);
   }
+  if (shape.has_features()) {
+    try {
+      const at::Tensor rows = at::stack({shape.first_row, shape.first_row});
+      file.classes = check_forward_unless_stopped(file.module, rows_check(rows)).size(1);
+      file.example_shape = {rows.size(1)};
+    } catch (const InvalidArgument& e) {
+      refuse_model_file(e);
+    }
+    check_outputs(file, options, shape);
+    return file;
+  }
   // The channels: --channels, else the first image's, else the other count, whichever the
   // module's forward takes.
   std::vector<int64_t> channels{options.images.channels};
@@ -111,7 +165,7 @@ ModelFile load_model_file(const TrainOptions& options, const DataShape& shape) {
   for (size_t i = 0; i < channels.size() && !logits.defined(); ++i) {
     try {
       images = sample_batch(options, shape, channels[i]);
-      logits = check_forward_unless_stopped(file.module, images);
+      logits = check_forward_unless_stopped(file.module, image_check(images));
       file.channels_from_forward = i > 0;
     } catch (const InvalidArgument& e) {
       if (!first_refusal) first_refusal = e;
@@ -120,19 +174,16 @@ ModelFile load_model_file(const TrainOptions& options, const DataShape& shape) {
   if (!logits.defined()) refuse_model_file(*first_refusal);
   file.example_shape = images.sizes().slice(1).vec();
   file.classes = logits.size(1);
-  DIST_CHECK_ARG(file.classes == shape.classes, "--model-file ", options.model_file,
-                 ": the module's forward returns ", file.classes,
-                 " logits per image (its classes) but the data has ", shape.classes, " classes (",
-                 shape.classes_source,
-                 "); give a module with one logit per class, or --num-classes ", file.classes,
-                 " if the data's classes are that many");
+  check_outputs(file, options, shape);
   return file;
 }
 
 void describe_model_file(const ModelFile& file, const TrainOptions& options, int replicas,
                          std::ostream& out) {
-  out << "Model: TorchScript module " << options.model_file << " (images "
-      << keras::shape_to_string(file.example_shape) << " -> " << file.classes << " logits"
+  const bool rows = file.example_shape.size() == 1;
+  out << "Model: TorchScript module " << options.model_file << (rows ? " (rows " : " (images ")
+      << keras::shape_to_string(file.example_shape) << " -> " << file.classes
+      << (options.task.kind == TaskKind::kRegress ? " values" : " logits")
       << (file.channels_from_forward ? "; the channels its forward takes" : "") << ")" << std::endl;
   const bool several = replicas > 1 || options.strategy == StrategyKind::kParameterServer;
   if (several && has_batch_norm(*file.module))

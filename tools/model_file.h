@@ -38,10 +38,12 @@ namespace dist::tools {
 // written); a class count that differs names both counts and where each came from. A SIGTERM
 // or SIGINT during the forward is StopRequested at once (exit 4); the forward, which cannot be
 // interrupted, runs on in a thread of its own until the process exits.
+// With --features the forward is checked on two copies of the first record's row [2, F] and
+// must return float [2, outputs]: the classes' logits, or --task regress's label values.
 struct ModelFile {
   models::TorchScriptModule module{nullptr};
-  std::vector<int64_t> example_shape;  // one image's C, H, W, as the data gives it
-  int64_t classes = 0;                 // the logits per image
+  std::vector<int64_t> example_shape;  // one image's C, H, W (--features: F), as the data gives it
+  int64_t classes = 0;                 // the outputs per example: logits, or regressed values
   bool channels_from_forward = false;  // the channels found by trying the forward
 };
 ModelFile load_model_file(const TrainOptions& options, const DataShape& shape);

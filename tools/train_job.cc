@@ -88,7 +88,10 @@ std::vector<std::pair<std::string, std::string>> option_settings(const TrainOpti
       {"--resize-policy", options.images.resize_policy == ResizePolicy::kCrop ? "crop" : "resize"},
       {"--num-classes", std::to_string(options.images.num_classes)},
       {"--augment", augment_spelling(options.images)},
-      {"--normalize", normalize_spelling(options.images)}};
+      {"--normalize", normalize_spelling(options.images)},
+      {"--task", name_of(options.task.kind)},
+      {"--features", features_spelling(options.task)},
+      {"--label-feature", options.label_feature}};
 }
 
 std::vector<std::pair<std::string, std::string>> step_settings(const TrainOptions& options,
@@ -133,6 +136,47 @@ void describe_images(const TrainOptions& options, const ImagePreparation& prepar
   out << "\nClasses: " << shape.classes << " (" << shape.classes_source << ")" << std::endl;
 }
 
+// With --features, on the chief: "Features: x (10 float) -> rows of 10", and what the model
+// predicts.
+void describe_features(const TrainOptions& options, const DataShape& shape, std::ostream& out) {
+  out << "Features:";
+  for (size_t i = 0; i < shape.features.size(); ++i)
+    out << (i ? ", " : " ") << shape.features[i].name << " (" << shape.features[i].length << " "
+        << data::feature_type_name(shape.features[i].type) << ")";
+  out << " -> rows of " << shape.row_length() << std::endl;
+  if (shape.targets > 0)
+    out << "Task: regress the " << shape.targets << " value" << (shape.targets > 1 ? "s" : "")
+        << " of --label-feature '" << options.label_feature
+        << "' (mean squared error; mae reported)" << std::endl;
+  else
+    out << "Classes: " << shape.classes << " (" << shape.classes_source << ")" << std::endl;
+}
+
+// What a built-in model is built for; InvalidArgument, before anything is written, when it
+// cannot take the data.
+models::ImageModelInput built_in_model_input(const TrainOptions& options,
+                                             const ImagePreparation& prepare,
+                                             const DataShape& shape) {
+  if (!shape.has_features()) {
+    const models::ImageModelInput input{prepare.channels, prepare.height, prepare.width,
+                                        shape.classes};
+    models::check_image_model_input(input, name_of(options.model),
+                                    options.model == ModelKind::kCnn ? 10 : 1);
+    return input;
+  }
+  const bool mlp = options.model == ModelKind::kMlp || options.model == ModelKind::kMlpWide ||
+                   options.model == ModelKind::kMlpDeep;
+  DIST_CHECK_ARG(mlp, "--model ", name_of(options.model),
+                 " takes images, not the rows of --features: use --model mlp (the default with "
+                 "--features), mlp_wide or mlp_deep, or --model-file");
+  DIST_CHECK_ARG(shape.first_row.is_floating_point(), "--features ",
+                 features_spelling(options.task),
+                 " are all int64, which the built-in models cannot take (token ids need an "
+                 "embedding): give --model-file whose forward takes them, or float features");
+  // The MLPs flatten what they take: a row of F is an "image" of 1 x 1 x F.
+  return {1, 1, shape.row_length(), shape.outputs()};
+}
+
 // The header's first lines: the strategy, its devices and the global batch.
 void print_strategy(const Strategy& strategy, const TrainOptions& options, int64_t global_batch,
                     std::ostream& out) {
@@ -160,13 +204,18 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
   if (!options.model_file.empty())
     model_file = std::make_shared<ModelFile>(load_model_file(options, shape));
   const ImagePreparation prepare =
-      image_preparation(options, shape.first, model_file ? model_file->example_shape[0] : 0);
+      shape.has_features()
+          ? ImagePreparation{}
+          : image_preparation(options, shape.first, model_file ? model_file->example_shape[0] : 0);
   TrainingData data = open_training_data(options, prepare, shape, global_batch,
                                          strategy.num_workers(), options.min_workers > 0);
   if (chief) {
     if (!options.train_data.empty()) chief_out << "Data: " << data.description << std::endl;
     if (!data.sharding.empty()) chief_out << "Sharding: " << data.sharding << std::endl;
-    describe_images(options, prepare, shape, chief_out);
+    if (shape.has_features())
+      describe_features(options, shape, chief_out);
+    else
+      describe_images(options, prepare, shape, chief_out);
   }
   const int64_t num_train = data.num_train;
   DIST_CHECK_ARG(global_batch <= num_train, "the global batch (", global_batch,
@@ -183,12 +232,9 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                 << std::endl;
   }
   if (model_file && chief) describe_model_file(*model_file, options, replicas, chief_out);
-  const models::ImageModelInput model_input{prepare.channels, prepare.height, prepare.width,
-                                            shape.classes};
-  // A built-in model that cannot take the images says so now, before anything is written.
-  if (!model_file)
-    models::check_image_model_input(model_input, name_of(options.model),
-                                    options.model == ModelKind::kCnn ? 10 : 1);
+  // A built-in model that cannot take the data says so now, before anything is written.
+  const models::ImageModelInput model_input =
+      model_file ? models::ImageModelInput{} : built_in_model_input(options, prepare, shape);
   // Last: it creates the output directories, which a bad model file must leave unmade.
   if (chief) make_output_directories(options);
   JobSetup job{strategy,

@@ -107,6 +107,30 @@ void check_model_file_flags(const TrainOptions& o) {
                  "size (drop --min-workers)");
 }
 
+// --task and --features (task_options.h): features are a TFRecord's, and images' flags do not
+// apply to them; a regression has no classes.
+void check_task_flags(const TrainOptions& o) {
+  const ImageOptions& images = o.images;
+  if (o.task.uses_features()) {
+    DIST_CHECK_ARG(!o.train_data.empty(), "--features ", features_spelling(o.task),
+                   " names features of your TFRecord files: give --train-data tfrecord:GLOB and "
+                   "--test-data (Fashion-MNIST has images only)");
+    DIST_CHECK_ARG(images.channels == 0 && !images.sized() && !images.flip && !images.crop &&
+                       !images.normalized(),
+                   "the image flags (--channels, --image-size, --augment, --normalize) apply to "
+                   "images, not to --features ",
+                   features_spelling(o.task), "; drop them");
+  }
+  if (o.task.kind != TaskKind::kRegress) return;
+  DIST_CHECK_ARG(o.task.uses_features(),
+                 "--task regress predicts values from --features (TFRecord features of "
+                 "numbers); an image folder's and Fashion-MNIST's labels are classes: give "
+                 "--features, or --task classify");
+  DIST_CHECK_ARG(images.num_classes == 0, "--num-classes ", images.num_classes,
+                 " applies to --task classify; --task regress predicts the values of "
+                 "--label-feature (as many outputs as it has values)");
+}
+
 void check_combinations(const TrainOptions& o) {
   const bool ps = o.strategy == StrategyKind::kParameterServer;
   DIST_CHECK_ARG(o.train_data.empty() || !ps,
@@ -120,6 +144,7 @@ void check_combinations(const TrainOptions& o) {
                  "--no-sync-batch-norm applies to --model resnet only (the other models have no "
                  "batch normalization)");
   check_model_file_flags(o);
+  check_task_flags(o);
   DIST_CHECK_ARG(!ps || (o.images.channels == 0 && !o.images.sized() && !o.images.flip &&
                          !o.images.crop && !o.images.normalized() && o.images.num_classes == 0),
                  "the image flags (--channels, --image-size, --num-classes, --augment, "

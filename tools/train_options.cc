@@ -104,6 +104,7 @@ struct Spelled {
   std::string auto_shard = "auto", tfrecord_compression = "none";
   bool no_progress = false, unchecked = false, no_sync_batch_norm = false, sync_batch_norm = false;
   ImageFlagTexts images;
+  TaskFlagTexts task;
 };
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
@@ -234,7 +235,8 @@ void add_file_data_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--test-data", o.test_data, "evaluate on these files (same spec forms)");
   app.add_option("--image-feature", o.image_feature, "tfrecord: the encoded image's feature")
       ->capture_default_str();
-  app.add_option("--label-feature", o.label_feature, "tfrecord: the int64 label's feature")
+  app.add_option("--label-feature", o.label_feature,
+                 "tfrecord: the label's feature (int64 class; --task regress: float values)")
       ->capture_default_str();
   app.add_option("--tfrecord-compression", s.tfrecord_compression,
                  "tfrecord: none | gzip | zlib (TFRecordDataset's compression_type)")
@@ -318,7 +320,9 @@ void finish(TrainOptions& o, const Spelled& s) {
                  "each replica normalizes by its own slice's statistics (and the running "
                  "statistics are averaged between replicas, as buffers are); drop the flag, or "
                  "give the same global batch to fewer replicas");
-  o.model = parse_model(s.model.empty() ? "cnn" : s.model);
+  finish_task_options(o.task, s.task);
+  // Rows of features have no image for the CNN: the MLP is their default.
+  o.model = parse_model(!s.model.empty() ? s.model : o.task.uses_features() ? "mlp" : "cnn");
   o.mixed_precision = mixed_precision::policy_from_name(s.mixed_precision);
   if (!s.cross_device_ops.empty()) o.cross_device_ops = parse_cross_device_ops(s.cross_device_ops);
   o.progress = !s.no_progress;
@@ -399,6 +403,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   add_data_and_output_flags(app, line.options, spelled);
   add_file_data_flags(app, line.options, spelled);
   add_image_flags(app, line.options.images, spelled.images);
+  add_task_flags(app, spelled.task);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,6 +16,7 @@
 #include "dist/distribute/sharding.h"
 #include "dist/train/mixed_precision.h"
 #include "image_options.h"
+#include "task_options.h"
 
 namespace dist::tools {
 
@@ -100,11 +101,14 @@ struct TrainOptions {
   std::string train_data;
   std::string test_data;
   std::string image_feature = "image/encoded";      // the encoded PNG or JPEG of a record
-  std::string label_feature = "image/class/label";  // its int64 class
+  std::string label_feature = "image/class/label";  // its int64 class (regress: its values)
   std::string tfrecord_compression = "NONE";        // NONE, GZIP or ZLIB (TFRecordDataset's)
   AutoShardPolicy auto_shard = AutoShardPolicy::kAuto;
   // Channels, size, classes, augmentation and normalization of the images (image_options.h).
   ImageOptions images;
+  // --task and --features: what the model learns, from the image or from features
+  // (task_options.h).
+  TaskOptions task;
   int decode_threads = 0;          // threads decoding images; 0: the machine's hardware threads
   int64_t shuffle_buffer = 10000;  // files: encoded examples shuffled within a buffer this big
   bool ignore_errors = false;      // skip (and count) records and images that cannot be used

@@ -20,10 +20,13 @@ struct TrainResult {
   double seconds = 0;         // wall time of the whole job, evaluation included
   double train_seconds = 0;   // time in training steps only
   double images_per_sec = 0;  // training images / train_seconds
+  // What train_metric and test_metric are, as Keras names it: "accuracy" or "mae"; the JSON
+  // line's keys are train_<name> and test_<name>.
+  std::string metric_name = "accuracy";
   double train_loss = 0;
-  double train_accuracy = 0;
+  double train_metric = 0;  // accuracy, or the mean absolute error (--task regress)
   double test_loss = 0;
-  double test_accuracy = 0;
+  double test_metric = 0;
   int64_t resumed_at_step = -1;             // the checkpoint's step when the run resumed; -1: fresh
   bool interrupted = false;                 // stopped by SIGTERM/SIGINT after the current step
   std::string last_checkpoint;              // path of the last checkpoint written (chief), if any

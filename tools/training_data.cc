@@ -1,16 +1,17 @@
 #include "training_data.h"
 
 #include <algorithm>
-#include <thread>
+#include <tuple>
 
+#include "data_sources.h"
 #include "dist/core/error.h"
-#include "dist/core/printable.h"
 #include "dist/data/example.h"
 #include "dist/data/files.h"
 #include "dist/data/image_codec.h"
 #include "dist/data/image_folder.h"
 #include "dist/data/mnist.h"
 #include "dist/data/tfrecord_dataset.h"
+#include "feature_data.h"
 
 namespace dist::tools {
 namespace {
@@ -20,41 +21,6 @@ using data::Element;
 
 // Fashion-MNIST's classes.
 constexpr int64_t kFashionMnistClasses = 10;
-
-struct DataSpec {
-  enum class Kind { kTFRecord, kImages } kind;
-  std::string location;  // the glob or the directory
-};
-
-DataSpec parse_spec(const std::string& flag, const std::string& text) {
-  const auto colon = text.find(':');
-  const std::string kind = text.substr(0, colon);
-  DIST_CHECK_ARG(colon != std::string::npos && colon + 1 < text.size() &&
-                     (kind == "tfrecord" || kind == "images"),
-                 flag, " '", text,
-                 "' is not a data spec: use tfrecord:GLOB (TFRecord files of tf.train.Example "
-                 "records, e.g. tfrecord:/data/train-*.tfrecord) or images:DIR (a folder with one "
-                 "sub-folder of images per class)");
-  return {kind == "tfrecord" ? DataSpec::Kind::kTFRecord : DataSpec::Kind::kImages,
-          text.substr(colon + 1)};
-}
-
-int64_t decode_threads(const TrainOptions& options) {
-  if (options.decode_threads > 0) return options.decode_threads;
-  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-}
-
-// Where an example came from, said only when something is wrong with it (building the text
-// for every example would cost more than reading it).
-struct ExampleSource {
-  at::Tensor file;      // the file's path as bytes
-  int64_t record = -1;  // the record's index in a TFRecord file; -1: the file is the image
-  std::string operator()() const {
-    // A file's name comes from the user's folders: escaped and cut like anything read.
-    const std::string name = printable(data::string_of(file), 256);
-    return record < 0 ? name : "record " + std::to_string(record) + " of " + name;
-  }
-};
 
 // An example's image as stored: decoded (or the raw pixels of ImageFormat::kRaw records),
 // uint8 [C, H, W]. `channels`: 0 as stored, else decoded straight to 1 or 3.
@@ -123,15 +89,7 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
             },
             "image folder " + spec.location, data::source_file_count(files)};
   }
-  auto files = data::match_files(spec.location);
-  data::TFRecordOptions read;
-  read.compression = data::compression_from_name(options.tfrecord_compression);
-  read.shuffle_files = shuffle_files;
-  read.seed = options.seed;
-  read.with_source = true;
-  // Under --ignore-errors a file's framing damage skips the rest of that file as one error, and
-  // the epoch's count is the records before it (docs/guide.md).
-  read.count_up_to_damage = options.ignore_errors;
+  Records records = open_records(spec, options, shuffle_files);
   const data::FeatureSpec features({
       data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
       data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
@@ -157,15 +115,7 @@ Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuff
       throw DataError(ExampleSource{e[1], e[2].item<int64_t>()}() + ": " + error.what());
     }
   };
-  return {spec, data::tfrecord_dataset(files, read), parse,
-          std::to_string(files.size()) + " TFRecord files (" + spec.location + ")",
-          static_cast<int64_t>(files.size())};
-}
-
-// The source's items, skipping (and counting in `ignored`) what cannot be read under
-// --ignore-errors.
-Dataset readable(const Dataset& items, const std::shared_ptr<data::IgnoredErrors>& ignored) {
-  return ignored ? items.ignore_errors(ignored) : items;
+  return {spec, records.items, parse, records.description, records.file_count};
 }
 
 // The first image of a source as stored; DataError (exit 3) when it has none.
@@ -191,28 +141,6 @@ at::Tensor first_image(const Source& source, const TrainOptions& options, const 
   return (*first)[0];
 }
 
-// The largest label of a TFRecord source (reading every record's label once), -1 for none.
-int64_t largest_label(const Source& source, const TrainOptions& options) {
-  const data::FeatureSpec label_only(
-      {data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {})});
-  const auto skipped = options.ignore_errors ? std::make_shared<data::IgnoredErrors>() : nullptr;
-  Dataset labels = readable(source.items, skipped)
-                       .map(
-                           [label_only](const Element& e) {
-                             try {
-                               return data::parse_example(data::bytes_view(e[0]), label_only);
-                             } catch (const DataError& error) {
-                               throw DataError(ExampleSource{e[1], e[2].item<int64_t>()}() + ": " +
-                                               error.what());
-                             }
-                           },
-                           data::MapOptions{decode_threads(options)});
-  int64_t largest = -1;
-  for (const Element& e : readable(labels, skipped).iterator())
-    largest = std::max(largest, e[0].item<int64_t>());
-  return largest;
-}
-
 // The training data's classes and where they came from; the test data checked against them.
 void count_classes(const Source& train, const Source& test, const TrainOptions& options,
                    DataShape& shape) {
@@ -233,65 +161,8 @@ void count_classes(const Source& train, const Source& test, const TrainOptions& 
     return;
   }
   if (options.images.num_classes > 0) return;
-  const int64_t largest = largest_label(train, options);
-  DIST_CHECK(largest >= 0, DataError, "--train-data '", options.train_data,
-             "' has no label to count the classes from; give --num-classes");
-  shape.classes = largest + 1;
-  shape.classes_source = detail::concat("the largest label of --train-data, ", largest, ", + 1");
-  if (test.spec.kind != DataSpec::Kind::kTFRecord) return;
-  const int64_t test_largest = largest_label(test, options);
-  DIST_CHECK(test_largest < shape.classes, DataError, "--test-data '", options.test_data,
-             "' has label ", test_largest, " but the training data has ", shape.classes,
-             " classes (", shape.classes_source,
-             "): give --num-classes if some class has no training example, or test data of the "
-             "training data's classes");
-}
-
-// --auto-shard for files, `auto` resolved here (file, or data in an elastic job), so that the
-// datasets carry the policy their distribution will use.
-data::DatasetOptions sharding(const TrainOptions& options, bool elastic) {
-  AutoShardPolicy policy = options.auto_shard;
-  DIST_CHECK_ARG(!(elastic && policy == AutoShardPolicy::kFile),
-                 "--auto-shard file cannot follow an elastic resize (which worker reads which "
-                 "file would change mid-epoch): use --auto-shard data");
-  if (policy == AutoShardPolicy::kAuto)
-    policy = elastic ? AutoShardPolicy::kData : AutoShardPolicy::kFile;
-  return {policy};
-}
-
-// Said before anything is read, naming the flag: under kFile every worker needs a file.
-void check_enough_files(const Source& source, const std::string& flag, const std::string& spec,
-                        const data::DatasetOptions& shard, int workers) {
-  if (shard.auto_shard_policy != AutoShardPolicy::kFile || workers < 2) return;
-  DIST_CHECK_ARG(source.file_count >= workers, flag, " '", spec, "' has ", source.file_count,
-                 " file", source.file_count == 1 ? "" : "s", " but the job has ", workers,
-                 " workers, and --auto-shard file (auto's choice for files) gives each worker "
-                 "files of its own: write the data in at least ",
-                 workers, " files, or use --auto-shard data");
-}
-
-// "--auto-shard file: each of the 2 workers reads its own 4 of the 8 TFRecord files" for the
-// job's header.
-std::string describe_sharding(const Source& source, const data::DatasetOptions& shard,
-                              int workers) {
-  if (workers < 2) return "";
-  const AutoShardPolicy policy = *shard.auto_shard_policy;
-  if (policy == AutoShardPolicy::kFile) {
-    const int64_t fewest = source.file_count / workers;
-    const int64_t most = fewest + (source.file_count % workers ? 1 : 0);
-    return detail::concat(
-        "--auto-shard file: each of the ", workers, " workers reads its own ",
-        fewest == most ? std::to_string(most) : detail::concat(fewest, " or ", most), " of the ",
-        source.file_count,
-        " files (every example once per epoch; a step's global batch is the "
-        "workers' batches together)");
-  }
-  if (policy == AutoShardPolicy::kData)
-    return detail::concat("--auto-shard data: each of the ", workers, " workers reads all ",
-                          source.file_count,
-                          " files and keeps its rows of each global batch (one device's batches)");
-  return detail::concat("--auto-shard off: each of the ", workers,
-                        " workers reads all files and trains on whole batches of its own");
+  std::tie(shape.classes, shape.classes_source) = count_record_classes(
+      train.items, test.spec.kind == DataSpec::Kind::kTFRecord ? &test.items : nullptr, options);
 }
 
 bool images_as_stored(const TrainOptions& options, const ImagePreparation& prepare) {
@@ -346,7 +217,12 @@ Dataset prepared_examples(const Dataset& items, const Source& source, const Exam
 
 DataShape inspect_training_data(const TrainOptions& options) {
   DataShape shape;
-  if (options.train_data.empty()) {
+  if (options.task.uses_features()) {
+    DIST_CHECK_ARG(!options.test_data.empty(),
+                   "--features needs --test-data too (the records to evaluate on after each "
+                   "epoch)");
+    inspect_features(options, shape);
+  } else if (options.train_data.empty()) {
     shape.first = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain)
                       .take(1)
                       .iterator()
@@ -375,6 +251,8 @@ DataShape inspect_training_data(const TrainOptions& options) {
 TrainingData open_training_data(const TrainOptions& options, const ImagePreparation& prepare,
                                 const DataShape& shape, int64_t global_batch, int workers,
                                 bool elastic) {
+  if (options.task.uses_features())
+    return open_feature_data(options, shape, global_batch, workers, elastic);
   if (options.train_data.empty()) return fashion_mnist_data(options, prepare, global_batch);
   std::shared_ptr<data::IgnoredErrors> ignored;
   if (options.ignore_errors) ignored = std::make_shared<data::IgnoredErrors>();
@@ -384,7 +262,7 @@ TrainingData open_training_data(const TrainOptions& options, const ImagePreparat
   // (as from the IDX files), so the files are then read in order and only the N shuffled.
   Source train = open_source(parse_spec("--train-data", options.train_data), options,
                              /*shuffle_files=*/options.train_examples <= 0);
-  check_enough_files(train, "--train-data", options.train_data, shard, workers);
+  check_enough_files(train.file_count, "--train-data", options.train_data, shard, workers);
   auto limited = [](const Dataset& items, int64_t limit) {
     return limit > 0 ? items.take(limit) : items;
   };
@@ -404,7 +282,7 @@ TrainingData open_training_data(const TrainOptions& options, const ImagePreparat
           .with_options(shard);
 
   Source test = open_source(parse_spec("--test-data", options.test_data), options, false);
-  check_enough_files(test, "--test-data", options.test_data, shard, workers);
+  check_enough_files(test.file_count, "--test-data", options.test_data, shard, workers);
   const ExampleDecoder test_decoder{prepare, shape.classes, shape.classes_source, false};
   Dataset test_batches =
       prepared_examples(readable(limited(test.items, options.test_examples), ignored), test,
@@ -416,7 +294,7 @@ TrainingData open_training_data(const TrainOptions& options, const ImagePreparat
           test_batches,
           num_train,
           "train: " + train.description + "; test: " + test.description,
-          describe_sharding(train, shard, workers),
+          describe_sharding(train.file_count, shard, workers),
           ignored};
 }
 

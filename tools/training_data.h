@@ -2,6 +2,7 @@
 // (--train-data / --test-data: TFRecord shards of tf.train.Example or an image folder), as
 // datasets of global batches of {float image [C, H, W], int64 label}: each image decoded,
 // converted, sized, augmented and normalized as the image flags say (image_preparation.h).
+// With --features, of {the features joined [F], the label} instead (feature_data.h).
 //
 // The job looks at the data in two steps: inspect_training_data reads what the data holds (its
 // first image, its classes) so that the model can be made for it (and --model-file's channels
@@ -10,9 +11,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "data_shape.h"
 #include "dist/data/dataset.h"
 #include "dist/data/ignored_errors.h"
 #include "image_preparation.h"
@@ -20,32 +23,12 @@
 
 namespace dist::tools {
 
-// What the training data holds, found before the job opens it.
-struct DataShape {
-  at::Tensor first;  // the first training image, uint8 [C, H, W] as stored
-  int64_t classes = 0;
-  // Where `classes` came from, for the header and for messages: "--num-classes",
-  // "the 5 class folders of images:/data/train", "the largest label (4) of --train-data + 1".
-  std::string classes_source;
-};
-
 // The first training image and the classes. Checks, before any training, that the files exist
 // and hold examples (DataError, exit 3, otherwise), that the test data's labels are classes of
 // the training data (an image folder's class folders the same, a TFRecord label below the
 // classes), naming the flag. Counting a TFRecord's classes reads the labels of every record
 // once (of --train-data and --test-data), unless --num-classes gives them.
 DataShape inspect_training_data(const TrainOptions& options);
-
-struct TrainingData {
-  data::Dataset train;  // shuffled global batches
-  data::Dataset test;   // global batches in order
-  int64_t num_train = 0;
-  std::string description;  // "Fashion-MNIST (IDX)" or the specs, for the job's header
-  // How the files are divided between the workers ("" for Fashion-MNIST and one worker).
-  std::string sharding;
-  // The records and images skipped under --ignore-errors (null without it).
-  std::shared_ptr<data::IgnoredErrors> ignored;
-};
 
 // Opens the data the options name, each image made ready by `prepare` and its label checked
 // against `shape`'s classes (DataError naming the file and record), batched by

@@ -33,19 +33,6 @@ const std::string kScript = std::string(DIST_SOURCE_DIR) + "/tests/tools/new_use
 const std::string kImageNetMeans = "0.485,0.456,0.406";
 const std::string kImageNetStds = "0.229,0.224,0.225";
 
-// The largest difference between the tensors of two weight files, relative to the larger value
-// (at least 1).
-double max_difference(const std::string& a, const std::string& b) {
-  const auto x = testing::weights_in(a), y = testing::weights_in(b);
-  EXPECT_EQ(x.size(), y.size());
-  double largest = 0;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    const auto scale = torch::clamp_min(torch::maximum(x[i].abs(), y[i].abs()), 1.0);
-    largest = std::max(largest, ((x[i] - y[i]).abs() / scale).max().item<double>());
-  }
-  return x.empty() ? 1.0 : largest;
-}
-
 ProcessResult run_python(const std::vector<std::string>& args) {
   testing::WorkerProcesses python;
   python.start(DIST_TORCH_PYTHON, args, {});
@@ -205,7 +192,7 @@ TEST(DistTrainImagesTest, AugmentedColourBatchesOnReplicasAndWorkersReachOneDevi
   auto replicas = testing::run_dist_train_alone(
       testing::with_flag(augmented_job(data, "mirrored", mirrored), "--replicas", "2"));
   ASSERT_EQ(replicas.exit_code, 0) << replicas.output;
-  EXPECT_LE(max_difference(one, mirrored), 1e-5);
+  EXPECT_LE(testing::max_relative_difference(one, mirrored), 1e-5);
 
   const std::string workers = data.dir.file("workers.safetensors");
   std::vector<std::string> args{"--workers", "2", "--", DIST_TRAIN_BINARY};
