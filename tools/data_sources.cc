@@ -93,6 +93,15 @@ std::pair<int64_t, std::string> count_record_classes(const Dataset& train, const
   return {classes, source};
 }
 
+Dataset first_n(const Dataset& items, int64_t limit) {
+  return limit > 0 ? items.take(limit) : items;
+}
+
+Dataset global_batches(const Dataset& examples, int64_t global_batch,
+                       const data::DatasetOptions& shard) {
+  return examples.batch(global_batch).prefetch(2).with_options(shard);
+}
+
 data::DatasetOptions sharding(const TrainOptions& options, bool elastic) {
   AutoShardPolicy policy = options.auto_shard;
   DIST_CHECK_ARG(!(elastic && policy == AutoShardPolicy::kFile),

@@ -60,6 +60,14 @@ std::pair<int64_t, std::string> count_record_classes(const data::Dataset& train,
                                                      const data::Dataset* test,
                                                      const TrainOptions& options);
 
+// The first `limit` items (all when limit <= 0): --train-examples and --test-examples.
+data::Dataset first_n(const data::Dataset& items, int64_t limit);
+
+// Global batches of `examples`, two prefetched, carrying the sharding policy their
+// distribution will use.
+data::Dataset global_batches(const data::Dataset& examples, int64_t global_batch,
+                             const data::DatasetOptions& shard);
+
 // --auto-shard for files, `auto` resolved (file, or data in an elastic job), so that the
 // datasets carry the policy their distribution will use.
 data::DatasetOptions sharding(const TrainOptions& options, bool elastic);

@@ -163,34 +163,25 @@ TrainingData open_feature_data(const TrainOptions& options, const DataShape& sha
   std::shared_ptr<data::IgnoredErrors> ignored;
   if (options.ignore_errors) ignored = std::make_shared<data::IgnoredErrors>();
   const auto shard = sharding(options, elastic);
-  auto limited = [](const Dataset& items, int64_t limit) {
-    return limit > 0 ? items.take(limit) : items;
-  };
   const RowParser parser = row_parser(options, shape);
   const data::MapOptions threads{decode_threads(options)};
   // --train-examples N takes the first N in the files' order (see training_data.cc).
   const Records train = open_records(record_spec("--train-data", options.train_data), options,
                                      /*shuffle_files=*/options.train_examples <= 0);
   check_enough_files(train.file_count, "--train-data", options.train_data, shard, workers);
-  const int64_t num_train = limited(train.items, options.train_examples).cardinality();
+  const int64_t num_train = first_n(train.items, options.train_examples).cardinality();
   const int64_t buffer = std::min(options.shuffle_buffer, std::max<int64_t>(num_train, 1));
-  Dataset train_batches = readable(readable(limited(train.items, options.train_examples), ignored)
-                                       .shuffle(buffer, options.seed)
-                                       .map(parser, threads),
-                                   ignored)
-                              .batch(global_batch)
-                              .prefetch(2)
-                              .with_options(shard);
+  const Dataset train_examples =
+      readable(readable(first_n(train.items, options.train_examples), ignored)
+                   .shuffle(buffer, options.seed)
+                   .map(parser, threads),
+               ignored);
   const Records test = open_records(record_spec("--test-data", options.test_data), options, false);
   check_enough_files(test.file_count, "--test-data", options.test_data, shard, workers);
-  Dataset test_batches =
-      readable(readable(limited(test.items, options.test_examples), ignored).map(parser, threads),
-               ignored)
-          .batch(global_batch)
-          .prefetch(2)
-          .with_options(shard);
-  return {train_batches,
-          test_batches,
+  const Dataset test_examples = readable(
+      readable(first_n(test.items, options.test_examples), ignored).map(parser, threads), ignored);
+  return {global_batches(train_examples, global_batch, shard),
+          global_batches(test_examples, global_batch, shard),
           num_train,
           "train: " + train.description + "; test: " + test.description,
           describe_sharding(train.file_count, shard, workers),

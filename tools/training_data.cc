@@ -263,35 +263,25 @@ TrainingData open_training_data(const TrainOptions& options, const ImagePreparat
   Source train = open_source(parse_spec("--train-data", options.train_data), options,
                              /*shuffle_files=*/options.train_examples <= 0);
   check_enough_files(train.file_count, "--train-data", options.train_data, shard, workers);
-  auto limited = [](const Dataset& items, int64_t limit) {
-    return limit > 0 ? items.take(limit) : items;
-  };
   // Under --ignore-errors the count is what the files hold, bad records included.
-  const int64_t num_train = limited(train.items, options.train_examples).cardinality();
+  const int64_t num_train = first_n(train.items, options.train_examples).cardinality();
   // Encoded items are shuffled (a bounded buffer: memory does not grow with the data), then
   // decoded on the decoding threads in that order, each image's augmentation keyed by its place
   // in that order.
   const int64_t buffer = std::min(options.shuffle_buffer, std::max<int64_t>(num_train, 1));
   const ExampleDecoder train_decoder{prepare, shape.classes, shape.classes_source, true};
-  Dataset train_batches =
-      prepared_examples(readable(limited(train.items, options.train_examples), ignored)
-                            .shuffle(buffer, options.seed),
-                        train, train_decoder, options, ignored)
-          .batch(global_batch)
-          .prefetch(2)
-          .with_options(shard);
+  const Dataset train_examples = prepared_examples(
+      readable(first_n(train.items, options.train_examples), ignored).shuffle(buffer, options.seed),
+      train, train_decoder, options, ignored);
 
   Source test = open_source(parse_spec("--test-data", options.test_data), options, false);
   check_enough_files(test.file_count, "--test-data", options.test_data, shard, workers);
   const ExampleDecoder test_decoder{prepare, shape.classes, shape.classes_source, false};
-  Dataset test_batches =
-      prepared_examples(readable(limited(test.items, options.test_examples), ignored), test,
-                        test_decoder, options, ignored)
-          .batch(global_batch)
-          .prefetch(2)
-          .with_options(shard);
-  return {train_batches,
-          test_batches,
+  const Dataset test_examples =
+      prepared_examples(readable(first_n(test.items, options.test_examples), ignored), test,
+                        test_decoder, options, ignored);
+  return {global_batches(train_examples, global_batch, shard),
+          global_batches(test_examples, global_batch, shard),
           num_train,
           "train: " + train.description + "; test: " + test.description,
           describe_sharding(train.file_count, shard, workers),
