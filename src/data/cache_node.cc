@@ -57,10 +57,10 @@ class FillingIterator : public IteratorNode {
   bool published_ = false;
 };
 
-class CacheNode : public UnaryNode {
+class CacheNode : public Stage<CacheNode> {
  public:
   explicit CacheNode(NodePtr input)
-      : UnaryNode(std::move(input)), store_(std::make_shared<CacheStore>()) {}
+      : Stage(std::move(input)), store_(std::make_shared<CacheStore>()) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     {
       std::lock_guard<std::mutex> lock(store_->mu);
@@ -70,8 +70,7 @@ class CacheNode : public UnaryNode {
     // the first pass, whichever epoch finishes it.
     return std::make_unique<FillingIterator>(input_->make_iterator(0), store_);
   }
-  int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override { return input_->describe() + ".cache()"; }
+  std::string call() const override { return "cache()"; }
 
  private:
   // A rewritten input (sharded files) reads other data: it gets a cache of its own.

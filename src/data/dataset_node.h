@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/data/dataset.h"
@@ -53,19 +54,61 @@ class FileSourceNode : public DatasetNode {
   virtual NodePtr with_files(std::vector<std::string> files) const = 0;
 };
 
-// A stage with one input: inputs() and with_inputs() from its input and a copy of itself.
+// A stage with one input: inputs() and with_inputs() from its input and a copy of itself over
+// another (over(), which Stage below writes), describe() from its input's and its own call().
 class UnaryNode : public DatasetNode {
  public:
   explicit UnaryNode(NodePtr input) : input_(std::move(input)) {}
   std::vector<NodePtr> inputs() const override { return {input_}; }
   NodePtr with_inputs(std::vector<NodePtr> inputs) const override;
+  // The input's description, then "." and call(): "range(0, 8, 1).take(3)".
+  std::string describe() const override;
+  // The input's: a stage that changes the count overrides it.
+  int64_t cardinality() const override { return input_->cardinality(); }
   const NodePtr& input() const { return input_; }
 
  protected:
+  // This stage as a Python user would call it, "take(3)" (call_text()); empty for a stage that
+  // describes as its input (with_options).
+  virtual std::string call() const = 0;
   // This stage over `input` (same settings).
   virtual NodePtr over(NodePtr input) const = 0;
   NodePtr input_;
 };
+
+// The shape every one-input stage shares, written once: over() is a copy of Self with another
+// input, so a stage writes only its iterator, call() and (if it changes it) cardinality(). Self
+// must be copyable with its settings shared (shared_ptr, values); a stage whose copy must not
+// share state (cache) overrides over(). Base: UnaryNode or one of its stage kinds below.
+template <class Self, class Base = UnaryNode>
+class Stage : public Base {
+ public:
+  using Base::Base;
+
+ protected:
+  NodePtr over(NodePtr input) const override {
+    auto copy = std::make_shared<Self>(static_cast<const Self&>(*this));
+    copy->input_ = std::move(input);
+    return copy;
+  }
+};
+
+// "name(a, b)": a stage's call() from its arguments, numbers written as std::to_string.
+template <class T>
+std::string call_argument(const T& value) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return std::to_string(value);
+  } else {
+    return std::string(value);
+  }
+}
+template <class... Args>
+std::string call_text(const std::string& name, const Args&... args) {
+  std::string text = name + "(";
+  const char* separator = "";
+  ((text += separator + call_argument(args), separator = ", "), ...);
+  return text + ")";
+}
 
 // map(fn, {num_parallel_calls > 1}) in input order: told which elements will be skipped, it does
 // not compute them ahead (data/row_share.cc).
@@ -94,6 +137,11 @@ class BatchingStage {
 inline int64_t batched_rows_of(int64_t input_rows, int64_t batch_size, bool drop_remainder) {
   if (input_rows < 0 || !drop_remainder) return input_rows;
   return input_rows / batch_size * batch_size;
+}
+// The cardinality of a batch of `batch_size` over `input_rows` rows (kUnknown/kInfinite as it).
+inline int64_t batches_of(int64_t input_rows, int64_t batch_size, bool drop_remainder) {
+  if (input_rows < 0) return input_rows;
+  return drop_remainder ? input_rows / batch_size : (input_rows + batch_size - 1) / batch_size;
 }
 
 // batch(): what giving each worker its part of the global batch (kFile sharding) rewrites.

@@ -76,10 +76,10 @@ class InterleaveIterator : public IteratorNode {
   bool input_done_ = false;
 };
 
-class InterleaveNode : public UnaryNode {
+class InterleaveNode : public Stage<InterleaveNode> {
  public:
   InterleaveNode(NodePtr input, std::shared_ptr<const DatasetFn> fn, InterleaveOptions options)
-      : UnaryNode(std::move(input)), fn_(std::move(fn)), options_(options) {}
+      : Stage(std::move(input)), fn_(std::move(fn)), options_(options) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<InterleaveIterator>(input_->make_iterator(epoch), fn_, options_, epoch);
   }
@@ -87,16 +87,12 @@ class InterleaveNode : public UnaryNode {
   int64_t cardinality() const override {
     return input_->cardinality() == 0 ? 0 : kUnknownCardinality;
   }
-  std::string describe() const override {
-    return input_->describe() +
-           ".interleave(cycle_length=" + std::to_string(options_.cycle_length) +
-           ", block_length=" + std::to_string(options_.block_length) + ")";
+  std::string call() const override {
+    return call_text("interleave", "cycle_length=" + std::to_string(options_.cycle_length),
+                     "block_length=" + std::to_string(options_.block_length));
   }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<InterleaveNode>(std::move(input), fn_, options_);
-  }
   std::shared_ptr<const DatasetFn> fn_;
   InterleaveOptions options_;
 };

@@ -193,19 +193,15 @@ class PaddedBatchIterator : public IteratorNode {
   std::shared_ptr<const PadSpec> spec_;
 };
 
-class PaddedBatchNode : public UnaryNode, public BatchingStage {
+class PaddedBatchNode : public Stage<PaddedBatchNode>, public BatchingStage {
  public:
   PaddedBatchNode(NodePtr input, int64_t size, bool drop_remainder,
                   std::shared_ptr<const PadSpec> spec)
-      : UnaryNode(std::move(input)), size_(size), drop_(drop_remainder), spec_(std::move(spec)) {}
+      : Stage(std::move(input)), size_(size), drop_(drop_remainder), spec_(std::move(spec)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<PaddedBatchIterator>(input_->make_iterator(epoch), size_, drop_, spec_);
   }
-  int64_t cardinality() const override {
-    const int64_t c = input_->cardinality();
-    if (c < 0) return c;
-    return drop_ ? c / size_ : (c + size_ - 1) / size_;
-  }
+  int64_t cardinality() const override { return batches_of(input_->cardinality(), size_, drop_); }
   int64_t batched_rows() const override {
     return batched_rows_of(input_->cardinality(), size_, drop_);
   }
@@ -213,15 +209,12 @@ class PaddedBatchNode : public UnaryNode, public BatchingStage {
   NodePtr with_rows_per_batch(int64_t size) const override {
     return std::make_shared<PaddedBatchNode>(input_, size, drop_, spec_);
   }
-  std::string describe() const override {
-    return input_->describe() + ".padded_batch(" + std::to_string(size_) + describe_spec(*spec_) +
+  std::string call() const override {
+    return "padded_batch(" + std::to_string(size_) + describe_spec(*spec_) +
            (drop_ ? ", drop_remainder" : "") + ")";
   }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<PaddedBatchNode>(std::move(input), size_, drop_, spec_);
-  }
   int64_t size_;
   bool drop_;
   std::shared_ptr<const PadSpec> spec_;
@@ -314,10 +307,10 @@ class BucketIterator : public IteratorNode {
   size_t flush_ = 0;
 };
 
-class BucketNode : public UnaryNode {
+class BucketNode : public Stage<BucketNode> {
  public:
   BucketNode(NodePtr input, std::shared_ptr<const BucketSpec> spec)
-      : UnaryNode(std::move(input)), spec_(std::move(spec)) {}
+      : Stage(std::move(input)), spec_(std::move(spec)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<BucketIterator>(input_->make_iterator(epoch), spec_);
   }
@@ -325,18 +318,14 @@ class BucketNode : public UnaryNode {
     const int64_t c = input_->cardinality();
     return c == 0 || c == kInfiniteCardinality ? c : kUnknownCardinality;
   }
-  std::string describe() const override {
-    return input_->describe() +
-           ".bucket_by_sequence_length(boundaries=" + shape_string(spec_->boundaries) +
+  std::string call() const override {
+    return "bucket_by_sequence_length(boundaries=" + shape_string(spec_->boundaries) +
            ", batch_sizes=" + shape_string(spec_->batch_sizes) + describe_spec(spec_->pad) +
            (spec_->pad_to_boundary ? ", pad_to_bucket_boundary" : "") +
            (spec_->drop_remainder ? ", drop_remainder" : "") + ")";
   }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<BucketNode>(std::move(input), spec_);
-  }
   std::shared_ptr<const BucketSpec> spec_;
 };
 

@@ -192,11 +192,11 @@ class ParallelMapIterator : public IteratorNode {
   bool stop_ = false;
 };
 
-class ParallelMapNode : public ParallelMapStage {
+class ParallelMapNode : public Stage<ParallelMapNode, ParallelMapStage> {
  public:
   ParallelMapNode(NodePtr input, std::shared_ptr<const ContextMapFn> fn, int64_t threads,
                   bool deterministic, std::function<bool(int64_t)> computes = {})
-      : ParallelMapStage(std::move(input)),
+      : Stage(std::move(input)),
         fn_(std::move(fn)),
         threads_(threads),
         deterministic_(deterministic),
@@ -208,20 +208,17 @@ class ParallelMapNode : public ParallelMapStage {
   NodePtr computing_only(std::function<bool(int64_t)> computes) const override {
     // Out of order, a skipped element could be handed out: only the ordered map is told.
     if (!deterministic_) return nullptr;
-    return std::make_shared<ParallelMapNode>(input_, fn_, threads_, deterministic_,
-                                             std::move(computes));
+    auto copy = std::make_shared<ParallelMapNode>(*this);
+    copy->computes_ = std::move(computes);
+    return copy;
   }
-  int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override {
-    return input_->describe() + ".map(num_parallel_calls=" + std::to_string(threads_) +
-           (deterministic_ ? "" : ", deterministic=false") + ")";
+  std::string call() const override {
+    const std::string threads = "num_parallel_calls=" + std::to_string(threads_);
+    return deterministic_ ? call_text("map", threads)
+                          : call_text("map", threads, "deterministic=false");
   }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<ParallelMapNode>(std::move(input), fn_, threads_, deterministic_,
-                                             computes_);
-  }
   std::shared_ptr<const ContextMapFn> fn_;
   int64_t threads_;
   bool deterministic_;

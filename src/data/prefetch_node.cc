@@ -83,23 +83,16 @@ class PrefetchIterator : public IteratorNode {
   bool stop_ = false;
 };
 
-class PrefetchNode : public UnaryNode {
+class PrefetchNode : public Stage<PrefetchNode> {
  public:
-  PrefetchNode(NodePtr input, int64_t capacity)
-      : UnaryNode(std::move(input)), capacity_(capacity) {}
+  PrefetchNode(NodePtr input, int64_t capacity) : Stage(std::move(input)), capacity_(capacity) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<PrefetchIterator>(input_->make_iterator(epoch), capacity_);
   }
-  int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override {
-    return input_->describe() + ".prefetch(" + std::to_string(capacity_) + ")";
-  }
+  std::string call() const override { return call_text("prefetch", capacity_); }
   bool hands_on_elements() const override { return true; }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<PrefetchNode>(std::move(input), capacity_);
-  }
   int64_t capacity_;
 };
 

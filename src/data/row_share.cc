@@ -71,23 +71,19 @@ class ShareBatchIterator : public IteratorNode {
   int64_t batch_ = 0;
 };
 
-class ShareBatchNode : public UnaryNode {
+class ShareBatchNode : public Stage<ShareBatchNode> {
  public:
   ShareBatchNode(NodePtr input, std::shared_ptr<const RowShare> share)
-      : UnaryNode(std::move(input)), share_(std::move(share)) {}
+      : Stage(std::move(input)), share_(std::move(share)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<ShareBatchIterator>(input_->make_iterator(epoch), share_);
   }
   int64_t cardinality() const override { return share_->batches(); }
-  std::string describe() const override {
-    return input_->describe() + ".batch(" + std::to_string(share_->batch_size()) +
-           ", this worker's rows)";
+  std::string call() const override {
+    return call_text("batch", share_->batch_size(), "this worker's rows");
   }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<ShareBatchNode>(std::move(input), share_);
-  }
   std::shared_ptr<const RowShare> share_;
 };
 

@@ -75,22 +75,19 @@ class FilterIterator : public IteratorNode {
   std::shared_ptr<const Predicate> keep_;
 };
 
-class FilterNode : public UnaryNode {
+class FilterNode : public Stage<FilterNode> {
  public:
   FilterNode(NodePtr input, std::shared_ptr<const Predicate> keep)
-      : UnaryNode(std::move(input)), keep_(std::move(keep)) {}
+      : Stage(std::move(input)), keep_(std::move(keep)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<FilterIterator>(input_->make_iterator(epoch), keep_);
   }
   int64_t cardinality() const override {
     return input_->cardinality() == 0 ? 0 : kUnknownCardinality;
   }
-  std::string describe() const override { return input_->describe() + ".filter()"; }
+  std::string call() const override { return "filter()"; }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<FilterNode>(std::move(input), keep_);
-  }
   std::shared_ptr<const Predicate> keep_;
 };
 
@@ -138,22 +135,19 @@ class FlatMapIterator : public IteratorNode {
   std::unique_ptr<IteratorNode> inner_;
 };
 
-class FlatMapNode : public UnaryNode {
+class FlatMapNode : public Stage<FlatMapNode> {
  public:
   FlatMapNode(NodePtr input, std::shared_ptr<const FlatMapFn> fn)
-      : UnaryNode(std::move(input)), fn_(std::move(fn)) {}
+      : Stage(std::move(input)), fn_(std::move(fn)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<FlatMapIterator>(input_->make_iterator(epoch), fn_, epoch);
   }
   int64_t cardinality() const override {
     return input_->cardinality() == 0 ? 0 : kUnknownCardinality;
   }
-  std::string describe() const override { return input_->describe() + ".flat_map()"; }
+  std::string call() const override { return "flat_map()"; }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<FlatMapNode>(std::move(input), fn_);
-  }
   std::shared_ptr<const FlatMapFn> fn_;
 };
 
@@ -273,9 +267,9 @@ class UnbatchIterator : public IteratorNode {
   int64_t batches_ = 0;  // input elements read, for errors
 };
 
-class UnbatchNode : public UnaryNode {
+class UnbatchNode : public Stage<UnbatchNode> {
  public:
-  explicit UnbatchNode(NodePtr input) : UnaryNode(std::move(input)) {}
+  explicit UnbatchNode(NodePtr input) : Stage(std::move(input)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<UnbatchIterator>(input_->make_iterator(epoch));
   }
@@ -288,12 +282,7 @@ class UnbatchNode : public UnaryNode {
     const int64_t c = input_->cardinality();
     return c == 0 || c == kInfiniteCardinality ? c : kUnknownCardinality;
   }
-  std::string describe() const override { return input_->describe() + ".unbatch()"; }
-
- private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<UnbatchNode>(std::move(input));
-  }
+  std::string call() const override { return "unbatch()"; }
 };
 
 }  // namespace

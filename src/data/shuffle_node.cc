@@ -54,27 +54,18 @@ class ShuffleIterator : public IteratorNode {
   bool input_done_ = false;
 };
 
-class ShuffleNode : public UnaryNode {
+class ShuffleNode : public Stage<ShuffleNode> {
  public:
   ShuffleNode(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle)
-      : UnaryNode(std::move(input)),
-        buffer_size_(buffer_size),
-        seed_(seed),
-        reshuffle_(reshuffle) {}
+      : Stage(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<ShuffleIterator>(
         input_->make_iterator(epoch), buffer_size_,
         epoch_stream(seed_, reshuffle_ ? static_cast<uint64_t>(epoch) : 0));
   }
-  int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override {
-    return input_->describe() + ".shuffle(" + std::to_string(buffer_size_) + ")";
-  }
+  std::string call() const override { return call_text("shuffle", buffer_size_); }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<ShuffleNode>(std::move(input), buffer_size_, seed_, reshuffle_);
-  }
   int64_t buffer_size_;
   uint64_t seed_;
   bool reshuffle_;

@@ -42,10 +42,10 @@ class ShardIterator : public IteratorNode {
   int64_t position_ = 0;  // input elements consumed
 };
 
-class ShardNode : public UnaryNode {
+class ShardNode : public Stage<ShardNode> {
  public:
   ShardNode(NodePtr input, int64_t num_shards, int64_t index)
-      : UnaryNode(std::move(input)), num_shards_(num_shards), index_(index) {}
+      : Stage(std::move(input)), num_shards_(num_shards), index_(index) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<ShardIterator>(input_->make_iterator(epoch), num_shards_, index_);
   }
@@ -54,15 +54,9 @@ class ShardNode : public UnaryNode {
     if (c < 0) return c;
     return c > index_ ? (c - index_ + num_shards_ - 1) / num_shards_ : 0;
   }
-  std::string describe() const override {
-    return input_->describe() + ".shard(" + std::to_string(num_shards_) + ", " +
-           std::to_string(index_) + ")";
-  }
+  std::string call() const override { return call_text("shard", num_shards_, index_); }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<ShardNode>(std::move(input), num_shards_, index_);
-  }
   int64_t num_shards_;
   int64_t index_;
 };
@@ -94,10 +88,10 @@ class IgnoreErrorsIterator : public IteratorNode {
   std::shared_ptr<IgnoredErrors> log_;
 };
 
-class IgnoreErrorsNode : public UnaryNode {
+class IgnoreErrorsNode : public Stage<IgnoreErrorsNode> {
  public:
   IgnoreErrorsNode(NodePtr input, std::shared_ptr<IgnoredErrors> log)
-      : UnaryNode(std::move(input)), log_(std::move(log)) {}
+      : Stage(std::move(input)), log_(std::move(log)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<IgnoreErrorsIterator>(input_->make_iterator(epoch), log_);
   }
@@ -105,12 +99,9 @@ class IgnoreErrorsNode : public UnaryNode {
     const int64_t c = input_->cardinality();
     return c == 0 || c == kInfiniteCardinality ? c : kUnknownCardinality;
   }
-  std::string describe() const override { return input_->describe() + ".ignore_errors()"; }
+  std::string call() const override { return "ignore_errors()"; }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<IgnoreErrorsNode>(std::move(input), log_);
-  }
   std::shared_ptr<IgnoredErrors> log_;
 };
 
@@ -150,22 +141,18 @@ class GeneratorNode : public DatasetNode {
 };
 
 // with_options(): elements pass through; the options are read by whoever distributes it.
-class OptionsNode : public UnaryNode {
+class OptionsNode : public Stage<OptionsNode> {
  public:
   OptionsNode(NodePtr input, const DatasetOptions& options)
-      : UnaryNode(std::move(input)), options_(options) {}
+      : Stage(std::move(input)), options_(options) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return input_->make_iterator(epoch);
   }
-  int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override { return input_->describe(); }
+  std::string call() const override { return ""; }
   bool hands_on_elements() const override { return true; }
   const DatasetOptions& options() const { return options_; }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<OptionsNode>(std::move(input), options_);
-  }
   DatasetOptions options_;
 };
 
@@ -189,6 +176,11 @@ DatasetOptions options_of(const NodePtr& node) {
     pending.insert(pending.end(), inputs.rbegin(), inputs.rend());
   }
   return found;
+}
+
+std::string UnaryNode::describe() const {
+  const std::string own = call();
+  return own.empty() ? input_->describe() : input_->describe() + "." + own;
 }
 
 NodePtr UnaryNode::with_inputs(std::vector<NodePtr> inputs) const {

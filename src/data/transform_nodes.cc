@@ -35,23 +35,19 @@ class MapIterator : public IteratorNode {
   int64_t index_ = 0;
 };
 
-class MapNode : public UnaryNode {
+class MapNode : public Stage<MapNode> {
  public:
   MapNode(NodePtr input, ContextMapFn fn, std::string name)
       : MapNode(std::move(input), std::make_shared<const ContextMapFn>(std::move(fn)),
                 std::move(name)) {}
   MapNode(NodePtr input, std::shared_ptr<const ContextMapFn> fn, std::string name)
-      : UnaryNode(std::move(input)), fn_(std::move(fn)), name_(std::move(name)) {}
+      : Stage(std::move(input)), fn_(std::move(fn)), name_(std::move(name)) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<MapIterator>(input_->make_iterator(epoch), fn_, epoch);
   }
-  int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override { return input_->describe() + "." + name_ + "()"; }
+  std::string call() const override { return name_ + "()"; }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<MapNode>(std::move(input), fn_, name_);
-  }
   std::shared_ptr<const ContextMapFn> fn_;
   std::string name_;
 };
@@ -106,10 +102,10 @@ class BatchIterator : public IteratorNode {
   bool drop_remainder_;
 };
 
-class BatchNode : public BatchStage, public BatchingStage {
+class BatchNode : public Stage<BatchNode, BatchStage>, public BatchingStage {
  public:
   BatchNode(NodePtr input, int64_t size, bool drop_remainder)
-      : BatchStage(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
+      : Stage(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
   int64_t batch_size() const override { return size_; }
   bool drop_remainder() const override { return drop_remainder_; }
   int64_t batched_rows() const override {
@@ -123,19 +119,14 @@ class BatchNode : public BatchStage, public BatchingStage {
     return std::make_unique<BatchIterator>(input_->make_iterator(epoch), size_, drop_remainder_);
   }
   int64_t cardinality() const override {
-    int64_t c = input_->cardinality();
-    if (c < 0) return c;
-    return drop_remainder_ ? c / size_ : (c + size_ - 1) / size_;
+    return batches_of(input_->cardinality(), size_, drop_remainder_);
   }
-  std::string describe() const override {
-    return input_->describe() + ".batch(" + std::to_string(size_) +
-           (drop_remainder_ ? ", drop_remainder" : "") + ")";
+  std::string call() const override {
+    return drop_remainder_ ? call_text("batch", size_, "drop_remainder")
+                           : call_text("batch", size_);
   }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<BatchNode>(std::move(input), size_, drop_remainder_);
-  }
   int64_t size_;
   bool drop_remainder_;
 };
@@ -162,9 +153,9 @@ class TakeIterator : public IteratorNode {
   int64_t remaining_;  // -1: unlimited
 };
 
-class TakeNode : public UnaryNode {
+class TakeNode : public Stage<TakeNode> {
  public:
-  TakeNode(NodePtr input, int64_t count) : UnaryNode(std::move(input)), count_(count) {}
+  TakeNode(NodePtr input, int64_t count) : Stage(std::move(input)), count_(count) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<TakeIterator>(input_->make_iterator(epoch), count_);
   }
@@ -175,20 +166,15 @@ class TakeNode : public UnaryNode {
     if (c == kUnknownCardinality) return c;
     return std::min(c, count_);
   }
-  std::string describe() const override {
-    return input_->describe() + ".take(" + std::to_string(count_) + ")";
-  }
+  std::string call() const override { return call_text("take", count_); }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<TakeNode>(std::move(input), count_);
-  }
   int64_t count_;
 };
 
-class SkipNode : public UnaryNode {
+class SkipNode : public Stage<SkipNode> {
  public:
-  SkipNode(NodePtr input, int64_t count) : UnaryNode(std::move(input)), count_(count) {}
+  SkipNode(NodePtr input, int64_t count) : Stage(std::move(input)), count_(count) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     auto it = input_->make_iterator(epoch);
     it->skip(count_);
@@ -198,14 +184,9 @@ class SkipNode : public UnaryNode {
     int64_t c = input_->cardinality();
     return c < 0 ? c : std::max<int64_t>(0, c - count_);
   }
-  std::string describe() const override {
-    return input_->describe() + ".skip(" + std::to_string(count_) + ")";
-  }
+  std::string call() const override { return call_text("skip", count_); }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<SkipNode>(std::move(input), count_);
-  }
   int64_t count_;
 };
 
@@ -247,9 +228,9 @@ class RepeatIterator : public IteratorNode {
   std::unique_ptr<IteratorNode> current_;
 };
 
-class RepeatNode : public UnaryNode {
+class RepeatNode : public Stage<RepeatNode> {
  public:
-  RepeatNode(NodePtr input, int64_t count) : UnaryNode(std::move(input)), count_(count) {}
+  RepeatNode(NodePtr input, int64_t count) : Stage(std::move(input)), count_(count) {}
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     return std::make_unique<RepeatIterator>(input_, count_, epoch);
   }
@@ -260,14 +241,9 @@ class RepeatNode : public UnaryNode {
     if (count_ < 0 || c == kInfiniteCardinality) return kInfiniteCardinality;
     return c * count_;
   }
-  std::string describe() const override {
-    return input_->describe() + ".repeat(" + std::to_string(count_) + ")";
-  }
+  std::string call() const override { return call_text("repeat", count_); }
 
  private:
-  NodePtr over(NodePtr input) const override {
-    return std::make_shared<RepeatNode>(std::move(input), count_);
-  }
   int64_t count_;
 };
 
