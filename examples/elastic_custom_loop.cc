@@ -1,4 +1,4 @@
-// A custom training loop made elastic with dist::ElasticJob (dist/train/elastic.h): an MLP on
+// A custom training loop made elastic with dist::run_elastic (dist/train/elastic.h): an MLP on
 // Fashion-MNIST under MultiWorkerMirroredStrategy that goes on when a worker is lost and takes
 // the worker back when it is started again, ending with the weights of a run that never changed
 // size (the global batch stays 64 whatever the number of workers).
@@ -78,26 +78,22 @@ Args parse(int argc, char** argv) {
 
 // One generation: its strategy, a model and optimizer made afresh, the newest commit restored
 // (a later generation's), then steps until the end or until workers wait to join.
-dist::GenerationEnd train_generation(dist::ElasticGeneration& generation, const Args& args,
-                                     const dist::data::Dataset& examples) {
-  dist::Strategy strategy = generation.make_strategy(dist::MultiWorkerOptions{});
+void train_generation(dist::ElasticContext& elastic, const Args& args,
+                      const dist::data::Dataset& examples) {
+  dist::Strategy& strategy = elastic.strategy();
   torch::manual_seed(1);  // every generation starts from the same weights before its restore
   torch::nn::Sequential mlp = make_mlp();
   if (args.float64) mlp->to(torch::kFloat64);
   auto model = strategy.mirror(mlp);
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::SGD>(model, torch::optim::SGDOptions(0.1));
-  dist::Checkpoint checkpoint(model, optimizer.get());
-  dist::data::IteratorPosition position;
-  int64_t step = 0;
-  if (generation.restore(checkpoint, std::cout)) {
-    step = checkpoint.state.step;
-    position = checkpoint.state.position;
-  }
+  dist::Checkpoint state(model, optimizer.get());
+  elastic.track(state);  // a later generation's: the step and position of the newest commit
   dist::SparseCategoricalCrossentropy loss_fn(/*from_logits=*/true, dist::Reduction::kNone);
   auto data = strategy.experimental_distribute_dataset(examples);
-  while (step < args.steps) {
-    auto it = data.iterator_at(position);
+  bool go_on = elastic.step() < args.steps;
+  for (auto at = state.state.position; go_on; at = {at.epoch + 1, 0}) {
+    auto it = data.iterator_at(at);
     for (const auto& batch : it) {
       strategy.run(
           [&](const dist::data::Element& b) {
@@ -106,27 +102,17 @@ dist::GenerationEnd train_generation(dist::ElasticGeneration& generation, const 
             optimizer->apply_gradients();
           },
           batch);
-      position = it.position();
-      if (++step % 50 == 0 && generation.chief()) std::cout << "step " << step << std::endl;
-      generation.report_recovery(std::cout, step);
-      const bool last = step == args.steps;
-      if (generation.commit_due(step) || last) {
-        checkpoint.state.step = step;
-        checkpoint.state.position = position;
-        generation.commit(checkpoint);
-        if (generation.regroup_now(/*stopping=*/last)) return {step};
-      }
-      if (last) break;
+      go_on = elastic.step_done(it.position(), args.steps);  // commits when due
+      if (elastic.step() % 50 == 0 && elastic.chief())
+        std::cout << "step " << elastic.step() << std::endl;
+      if (!go_on) break;  // the last step, or workers wait to join
     }
-    if (step < args.steps) position = {position.epoch + 1, 0};  // the next epoch
   }
-  if (generation.chief()) {
-    std::vector<std::pair<std::string, torch::Tensor>> weights;
-    for (const auto& item : model.primary()->named_parameters())
-      weights.emplace_back(item.key(), item.value());
-    dist::save_safetensors(args.weights, weights);
-  }
-  return {step};
+  if (elastic.regrouping() || !elastic.chief()) return;  // the next generation goes on
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& item : model.primary()->named_parameters())
+    weights.emplace_back(item.key(), item.value());
+  dist::save_safetensors(args.weights, weights);
 }
 
 }  // namespace
@@ -150,12 +136,9 @@ int main(int argc, char** argv) {
   options.settings = {{"steps", std::to_string(args.steps)},
                       {"train_examples", std::to_string(args.train_examples)},
                       {"precision", args.float64 ? "float64" : "float32"}};
-  options.program = "elastic_custom_loop";
   try {
-    dist::ElasticJob job(options);
-    const dist::ElasticResult result = job.run([&](dist::ElasticGeneration& generation) {
-      return train_generation(generation, args, examples);
-    });
+    const dist::ElasticResult result = dist::run_elastic(
+        options, [&](dist::ElasticContext& elastic) { train_generation(elastic, args, examples); });
     if (result.took_part && result.chief) {
       std::cout << "Done: " << result.end.steps << " steps; workers per generation:";
       for (int size : result.worker_sizes) std::cout << " " << size;

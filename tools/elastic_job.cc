@@ -1,5 +1,9 @@
 #include "elastic_job.h"
 
+#include <memory>
+#include <string>
+
+#include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
 
 namespace dist::tools {
@@ -29,24 +33,49 @@ ElasticOptions elastic_options(const TrainOptions& options) {
       whole_milliseconds("--collective-timeout", options.collective_timeout) +
       std::chrono::seconds(10);
   elastic.settings = elastic_settings(options);
-  elastic.program = "dist-train";
-  elastic.min_workers_name = "--min-workers";
-  elastic.resume_hint = "start the job again with --checkpoint-dir to resume from a checkpoint";
-  elastic.on_loss = options.on_loss;
   return elastic;
+}
+
+// The library names ElasticOptions::min_workers; dist-train names its flag, and says how to
+// resume (from --checkpoint-dir).
+ElasticJobStopped in_flag_terms(const ElasticJobStopped& e) {
+  const auto& below = e.below_minimum();
+  if (!below && e.last_committed_step() < 0) return e;
+  const std::string hint =
+      " (start the job again with --checkpoint-dir to resume from a checkpoint)";
+  if (!below) return ElasticJobStopped(std::string(e.what()) + hint, e.last_committed_step());
+  return ElasticJobStopped(
+      detail::concat("the elastic job stops: lost ", below->lost, "; ", below->remaining,
+                     " worker(s) remain, fewer than --min-workers ", below->min_workers,
+                     "; the last committed step is ", e.last_committed_step(), hint),
+      e.last_committed_step(), below);
+}
+
+// The job of `options`; what the library refuses in its options is said as --min-workers'.
+std::unique_ptr<ElasticJob> make_job(const TrainOptions& options) {
+  try {
+    return std::make_unique<ElasticJob>(elastic_options(options));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("--min-workers: ") + e.what());
+  }
 }
 
 }  // namespace
 
 TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out,
                                  const GenerationTraining& train) {
-  ElasticJob job(elastic_options(options));
+  const std::unique_ptr<ElasticJob> job = make_job(options);
   TrainResult result;
-  const ElasticResult elastic = job.run([&](ElasticGeneration& generation) {
-    JobSetup setup = start_job(options, chief_out, &generation);
-    result = train(setup, generation);
-    return GenerationEnd{result.steps, result.interrupted};
-  });
+  ElasticResult elastic;
+  try {
+    elastic = job->run([&](ElasticGeneration& generation) {
+      JobSetup setup = start_job(options, chief_out, &generation);
+      result = train(setup, generation);
+      return GenerationEnd{result.steps, result.interrupted};
+    });
+  } catch (const ElasticJobStopped& e) {
+    throw in_flag_terms(e);
+  }
   if (!elastic.took_part) {
     TrainResult nothing;
     nothing.chief = false;  // no result line: the job's chief printed it

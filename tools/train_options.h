@@ -131,10 +131,6 @@ struct TrainOptions {
   // Called after each completed step with the global step count (tests: a worker that kills
   // itself at a given step); empty: nothing.
   std::function<void(int64_t)> after_step;
-  // Elastic: called when this worker's generation failed, with "seen" before it agrees on the
-  // next and "agreed" after (before the next forms) (tests: a second failure during the
-  // resize); empty: nothing.
-  std::function<void(const std::string& stage)> on_loss;
   // The custom loop's checkpoints and --save-weights go through it (not owned); the crash tests
   // pass one that kills the process mid-save. The fit loop's Keras callbacks use the default.
   Env* env = Env::Default();

@@ -41,14 +41,14 @@ Generations::Generations(const ElasticOptions& options, const ClusterConfig& con
       job_id_(job_id_from_environment()),
       settings_(settings_lines(options)),
       members_(worker_names(config.cluster)) {
-  DIST_CHECK_ARG(options.min_workers >= 1, options.min_workers_name, " must be at least 1, got ",
+  DIST_CHECK_ARG(options.min_workers >= 1, "min_workers must be at least 1, got ",
                  options.min_workers);
-  DIST_CHECK_ARG(options.min_workers <= static_cast<int>(members_.size()), options.min_workers_name,
-                 " ", options.min_workers, " is more than the ", members_.size(),
+  DIST_CHECK_ARG(options.min_workers <= static_cast<int>(members_.size()), "min_workers ",
+                 options.min_workers, " is more than the ", members_.size(),
                  " workers of the cluster; the job could never start");
   // The job's one store must outlive every generation, generation 0's chief included.
   const collective::StoreHostChoice host = collective::locate_store_host();
-  DIST_CHECK_ARG(!host.binary.empty(), options.min_workers_name, " ", options.min_workers,
+  DIST_CHECK_ARG(!host.binary.empty(), "min_workers ", options.min_workers,
                  " needs the rendezvous store in a process of its own (dist-store-host), which "
                  "outlives the generations and their chiefs; ",
                  host.missing ? "it was not found: set DIST_STORE_HOST to its path"
@@ -148,7 +148,8 @@ void Generations::after_loss(int64_t committed, std::string& resize) {
                                    config_.cluster.store_address().to_string(),
                                    " (dist-store-host), without which its workers cannot agree "
                                    "on who goes on: ",
-                                   e.what(), last_committed(committed)));
+                                   e.what(), last_committed(committed)),
+                            committed);
   }
   const std::vector<std::string> lost = missing_from(members_, next);
   if (lost.empty() && next.size() <= members_.size()) throw;  // no loss to mend
@@ -159,11 +160,13 @@ void Generations::after_loss(int64_t committed, std::string& resize) {
              " s of the loss; the job goes on without it");
   const std::string names = join_names(lost);
   if (static_cast<int>(next.size()) < options_.min_workers) {
-    const std::string why = concat("the elastic job stops: lost ", names, "; ", next.size(),
-                                   " worker(s) remain, fewer than ", options_.min_workers_name, " ",
+    const int remaining = static_cast<int>(next.size());
+    const std::string why = concat("the elastic job stops: lost ", names, "; ", remaining,
+                                   " worker(s) remain, fewer than min_workers ",
                                    options_.min_workers, last_committed(committed));
     membership_->mark_stopped(why);  // a worker started later must not wait to join
-    throw ElasticJobStopped(why);
+    throw ElasticJobStopped(
+        why, committed, ElasticJobStopped::BelowMinimum{names, remaining, options_.min_workers});
   }
   resize += concat(resize.empty() ? "" : ", then ", "sizes ", members_.size(), " -> ", next.size(),
                    " (lost ", names, ")");
@@ -184,7 +187,7 @@ void Generations::connect() {
 }
 
 std::string Generations::last_committed(int64_t committed) const {
-  return concat("; the last committed step is ", committed, " (", options_.resume_hint, ")");
+  return concat("; the last committed step is ", committed);
 }
 
 }  // namespace dist::detail

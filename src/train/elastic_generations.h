@@ -56,7 +56,7 @@ class Generations {
  private:
   Start job_finished(const std::string& how);
   void connect();
-  // "; the last committed step is N (start the job again ...)": how a stop message ends.
+  // "; the last committed step is N": how a stop message ends (the caller adds its advice).
   std::string last_committed(int64_t committed) const;
 
   const ElasticOptions& options_;

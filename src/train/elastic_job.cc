@@ -15,8 +15,24 @@
 #include "dist/train/preemption.h"
 #include "train/committed_states.h"
 #include "train/elastic_generations.h"
+#include "train/elastic_test_hooks.h"
 
 namespace dist {
+namespace detail {
+namespace {
+
+std::function<void(const std::string&)>& loss_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
+}  // namespace
+
+void set_elastic_loss_hook(std::function<void(const std::string& stage)> hook) {
+  loss_hook() = std::move(hook);
+}
+
+}  // namespace detail
 
 using Clock = std::chrono::steady_clock;
 
@@ -200,13 +216,14 @@ bool ElasticJob::Impl::run_generation(const std::function<GenerationEnd(ElasticG
 void ElasticJob::Impl::after_loss(const CollectiveError& error) {
   if (!state.recovering_since)  // else a second loss before the first was mended
     state.recovering("this worker saw the loss");
-  std::cerr << options.program << ": " << options.cluster->task.name() << ": generation "
-            << generations.number() << " failed: " << error.what() << std::endl;
-  if (options.on_loss) options.on_loss("seen");
+  std::cerr << options.cluster->task.name() << ": generation " << generations.number()
+            << " failed: " << error.what() << std::endl;
+  const auto& hook = detail::loss_hook();
+  if (hook) hook("seen");
   StopSignalsEndWaits agreeing("agreeing on the next generation");
   generations.after_loss(state.committed.latest_step(), state.resize);
   agreeing.done();
-  if (options.on_loss) options.on_loss("agreed");
+  if (hook) hook("agreed");
 }
 
 ElasticJob::ElasticJob(ElasticOptions options)
@@ -232,6 +249,43 @@ ElasticResult ElasticJob::run(const std::function<GenerationEnd(ElasticGeneratio
       job.after_loss(e);  // rethrows (from its handler's context) when there is nothing to mend
     }
   }
+}
+
+ElasticContext::ElasticContext(ElasticGeneration& generation, const MultiWorkerOptions& options)
+    : generation_(generation), strategy_(generation.make_strategy(options)) {}
+
+void ElasticContext::track(Checkpoint& state) {
+  DIST_CHECK_ARG(state_ == nullptr, "ElasticContext::track was called twice in generation ",
+                 generation_.workers().number, "; a generation tracks one state");
+  state_ = &state;
+  generation_.restore(state, std::cout);  // else the loop's own start
+}
+
+bool ElasticContext::step_done(const data::IteratorPosition& after, int64_t last_step) {
+  DIST_CHECK_ARG(state_ != nullptr,
+                 "ElasticContext::step_done before track: register the loop's state first");
+  const int64_t step = ++state_->state.step;
+  state_->state.position = after;
+  generation_.report_recovery(std::cout, step);
+  const bool last = last_step > 0 && step >= last_step;
+  if (generation_.commit_due(step) || last) {
+    generation_.commit(*state_);
+    if (generation_.regroup_now(/*stopping=*/last)) return false;
+  }
+  return !last;
+}
+
+int64_t ElasticContext::step() const { return state_ ? state_->state.step : 0; }
+
+ElasticResult run_elastic(ElasticOptions options,
+                          const std::function<void(ElasticContext&)>& train) {
+  const MultiWorkerOptions strategy = options.strategy;
+  ElasticJob job(std::move(options));
+  return job.run([&](ElasticGeneration& generation) {
+    ElasticContext context(generation, strategy);
+    train(context);
+    return GenerationEnd{context.step()};
+  });
 }
 
 }  // namespace dist

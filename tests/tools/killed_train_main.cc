@@ -39,6 +39,7 @@
 #include "dist/distribute/cluster_resolver.h"
 #include "dist/train/elastic.h"
 #include "run_training.h"
+#include "train/elastic_test_hooks.h"
 #include "train_options.h"
 
 namespace {
@@ -138,9 +139,9 @@ int main(int argc, char** argv) {
     if (step == faults.hold_at) hold_until(faults.until_file);
   };
   if (!faults.kill_on_loss.empty())
-    line.options.on_loss = [stage = faults.kill_on_loss](const std::string& now) {
+    dist::detail::set_elastic_loss_hook([stage = faults.kill_on_loss](const std::string& now) {
       if (now == stage) ::raise(SIGKILL);
-    };
+    });
   try {
     auto result = dist::tools::run_training(line.options, std::cout);
     if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;

@@ -5,29 +5,25 @@
 // The job runs generations: in each, a fixed set of workers trains under a strategy of their
 // own and commits the training state to memory at step boundaries; a loss or a join ends the
 // generation, and the next restores the newest commit (docs/elastic.md, "How it works").
+// run_elastic owns that protocol: the loop registers its state and says when a step is done.
 //
 //   dist::ElasticOptions options;
 //   options.min_workers = 2;
 //   options.commit_every = 10;
-//   dist::ElasticJob job(options);
-//   job.run([&](dist::ElasticGeneration& generation) {
-//     dist::Strategy strategy = generation.make_strategy(dist::MultiWorkerOptions{});
-//     ...make the model, optimizer and checkpoint under `strategy`...
-//     int64_t step = generation.restore(checkpoint, std::cout) ? checkpoint.state.step : 0;
-//     for (...) {
+//   dist::run_elastic(options, [&](dist::ElasticContext& elastic) {
+//     dist::Strategy& strategy = elastic.strategy();
+//     ...make the model and optimizer under `strategy`...
+//     dist::Checkpoint state(model, optimizer.get());
+//     elastic.track(state);  // the newest commit, if any: state.state says the step and position
+//     ...for each batch from state.state.position:
 //       strategy.run(train_step, batch);
-//       if (generation.commit_due(++step)) {
-//         checkpoint.state.step = step;  // and the data position, the metrics' sums...
-//         generation.commit(checkpoint);
-//         if (generation.regroup_now(false)) return dist::GenerationEnd{step};
-//       }
-//     }
-//     return dist::GenerationEnd{step};
+//       if (!elastic.step_done(it.position(), kSteps)) break;  // the last step, or a regroup
 //   });
 //
 // Needs the rendezvous store in a process of its own (dist-store-host, which outlives every
 // generation's chief): DIST_STORE_HOST, or the installed or built one. A Keras fit becomes
-// elastic through keras::callbacks::Elastic (dist/keras/elastic_callback.h).
+// elastic through keras::callbacks::Elastic (dist/keras/elastic_callback.h), which uses the
+// lower-level ElasticJob and ElasticGeneration below.
 #pragma once
 
 #include <chrono>
@@ -51,9 +47,30 @@ namespace dist {
 // The elastic job ended below min_workers, or a worker found it so when it came to join, or
 // the job lost its rendezvous store: starting the worker again would not help (dist-train
 // exits 5 for it, which dist-launch does not restart).
+//
+// Below min_workers it says what a caller needs to word its own advice (dist-train names its
+// flags): the lost workers, how many remain, and the last step committed.
 class ElasticJobStopped : public CollectiveError {
  public:
-  using CollectiveError::CollectiveError;
+  struct BelowMinimum {
+    std::string lost;     // "worker:1, worker:2"
+    int remaining = 0;    // the workers left
+    int min_workers = 0;  // ElasticOptions::min_workers
+  };
+  // `last_committed_step`: -1 when none is known (a worker that came to join a stopped job).
+  explicit ElasticJobStopped(const std::string& what, int64_t last_committed_step = -1,
+                             std::optional<BelowMinimum> below_minimum = std::nullopt)
+      : CollectiveError(what),
+        last_committed_step_(last_committed_step),
+        below_minimum_(std::move(below_minimum)) {}
+
+  int64_t last_committed_step() const { return last_committed_step_; }
+  // Set when the job stopped because fewer than min_workers remained.
+  const std::optional<BelowMinimum>& below_minimum() const { return below_minimum_; }
+
+ private:
+  int64_t last_committed_step_;
+  std::optional<BelowMinimum> below_minimum_;
 };
 
 struct ElasticOptions {
@@ -75,15 +92,9 @@ struct ElasticOptions {
   // the data...): a worker that asks to join with other settings is refused, naming the first
   // that differs.
   std::vector<std::pair<std::string, std::string>> settings;
-  // Names the program in the messages a worker writes to standard error ("dist-train").
-  std::string program = "elastic";
-  // How the messages name min_workers (dist-train: "--min-workers"), and what they advise
-  // after the job stopped.
-  std::string min_workers_name = "min_workers";
-  std::string resume_hint = "start the job again to resume from your last checkpoint";
-  // Called with "seen" when this worker has seen a loss and with "agreed" once the survivors
-  // agreed on the next generation (a test's hook).
-  std::function<void(const std::string& stage)> on_loss;
+  // The options of each generation's MultiWorkerMirroredStrategy under run_elastic (its cluster
+  // and generation are the job's).
+  MultiWorkerOptions strategy;
 };
 
 // How a generation's training ended: the steps completed, and whether a stop signal ended it
@@ -179,5 +190,53 @@ class ElasticJob {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// What run_elastic hands the training function in each generation: the generation's strategy,
+// and the three calls a loop makes (hvd.elastic's State, with commit() called for it).
+class ElasticContext {
+ public:
+  ElasticContext(const ElasticContext&) = delete;
+  ElasticContext& operator=(const ElasticContext&) = delete;
+
+  // This generation's MultiWorkerMirroredStrategy (ElasticOptions::strategy with the job's
+  // cluster and this generation's members).
+  Strategy& strategy() { return strategy_; }
+  // Whether this worker holds replica 0 of the generation.
+  bool chief() const { return generation_.chief(); }
+  const WorkerGeneration& workers() const { return generation_.workers(); }
+
+  // Registers the loop's state (not owned; it outlives the generation's steps) and reads into it
+  // the newest commit every worker holds, sent to the workers that joined: afterwards
+  // state.state.step and state.state.position say where the loop goes on, and state.state.values
+  // the loop's own values. Nothing is read in the job's first generation (the loop starts
+  // afresh, or from what it loaded before). Once per generation, before the first step; a
+  // collective.
+  void track(Checkpoint& state);
+  // After each completed step, with the data position after it: counts the step in the tracked
+  // state, says a recovery on standard output once, commits at the job's boundaries
+  // (ElasticOptions::commit_every) and at `last_step`, and regroups there when workers wait to
+  // join. False when the loop ends here: `last_step` reached (<= 0: never), or regrouping (the
+  // training function then returns; the next generation goes on from this commit).
+  bool step_done(const data::IteratorPosition& after, int64_t last_step);
+  // The steps completed: the tracked state's.
+  int64_t step() const;
+  // Whether step_done ended this generation for workers to join (nothing to save yet).
+  bool regrouping() const { return generation_.regrouping(); }
+
+ private:
+  friend ElasticResult run_elastic(ElasticOptions, const std::function<void(ElasticContext&)>&);
+  ElasticContext(ElasticGeneration& generation, const MultiWorkerOptions& options);
+
+  ElasticGeneration& generation_;
+  Strategy strategy_;
+  Checkpoint* state_ = nullptr;
+};
+
+// Elastic training as one call: runs `train` once per generation (ElasticJob::run says when,
+// and what it throws), the library restoring, committing, regrouping and replaying from the
+// last commit after a loss through the ElasticContext's calls. Options that cannot make a job
+// throw InvalidArgument before anything starts.
+ElasticResult run_elastic(ElasticOptions options,
+                          const std::function<void(ElasticContext&)>& train);
 
 }  // namespace dist
