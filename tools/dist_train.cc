@@ -21,6 +21,7 @@
 #include "dist/core/error.h"
 #include "dist/train/elastic.h"
 #include "evaluator_job.h"
+#include "flag_names.h"
 #include "run_training.h"
 #include "startup_signals.h"
 #include "train_options.h"
@@ -110,19 +111,19 @@ int main(int argc, char** argv) {
   try {
     return run(line.options);
   } catch (const dist::InvalidArgument& e) {
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
     return 2;
   } catch (const dist::StopRequested& e) {  // during the start-up: nothing was trained
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
     return 4;
   } catch (const dist::ElasticJobStopped& e) {
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
     return 5;
   } catch (const dist::CollectiveError& e) {
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
     return 1;
   } catch (const dist::DataError& e) {
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
     return 3;
   } catch (const std::bad_alloc&) {
     std::cerr << kOutOfMemory << std::endl;
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
     if (std::strstr(e.what(), "DefaultCPUAllocator") != nullptr)
       std::cerr << kOutOfMemory << " (" << first_line(e.what()) << ")" << std::endl;
     else
-      std::cerr << "dist-train: " << e.what() << std::endl;
+      std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
     return 1;
   }
 }

@@ -103,16 +103,16 @@ void ProcessCommunicator::connect_transport(const std::string& transport_name,
 // why. The backend is a setting the workers agree on, named like the others of the start-up
 // check (StrategyExtended::check_workers_agree).
 void ProcessCommunicator::agree_on_transport(const std::string& transport_name) {
-  std::string flag_value = transport_name;  // "Gloo" is --collective-backend gloo
+  std::string flag_value = transport_name;  // "Gloo" is CommunicationOptions::backend "gloo"
   for (char& c : flag_value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const std::vector<std::string> names = rendezvous_.exchange("backend", flag_value);
   for (int r = 0; r < static_cast<int>(names.size()); ++r) {
     if (names[static_cast<size_t>(r)] == names[0]) continue;
-    throw CollectiveError(
-        detail::concat("the workers disagree before step 1: ", member_name(r),
-                       " has --collective-backend = ", names[static_cast<size_t>(r)], " where ",
-                       member_name(0), " has --collective-backend = ", names[0],
-                       "; start every worker with the same collective backend"));
+    throw CollectiveError(detail::concat("the workers disagree before step 1: ", member_name(r),
+                                         " has the collective backend ",
+                                         names[static_cast<size_t>(r)], " where ", member_name(0),
+                                         " has ", names[0], " (CommunicationOptions::backend)",
+                                         "; start every worker with the same collective backend"));
   }
 }
 

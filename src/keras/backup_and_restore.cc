@@ -34,7 +34,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
                  " is not supported under ParameterServerStrategy (steps run ahead of the "
                  "chief, so a save within an epoch would not hold the step it records); use "
                  "save_freq 0 (epoch ends and stops), or a custom loop that waits for its "
-                 "scheduled steps before writing (dist-train --loop custom --checkpoint-every)");
+                 "scheduled steps before writing (StepRunner's NextStep::kAfterRunningSteps)");
   preemption_.reset();  // first: only one watcher may exist at a time
   interrupted_ = stopped_within_epoch_ = false;
   signal_number_ = 0;

@@ -123,7 +123,7 @@ void ScheduledStepRunner::serve() {
   if (status != 0)
     throw CollectiveError(
         "heard nothing from the chief (the coordinator) within the strategy's "
-        "coordinator_timeout (dist-train: --collective-timeout); the chief is lost, so this "
+        "coordinator_timeout; the chief is lost, so this "
         "task stops serving. Run the job again: with checkpoints the chief resumes from its "
         "last one");
 }
