@@ -33,13 +33,13 @@ class DatasetNode {
   virtual std::string describe() const = 0;
 
   // The stages this one reads from (none for a source), and a copy of this stage reading from
-  // others instead: what rewriting a pipeline needs (sharding its files, data/file_shard.cc).
+  // others instead: what rewriting a pipeline needs (sharding its files, data/sharding/file_shard.cc).
   // A stage that creates datasets while iterating (interleave) lists only its fixed input.
   virtual std::vector<std::shared_ptr<const DatasetNode>> inputs() const { return {}; }
   virtual std::shared_ptr<const DatasetNode> with_inputs(
       std::vector<std::shared_ptr<const DatasetNode>> inputs) const;
   // True for stages that hand on their input's elements unchanged (prefetch, with_options): a
-  // batch below them is still the output's batch (data/row_share.cc).
+  // batch below them is still the output's batch (data/sharding/row_share.cc).
   virtual bool hands_on_elements() const { return false; }
 };
 
@@ -111,7 +111,7 @@ std::string call_text(const std::string& name, const Args&... args) {
 }
 
 // map(fn, {num_parallel_calls > 1}) in input order: told which elements will be skipped, it does
-// not compute them ahead (data/row_share.cc).
+// not compute them ahead (data/sharding/row_share.cc).
 class ParallelMapStage : public UnaryNode {
  public:
   using UnaryNode::UnaryNode;
@@ -123,7 +123,7 @@ class ParallelMapStage : public UnaryNode {
 // batch() and padded_batch(): how many rows their batches hold in all, which unbatch() gives
 // as its cardinality, and the same stage with smaller batches, which dividing a global batch
 // among workers (kFile) builds. (padded_batch is not a BatchStage: sharing a global batch's
-// rows, data/row_share.cc, stacks them without padding.)
+// rows, data/sharding/row_share.cc, stacks them without padding.)
 class BatchingStage {
  public:
   virtual ~BatchingStage() = default;

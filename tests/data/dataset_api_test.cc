@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "data/dataset_testing.h"
-#include "data/file_shard.h"
+#include "data/sharding/file_shard.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
 #include "dist/data/example.h"

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "data/dataset_testing.h"
-#include "data/file_shard.h"
-#include "data/row_share.h"
+#include "data/sharding/file_shard.h"
+#include "data/sharding/row_share.h"
 #include "dist/core/error.h"
 #include "dist/data/dataset.h"
 #include "dist/data/files.h"

@@ -12,7 +12,7 @@
 
 #include "core/path_match.h"
 #include "data/fault_env.h"
-#include "data/tfrecord_file.h"
+#include "data/records/tfrecord_file.h"
 #include "dist/core/error.h"
 #include "dist/data/files.h"
 #include "dist/data/idx_reader.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tfrecord_file.h"
+#include "data/records/tfrecord_file.h"
 #include "dist/core/error.h"
 #include "test_envs.h"
 #include "test_util.h"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "data/replica_rows.h"
+#include "data/sharding/replica_rows.h"
 #include "dist/distribute/batch_split.h"
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
@@ -35,7 +35,7 @@ TEST(BatchSplitTest, SizesDifferByAtMostOneInOrder) {
   }
 }
 
-// A worker's rows of a global batch (data/replica_rows.h, read by its row share and its
+// A worker's rows of a global batch (data/sharding/replica_rows.h, read by its row share and its
 // replicas' split) are the shares of its replicas, in order, as split_sizes gives them.
 TEST(BatchSplitTest, AWorkersRowsAreItsReplicasShares) {
   for (int64_t b = 0; b < 30; ++b) {

@@ -210,8 +210,8 @@ def check(root):
 
 # The planted check copies these files and every file they include, transitively: a tree that is
 # clean on its own. The bad include goes into the first one, after its first line.
-PLANT_FILES = ["src/core/crc32c.cc", "src/data/file_bytes.cc"]
-PLANT_TARGET = "data/file_bytes.h"  # core may not include data
+PLANT_FILES = ["src/core/crc32c.cc", "src/data/sources/file_bytes.cc"]
+PLANT_TARGET = "data/sources/file_bytes.h"  # core may not include data
 
 
 def copy_closure(root, tree, generated):

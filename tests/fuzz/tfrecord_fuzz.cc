@@ -2,7 +2,7 @@
 // both CRCs, and GZIP streams. The first byte picks: 0 mod 3, the rest is a plain file read as
 // kNone; 1 mod 3, the rest gzip-compressed (valid streams around mutated framing) read as
 // kGzip; 2 mod 3, the rest as is read as kGzip (mutated compressed bytes).
-#include "data/tfrecord_file.h"
+#include "data/records/tfrecord_file.h"
 #include "dist/data/tfrecord.h"
 #include "fuzz_util.h"
 

@@ -24,7 +24,7 @@ namespace dist {
 
 class StrategyExtended;
 namespace data::detail {
-class RowShare;  // data/row_share.h
+class RowShare;  // data/sharding/row_share.h
 }
 
 // Whether the input's elements are global batches to split or per-replica batches.

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "data/replica_rows.h"
+#include "data/sharding/replica_rows.h"
 #include "dist/core/error.h"
 
 namespace dist {

@@ -1,7 +1,7 @@
 #include "dist/distribute/distributed_dataset.h"
 
-#include "data/file_shard.h"
-#include "data/row_share.h"
+#include "data/sharding/file_shard.h"
+#include "data/sharding/row_share.h"
 #include "dist/core/error.h"
 #include "dist/data/files.h"
 #include "dist/distribute/strategy_extended.h"
@@ -165,7 +165,7 @@ DistributedDataset::DistributedDataset(data::Dataset input,
         data::shard_files(input_, workers, strategy_->worker_index()), workers);
   if (options_.auto_shard_policy == AutoShardPolicy::kData && workers > 1) {
     // Every worker iterates the same global batches, but produces (decodes) only its replicas'
-    // rows of them, where the pipeline allows it (data/row_share.h).
+    // rows of them, where the pipeline allows it (data/sharding/row_share.h).
     const data::detail::ReplicaRows replicas{strategy_->first_replica_id(),
                                              strategy_->num_local_replicas(),
                                              strategy_->num_replicas_in_sync()};

@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "data/image_codec_detail.h"
+#include "data/images/image_codec_detail.h"
 #include "dist/core/error.h"
 
 namespace dist::data::detail {

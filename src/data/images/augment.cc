@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "data/image_rows.h"
+#include "data/images/image_rows.h"
 #include "dist/core/error.h"
 
 namespace dist::data {

@@ -13,7 +13,7 @@
 // horizontal pass. For uint8 the weights are fixed point (kPrecisionBits fractional bits) and
 // each pass rounds to the nearest integer and clamps to 0..255 into a uint8 buffer, which is
 // what PIL computes; float32 accumulates in float without rounding.
-#include "image_resize_antialias.h"
+#include "data/images/image_resize_antialias.h"
 
 #include <ATen/ATen.h>
 

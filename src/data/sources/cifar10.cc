@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "data/file_bytes.h"
+#include "data/sources/file_bytes.h"
 #include "dist/core/error.h"
 
 namespace dist::data {

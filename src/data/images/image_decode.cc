@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "data/image_codec_detail.h"
+#include "data/images/image_codec_detail.h"
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
 

@@ -1,4 +1,4 @@
-#include "data/file_bytes.h"
+#include "data/sources/file_bytes.h"
 
 #include <algorithm>
 #include <vector>

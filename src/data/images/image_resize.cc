@@ -1,4 +1,4 @@
-// resize_image: antialiased bilinear (src/data/image_resize_antialias.cc, PIL's filter) or
+// resize_image: antialiased bilinear (src/data/images/image_resize_antialias.cc, PIL's filter) or
 // TensorFlow's plain bilinear with half-pixel centres by ATen's upsample_bilinear2d in float.
 //
 // upsample_bilinear2d with align_corners=false and no explicit scale maps output pixel i to
@@ -9,7 +9,7 @@
 
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
-#include "image_resize_antialias.h"
+#include "data/images/image_resize_antialias.h"
 
 namespace dist::data {
 

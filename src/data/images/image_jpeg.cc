@@ -19,7 +19,7 @@
 // After jpeglib.h: the warning codes depend on its configuration macros.
 #include <jerror.h>
 
-#include "data/image_codec_detail.h"
+#include "data/images/image_codec_detail.h"
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
 

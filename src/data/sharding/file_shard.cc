@@ -1,6 +1,6 @@
 // Rewriting a pipeline for one worker: its file sources sharded (AutoShardPolicy::kFile) and
 // its global batch divided among the workers.
-#include "data/file_shard.h"
+#include "data/sharding/file_shard.h"
 
 #include "data/dataset_node.h"
 #include "dist/core/error.h"

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <vector>
 
-#include "data/file_bytes.h"
+#include "data/sources/file_bytes.h"
 #include "dist/core/error.h"
 
 namespace dist::data {

@@ -1,4 +1,4 @@
-#include "data/row_share.h"
+#include "data/sharding/row_share.h"
 
 #include <ATen/ATen.h>
 

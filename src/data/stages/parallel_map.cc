@@ -6,7 +6,8 @@
 // oldest; otherwise it takes whichever is ready first. An exception in fn reaches the consumer
 // at that element's place. skip() drops the elements in flight and skips the rest in the input
 // without calling fn, as the sequential map does. Told which elements will only be skipped (a
-// worker's rows of a global batch, data/row_share.cc), it passes them without computing them.
+// worker's rows of a global batch, data/sharding/row_share.cc), it passes them without computing
+// them.
 #include <algorithm>
 #include <condition_variable>
 #include <deque>

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/crc32c.h"
-#include "data/tfrecord_file.h"
+#include "data/records/tfrecord_file.h"
 #include "dist/core/error.h"
 
 namespace dist::data {

@@ -7,7 +7,7 @@
 
 #include "data/dataset_node.h"
 #include "data/epoch_random.h"
-#include "data/tfrecord_file.h"
+#include "data/records/tfrecord_file.h"
 #include "dist/core/error.h"
 #include "dist/data/files.h"
 

@@ -1,4 +1,4 @@
-#include "data/tfrecord_file.h"
+#include "data/records/tfrecord_file.h"
 
 #include <algorithm>
 #include <cstring>

@@ -15,7 +15,7 @@
 #include <optional>
 #include <utility>
 
-#include "data/replica_rows.h"
+#include "data/sharding/replica_rows.h"
 #include "dist/data/dataset.h"
 
 namespace dist::data::detail {

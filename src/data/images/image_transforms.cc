@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "data/image_rows.h"
+#include "data/images/image_rows.h"
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
 
