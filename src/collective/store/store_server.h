@@ -35,6 +35,8 @@
 
 namespace dist::collective {
 
+struct StoreConnection;  // one connection of the table (store_connection.h)
+
 class StoreServer {
  public:
   // Binds at.host (a name or a numeric address; its first IPv4 or IPv6 address) and at.port (0: any
@@ -65,7 +67,7 @@ class StoreServer {
   int64_t refused_requests() const { return refused_requests_; }
 
  private:
-  struct Client;
+  using Client = StoreConnection;
   void serve();
   void accept_clients();
   // Takes a connection just accepted from `peer` into the table (making room), or closes it.
