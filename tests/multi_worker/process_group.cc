@@ -116,6 +116,14 @@ bool WorkerProcesses::wait_for_output(size_t i, const std::string& text,
 
 void WorkerProcesses::kill(size_t i, int signal) { ::kill(processes_.at(i).pid, signal); }
 
+std::string all_output(const std::vector<ProcessResult>& results) {
+  std::string out;
+  for (size_t i = 0; i < results.size(); ++i)
+    out += "--- worker " + std::to_string(i) + " (exit " + std::to_string(results[i].exit_code) +
+           ")\n" + results[i].output;
+  return out;
+}
+
 std::vector<pid_t> store_hosts(int port) {
   std::vector<pid_t> pids;
   const std::string wanted = std::string("--port") + '\0' + std::to_string(port) + '\0';

@@ -48,6 +48,9 @@ class WorkerProcesses {
   std::string dir_;
 };
 
+// Every process's output under a line "--- worker i (exit code)", for a failed expectation.
+std::string all_output(const std::vector<ProcessResult>& results);
+
 // The dist-store-host processes serving the store on 127.0.0.1:port (found by command line).
 std::vector<pid_t> store_hosts(int port);
 // Waits until no dist-store-host serves `port` and the port can be bound again; false on
