@@ -190,6 +190,30 @@ void print_strategy(const Strategy& strategy, const TrainOptions& options, int64
         << std::endl;
 }
 
+// What the chief says of the training data before training.
+void describe_data(const TrainOptions& options, const TrainingData& data,
+                   const ImagePreparation& prepare, const DataShape& shape, std::ostream& out) {
+  if (!options.train_data.empty()) out << "Data: " << data.description << std::endl;
+  if (!data.sharding.empty()) out << "Sharding: " << data.sharding << std::endl;
+  if (shape.has_features())
+    describe_features(options, shape, out);
+  else
+    describe_images(options, prepare, shape, out);
+}
+
+// The steps of an epoch when the strategy schedules steps (the parameter server's: the chief
+// says how many); else 0, an epoch being one pass of the data.
+int64_t scheduled_steps_per_epoch(const Strategy& strategy, const TrainOptions& options,
+                                  int64_t num_train, int64_t global_batch, bool chief,
+                                  std::ostream& out) {
+  if (!strategy.step_schedule().epoch_is_step_count) return 0;
+  const int64_t steps = parameter_server_steps_per_epoch(options, num_train, global_batch);
+  if (chief)
+    out << "Steps per epoch: " << steps << " (scheduled on the workers"
+        << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)") << std::endl;
+  return steps;
+}
+
 // start_job once the strategy exists.
 JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
                      std::ostream& chief_out) {
@@ -209,28 +233,15 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
           : image_preparation(options, shape.first, model_file ? model_file->example_shape[0] : 0);
   TrainingData data = open_training_data(options, prepare, shape, global_batch,
                                          strategy.num_workers(), options.min_workers > 0);
-  if (chief) {
-    if (!options.train_data.empty()) chief_out << "Data: " << data.description << std::endl;
-    if (!data.sharding.empty()) chief_out << "Sharding: " << data.sharding << std::endl;
-    if (shape.has_features())
-      describe_features(options, shape, chief_out);
-    else
-      describe_images(options, prepare, shape, chief_out);
-  }
+  if (chief) describe_data(options, data, prepare, shape, chief_out);
   const int64_t num_train = data.num_train;
   DIST_CHECK_ARG(global_batch <= num_train, "the global batch (", global_batch,
                  ") is larger than the ", num_train,
                  " training examples, so every epoch would be one partial batch; choose "
                  "--global-batch (or --batch-per-replica x replicas) of at most ",
                  num_train);
-  int64_t steps_per_epoch = 0;
-  if (strategy.step_schedule().epoch_is_step_count) {
-    steps_per_epoch = parameter_server_steps_per_epoch(options, num_train, global_batch);
-    if (chief)
-      chief_out << "Steps per epoch: " << steps_per_epoch << " (scheduled on the workers"
-                << (options.steps_per_epoch > 0 ? ")" : "; one pass of the training data)")
-                << std::endl;
-  }
+  const int64_t steps_per_epoch =
+      scheduled_steps_per_epoch(strategy, options, num_train, global_batch, chief, chief_out);
   if (model_file && chief) describe_model_file(*model_file, options, replicas, chief_out);
   // A built-in model that cannot take the data says so now, before anything is written.
   const models::ImageModelInput model_input =

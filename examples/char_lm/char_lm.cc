@@ -188,24 +188,12 @@ dist::data::Dataset padded_batches(const dist::data::Dataset& sequences, int64_t
       });
 }
 
-int train(int argc, char** argv) {
-  if (argc < 5 || argc > 7)
-    throw examples::UsageError("train takes MODEL.pt, DATA_DIR and OUT_DIR");
-  const std::string model_path = argv[2], data_dir = argv[3], out_dir = argv[4];
-  const int64_t steps = argc > 5 ? examples::parse_int(argv[5], "STEPS", 1) : 300;
-  const int64_t batch = argc > 6 ? examples::parse_int(argv[6], "BATCH", 1) : 16;
-
-  // One replica per worker, the workers of TF_CONFIG; without it, this process alone.
-  const dist::Strategy strategy = std::getenv("TF_CONFIG") != nullptr
-                                      ? dist::Strategy(dist::MultiWorkerMirroredStrategy())
-                                      : dist::Strategy(dist::OneDeviceStrategy("cpu:0"));
-  const int64_t vocabulary = static_cast<int64_t>(read_file(data_dir + "/vocab.bin").size());
-  const int64_t padding_id = vocabulary;  // not a token: padded targets are told apart by it
-  const int64_t global_batch = batch * strategy.num_replicas_in_sync();
-
-  // Every worker runs the same pipeline and keeps its rows of each global batch (kData): the
-  // job sees the batches one device would. Padding: inputs with 0 (masked in attention, and
-  // causal attention never looks ahead at them), targets with the padding id.
+// Every worker runs the same pipeline and keeps its rows of each global batch (kData): the job
+// sees the batches one device would. Padding: inputs with 0 (masked in attention, and causal
+// attention never looks ahead at them), targets with the padding id.
+dist::DistributedDataset training_batches(const dist::Strategy& strategy,
+                                          const std::string& data_dir, int64_t global_batch,
+                                          int64_t padding_id) {
   const dist::data::Dataset train_batches =
       padded_batches(sequences(dist::data::match_files(data_dir + "/train-*.tfrecord"))
                          .shuffle(4096, /*seed=*/1)
@@ -214,10 +202,16 @@ int train(int argc, char** argv) {
           .prefetch();
   dist::DistributeOptions options;
   options.auto_shard_policy = dist::AutoShardPolicy::kData;
-  auto train_data = strategy.experimental_distribute_dataset(train_batches, options);
+  return strategy.experimental_distribute_dataset(train_batches, options);
+}
 
-  // The module, checked once on a real batch before anything trains: what the forward was
-  // called with and what came back.
+// The module, checked once on a real batch before anything trains: what the forward was
+// called with and what came back.
+dist::models::TorchScriptModule checked_module(const dist::Strategy& strategy,
+                                               const std::string& model_path,
+                                               const std::string& data_dir, int64_t batch,
+                                               int64_t vocabulary) {
+  const int64_t padding_id = vocabulary;
   dist::models::TorchScriptModule script = dist::models::load_torchscript(model_path);
   std::vector<std::string> all_files = dist::data::match_files(data_dir + "/train-*.tfrecord");
   all_files.push_back(data_dir + "/eval.tfrecord");
@@ -233,15 +227,14 @@ int train(int argc, char** argv) {
     throw std::runtime_error("the model's logits are " + report.description +
                              "; expected [batch, time, " + std::to_string(vocabulary) +
                              "] for the vocabulary of " + data_dir + "/vocab.bin");
+  return script;
+}
 
-  auto model = strategy.mirror(script);
-  auto optimizer =
-      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(3e-3));
-  const dist::SequenceCrossentropy loss_fn(padding_id);
-  if (strategy.is_chief())
-    std::cout << "Training " << model_path << " on " << strategy.num_workers()
-              << (strategy.num_workers() == 1 ? " worker, " : " workers, ") << global_batch
-              << " sequences a step" << std::endl;
+// `steps` training steps (fewer if the data ends), the loss printed every 50.
+void train_steps(const dist::Strategy& strategy,
+                 dist::Mirrored<dist::models::TorchScriptModule>& model,
+                 dist::MirroredOptimizer& optimizer, const dist::SequenceCrossentropy& loss_fn,
+                 const dist::DistributedDataset& train_data, int64_t steps, int64_t global_batch) {
   model.train();
   const auto started = std::chrono::steady_clock::now();
   int64_t step = 0;
@@ -253,7 +246,7 @@ int train(int argc, char** argv) {
           // The replica's token losses over the GLOBAL batch's real tokens (all-reduced).
           at::Tensor loss = loss_fn(b["targets"], logits, b["mask"]);
           loss.backward();
-          optimizer->apply_gradients();
+          optimizer.apply_gradients();
           return loss.detach();
         },
         per_replica);
@@ -267,21 +260,12 @@ int train(int argc, char** argv) {
   if (strategy.is_chief())
     std::printf("Trained %lld steps in %.1f s (%.0f sequences/s)\n", static_cast<long long>(step),
                 took.count(), static_cast<double>(step * global_batch) / took.count());
+}
 
-  // The evaluation: every eval sequence in one padded batch, on the chief's copy.
-  model.eval();
-  torch::NoGradGuard no_grad;
-  const dist::data::Element eval =
-      *padded_batches(sequences({data_dir + "/eval.tfrecord"}), 1 << 20, padding_id, false)
-           .iterator()
-           .next();
-  dist::models::TorchScriptModuleImpl& trained = *model;  // outside run(): the primary
-  const at::Tensor eval_logits = dist::models::forward_tensor(trained, eval);
-  const double eval_loss = loss_fn(eval["targets"], eval_logits, eval["mask"]).item<double>();
-  if (!strategy.is_chief()) return 0;
-  std::printf("Eval loss %.6f over %lld tokens of %lld sequences\n", eval_loss,
-              static_cast<long long>(eval["mask"].sum().item<int64_t>()),
-              static_cast<long long>(eval["tokens"].size(0)));
+// The trained module and the evaluation batch with its loss, for Python to read back.
+void write_results(dist::models::TorchScriptModuleImpl& trained, const dist::data::Element& eval,
+                   double eval_loss, int64_t padding_id, const std::string& data_dir,
+                   const std::string& out_dir) {
   std::filesystem::create_directories(out_dir);
   dist::models::save_torchscript(trained, out_dir + "/trained.pt");
   const at::Tensor inputs = eval["tokens"].contiguous(), targets = eval["targets"].contiguous();
@@ -297,6 +281,58 @@ int train(int argc, char** argv) {
   std::cout << "Wrote " << out_dir << "/trained.pt; in Python:\n  /usr/bin/python3 "
             << "examples/python/char_lm.py sample " << out_dir << "/trained.pt " << data_dir
             << "/vocab.bin --eval " << out_dir << std::endl;
+}
+
+// The evaluation: every eval sequence in one padded batch, on the chief's copy, which the chief
+// then writes out.
+void evaluate_and_write(const dist::Strategy& strategy,
+                        dist::Mirrored<dist::models::TorchScriptModule>& model,
+                        const dist::SequenceCrossentropy& loss_fn, int64_t padding_id,
+                        const std::string& data_dir, const std::string& out_dir) {
+  model.eval();
+  torch::NoGradGuard no_grad;
+  const dist::data::Element eval =
+      *padded_batches(sequences({data_dir + "/eval.tfrecord"}), 1 << 20, padding_id, false)
+           .iterator()
+           .next();
+  dist::models::TorchScriptModuleImpl& trained = *model;  // outside run(): the primary
+  const at::Tensor eval_logits = dist::models::forward_tensor(trained, eval);
+  const double eval_loss = loss_fn(eval["targets"], eval_logits, eval["mask"]).item<double>();
+  if (!strategy.is_chief()) return;
+  std::printf("Eval loss %.6f over %lld tokens of %lld sequences\n", eval_loss,
+              static_cast<long long>(eval["mask"].sum().item<int64_t>()),
+              static_cast<long long>(eval["tokens"].size(0)));
+  write_results(trained, eval, eval_loss, padding_id, data_dir, out_dir);
+}
+
+int train(int argc, char** argv) {
+  if (argc < 5 || argc > 7)
+    throw examples::UsageError("train takes MODEL.pt, DATA_DIR and OUT_DIR");
+  const std::string model_path = argv[2], data_dir = argv[3], out_dir = argv[4];
+  const int64_t steps = argc > 5 ? examples::parse_int(argv[5], "STEPS", 1) : 300;
+  const int64_t batch = argc > 6 ? examples::parse_int(argv[6], "BATCH", 1) : 16;
+
+  // One replica per worker, the workers of TF_CONFIG; without it, this process alone.
+  const dist::Strategy strategy = std::getenv("TF_CONFIG") != nullptr
+                                      ? dist::Strategy(dist::MultiWorkerMirroredStrategy())
+                                      : dist::Strategy(dist::OneDeviceStrategy("cpu:0"));
+  const int64_t vocabulary = static_cast<int64_t>(read_file(data_dir + "/vocab.bin").size());
+  const int64_t padding_id = vocabulary;  // not a token: padded targets are told apart by it
+  const int64_t global_batch = batch * strategy.num_replicas_in_sync();
+  auto train_data = training_batches(strategy, data_dir, global_batch, padding_id);
+  dist::models::TorchScriptModule script =
+      checked_module(strategy, model_path, data_dir, batch, vocabulary);
+
+  auto model = strategy.mirror(script);
+  auto optimizer =
+      strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(3e-3));
+  const dist::SequenceCrossentropy loss_fn(padding_id);
+  if (strategy.is_chief())
+    std::cout << "Training " << model_path << " on " << strategy.num_workers()
+              << (strategy.num_workers() == 1 ? " worker, " : " workers, ") << global_batch
+              << " sequences a step" << std::endl;
+  train_steps(strategy, model, *optimizer, loss_fn, train_data, steps, global_batch);
+  evaluate_and_write(strategy, model, loss_fn, padding_id, data_dir, out_dir);
   return 0;
 }
 

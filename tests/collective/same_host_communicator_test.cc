@@ -42,73 +42,88 @@ int dist_segments_in_dev_shm() {
 
 class SameHostCommunicatorTest : public ::testing::TestWithParam<int> {};
 
+// Member r's all-reduces of every op over integer and float data, of every length and layout,
+// against their exact results.
+void expect_all_reduces_exact(Communicator& c, int size, int r) {
+  for (int64_t elements : {0, 1, 7, 1000}) {
+    std::vector<at::Tensor> sum{member_tensor(r, 0, elements), member_tensor(r, 1, 3)};
+    c.all_reduce(sum, ReduceOp::kSum)->wait();
+    ASSERT_TRUE(at::equal(sum[0], expected_sum(size, 0, elements))) << elements;
+    ASSERT_TRUE(at::equal(sum[1], expected_sum(size, 1, 3)));
+  }
+  std::vector<at::Tensor> hi{member_tensor(r, 0, 50)}, lo{member_tensor(r, 0, 50)};
+  c.all_reduce(hi, ReduceOp::kMax)->wait();
+  c.all_reduce(lo, ReduceOp::kMin)->wait();
+  ASSERT_TRUE(at::equal(hi[0], member_tensor(size - 1, 0, 50)));
+  ASSERT_TRUE(at::equal(lo[0], member_tensor(0, 0, 50)));
+  // MEAN of integers truncates, as over Gloo.
+  std::vector<at::Tensor> mean{member_tensor(r, 0, 40)};
+  c.all_reduce(mean, ReduceOp::kMean)->wait();
+  ASSERT_TRUE(at::equal(mean[0], expected_sum(size, 0, 40).div(size, "trunc")));
+  // A strided tensor is reduced in place too.
+  at::Tensor matrix = member_tensor(r, 0, 60).reshape({6, 10});
+  std::vector<at::Tensor> transposed{matrix.t()};
+  c.all_reduce(transposed, ReduceOp::kSum)->wait();
+  ASSERT_TRUE(at::equal(matrix, expected_sum(size, 0, 60).reshape({6, 10})));
+  // Floats: every member holds the same bits.
+  std::vector<at::Tensor> floats{at::arange(100, at::kFloat).mul(0.1f * (r + 1))};
+  c.all_reduce(floats, ReduceOp::kSum)->wait();
+  at::Tensor expected = at::zeros({100}, at::kFloat);
+  for (int m = 0; m < size; ++m) expected.add_(at::arange(100, at::kFloat).mul(0.1f * (m + 1)));
+  ASSERT_TRUE(at::equal(floats[0], expected));
+}
+
+// Member r's broadcasts from every root, of tensors of mixed dtypes.
+void expect_broadcasts_exact(Communicator& c, int size, int r) {
+  for (int root = 0; root < size; ++root) {
+    // Mixed dtypes, as a model's parameters and integer buffers.
+    std::vector<at::Tensor> b{member_tensor(r, 0, 40).to(at::kFloat), member_tensor(r, 1, 3),
+                              member_tensor(r, 2, 30).to(at::kFloat)};
+    c.broadcast(b, root)->wait();
+    ASSERT_TRUE(at::equal(b[0], member_tensor(root, 0, 40).to(at::kFloat))) << root;
+    ASSERT_TRUE(at::equal(b[1], member_tensor(root, 1, 3)));
+    ASSERT_TRUE(at::equal(b[2], member_tensor(root, 2, 30).to(at::kFloat)));
+  }
+}
+
+// Member r's all-gathers and reduce-scatters, against their exact results.
+void expect_gathers_and_scatters_exact(Communicator& c, int size, int r) {
+  // Members gather parts of different sizes (member 0's is empty), and parts larger than a
+  // slot, in several rounds.
+  for (int64_t rows : {int64_t{1}, int64_t{300}}) {
+    at::Tensor gathered;
+    c.all_gather(at::full({r * rows, 2}, r, at::kLong), &gathered)->wait();
+    std::vector<at::Tensor> parts;
+    for (int q = 0; q < size; ++q) parts.push_back(at::full({q * rows, 2}, q, at::kLong));
+    ASSERT_TRUE(at::equal(gathered, at::cat(parts, 0))) << rows;
+  }
+  // Each member's chunk of the sum, for inputs shorter than the members, of one slot and of
+  // several; rows of 3 elements keep the chunks whole rows.
+  for (int64_t elements : {int64_t{1}, int64_t{13}, int64_t{1000}}) {
+    at::Tensor input = member_tensor(r, 0, elements);
+    const auto [begin, end] = chunk_range(elements, size, r);
+    at::Tensor chunk = at::empty({end - begin}, input.options());
+    c.reduce_scatter(input, chunk, ReduceOp::kSum)->wait();
+    ASSERT_TRUE(at::equal(chunk, expected_sum(size, 0, elements).slice(0, begin, end))) << elements;
+  }
+  at::Tensor matrix_rows = member_tensor(r, 1, 99).reshape({33, 3});
+  const auto [first, last] = chunk_range(33, size, r);
+  at::Tensor rows_chunk = at::empty({last - first, 3}, matrix_rows.options());
+  c.reduce_scatter(matrix_rows, rows_chunk, ReduceOp::kMax)->wait();
+  ASSERT_TRUE(
+      at::equal(rows_chunk, member_tensor(size - 1, 1, 99).reshape({33, 3}).slice(0, first, last)));
+}
+
 TEST_P(SameHostCommunicatorTest, EveryCollectiveIsExactInSeveralParts) {
   const int size = GetParam();
   auto members = same_host_group(size);
   for (auto& m : members) ASSERT_TRUE(dynamic_cast<SameHostCommunicator&>(*m).uses_shared_memory());
   run_threads(size, [&](int r) {
     Communicator& c = *members[static_cast<size_t>(r)];
-    for (int64_t elements : {0, 1, 7, 1000}) {
-      std::vector<at::Tensor> sum{member_tensor(r, 0, elements), member_tensor(r, 1, 3)};
-      c.all_reduce(sum, ReduceOp::kSum)->wait();
-      ASSERT_TRUE(at::equal(sum[0], expected_sum(size, 0, elements))) << elements;
-      ASSERT_TRUE(at::equal(sum[1], expected_sum(size, 1, 3)));
-    }
-    std::vector<at::Tensor> hi{member_tensor(r, 0, 50)}, lo{member_tensor(r, 0, 50)};
-    c.all_reduce(hi, ReduceOp::kMax)->wait();
-    c.all_reduce(lo, ReduceOp::kMin)->wait();
-    ASSERT_TRUE(at::equal(hi[0], member_tensor(size - 1, 0, 50)));
-    ASSERT_TRUE(at::equal(lo[0], member_tensor(0, 0, 50)));
-    // MEAN of integers truncates, as over Gloo.
-    std::vector<at::Tensor> mean{member_tensor(r, 0, 40)};
-    c.all_reduce(mean, ReduceOp::kMean)->wait();
-    ASSERT_TRUE(at::equal(mean[0], expected_sum(size, 0, 40).div(size, "trunc")));
-    // A strided tensor is reduced in place too.
-    at::Tensor matrix = member_tensor(r, 0, 60).reshape({6, 10});
-    std::vector<at::Tensor> transposed{matrix.t()};
-    c.all_reduce(transposed, ReduceOp::kSum)->wait();
-    ASSERT_TRUE(at::equal(matrix, expected_sum(size, 0, 60).reshape({6, 10})));
-    // Floats: every member holds the same bits.
-    std::vector<at::Tensor> floats{at::arange(100, at::kFloat).mul(0.1f * (r + 1))};
-    c.all_reduce(floats, ReduceOp::kSum)->wait();
-    at::Tensor expected = at::zeros({100}, at::kFloat);
-    for (int m = 0; m < size; ++m) expected.add_(at::arange(100, at::kFloat).mul(0.1f * (m + 1)));
-    ASSERT_TRUE(at::equal(floats[0], expected));
-    for (int root = 0; root < size; ++root) {
-      // Mixed dtypes, as a model's parameters and integer buffers.
-      std::vector<at::Tensor> b{member_tensor(r, 0, 40).to(at::kFloat), member_tensor(r, 1, 3),
-                                member_tensor(r, 2, 30).to(at::kFloat)};
-      c.broadcast(b, root)->wait();
-      ASSERT_TRUE(at::equal(b[0], member_tensor(root, 0, 40).to(at::kFloat))) << root;
-      ASSERT_TRUE(at::equal(b[1], member_tensor(root, 1, 3)));
-      ASSERT_TRUE(at::equal(b[2], member_tensor(root, 2, 30).to(at::kFloat)));
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_all_reduces_exact(c, size, r));
+    ASSERT_NO_FATAL_FAILURE(expect_broadcasts_exact(c, size, r));
     c.barrier()->wait();
-    // Members gather parts of different sizes (member 0's is empty), and parts larger than a
-    // slot, in several rounds.
-    for (int64_t rows : {int64_t{1}, int64_t{300}}) {
-      at::Tensor gathered;
-      c.all_gather(at::full({r * rows, 2}, r, at::kLong), &gathered)->wait();
-      std::vector<at::Tensor> parts;
-      for (int q = 0; q < size; ++q) parts.push_back(at::full({q * rows, 2}, q, at::kLong));
-      ASSERT_TRUE(at::equal(gathered, at::cat(parts, 0))) << rows;
-    }
-    // Each member's chunk of the sum, for inputs shorter than the members, of one slot and of
-    // several; rows of 3 elements keep the chunks whole rows.
-    for (int64_t elements : {int64_t{1}, int64_t{13}, int64_t{1000}}) {
-      at::Tensor input = member_tensor(r, 0, elements);
-      const auto [begin, end] = chunk_range(elements, size, r);
-      at::Tensor chunk = at::empty({end - begin}, input.options());
-      c.reduce_scatter(input, chunk, ReduceOp::kSum)->wait();
-      ASSERT_TRUE(at::equal(chunk, expected_sum(size, 0, elements).slice(0, begin, end)))
-          << elements;
-    }
-    at::Tensor matrix_rows = member_tensor(r, 1, 99).reshape({33, 3});
-    const auto [first, last] = chunk_range(33, size, r);
-    at::Tensor rows_chunk = at::empty({last - first, 3}, matrix_rows.options());
-    c.reduce_scatter(matrix_rows, rows_chunk, ReduceOp::kMax)->wait();
-    ASSERT_TRUE(at::equal(rows_chunk,
-                          member_tensor(size - 1, 1, 99).reshape({33, 3}).slice(0, first, last)));
+    ASSERT_NO_FATAL_FAILURE(expect_gathers_and_scatters_exact(c, size, r));
   });
   release(members);
   EXPECT_EQ(dist_segments_in_dev_shm(), 0) << "a segment's name was left in /dev/shm";

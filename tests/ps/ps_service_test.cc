@@ -146,20 +146,23 @@ TEST(ParameterServerServiceTest, LookupsAndSparseUpdatesMoveOnlyTheRowsAskedFor)
   EXPECT_TRUE(torch::equal(after[3], torch::zeros({columns})));
 }
 
-TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServing) {
-  LocalPs cluster(1);
-  auto stub = rpc::ParameterServer::NewStub(open_channel(cluster.tasks[0].address));
-  auto call_status = [&](auto method, const auto& request, auto* response) {
+// Calls on one ps task's service directly (not through ParameterServers, whose own checks
+// would refuse these requests first), each with a deadline of 5 s.
+struct RawPs {
+  explicit RawPs(const std::string& address)
+      : stub(rpc::ParameterServer::NewStub(open_channel(address))) {}
+  template <typename Method, typename Request, typename Response>
+  grpc::Status call(Method method, const Request& request, Response* response) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + 5s);
     return ((*stub).*method)(&context, request, response);
-  };
-  rpc::CreateVariableRequest create;
-  create.set_name("w");
-  *create.mutable_initial() = encode_tensor(torch::ones({2, 2}));
-  rpc::CreateVariableResponse created;
-  ASSERT_TRUE(call_status(&rpc::ParameterServer::Stub::CreateVariable, create, &created).ok());
+  }
+  std::unique_ptr<rpc::ParameterServer::Stub> stub;
+};
 
+// Requests for variable 'w' (2 x 2 ones) that the server must refuse, naming what is wrong.
+void expect_malformed_requests_refused(RawPs& ps) {
+  rpc::CreateVariableResponse created;
   // A tensor whose byte count does not match its shape.
   rpc::ApplyGradientsRequest bad_bytes;
   *bad_bytes.mutable_optimizer() = sgd(0.1);
@@ -168,8 +171,7 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   *dense->mutable_gradient() = encode_tensor(torch::ones({2, 2}));
   dense->mutable_gradient()->mutable_data()->pop_back();
   rpc::ApplyGradientsResponse applied;
-  grpc::Status status =
-      call_status(&rpc::ParameterServer::Stub::ApplyGradients, bad_bytes, &applied);
+  grpc::Status status = ps.call(&rpc::ParameterServer::Stub::ApplyGradients, bad_bytes, &applied);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("ps:0: gradient of 'w': 15 bytes"), std::string::npos)
       << status.error_message();
@@ -178,7 +180,7 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   rpc::ReadRequest unknown;
   unknown.add_names("nope");
   rpc::ReadResponse read;
-  status = call_status(&rpc::ParameterServer::Stub::Read, unknown, &read);
+  status = ps.call(&rpc::ParameterServer::Stub::Read, unknown, &read);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_NE(status.error_message().find("no variable 'nope'"), std::string::npos);
 
@@ -187,7 +189,7 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   outside.set_name("w");
   outside.add_rows(2);
   rpc::LookupResponse looked_up;
-  status = call_status(&rpc::ParameterServer::Stub::Lookup, outside, &looked_up);
+  status = ps.call(&rpc::ParameterServer::Stub::Lookup, outside, &looked_up);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("row 2 is outside its 2 rows"), std::string::npos);
 
@@ -196,11 +198,13 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   bad_dtype.set_name("v");
   *bad_dtype.mutable_initial() = encode_tensor(torch::ones({2}));
   bad_dtype.mutable_initial()->set_dtype(static_cast<rpc::Tensor::DType>(99));
-  status = call_status(&rpc::ParameterServer::Stub::CreateVariable, bad_dtype, &created);
+  status = ps.call(&rpc::ParameterServer::Stub::CreateVariable, bad_dtype, &created);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("variable 'v': unknown tensor dtype 99"), std::string::npos)
       << status.error_message();
+}
 
+void expect_refused_slots_leave_no_optimizer(RawPs& ps) {
   // Slots for a variable no update has given an optimizer, with no optimizer named; then
   // Adam slots of the wrong shape. Neither changes the value sent with them.
   rpc::AssignRequest slots;
@@ -208,14 +212,14 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   *slots.mutable_value() = encode_tensor(torch::zeros({2, 2}));
   (*slots.mutable_slots())["exp_avg"] = encode_tensor(torch::zeros({3}));
   rpc::AssignResponse assigned;
-  status = call_status(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
+  grpc::Status status = ps.call(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("'w' has no optimizer yet to take slots"),
             std::string::npos)
       << status.error_message();
   slots.mutable_optimizer()->set_kind("Adam");
   (*slots.mutable_optimizer()->mutable_options())["lr"] = 0.001;
-  status = call_status(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
+  status = ps.call(&rpc::ParameterServer::Stub::Assign, slots, &assigned);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("optimizer slot 'exp_avg' of parameter w is [3]"),
             std::string::npos)
@@ -224,13 +228,27 @@ TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServi
   rpc::ReadSlotsRequest which;
   which.set_name("w");
   rpc::ReadSlotsResponse state;
-  ASSERT_TRUE(call_status(&rpc::ParameterServer::Stub::ReadSlots, which, &state).ok());
+  ASSERT_TRUE(ps.call(&rpc::ParameterServer::Stub::ReadSlots, which, &state).ok());
   EXPECT_EQ(state.kind(), "");
   EXPECT_EQ(state.slots_size(), 0);
+}
+
+TEST(ParameterServerServiceTest, BadRequestsGetNamedErrorsAndTheServerKeepsServing) {
+  LocalPs cluster(1);
+  RawPs ps(cluster.tasks[0].address);
+  rpc::CreateVariableRequest create;
+  create.set_name("w");
+  *create.mutable_initial() = encode_tensor(torch::ones({2, 2}));
+  rpc::CreateVariableResponse created;
+  ASSERT_TRUE(ps.call(&rpc::ParameterServer::Stub::CreateVariable, create, &created).ok());
+  expect_malformed_requests_refused(ps);
+  expect_refused_slots_leave_no_optimizer(ps);
 
   // Nothing changed, and the server still serves.
-  unknown.set_names(0, "w");
-  ASSERT_TRUE(call_status(&rpc::ParameterServer::Stub::Read, unknown, &read).ok());
+  rpc::ReadRequest w;
+  w.add_names("w");
+  rpc::ReadResponse read;
+  ASSERT_TRUE(ps.call(&rpc::ParameterServer::Stub::Read, w, &read).ok());
   EXPECT_TRUE(torch::equal(decode_tensor(read.values(0), "w"), torch::ones({2, 2})));
 }
 

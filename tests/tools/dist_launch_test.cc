@@ -376,6 +376,28 @@ TEST(DistLaunchTest, MaxRestartsStartsAParameterServerJobAgainWhenTheChiefFails)
   EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
 }
 
+// dist-launch of 2 workers and 1 ps restarting the job once, running dist-train for 400 steps
+// of the parameter server strategy with a checkpoint every 20 in `checkpoints`.
+std::vector<std::string> ps_restart_launch(const std::string& checkpoints) {
+  // dist-launch's flags, then after "--" dist-train and its flags; a flag and its value on a line.
+  // clang-format off
+  return {"--workers", "2", "--ps", "1", "--grace-seconds", "2", "--max-restarts", "1", "--",
+          DIST_TRAIN_BINARY, "--strategy", "parameter_server", "--train-examples", "640",
+          "--batch-per-replica", "32", "--epochs", "1", "--steps-per-epoch", "400",
+          "--checkpoint-every", "20", "--checkpoint-dir", checkpoints, "--no-progress",
+          "--collective-timeout", "5", "--rendezvous-timeout", "60"};
+  // clang-format on
+}
+
+// The JSON result of the chief's last run: its last line "[chief] {...}" (null if none).
+nlohmann::json last_chief_result(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line, json;
+  while (std::getline(lines, line))
+    if (line.rfind("[chief] {", 0) == 0) json = line.substr(8);
+  return json.empty() ? nlohmann::json() : nlohmann::json::parse(json);
+}
+
 // The ps-loss case end to end with dist-train: ps:0 SIGKILLed after the chief's
 // checkpoint of step 20; the chief fails within --collective-timeout naming the ps task,
 // --max-restarts starts the job again on fresh ports, and its chief resumes from its last
@@ -386,37 +408,7 @@ TEST(DistLaunchTest, LostPsUnderDistTrainRestartsAndResumesFromTheLastCheckpoint
   const std::string token = job_token("PsRestart");
   const std::string checkpoints = dir.file("ckpt");
   testing::WorkerProcesses launcher;
-  launcher.start(DIST_LAUNCH_BINARY,
-                 {"--workers",
-                  "2",
-                  "--ps",
-                  "1",
-                  "--grace-seconds",
-                  "2",
-                  "--max-restarts",
-                  "1",
-                  "--",
-                  DIST_TRAIN_BINARY,
-                  "--strategy",
-                  "parameter_server",
-                  "--train-examples",
-                  "640",
-                  "--batch-per-replica",
-                  "32",
-                  "--epochs",
-                  "1",
-                  "--steps-per-epoch",
-                  "400",
-                  "--checkpoint-every",
-                  "20",
-                  "--checkpoint-dir",
-                  checkpoints,
-                  "--no-progress",
-                  "--collective-timeout",
-                  "5",
-                  "--rendezvous-timeout",
-                  "60"},
-                 {"DIST_JOB_TOKEN=" + token});
+  launcher.start(DIST_LAUNCH_BINARY, ps_restart_launch(checkpoints), {"DIST_JOB_TOKEN=" + token});
   ASSERT_TRUE(appears_within(checkpoints + "/ckpt-20.safetensors", 120))
       << launcher.wait_all(10s)[0].output;
   const pid_t ps = task_pid(launcher.pid(0), "ps", 0);
@@ -442,15 +434,11 @@ TEST(DistLaunchTest, LostPsUnderDistTrainRestartsAndResumesFromTheLastCheckpoint
   const int64_t resumed_at = std::stoll(output.substr(output.find(" at step ", resumed) + 9));
   EXPECT_GE(resumed_at, 20) << output;
   EXPECT_LT(resumed_at, 400) << output;
-  std::istringstream lines(output);
-  std::string line, json;
-  while (std::getline(lines, line))
-    if (line.rfind("[chief] {", 0) == 0) json = line.substr(8);
-  ASSERT_FALSE(json.empty()) << output;
-  const auto result = nlohmann::json::parse(json);
-  EXPECT_EQ(result["steps"], 400) << json;
-  EXPECT_EQ(result["resumed_at_step"], resumed_at) << json;
-  EXPECT_GT(result["test_accuracy"].get<double>(), 0.5) << json;
+  const auto result = last_chief_result(output);
+  ASSERT_FALSE(result.is_null()) << output;
+  EXPECT_EQ(result["steps"], 400) << result;
+  EXPECT_EQ(result["resumed_at_step"], resumed_at) << result;
+  EXPECT_GT(result["test_accuracy"].get<double>(), 0.5) << result;
   EXPECT_TRUE(job_gone_within(token, 10)) << "a task of the job outlived dist-launch";
 }
 

@@ -82,25 +82,57 @@ const std::vector<Flag> kFlags = {{"--save-weights", false, ""},
                                   {"--log-dir", true, "metrics.jsonl"},
                                   {"--checkpoint-dir", true, "checkpoint"}};
 
+// Whether this process may make device nodes; where mknod is not permitted, the device cases
+// use FIFOs instead.
+bool can_make_devices(const testing::TempDir& dir) {
+  const std::string probe = dir.file("probe-device");
+  const bool made = ::mknod(probe.c_str(), S_IFCHR | 0600, ::makedev(1, 3)) == 0;
+  if (!made)
+    std::cout << "[   NOTE   ] mknod not permitted here (" << std::strerror(errno)
+              << "): the device cases use FIFOs instead\n";
+  fs::remove(probe);
+  return made;
+}
+
+// Makes a device node (as /dev/null: 1,3) inside the test's folder, or a FIFO where mknod is
+// not permitted.
+void make_device(const std::string& path, bool devices) {
+  if (devices)
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0600, ::makedev(1, 3)), 0) << std::strerror(errno);
+  else
+    ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+}
+
+// Puts at t's target what `kind` names, adding to `args` what that needs.
+void place_target(const std::string& kind, const Flag& flag, const OutputTargets& t, bool devices,
+                  std::vector<std::string>& args) {
+  if (kind == "device") {
+    make_device(t.target(), devices);
+  } else if (kind == "fifo") {
+    ASSERT_EQ(::mkfifo(t.target().c_str(), 0600), 0) << std::strerror(errno);
+  } else if (kind == "link-to-device") {
+    make_device(t.root() + "/device", devices);
+    fs::create_symlink(t.root() + "/device", t.target());
+  } else if (kind == "read-only") {
+    testing::write_file(t.target(), "kept");
+    fs::permissions(t.target(), fs::perms::owner_read | fs::perms::group_read);
+  } else if (kind == "input") {
+    // The model file itself, or, inside a directory, a hard link to it (same inode).
+    if (flag.directory)
+      fs::create_hard_link(t.model(), t.target());
+    else
+      args.back() = t.value();  // --model-file is the output's own path
+    if (!flag.directory) testing::write_file(t.value(), "the only copy of the model");
+  } else {  // second-output: another output flag on the same file
+    testing::write_file(t.target(), "an earlier result");
+    const std::string other = flag.name == "--save-weights" ? "--timeline" : "--save-weights";
+    args.insert(args.end(), {other, t.target()});
+  }
+}
+
 TEST(DistTrainOutputsTest, EveryOutputFlagRefusesEveryTargetItMustNotReplaceBeforeTraining) {
   testing::TempDir dir;
-  const bool devices = [&] {
-    const std::string probe = dir.file("probe-device");
-    const bool made = ::mknod(probe.c_str(), S_IFCHR | 0600, ::makedev(1, 3)) == 0;
-    if (!made)
-      std::cout << "[   NOTE   ] mknod not permitted here (" << std::strerror(errno)
-                << "): the device cases use FIFOs instead\n";
-    fs::remove(probe);
-    return made;
-  }();
-  // Makes a device node (as /dev/null: 1,3) inside the test's folder, or a FIFO where mknod is
-  // not permitted.
-  auto make_device = [&](const std::string& path) {
-    if (devices)
-      ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0600, ::makedev(1, 3)), 0) << std::strerror(errno);
-    else
-      ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
-  };
+  const bool devices = can_make_devices(dir);
   struct Kind {
     std::string name;
     std::string expected;  // words of the refusal
@@ -125,28 +157,7 @@ TEST(DistTrainOutputsTest, EveryOutputFlagRefusesEveryTargetItMustNotReplaceBefo
       if (flag.name == "--save-torchscript" || kind.name == "input")
         args.insert(args.end(), {"--model-file", t.model()});
       std::string watched = t.target();
-      if (kind.name == "device") {
-        make_device(t.target());
-      } else if (kind.name == "fifo") {
-        ASSERT_EQ(::mkfifo(t.target().c_str(), 0600), 0) << std::strerror(errno);
-      } else if (kind.name == "link-to-device") {
-        make_device(t.root() + "/device");
-        fs::create_symlink(t.root() + "/device", t.target());
-      } else if (kind.name == "read-only") {
-        testing::write_file(t.target(), "kept");
-        fs::permissions(t.target(), fs::perms::owner_read | fs::perms::group_read);
-      } else if (kind.name == "input") {
-        // The model file itself, or, inside a directory, a hard link to it (same inode).
-        if (flag.directory)
-          fs::create_hard_link(t.model(), t.target());
-        else
-          args.back() = t.value();  // --model-file is the output's own path
-        if (!flag.directory) testing::write_file(t.value(), "the only copy of the model");
-      } else {  // second-output: another output flag on the same file
-        testing::write_file(t.target(), "an earlier result");
-        const std::string other = flag.name == "--save-weights" ? "--timeline" : "--save-weights";
-        args.insert(args.end(), {other, t.target()});
-      }
+      ASSERT_NO_FATAL_FAILURE(place_target(kind.name, flag, t, devices, args));
       const Look before = look_at(watched);
       const Look device_before = look_at(t.root() + "/device");
       const auto r = testing::run_dist_train_alone(args);

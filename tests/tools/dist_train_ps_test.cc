@@ -152,6 +152,31 @@ std::vector<testing::ScalarEvent> scalar_events_in(const std::string& dir,
   return events;
 }
 
+// An evaluator job: the loop, its flags, and the steps of its first and last checkpoints.
+struct Case {
+  std::string loop, flags;
+  int64_t first_checkpoint, final_step;
+};
+
+// TensorBoard: each evaluation's scalars at its checkpoint's step, the last at the final, with
+// the figures of the evaluator's result.
+void expect_evaluation_scalars(const testing::TempDir& dir, const Case& c,
+                               const nlohmann::json& evaluator, int64_t evaluations) {
+  const auto events = scalar_events_in(dir.file("logs/evaluation"), dir.path());
+  ASSERT_EQ(events.size(), static_cast<size_t>(2 * evaluations));
+  std::map<std::string, testing::ScalarEvent> last;
+  for (const auto& e : events) last[e.tag] = e;
+  ASSERT_EQ(last.count("evaluation_accuracy_vs_iterations"), 1u);
+  ASSERT_EQ(last.count("evaluation_loss_vs_iterations"), 1u);
+  EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].step, c.final_step);
+  for (const auto& e : events)
+    EXPECT_TRUE(e.step == c.first_checkpoint || e.step == c.final_step) << e.tag << " " << e.step;
+  EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].value,
+            static_cast<float>(evaluator["test_accuracy"].get<double>()));
+  EXPECT_EQ(last["evaluation_loss_vs_iterations"].value,
+            static_cast<float>(evaluator["test_loss"].get<double>()));
+}
+
 // dist-launch --evaluator: the evaluator task (the same dist-train command) evaluates the
 // chief's checkpoints as they come, writes TensorBoard scalars, and exits by itself after the
 // checkpoint of the last step, which it counts from the flags as the chief does: here
@@ -159,10 +184,6 @@ std::vector<testing::ScalarEvent> scalar_events_in(const std::string& dir,
 // epoch (fit: 33 of 2 x 20). Its last evaluation is of the weights the chief evaluated last, on
 // the same test batches: the same figures.
 TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheLast) {
-  struct Case {
-    std::string loop, flags;
-    int64_t first_checkpoint, final_step;
-  };
   for (const Case& c : {Case{"custom", " --global-batch 32 --steps-per-epoch 15", 15, 30},
                         Case{"fit", " --batch-per-replica 32 --max-steps 33", 20, 33}}) {
     SCOPED_TRACE(c.loop);
@@ -207,20 +228,7 @@ TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheL
         << evaluator_json << "\n"
         << chief_json;
 
-    // TensorBoard: each evaluation's scalars at its checkpoint's step, the last at the final.
-    const auto events = scalar_events_in(dir.file("logs/evaluation"), dir.path());
-    ASSERT_EQ(events.size(), static_cast<size_t>(2 * evaluations));
-    std::map<std::string, testing::ScalarEvent> last;
-    for (const auto& e : events) last[e.tag] = e;
-    ASSERT_EQ(last.count("evaluation_accuracy_vs_iterations"), 1u);
-    ASSERT_EQ(last.count("evaluation_loss_vs_iterations"), 1u);
-    EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].step, c.final_step);
-    for (const auto& e : events)
-      EXPECT_TRUE(e.step == c.first_checkpoint || e.step == c.final_step) << e.tag << " " << e.step;
-    EXPECT_EQ(last["evaluation_accuracy_vs_iterations"].value,
-              static_cast<float>(evaluator["test_accuracy"].get<double>()));
-    EXPECT_EQ(last["evaluation_loss_vs_iterations"].value,
-              static_cast<float>(evaluator["test_loss"].get<double>()));
+    ASSERT_NO_FATAL_FAILURE(expect_evaluation_scalars(dir, c, evaluator, evaluations));
   }
 }
 

@@ -56,6 +56,37 @@ class DistTrainTest : public ::testing::Test {
   }
 };
 
+using Scalars = std::map<std::pair<std::string, int64_t>, float>;
+
+// The scalars of the one event file in dir/sub, by tag and step.
+Scalars scalars_in(const testing::TempDir& dir, const std::string& sub) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file(sub)))
+    files.push_back(entry.path().string());
+  EXPECT_EQ(files.size(), 1u) << sub;
+  std::string error;
+  auto events = testing::read_scalar_events(files.at(0), dir.path(), &error);
+  EXPECT_EQ(error, "") << sub;
+  Scalars values;
+  for (const auto& e : events) values[{e.tag, e.step}] = e.value;
+  return values;
+}
+
+// A histogram of each weight per epoch in dir/train, decoded with TensorBoard's schema.
+void expect_a_histogram_of_each_weight_per_epoch(const testing::TempDir& dir, int epochs) {
+  std::vector<std::string> train_files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("train")))
+    train_files.push_back(entry.path().string());
+  ASSERT_EQ(train_files.size(), 1u);
+  std::string error;
+  std::map<std::string, int> histograms_of;  // tag -> epochs
+  for (const auto& event : testing::read_histogram_events(train_files[0], dir.path(), &error))
+    ++histograms_of[event.tag];
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(histograms_of["conv1/weight"], epochs);
+  EXPECT_EQ(histograms_of["dense2/bias"], epochs);
+}
+
 TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   testing::TempDir dir;
   auto run = run_command(
@@ -81,19 +112,7 @@ TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   EXPECT_LT(losses[2], losses[0]);
 
   // The same values as TensorBoard scalars, laid out as fit's TensorBoard callback writes them.
-  auto scalars_in = [&](const std::string& sub) {
-    std::vector<std::string> files;
-    for (const auto& entry : std::filesystem::directory_iterator(dir.file(sub)))
-      files.push_back(entry.path().string());
-    EXPECT_EQ(files.size(), 1u) << sub;
-    std::string error;
-    auto events = testing::read_scalar_events(files.at(0), dir.path(), &error);
-    EXPECT_EQ(error, "") << sub;
-    std::map<std::pair<std::string, int64_t>, float> values;
-    for (const auto& e : events) values[{e.tag, e.step}] = e.value;
-    return values;
-  };
-  const auto train = scalars_in("train"), validation = scalars_in("validation");
+  const auto train = scalars_in(dir, "train"), validation = scalars_in(dir, "validation");
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     EXPECT_EQ(train.at({"epoch_loss", epoch}), static_cast<float>(losses[epoch])) << epoch;
     EXPECT_TRUE(train.count({"epoch_accuracy", epoch})) << epoch;
@@ -103,18 +122,8 @@ TEST_F(DistTrainTest, ShortRunOnASubsetLowersTheLossAndEndsWithJson) {
   EXPECT_EQ(validation.at({"epoch_accuracy", 2}),
             static_cast<float>(result["test_accuracy"].get<double>()));
   EXPECT_EQ(train.size(), 6u);
-  // And a histogram of each weight per epoch, decoded with TensorBoard's schema.
-  std::vector<std::string> train_files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.file("train")))
-    train_files.push_back(entry.path().string());
-  ASSERT_EQ(train_files.size(), 1u);
-  std::string error;
-  std::map<std::string, int> histograms_of;  // tag -> epochs
-  for (const auto& event : testing::read_histogram_events(train_files[0], dir.path(), &error))
-    ++histograms_of[event.tag];
-  EXPECT_EQ(error, "");
-  EXPECT_EQ(histograms_of["conv1/weight"], 3);
-  EXPECT_EQ(histograms_of["dense2/bias"], 3);
+  // And a histogram of each weight per epoch.
+  ASSERT_NO_FATAL_FAILURE(expect_a_histogram_of_each_weight_per_epoch(dir, 3));
 
   auto weights = load_safetensors(dir.file("w.safetensors"));
   std::vector<std::string> names;

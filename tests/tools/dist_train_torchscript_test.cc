@@ -254,10 +254,9 @@ TEST(DistTrainTorchScriptReadBackTest, PythonRunsTheWrittenModuleAsWeDo) {
   EXPECT_GT(reported, 0.3);
 }
 
-// A bad file as --model-file, run with every output flag: exit 2, a message naming the flag and
-// the file, and nothing written (no checkpoint directory, no weights, no module).
-TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsWritten) {
-  TempDir dir;
+// The bad model files made from good ones, in `dir`: a text file, one cut in half, one with a
+// record shorter than its tensor, and a zip bomb.
+void write_bad_model_files(const TempDir& dir) {
   testing::write_file(dir.file("notes.pt"), "a model, I promise\n");
   const std::string whole = testing::read_file(model_file("cnn_scripted.pt"));
   testing::write_file(dir.file("truncated.pt"), whole.substr(0, whole.size() / 2));
@@ -272,6 +271,13 @@ TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsW
     if (record.name.find("data.pkl") != std::string::npos)
       record = testing::deflated_zeros(record.name, record.data, uint64_t{80} << 20);
   testing::write_file(dir.file("bomb.pt"), testing::write_zip(records));
+}
+
+// A bad file as --model-file, run with every output flag: exit 2, a message naming the flag and
+// the file, and nothing written (no checkpoint directory, no weights, no module).
+TEST(DistTrainTorchScriptErrorsTest, EveryBadModelFileIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  write_bad_model_files(dir);
   struct Bad {
     std::string path, says;
   };

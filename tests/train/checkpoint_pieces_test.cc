@@ -155,40 +155,14 @@ TEST(CheckpointPiecesTest, APieceThatCannotBeWrittenLeavesThePreviousCheckpointL
                                       "ckpt-3.safetensors.piece-0-of-1"}));
 }
 
-// Pieces that leave elements of a tensor out, or hold them twice, are refused.
-TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
-  testing::TempDir dir;
-  const std::string path = dir.file("ckpt");
-  const detail::PiecesOf of{2, 7, "11"};
-  auto range = [](int64_t begin, int64_t length) {
-    return detail::PieceTensor{"model/w", begin, {2, 4}, torch::arange(length).to(torch::kFloat)};
-  };
-  auto error = [&] {
-    detail::CheckedTensors tensors;
-    try {
-      detail::read_checkpoint_pieces(path, of, Env::Default(), nullptr, tensors);
-    } catch (const DataError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  detail::write_checkpoint_piece(path, of, 0, {range(0, 3)}, Env::Default());
-  detail::write_checkpoint_piece(path, of, 1, {range(4, 4)}, Env::Default());
-  EXPECT_NE(error().find("tensor 'model/w': its pieces leave a gap at element 3 of 8"),
-            std::string::npos)
-      << error();
-  detail::write_checkpoint_piece(path, of, 1, {range(2, 6)}, Env::Default());
-  EXPECT_NE(error().find("tensor 'model/w': its pieces overlap at element 2 of 8"),
-            std::string::npos)
-      << error();
-  detail::write_checkpoint_piece(path, of, 1, {range(4, 5)}, Env::Default());
-  EXPECT_NE(error().find("do not fit it"), std::string::npos) << error();
-  detail::write_checkpoint_piece(path, of, 1, {range(3, 5)}, Env::Default());
-  detail::CheckedTensors tensors;
-  detail::read_checkpoint_pieces(path, of, Env::Default(), nullptr, tensors);
-  EXPECT_TRUE(torch::equal(tensors.tensors.at("model/w").view(-1),
-                           torch::tensor({0, 1, 2, 0, 1, 2, 3, 4}).to(torch::kFloat)));
-  EXPECT_TRUE(tensors.whole_shapes.empty());
+// Elements [begin, begin + length) of the 2 x 4 tensor 'model/w', holding 0, 1, ... length - 1.
+detail::PieceTensor w_piece(int64_t begin, int64_t length) {
+  return detail::PieceTensor{"model/w", begin, {2, 4}, torch::arange(length).to(torch::kFloat)};
+}
+
+// Pieces at `path` that hold 'model/w' as [0, 1, 2] and [0, 1, 2, 3, 4]: a reader that keeps
+// part of it reads just that part, and still finds a gap outside it.
+void expect_a_reader_keeps_only_its_range(const std::string& path, const detail::PiecesOf& of) {
   // A reader that keeps elements [2, 6) reads just those, from both pieces, and the shape.
   detail::CheckedTensors kept;
   detail::read_checkpoint_pieces(
@@ -202,7 +176,7 @@ TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
       torch::equal(kept.tensors.at("model/w"), torch::tensor({2, 0, 1, 2}).to(torch::kFloat)));
   EXPECT_EQ(kept.whole_shapes.at("model/w"), (std::vector<int64_t>{2, 4}));
   // Still every element once: a gap outside the kept range is found all the same.
-  detail::write_checkpoint_piece(path, of, 1, {range(4, 4)}, Env::Default());
+  detail::write_checkpoint_piece(path, of, 1, {w_piece(4, 4)}, Env::Default());
   detail::CheckedTensors fresh;
   try {
     detail::read_checkpoint_pieces(
@@ -216,6 +190,40 @@ TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
     EXPECT_NE(std::string(e.what()).find("leave a gap at element 3"), std::string::npos)
         << e.what();
   }
+}
+
+// Pieces that leave elements of a tensor out, or hold them twice, are refused.
+TEST(CheckpointPiecesTest, PiecesThatDoNotCoverATensorExactlyOnceAreRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.file("ckpt");
+  const detail::PiecesOf of{2, 7, "11"};
+  auto error = [&] {
+    detail::CheckedTensors tensors;
+    try {
+      detail::read_checkpoint_pieces(path, of, Env::Default(), nullptr, tensors);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  detail::write_checkpoint_piece(path, of, 0, {w_piece(0, 3)}, Env::Default());
+  detail::write_checkpoint_piece(path, of, 1, {w_piece(4, 4)}, Env::Default());
+  EXPECT_NE(error().find("tensor 'model/w': its pieces leave a gap at element 3 of 8"),
+            std::string::npos)
+      << error();
+  detail::write_checkpoint_piece(path, of, 1, {w_piece(2, 6)}, Env::Default());
+  EXPECT_NE(error().find("tensor 'model/w': its pieces overlap at element 2 of 8"),
+            std::string::npos)
+      << error();
+  detail::write_checkpoint_piece(path, of, 1, {w_piece(4, 5)}, Env::Default());
+  EXPECT_NE(error().find("do not fit it"), std::string::npos) << error();
+  detail::write_checkpoint_piece(path, of, 1, {w_piece(3, 5)}, Env::Default());
+  detail::CheckedTensors tensors;
+  detail::read_checkpoint_pieces(path, of, Env::Default(), nullptr, tensors);
+  EXPECT_TRUE(torch::equal(tensors.tensors.at("model/w").view(-1),
+                           torch::tensor({0, 1, 2, 0, 1, 2, 3, 4}).to(torch::kFloat)));
+  EXPECT_TRUE(tensors.whole_shapes.empty());
+  expect_a_reader_keeps_only_its_range(path, of);
 }
 
 // A parameter smaller than the worker count leaves some workers an empty share: an empty

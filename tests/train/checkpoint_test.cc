@@ -208,82 +208,78 @@ TEST_P(CheckpointDamageTest, GivesANamedErrorAndThePreviousCheckpointStillLoads)
 
 const std::string kTensor = "model/0.weight";
 
-INSTANTIATE_TEST_SUITE_P(
-    Checkpoint, CheckpointDamageTest,
-    ::testing::Values(
-        Damage{"Truncated",
-               [](const std::string& p) {
-                 std::filesystem::resize_file(p, std::filesystem::file_size(p) - 5);
-               },
-               "truncated"},
-        Damage{"Empty", [](const std::string& p) { testing::write_file(p, ""); }, "0 bytes long"},
-        Damage{"FlippedDataByte",
-               [](const std::string& p) {
-                 std::string b = testing::read_file(p);
-                 b[b.size() - 3] ^= 0x10;  // in the last tensor: the random state
-                 testing::write_file(p, b);
-               },
-               "does not match its checksum"},
-        Damage{"FlippedFirstTensorByte",
-               [](const std::string& p) {
-                 std::string b = testing::read_file(p);
-                 uint64_t n = 0;
-                 for (int i = 0; i < 8; ++i)
-                   n |= static_cast<uint64_t>(static_cast<unsigned char>(b[i])) << (8 * i);
-                 b[8 + n + 1] ^= 0x01;  // model/0.weight comes first
-                 testing::write_file(p, b);
-               },
-               "tensor 'model/0.weight'"},
-        Damage{"FlippedHeaderValue",
-               [](const std::string& p) {
-                 rewrite_header(p, [](nlohmann::json& h) { h["__metadata__"]["step"] = "7"; });
-               },
-               "header checksum does not match"},
-        Damage{"FlippedHeaderByteBreakingJson",
-               [](const std::string& p) {
-                 std::string b = testing::read_file(p);
-                 b[8] ^= 0x40;  // the opening '{'
-                 testing::write_file(p, b);
-               },
-               "not valid JSON"},
-        Damage{"WrongHeaderLength",
-               [](const std::string& p) {
-                 std::string b = testing::read_file(p);
-                 b[0] = static_cast<char>(static_cast<unsigned char>(b[0]) + 8);
-                 testing::write_file(p, b);
-               },
-               "header"},
-        Damage{"HugeHeaderLength",
-               [](const std::string& p) {
-                 std::string b = testing::read_file(p);
-                 b[7] = 0x40;
-                 testing::write_file(p, b);
-               },
-               "exceeds the limit"},
-        Damage{"AbsurdShape",
-               [](const std::string& p) {
-                 rewrite_header(
-                     p, [](nlohmann::json& h) { h[kTensor]["shape"] = {uint64_t{1} << 62}; });
-               },
-               "tensor 'model/0.weight'"},
-        Damage{"NegativeDimension",
-               [](const std::string& p) {
-                 rewrite_header(p, [](nlohmann::json& h) { h[kTensor]["shape"] = {-8, 4}; });
-               },
-               "negative dimension"},
-        Damage{"OffsetsPastTheEnd",
-               [](const std::string& p) {
-                 rewrite_header(p, [](nlohmann::json& h) {
+// `path`'s bytes changed by `edit`.
+void edit_file(const std::string& path, const std::function<void(std::string&)>& edit) {
+  std::string bytes = testing::read_file(path);
+  edit(bytes);
+  testing::write_file(path, bytes);
+}
+
+// Damages to a checkpoint's bytes: cut short, emptied, a byte flipped, its header's length.
+std::vector<Damage> byte_damages() {
+  auto bytes = [](std::function<void(std::string&)> edit) {
+    return [edit](const std::string& p) { edit_file(p, edit); };
+  };
+  return {
+      Damage{"Truncated",
+             [](const std::string& p) {
+               std::filesystem::resize_file(p, std::filesystem::file_size(p) - 5);
+             },
+             "truncated"},
+      Damage{"Empty", [](const std::string& p) { testing::write_file(p, ""); }, "0 bytes long"},
+      // In the last tensor: the random state.
+      Damage{"FlippedDataByte", bytes([](std::string& b) { b[b.size() - 3] ^= 0x10; }),
+             "does not match its checksum"},
+      Damage{"FlippedFirstTensorByte", bytes([](std::string& b) {
+               uint64_t n = 0;
+               for (int i = 0; i < 8; ++i)
+                 n |= static_cast<uint64_t>(static_cast<unsigned char>(b[i])) << (8 * i);
+               b[8 + n + 1] ^= 0x01;  // model/0.weight comes first
+             }),
+             "tensor 'model/0.weight'"},
+      // The header's opening '{'.
+      Damage{"FlippedHeaderByteBreakingJson", bytes([](std::string& b) { b[8] ^= 0x40; }),
+             "not valid JSON"},
+      Damage{"WrongHeaderLength", bytes([](std::string& b) {
+               b[0] = static_cast<char>(static_cast<unsigned char>(b[0]) + 8);
+             }),
+             "header"},
+      Damage{"HugeHeaderLength", bytes([](std::string& b) { b[7] = 0x40; }), "exceeds the limit"}};
+}
+
+// Damages to a checkpoint's header, rewritten as valid JSON of the right length.
+std::vector<Damage> header_damages() {
+  auto header = [](std::function<void(nlohmann::json&)> edit) {
+    return [edit](const std::string& p) { rewrite_header(p, edit); };
+  };
+  return {Damage{"FlippedHeaderValue",
+                 header([](nlohmann::json& h) { h["__metadata__"]["step"] = "7"; }),
+                 "header checksum does not match"},
+          Damage{"AbsurdShape",
+                 header([](nlohmann::json& h) { h[kTensor]["shape"] = {uint64_t{1} << 62}; }),
+                 "tensor 'model/0.weight'"},
+          Damage{"NegativeDimension", header([](nlohmann::json& h) {
+                   h[kTensor]["shape"] = {-8, 4};
+                 }),
+                 "negative dimension"},
+          Damage{"OffsetsPastTheEnd", header([](nlohmann::json& h) {
                    h[kTensor]["data_offsets"] = {0, uint64_t{1} << 40};
-                 });
-               },
-               "past the end"},
-        Damage{"BytesDoNotMatchShape",
-               [](const std::string& p) {
-                 rewrite_header(p, [](nlohmann::json& h) { h[kTensor]["shape"] = {8, 3}; });
-               },
-               "needs"}),
-    [](const auto& info) { return std::string(info.param.name); });
+                 }),
+                 "past the end"},
+          Damage{"BytesDoNotMatchShape", header([](nlohmann::json& h) {
+                   h[kTensor]["shape"] = {8, 3};
+                 }),
+                 "needs"}};
+}
+
+std::vector<Damage> damages() {
+  std::vector<Damage> all = byte_damages();
+  for (Damage& d : header_damages()) all.push_back(std::move(d));
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointDamageTest, ::testing::ValuesIn(damages()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // ---- portability across replica counts --------------------------------------------------------
 
