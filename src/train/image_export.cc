@@ -15,7 +15,7 @@ namespace {
 std::string encode(const at::Tensor& image, const ImageExportOptions& options) {
   switch (options.format) {
     case ImageFormat::kPng:
-      return encode_png(image);
+      return data::encode_png(image);
     case ImageFormat::kJpeg:
       return data::encode_jpeg(image, options.jpeg_quality);
     case ImageFormat::kRaw:

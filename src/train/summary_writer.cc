@@ -91,7 +91,7 @@ void SummaryWriter::scalar(const std::string& tag, double value, int64_t step) {
 }
 
 void SummaryWriter::image(const std::string& tag, const at::Tensor& image, int64_t step) {
-  const std::string png = encode_png(image);  // checks the shape and dtype
+  const std::string png = data::encode_png(image);  // checks the shape and dtype
   // Summary.Image: 1 height, 2 width (int32), 3 colorspace (int32: 1 grey, 3 RGB, 4 RGBA, the
   // channel count for the images encode_png takes), 4 encoded_image_string (bytes).
   const int64_t channels = image.dim() == 2 ? 1 : image.size(0);

@@ -1,6 +1,6 @@
 // Encoded images (PNG through libpng, JPEG through libjpeg-turbo) decoded into uint8 tensors
 // [C, H, W], C = 1 (grey) or 3 (RGB), converted and resized as PIL and torchvision do; and
-// JPEG encoding (PNG encoding is dist::encode_png in dist/train/image_io.h). Bad data is a
+// their encoding (encode_png, encode_jpeg). Bad data is a
 // DataError starting "decode_image: <source>: " with the reason; nothing is printed; every
 // function is thread-safe.
 //
@@ -79,5 +79,10 @@ at::Tensor resize_image(const at::Tensor& image, int64_t height, int64_t width,
 // InvalidArgument for another shape or dtype, a side of 0 or above 65500 (JPEG's limit), or a
 // quality outside 1..100.
 std::string encode_jpeg(const at::Tensor& image, int quality = 95);
+
+// The PNG file's bytes (8 bits per channel, not interlaced, sRGB, by libpng) for a uint8 image
+// [H, W] (grey) or [C, H, W] with C = 1 (grey), 3 (RGB) or 4 (RGBA). InvalidArgument naming the
+// shape or dtype and what is accepted, or if a side is zero (PNG has no empty images).
+std::string encode_png(const at::Tensor& image);
 
 }  // namespace dist::data

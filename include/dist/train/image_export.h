@@ -1,7 +1,7 @@
 // Writing a dataset of images to files a pipeline reads back: TFRecord shards of
 // tf.train.Example (the features TensorFlow's image datasets use) or an image folder. For
 // converting a data set, and for tests and benchmarks that need real files. In the train layer:
-// it encodes PNGs with image_io.h.
+// it encodes PNGs with data::encode_png (dist/data/image_codec.h).
 //
 //   write_image_tfrecords(data::fashion_mnist_bytes(dir, data::Split::kTrain), "/data/train", 8);
 //   // /data/train-00000-of-00008.tfrecord ... /data/train-00007-of-00008.tfrecord

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dist/core/env.h"
+#include "dist/data/image_codec.h"
 
 namespace dist {
 
@@ -42,9 +43,9 @@ at::Tensor to_uint8_image(const at::Tensor& values, double low = 0.0, double hig
 at::Tensor image_grid(const std::vector<at::Tensor>& images, int64_t columns, int64_t padding = 2,
                       double pad_value = 0.0);
 
-// The PNG file's bytes for a uint8 image (shapes above). InvalidArgument naming the shape or
-// dtype and what is accepted, or if a side is zero (PNG has no empty images).
-std::string encode_png(const at::Tensor& image);
+// The PNG file's bytes for a uint8 image: data::encode_png (dist/data/image_codec.h, beside the
+// decoders), named here too for the callers of image grids and summaries.
+using data::encode_png;
 
 // Writes encode_png(image) to `path` through `env` (not owned) atomically: a temporary file,
 // synced, renamed over `path`, so a reader never sees half an image. The directory must exist.

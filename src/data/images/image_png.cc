@@ -1,5 +1,5 @@
 // PNG decoding with libpng's progressive-free reading API (png_read_info, png_read_row,
-// png_read_end), from memory.
+// png_read_end), from memory; and PNG encoding (encode_png, at the end).
 //
 // Errors: libpng reports them by calling an error callback that must not return. Ours records
 // the message and longjmps back to the setjmp in read_png, libpng's documented way; the
@@ -110,3 +110,68 @@ at::Tensor decode_png_hwc(const uint8_t* data, size_t size, int64_t channels,
 }
 
 }  // namespace dist::data::detail
+
+// ---- encoding, with libpng's simplified write API ----
+
+namespace dist::data {
+namespace {
+
+constexpr const char* kAcceptedShapes =
+    "[H,W] (grey) or [C,H,W] with C = 1 (grey), 3 (RGB), 4 (RGBA)";
+
+// Checks what encode_png accepts; returns the channel count.
+int64_t check_png_image(const at::Tensor& image) {
+  DIST_CHECK_ARG(image.defined(), "encode_png: the image tensor is undefined");
+  DIST_CHECK_ARG(image.dim() == 2 || image.dim() == 3, "encode_png: an image of shape ",
+                 image.sizes(), " has ", image.dim(), " dimensions; accepted: ", kAcceptedShapes,
+                 " (for a batch [N,C,H,W], tile it with image_grid first)");
+  const int64_t channels = image.dim() == 2 ? 1 : image.size(0);
+  DIST_CHECK_ARG(channels == 1 || channels == 3 || channels == 4, "encode_png: an image of shape ",
+                 image.sizes(), " has ", channels, " channels; accepted: ", kAcceptedShapes,
+                 " (channels first)");
+  DIST_CHECK_ARG(image.scalar_type() == at::kByte, "encode_png: the image of shape ", image.sizes(),
+                 " is ", image.scalar_type(),
+                 "; PNG takes uint8 pixels: map values with to_uint8_image(image, low, high) "
+                 "first");
+  const int64_t height = image.size(-2), width = image.size(-1);
+  // PNG's limit on each side is 2^31 - 1; libpng reports its own, lower, limits below.
+  constexpr int64_t kMaxSide = 0x7fffffff;
+  DIST_CHECK_ARG(height > 0 && width > 0 && height <= kMaxSide && width <= kMaxSide,
+                 "encode_png: an image of shape ", image.sizes(), " is ", height, "x", width,
+                 " pixels; PNG needs 1 to ", kMaxSide, " on each side");
+  return channels;
+}
+
+}  // namespace
+
+std::string encode_png(const at::Tensor& image) {
+  const int64_t channels = check_png_image(image);
+  // libpng takes interleaved rows: [H,W,C].
+  const at::Tensor pixels =
+      (image.dim() == 2 ? image.unsqueeze(0) : image).to(at::kCPU).permute({1, 2, 0}).contiguous();
+
+  // libpng's simplified API: it does its own setjmp/longjmp error handling and reports failure
+  // through its return value and png_image::message, so no C++ frame is jumped over.
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(image.size(-1));
+  png.height = static_cast<png_uint_32>(image.size(-2));
+  png.format = channels == 1 ? PNG_FORMAT_GRAY : channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
+  // An upper bound, so one compression pass suffices; if zlib ever needs more, libpng says how
+  // much and the second attempt uses that.
+  std::string bytes(PNG_IMAGE_PNG_SIZE_MAX(png), '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    png_alloc_size_t size = bytes.size();
+    if (png_image_write_to_memory(&png, bytes.data(), &size, /*convert_to_8_bit=*/0,
+                                  pixels.data_ptr(), /*row_stride=*/0, /*colormap=*/nullptr)) {
+      bytes.resize(size);
+      return bytes;
+    }
+    if (size <= bytes.size()) break;  // an error, not a short buffer
+    bytes.assign(size, '\0');
+  }
+  throw InvalidArgument(dist::detail::concat("encode_png: libpng cannot encode the image of shape ",
+                                             image.sizes(), ": ", png.message));
+}
+
+}  // namespace dist::data
