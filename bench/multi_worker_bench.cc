@@ -30,6 +30,30 @@
 
 namespace {
 
+// The chief's JSON line of a Fashion-MNIST run.
+void print_result(const dist::MultiWorkerMirroredStrategy& strategy, torch::nn::Sequential primary,
+                  const dist::bench::TrainFlags& flags, int64_t steps, int64_t images,
+                  double seconds) {
+  dist::bench::TrainResult result;
+  result.strategy = "multi_worker_mirrored";
+  result.workers = strategy.num_workers();
+  result.flags = flags;
+  result.steps = steps;
+  result.images = images;
+  result.seconds = seconds;
+  result.test_accuracy = dist::bench::fashion_mnist_test_accuracy(primary);
+  // Every step all-reduces every parameter's whole gradient: a ring all-reduce over N workers
+  // sends and receives 2 (N - 1) / N of it per worker (on one host this job's collectives go
+  // through shared memory; the figure is what a job across hosts moves).
+  double gradient_bytes = 0;
+  for (const auto& p : primary->parameters())
+    gradient_bytes += static_cast<double>(p.numel() * p.element_size());
+  const double workers = strategy.num_workers();
+  result.bytes_out_per_step = result.bytes_in_per_step =
+      2 * (workers - 1) / workers * gradient_bytes;
+  dist::bench::print_json(result);
+}
+
 // The training set shuffled (seed 1) in global batches of batch x workers, split between the
 // workers (each runs the pipeline and takes its share); one JSON line from the chief.
 int train_fashion_mnist(const std::string& model_name, dist::bench::TrainFlags flags) {
@@ -75,25 +99,32 @@ int train_fashion_mnist(const std::string& model_name, dist::bench::TrainFlags f
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!strategy.is_chief()) return 0;
-  dist::bench::TrainResult result;
-  result.strategy = "multi_worker_mirrored";
-  result.workers = strategy.num_workers();
-  result.flags = flags;
-  result.steps = steps;
-  result.images = images;
-  result.seconds = seconds;
-  result.test_accuracy = dist::bench::fashion_mnist_test_accuracy(model.primary());
-  // Every step all-reduces every parameter's whole gradient: a ring all-reduce over N workers
-  // sends and receives 2 (N - 1) / N of it per worker (on one host this job's collectives go
-  // through shared memory; the figure is what a job across hosts moves).
-  double gradient_bytes = 0;
-  for (const auto& p : model.primary()->parameters())
-    gradient_bytes += static_cast<double>(p.numel() * p.element_size());
-  const double workers = strategy.num_workers();
-  result.bytes_out_per_step = result.bytes_in_per_step =
-      2 * (workers - 1) / workers * gradient_bytes;
-  dist::bench::print_json(result);
+  print_result(strategy, model.primary(), flags, steps, images, seconds);
   return 0;
+}
+
+// The strategy of a synthetic-data layout; `chief` says whether this process prints.
+std::unique_ptr<dist::Strategy> make_layout(const std::string& layout, bool& chief) {
+  if (layout == "multi_worker" || layout == "multi_worker_after_backward" ||
+      layout == "multi_worker_unchecked" || layout == "multi_worker_tcp" ||
+      layout == "multi_worker_private") {
+    dist::MultiWorkerOptions options;
+    options.threads_per_replica = 1;
+    options.communication.overlap_with_backward = layout != "multi_worker_after_backward";
+    // Without the agreement before each collective: what the check costs.
+    options.communication.check_collectives = layout != "multi_worker_unchecked";
+    options.communication.share_variables_on_host = layout != "multi_worker_private";
+    if (layout == "multi_worker_tcp")
+      options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
+    auto mw = std::make_unique<dist::MultiWorkerMirroredStrategy>(options);
+    chief = mw->is_chief();
+    return mw;
+  } else {
+    dist::MirroredOptions options;
+    options.devices = {"cpu:0", "cpu:1"};
+    options.threads_per_replica = 1;
+    return std::make_unique<dist::MirroredStrategy>(options);
+  }
 }
 
 }  // namespace
@@ -119,28 +150,8 @@ int main(int argc, char** argv) {
     }
   }
   const int steps = argc > 3 ? std::atoi(argv[3]) : 40;
-  std::unique_ptr<dist::Strategy> strategy;
   bool chief = true;
-  if (layout == "multi_worker" || layout == "multi_worker_after_backward" ||
-      layout == "multi_worker_unchecked" || layout == "multi_worker_tcp" ||
-      layout == "multi_worker_private") {
-    dist::MultiWorkerOptions options;
-    options.threads_per_replica = 1;
-    options.communication.overlap_with_backward = layout != "multi_worker_after_backward";
-    // Without the agreement before each collective: what the check costs.
-    options.communication.check_collectives = layout != "multi_worker_unchecked";
-    options.communication.share_variables_on_host = layout != "multi_worker_private";
-    if (layout == "multi_worker_tcp")
-      options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
-    auto mw = std::make_unique<dist::MultiWorkerMirroredStrategy>(options);
-    chief = mw->is_chief();
-    strategy = std::move(mw);
-  } else {
-    dist::MirroredOptions options;
-    options.devices = {"cpu:0", "cpu:1"};
-    options.threads_per_replica = 1;
-    strategy = std::make_unique<dist::MirroredStrategy>(options);
-  }
+  std::unique_ptr<dist::Strategy> strategy = make_layout(layout, chief);
   torch::manual_seed(0);
   auto model = strategy->mirror(dist::models::make_model(model_name));
   auto optimizer =

@@ -55,6 +55,53 @@ void wait_for_workers(dist::ClusterCoordinator& coordinator, int workers) {
                  seen.size(), workers);
 }
 
+// The chief's timed loop: the training time and the bytes the workers' steps moved.
+struct Timed {
+  double seconds = 0, bytes_out = 0, bytes_in = 0;
+};
+
+// `flags.epochs` epochs of `steps` scheduled steps, joined at each epoch's end.
+Timed train_epochs(dist::ClusterCoordinator& coordinator, const dist::PerWorkerDataset& dataset,
+                   const dist::bench::TrainFlags& flags, int64_t steps) {
+  const auto start = Clock::now();
+  Timed timed;
+  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+    const auto iterator = dataset.iterator(epoch);
+    std::vector<dist::RemoteValue> losses;
+    for (int64_t i = 0; i < steps; ++i)
+      losses.push_back(coordinator.schedule("train_step", iterator));
+    coordinator.join();
+    double total = 0;
+    for (const auto& step : losses) {
+      const auto values = step.fetch_dict();
+      total += values.at("loss").item<double>();
+      timed.bytes_out += values.at("sent").item<double>();
+      timed.bytes_in += values.at("received").item<double>();
+    }
+    std::fprintf(stderr, "ps_bench: epoch %d: mean loss %.4f, %.1f s\n", epoch + 1,
+                 total / static_cast<double>(steps),
+                 std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  timed.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return timed;
+}
+
+// The chief's JSON line.
+void print_result(const dist::bench::TrainFlags& flags, int workers, int64_t steps,
+                  const Timed& timed, double test_accuracy) {
+  dist::bench::TrainResult result;
+  result.strategy = "parameter_server";
+  result.workers = workers;
+  result.flags = flags;
+  result.steps = steps * flags.epochs;
+  result.images = result.steps * flags.batch;
+  result.seconds = timed.seconds;
+  result.test_accuracy = test_accuracy;
+  result.bytes_out_per_step = timed.bytes_out / static_cast<double>(result.steps);
+  result.bytes_in_per_step = timed.bytes_in / static_cast<double>(result.steps);
+  dist::bench::print_json(result);
+}
+
 int run(const dist::bench::TrainFlags& flags) {
   at::set_num_threads(1);  // the process-wide count each thread (gRPC's too) starts from
   dist::ParameterServerOptions options;
@@ -103,40 +150,12 @@ int run(const dist::bench::TrainFlags& flags) {
                             ? flags.steps_per_epoch
                             : dist::bench::kFashionMnistTrainExamples / flags.batch;
   wait_for_workers(coordinator, workers);
-  const auto start = Clock::now();
-  double bytes_out = 0, bytes_in = 0;
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    const auto iterator = dataset.iterator(epoch);
-    std::vector<dist::RemoteValue> losses;
-    for (int64_t i = 0; i < steps; ++i)
-      losses.push_back(coordinator.schedule("train_step", iterator));
-    coordinator.join();
-    double total = 0;
-    for (const auto& step : losses) {
-      const auto values = step.fetch_dict();
-      total += values.at("loss").item<double>();
-      bytes_out += values.at("sent").item<double>();
-      bytes_in += values.at("received").item<double>();
-    }
-    std::fprintf(stderr, "ps_bench: epoch %d: mean loss %.4f, %.1f s\n", epoch + 1,
-                 total / static_cast<double>(steps),
-                 std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const Timed timed = train_epochs(coordinator, dataset, flags, steps);
   model.variables().prepare_to_read();  // the ps tasks' values into the chief's module
   coordinator.shutdown();
 
-  dist::bench::TrainResult result;
-  result.strategy = "parameter_server";
-  result.workers = workers;
-  result.flags = flags;
-  result.steps = steps * flags.epochs;
-  result.images = result.steps * flags.batch;
-  result.seconds = seconds;
-  result.test_accuracy = dist::bench::fashion_mnist_test_accuracy(model.primary());
-  result.bytes_out_per_step = bytes_out / static_cast<double>(result.steps);
-  result.bytes_in_per_step = bytes_in / static_cast<double>(result.steps);
-  dist::bench::print_json(result);
+  print_result(flags, workers, steps, timed,
+               dist::bench::fashion_mnist_test_accuracy(model.primary()));
   return 0;
 }
 

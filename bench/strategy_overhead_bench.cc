@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -15,6 +17,50 @@
 #include "dist/models/reference_models.h"
 #include "dist/train/loss.h"
 #include "interleaved_timer.h"
+
+namespace {
+
+// A plain LibTorch training step of the tutorial CNN on (x, y): cross_entropy, Adam.
+std::function<void()> plain_step_of(const at::Tensor& x, const at::Tensor& y) {
+  auto model = dist::models::make_tutorial_cnn();
+  auto optimizer =
+      std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  return [model, optimizer, x, y]() mutable {
+    optimizer->zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    optimizer->step();
+  };
+}
+
+// The same plain loop with the library's loss (per-example loss, sum / global batch): the
+// difference to the strategy variant is the strategy layer alone.
+std::function<void()> plain_dist_loss_step_of(const at::Tensor& x, const at::Tensor& y) {
+  auto model = dist::models::make_tutorial_cnn();
+  auto optimizer =
+      std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  dist::SparseCategoricalCrossentropy loss_fn(true, dist::Reduction::kNone);
+  return [model, optimizer, loss_fn, x, y]() mutable {
+    optimizer->zero_grad();
+    auto loss = dist::compute_average_loss(loss_fn(y, model->forward(x)), 64);
+    loss.backward();
+    optimizer->step();
+  };
+}
+
+// The medians of plain, plain_dist_loss and one_device, and their ratios.
+void print_medians(const std::vector<double>& medians, int rounds, int steps) {
+  std::printf("threads=%d rounds=%d steps_per_round=%d\n", torch::get_num_threads(), rounds, steps);
+  std::printf("plain libtorch step (cross_entropy):        %.3f ms (median)\n", medians[0] * 1e3);
+  std::printf("plain libtorch step (dist loss):            %.3f ms (median)\n", medians[1] * 1e3);
+  std::printf("OneDeviceStrategy step:                     %.3f ms (median)\n", medians[2] * 1e3);
+  std::printf("strategy layer: strategy / plain(dist loss) = %.4f (%+.2f%%)\n",
+              medians[2] / medians[1], (medians[2] / medians[1] - 1) * 100);
+  std::printf("whole library:  strategy / plain(cross_entropy) = %.4f (%+.2f%%)\n",
+              medians[2] / medians[0], (medians[2] / medians[0] - 1) * 100);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const bool only = argc > 1 && std::string(argv[1]) == "only";
@@ -28,26 +74,8 @@ int main(int argc, char** argv) {
   // use every core, as dist-train does.
   torch::set_num_threads(std::max(1u, std::thread::hardware_concurrency()));
 
-  auto plain = dist::models::make_tutorial_cnn();
-  torch::optim::Adam plain_opt(plain->parameters(), torch::optim::AdamOptions(1e-3));
-  auto plain_step = [&] {
-    plain_opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(plain->forward(x), y);
-    loss.backward();
-    plain_opt.step();
-  };
-
-  // The same plain loop with the library's loss (per-example loss, sum / global batch):
-  // the difference to the strategy variant is the strategy layer alone.
-  auto plain2 = dist::models::make_tutorial_cnn();
-  torch::optim::Adam plain2_opt(plain2->parameters(), torch::optim::AdamOptions(1e-3));
-  dist::SparseCategoricalCrossentropy plain_loss_fn(true, dist::Reduction::kNone);
-  auto plain_dist_loss_step = [&] {
-    plain2_opt.zero_grad();
-    auto loss = dist::compute_average_loss(plain_loss_fn(y, plain2->forward(x)), 64);
-    loss.backward();
-    plain2_opt.step();
-  };
+  const std::function<void()> plain_step = plain_step_of(x, y);
+  const std::function<void()> plain_dist_loss_step = plain_dist_loss_step_of(x, y);
 
   dist::OneDeviceStrategy strategy;
   auto model = strategy.mirror(dist::models::make_tutorial_cnn());
@@ -87,13 +115,6 @@ int main(int argc, char** argv) {
                                                    {"plain_dist_loss", plain_dist_loss_step},
                                                    {"one_device", strategy_step}},
                                                   rounds, steps);
-  std::printf("threads=%d rounds=%d steps_per_round=%d\n", torch::get_num_threads(), rounds, steps);
-  std::printf("plain libtorch step (cross_entropy):        %.3f ms (median)\n", medians[0] * 1e3);
-  std::printf("plain libtorch step (dist loss):            %.3f ms (median)\n", medians[1] * 1e3);
-  std::printf("OneDeviceStrategy step:                     %.3f ms (median)\n", medians[2] * 1e3);
-  std::printf("strategy layer: strategy / plain(dist loss) = %.4f (%+.2f%%)\n",
-              medians[2] / medians[1], (medians[2] / medians[1] - 1) * 100);
-  std::printf("whole library:  strategy / plain(cross_entropy) = %.4f (%+.2f%%)\n",
-              medians[2] / medians[0], (medians[2] / medians[0] - 1) * 100);
+  print_medians(medians, rounds, steps);
   return 0;
 }

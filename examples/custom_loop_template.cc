@@ -58,17 +58,22 @@ struct LoopMetrics {
   dist::metrics::SparseCategoricalAccuracy accuracy;
 };
 
-int run(const Args& args) {
+// An epoch's line, as Keras prints it.
+void print_epoch(int epoch, int epochs, LoopMetrics& train, LoopMetrics& validation) {
+  std::cout << "Epoch " << epoch + 1 << "/" << epochs << ": loss " << train.loss.result()
+            << ", accuracy " << train.accuracy.result() << ", val_loss " << validation.loss.result()
+            << ", val_accuracy " << validation.accuracy.result() << "\n";
+}
+
+// The input: Fashion-MNIST's training data split into training and validation sets, and the
+// test set, as datasets of global batches (the strategy splits each batch across the replicas).
+struct Inputs {
+  dist::DistributedDataset train, validation, test;
+};
+
+Inputs make_inputs(const dist::Strategy& strategy, const Args& args, int64_t global_batch) {
   using dist::data::Dataset;
-  using dist::data::Element;
   using dist::data::Split;
-
-  dist::Strategy strategy = examples::make_strategy(args.strategy);
-  std::cout << "Strategy " << strategy.name() << ", number of replicas "
-            << strategy.num_replicas_in_sync() << "\n";
-  const int64_t global_batch = 64 * strategy.num_replicas_in_sync();
-
-  // --- input: training data split into training and validation sets, and the test set ---
   Dataset all_train = dist::data::fashion_mnist(args.data_dir, Split::kTrain);
   Dataset test = dist::data::fashion_mnist(args.data_dir, Split::kTest);
   if (args.limit > 0) {
@@ -86,10 +91,21 @@ int run(const Args& args) {
             << test.cardinality() << " test examples\n";
 
   // Datasets of global batches; the strategy splits each batch across the replicas.
-  auto train_dist = strategy.experimental_distribute_dataset(
-      train.shuffle(train_size, /*seed=*/1).batch(global_batch));
-  auto validation_dist = strategy.experimental_distribute_dataset(validation.batch(global_batch));
-  auto test_dist = strategy.experimental_distribute_dataset(test.batch(global_batch));
+  return {strategy.experimental_distribute_dataset(
+              train.shuffle(train_size, /*seed=*/1).batch(global_batch)),
+          strategy.experimental_distribute_dataset(validation.batch(global_batch)),
+          strategy.experimental_distribute_dataset(test.batch(global_batch))};
+}
+
+int run(const Args& args) {
+  using dist::data::Element;
+  dist::Strategy strategy = examples::make_strategy(args.strategy);
+  std::cout << "Strategy " << strategy.name() << ", number of replicas "
+            << strategy.num_replicas_in_sync() << "\n";
+  const int64_t global_batch = 64 * strategy.num_replicas_in_sync();
+
+  // --- input: training, validation and test sets ---
+  const Inputs inputs = make_inputs(strategy, args, global_batch);
 
   // --- model, optimizer, loss: created through the strategy ("in its scope") ---
   auto model = strategy.mirror(dist::models::make_tutorial_cnn());
@@ -131,15 +147,12 @@ int run(const Args& args) {
   // --- the loops ---
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
     train_metrics.reset();  // each epoch reports its own results, as Keras does
-    for (const auto& batch : train_dist.iterator(epoch)) strategy.run(train_step, batch);
-    evaluate(validation_dist, validation_metrics);
-    std::cout << "Epoch " << epoch + 1 << "/" << args.epochs << ": loss "
-              << train_metrics.loss.result() << ", accuracy " << train_metrics.accuracy.result()
-              << ", val_loss " << validation_metrics.loss.result() << ", val_accuracy "
-              << validation_metrics.accuracy.result() << "\n";
+    for (const auto& batch : inputs.train.iterator(epoch)) strategy.run(train_step, batch);
+    evaluate(inputs.validation, validation_metrics);
+    print_epoch(epoch, args.epochs, train_metrics, validation_metrics);
   }
   // The test set is used once, after training and model selection are done.
-  evaluate(test_dist, test_metrics);
+  evaluate(inputs.test, test_metrics);
   std::cout << "Test loss " << test_metrics.loss.result() << ", test accuracy "
             << test_metrics.accuracy.result() << "\n";
   return 0;

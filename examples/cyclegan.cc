@@ -130,13 +130,15 @@ at::Tensor translation_grid(const dist::Mirrored<dist::keras::Functional>& forwa
   return dist::image_grid(rows.unbind(0), kPlotted, 2, /*pad_value=*/1.0);  // white borders
 }
 
-int train(const Options& o) {
-  dist::Strategy strategy = make_strategy(o.strategy);
-  const bool chief = strategy.is_chief();
-  const int64_t replicas = strategy.num_replicas_in_sync();
-  const int64_t global_batch = o.batch_per_replica * replicas;
-  if (chief) std::cout << "Number of devices: " << replicas << "\n";
+// The two domains as the tutorial feeds them: zipped training batches of both (`steps` per
+// epoch), the test batches, and the test images the pictures show.
+struct Data {
+  dist::DistributedDataset train, test;
+  int64_t steps = 0;
+  at::Tensor plot_x, plot_y;
+};
 
+Data make_data(const dist::Strategy& strategy, const Options& o, int64_t global_batch) {
   auto train_data = dist::data::load_mnist_format(o.data_dir, dist::data::Split::kTrain);
   auto test_data = dist::data::load_mnist_format(o.data_dir, dist::data::Split::kTest);
   at::Tensor train_x = domain(train_data, kSneaker), train_y = domain(train_data, kAnkleBoot);
@@ -156,14 +158,93 @@ int train(const Options& o) {
       Dataset::zip({Dataset::from_tensor_slices({test_x}), Dataset::from_tensor_slices({test_y})})
           .batch(global_batch, /*drop_remainder=*/true)
           .take(o.test_batches));
+  return {std::move(train_set), std::move(test_set), steps, test_x.narrow(0, 0, kPlotted),
+          test_y.narrow(0, 0, kPlotted)};
+}
 
+dist::models::CycleGan make_gan(const dist::Strategy& strategy, const Options& o) {
   torch::manual_seed(static_cast<uint64_t>(o.seed));  // the same initial weights every run
   dist::models::CycleGanOptions gan_options;
   gan_options.image_size = kSize;
   gan_options.generator_filters = o.filters;
   gan_options.discriminator_filters = o.filters;
   gan_options.dropout_seed = o.seed;
-  dist::models::CycleGan gan(strategy, gan_options);
+  return dist::models::CycleGan(strategy, gan_options);
+}
+
+// One epoch of training steps; returns the sums of the losses per key, and counts the steps.
+std::map<std::string, double> train_epoch(const dist::Strategy& strategy,
+                                          dist::models::CycleGan& gan, const Data& data,
+                                          const Options& o, int64_t epoch, int64_t& step,
+                                          int64_t& taken) {
+  std::optional<dist::ProgressBar> bar;
+  if (strategy.is_chief() && o.progress)
+    bar.emplace(std::cout, data.steps, dist::ProgressBar::stdout_is_terminal());
+  std::map<std::string, double> sums;
+  // Checkpoints are taken at the ends of epochs: a resumed run starts its epoch afresh, and
+  // the augmentation (keyed on the epoch) and dropout (a counter in the checkpoint) repeat.
+  for (const auto& batch : data.train.iterator(epoch)) {
+    auto per_replica =
+        strategy.run([&](const Element& b) { return gan.train_step(b[0], b[1]); }, batch);
+    add_reduced(strategy, per_replica, sums);
+    ++step;
+    ++taken;
+    if (bar) bar->update(taken, format_losses(divided(sums, taken)));
+    if (o.kill_at_step == step) std::raise(SIGKILL);  // the resume test's machine failure
+  }
+  if (bar) bar->finish();
+  // Without a bar, the epoch's mean losses on one line.
+  if (strategy.is_chief() && !bar) std::cout << format_losses(divided(sums, taken)) << "\n";
+  return sums;
+}
+
+// The mean cycle and identity errors over the test batches.
+std::map<std::string, double> test_errors(const dist::Strategy& strategy,
+                                          dist::models::CycleGan& gan, const Data& data,
+                                          int64_t epoch) {
+  std::map<std::string, double> errors;
+  int64_t test_steps = 0;
+  for (const auto& batch : data.test.iterator(epoch)) {
+    auto per_replica =
+        strategy.run([&](const Element& b) { return gan.test_step(b[0], b[1]); }, batch);
+    add_reduced(strategy, per_replica, errors);
+    ++test_steps;
+  }
+  return divided(errors, test_steps);
+}
+
+// The chief's record of an epoch: the errors and time printed, TensorBoard scalars and grids,
+// and the picture of the translations in OUT/images.
+void report_epoch(dist::SummaryWriter& summaries, dist::models::CycleGan& gan, const Data& data,
+                  const Options& o, int64_t epoch, int64_t step, double seconds,
+                  const std::map<std::string, double>& losses,
+                  std::map<std::string, double> errors) {
+  std::printf("MAE(X, F(G(X))): %.4f MAE(X, F(X)): %.4f\n", errors["MAE(X, F(G(X)))"],
+              errors["MAE(X, F(X))"]);
+  std::printf("MAE(Y, G(F(Y))): %.4f MAE(Y, G(Y)): %.4f\n", errors["MAE(Y, G(F(Y)))"],
+              errors["MAE(Y, G(Y))"]);
+  std::printf("Elapse: %.2fs\n", seconds);
+  for (const auto& [key, mean] : losses) summaries.scalar(key, mean, step);
+  for (const auto& [key, value] : errors) summaries.scalar("test/" + key, value, step);
+  at::Tensor x_grid = translation_grid(gan.generator_g, gan.generator_f, data.plot_x);
+  at::Tensor y_grid = translation_grid(gan.generator_f, gan.generator_g, data.plot_y);
+  summaries.image("X -> Y -> X", dist::to_uint8_image(x_grid, -1, 1), step);
+  summaries.image("Y -> X -> Y", dist::to_uint8_image(y_grid, -1, 1), step);
+  summaries.flush();
+  char name[64];
+  std::snprintf(name, sizeof(name), "/images/epoch_%03lld.png", static_cast<long long>(epoch + 1));
+  dist::write_png(o.out + name,
+                  dist::to_uint8_image(dist::image_grid({x_grid, y_grid}, 1, 2, 1.0), -1, 1));
+  std::cout << std::flush;
+}
+
+int train(const Options& o) {
+  dist::Strategy strategy = make_strategy(o.strategy);
+  const bool chief = strategy.is_chief();
+  const int64_t replicas = strategy.num_replicas_in_sync();
+  if (chief) std::cout << "Number of devices: " << replicas << "\n";
+  const Data data = make_data(strategy, o, o.batch_per_replica * replicas);
+  dist::models::CycleGan gan = make_gan(strategy, o);
 
   dist::Checkpoint checkpoint;
   gan.add_to(checkpoint);
@@ -178,42 +259,13 @@ int train(const Options& o) {
     summaries.emplace(o.out + "/logs");
     std::filesystem::create_directories(o.out + "/images");
   }
-  const at::Tensor plot_x = test_x.narrow(0, 0, kPlotted);
-  const at::Tensor plot_y = test_y.narrow(0, 0, kPlotted);
-
   int64_t step = checkpoint.state.step;
   for (int64_t epoch = checkpoint.state.epoch; epoch < o.epochs; ++epoch) {
     if (chief) std::cout << "Epoch " << epoch + 1 << "/" << o.epochs << "\n";
     const auto start = std::chrono::steady_clock::now();
-    std::optional<dist::ProgressBar> bar;
-    if (chief && o.progress) bar.emplace(std::cout, steps, dist::ProgressBar::stdout_is_terminal());
-    std::map<std::string, double> sums;
     int64_t taken = 0;
-    // Checkpoints are taken at the ends of epochs: a resumed run starts its epoch afresh, and
-    // the augmentation (keyed on the epoch) and dropout (a counter in the checkpoint) repeat.
-    for (const auto& batch : train_set.iterator(epoch)) {
-      auto per_replica =
-          strategy.run([&](const Element& b) { return gan.train_step(b[0], b[1]); }, batch);
-      add_reduced(strategy, per_replica, sums);
-      ++step;
-      ++taken;
-      if (bar) bar->update(taken, format_losses(divided(sums, taken)));
-      if (o.kill_at_step == step) std::raise(SIGKILL);  // the resume test's machine failure
-    }
-    if (bar) bar->finish();
-    // Without a bar, the epoch's mean losses on one line.
-    if (chief && !bar) std::cout << format_losses(divided(sums, taken)) << "\n";
-
-    std::map<std::string, double> errors;
-    int64_t test_steps = 0;
-    for (const auto& batch : test_set.iterator(epoch)) {
-      auto per_replica =
-          strategy.run([&](const Element& b) { return gan.test_step(b[0], b[1]); }, batch);
-      add_reduced(strategy, per_replica, errors);
-      ++test_steps;
-    }
-    errors = divided(errors, test_steps);
-
+    const auto sums = train_epoch(strategy, gan, data, o, epoch, step, taken);
+    const auto errors = test_errors(strategy, gan, data, epoch);
     checkpoint.state.step = step;
     checkpoint.state.epoch = epoch + 1;
     checkpoint.state.position = {epoch + 1, 0};
@@ -222,24 +274,7 @@ int train(const Options& o) {
       std::cout << "saved " << manager.save(checkpoint) << "\n";
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("MAE(X, F(G(X))): %.4f MAE(X, F(X)): %.4f\n", errors["MAE(X, F(G(X)))"],
-                errors["MAE(X, F(X))"]);
-    std::printf("MAE(Y, G(F(Y))): %.4f MAE(Y, G(Y)): %.4f\n", errors["MAE(Y, G(F(Y)))"],
-                errors["MAE(Y, G(Y))"]);
-    std::printf("Elapse: %.2fs\n", seconds);
-    for (const auto& [key, mean] : divided(sums, taken)) summaries->scalar(key, mean, step);
-    for (const auto& [key, value] : errors) summaries->scalar("test/" + key, value, step);
-    at::Tensor x_grid = translation_grid(gan.generator_g, gan.generator_f, plot_x);
-    at::Tensor y_grid = translation_grid(gan.generator_f, gan.generator_g, plot_y);
-    summaries->image("X -> Y -> X", dist::to_uint8_image(x_grid, -1, 1), step);
-    summaries->image("Y -> X -> Y", dist::to_uint8_image(y_grid, -1, 1), step);
-    summaries->flush();
-    char name[64];
-    std::snprintf(name, sizeof(name), "/images/epoch_%03lld.png",
-                  static_cast<long long>(epoch + 1));
-    dist::write_png(o.out + name,
-                    dist::to_uint8_image(dist::image_grid({x_grid, y_grid}, 1, 2, 1.0), -1, 1));
-    std::cout << std::flush;
+    report_epoch(*summaries, gan, data, o, epoch, step, seconds, divided(sums, taken), errors);
   }
   return 0;
 }
