@@ -95,7 +95,8 @@ ForwardCheck image_check(const at::Tensor& images) {
 // The check for --features: the forward takes the rows [N, F] and returns float N x outputs.
 ForwardCheck rows_check(const at::Tensor& rows) {
   return [rows](models::TorchScriptModuleImpl& script) {
-    const models::ForwardReport report = models::check_forward(script, std::vector<at::Tensor>{rows});
+    const models::ForwardReport report =
+        models::check_forward(script, std::vector<at::Tensor>{rows});
     const c10::IValue& out = report.output;
     const bool fits = out.isTensor() && out.toTensor().is_floating_point() &&
                       out.toTensor().dim() == 2 && out.toTensor().size(0) == rows.size(0);

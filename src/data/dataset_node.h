@@ -33,8 +33,9 @@ class DatasetNode {
   virtual std::string describe() const = 0;
 
   // The stages this one reads from (none for a source), and a copy of this stage reading from
-  // others instead: what rewriting a pipeline needs (sharding its files, data/sharding/file_shard.cc).
-  // A stage that creates datasets while iterating (interleave) lists only its fixed input.
+  // others instead: what rewriting a pipeline needs (sharding its files,
+  // data/sharding/file_shard.cc). A stage that creates datasets while iterating (interleave) lists
+  // only its fixed input.
   virtual std::vector<std::shared_ptr<const DatasetNode>> inputs() const { return {}; }
   virtual std::shared_ptr<const DatasetNode> with_inputs(
       std::vector<std::shared_ptr<const DatasetNode>> inputs) const;

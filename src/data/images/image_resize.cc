@@ -7,9 +7,9 @@
 // half_pixel_centers=true, which tf.image.resize(method="bilinear", antialias=False) calls.
 #include <ATen/ATen.h>
 
+#include "data/images/image_resize_antialias.h"
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
-#include "data/images/image_resize_antialias.h"
 
 namespace dist::data {
 
