@@ -94,6 +94,10 @@ class CaseWatch : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The processes a test starts inherit it: their OpenMP threads sleep when idle rather than
+  // spin on cores the test's other processes need (scripts/test.sh says why; it sets it for
+  // this process too, which reads it as it loads).
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   testing::InitGoogleTest(&argc, argv);
   testing::UnitTest::GetInstance()->listeners().Append(new CaseWatch(case_seconds()));
   return RUN_ALL_TESTS();

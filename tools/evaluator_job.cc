@@ -101,8 +101,8 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
   // The job's last step, counted as the chief counts it (prepare_job), where the strategy has
   // one replica in sync (a worker's step).
   const int64_t global_batch = global_batch_of(options, /*replicas=*/1);
-  data::Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
-  if (options.train_examples > 0) examples = examples.take(options.train_examples);
+  data::Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain,
+                                                     Env::Default(), options.train_examples);
   const int64_t steps_per_epoch =
       parameter_server_steps_per_epoch(options, examples.cardinality(), global_batch);
   int64_t final_step = options.epochs * steps_per_epoch;

@@ -173,11 +173,12 @@ bool images_as_stored(const TrainOptions& options, const ImagePreparation& prepa
 TrainingData fashion_mnist_data(const TrainOptions& options, const ImagePreparation& prepare,
                                 int64_t global_batch) {
   // Bytes until batched: a shuffle over the whole set holds views of 47 MB, not 188 MB.
-  Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain);
-  if (options.train_examples > 0) examples = examples.take(options.train_examples);
+  // Only the examples the job takes are read (--train-examples, --test-examples).
+  Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain,
+                                               Env::Default(), options.train_examples);
   const int64_t num_train = examples.cardinality();
-  Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest);
-  if (options.test_examples > 0) test = test.take(options.test_examples);
+  Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest, Env::Default(),
+                                           options.test_examples);
   const std::string description = "Fashion-MNIST (IDX files in " + options.data_dir + ")";
   examples = examples.shuffle(num_train, options.seed);
   if (images_as_stored(options, prepare))
@@ -223,8 +224,8 @@ DataShape inspect_training_data(const TrainOptions& options) {
                    "epoch)");
     inspect_features(options, shape);
   } else if (options.train_data.empty()) {
-    shape.first = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain)
-                      .take(1)
+    shape.first = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain, Env::Default(),
+                                            /*max_examples=*/1)
                       .iterator()
                       .next()
                       .value()[0];

@@ -185,6 +185,43 @@ TEST(MnistTest, RealFashionMnistTestSplit) {
   for (int c = 0; c < 10; ++c) EXPECT_EQ(counts[c].item<int64_t>(), 1000) << "class " << c;
 }
 
+// The first N examples alone are what take(N) of the whole split gives, on the real (gzip)
+// files and on a small plain set; a limit past the end gives every example.
+TEST(MnistTest, TheFirstExamplesAloneEqualTheWholeSplitsFirst) {
+  if (!std::filesystem::is_directory(kFashionMnistDefaultDir)) {
+    GTEST_SKIP() << kFashionMnistDefaultDir
+                 << " is absent; install it with: apt-get install dataset-fashion-mnist";
+  }
+  const ImageLabelTensors whole = load_mnist_format(kFashionMnistDefaultDir, Split::kTest);
+  const ImageLabelTensors first =
+      load_mnist_format(kFashionMnistDefaultDir, Split::kTest, Env::Default(), 300);
+  ASSERT_EQ(first.images.size(0), 300);
+  EXPECT_TRUE(first.images.equal(whole.images.slice(0, 0, 300)));
+  EXPECT_TRUE(first.labels.equal(whole.labels.slice(0, 0, 300)));
+  EXPECT_EQ(
+      fashion_mnist_bytes(kFashionMnistDefaultDir, Split::kTest, Env::Default(), 0).cardinality(),
+      0);
+
+  TempDir dir;
+  write_file(dir.file("train-images-idx3-ubyte"), images_file(3));
+  write_file(dir.file("train-labels-idx1-ubyte"), labels_file({7, 0, 9}));
+  const ImageLabelTensors all = load_mnist_format(dir.path(), Split::kTrain);
+  const ImageLabelTensors two = load_mnist_format(dir.path(), Split::kTrain, Env::Default(), 2);
+  EXPECT_TRUE(two.images.equal(all.images.slice(0, 0, 2)));
+  EXPECT_EQ(two.labels.sizes(), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(
+      load_mnist_format(dir.path(), Split::kTrain, Env::Default(), 10).images.equal(all.images));
+  // Only the examples taken are checked: a bad label after them is not read.
+  write_file(dir.file("train-labels-idx1-ubyte"), labels_file({7, 0, 12}));
+  EXPECT_EQ(load_mnist_format(dir.path(), Split::kTrain, Env::Default(), 2).labels.numel(), 2);
+  expect_contains(data_error([&] { load_mnist_format(dir.path(), Split::kTrain); }),
+                  {"label 12", "index 2"});
+  // A file shorter than its header says is still refused, taken in part or whole.
+  write_file(dir.file("train-images-idx3-ubyte"), images_file(3).substr(0, 100));
+  EXPECT_FALSE(
+      data_error([&] { load_mnist_format(dir.path(), Split::kTrain, Env::Default(), 1); }).empty());
+}
+
 // The bytes kept until batched give the batches of the float set, bit for bit.
 TEST(MnistTest, BytesScaledAfterBatchingEqualFloatElements) {
   TempDir dir;

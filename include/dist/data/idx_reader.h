@@ -33,4 +33,10 @@ constexpr int kMaxIdxDims = 8;
 // DataError naming it too.
 at::Tensor read_idx(const std::string& path, Env* env = Env::Default());
 
+// The first `max_items` entries along the first dimension (all when the file holds fewer): the
+// same as read_idx(path, env).slice(0, 0, max_items), but only the header and those entries'
+// bytes are read (and inflated), and the rest of the file is not looked at: a job that trains
+// on the first thousand examples of 60,000 starts in a fraction of the time. At least 0.
+at::Tensor read_idx_first(const std::string& path, int64_t max_items, Env* env = Env::Default());
+
 }  // namespace dist::data

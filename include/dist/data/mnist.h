@@ -7,6 +7,7 @@
 // exist).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "dist/core/env.h"
@@ -25,12 +26,19 @@ constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mni
 // corrupt (see read_idx), if the images are not uint8 of rank 3 or the labels not uint8 of
 // rank 1, if the image and label counts differ, or if a label is 10 or more.
 // Files are looked at and read through `env` (env.h).
-ImageLabelTensors load_mnist_format(const std::string& dir, Split split, Env* env = Env::Default());
+//
+// `max_examples` >= 0: the first max_examples of the split only (all when it holds fewer), as
+// .take(max_examples) would give, but only their bytes are read, inflated and checked: a job
+// that trains on 1,000 examples does not inflate 60,000 first.
+ImageLabelTensors load_mnist_format(const std::string& dir, Split split, Env* env = Env::Default(),
+                                    int64_t max_examples = -1);
 
 // Datasets whose elements are {image [1, 28, 28], label []}: from_tensor_slices over
 // load_mnist_format. The two are the same format; the names say which data is meant.
-Dataset fashion_mnist(const std::string& dir, Split split, Env* env = Env::Default());
-Dataset mnist(const std::string& dir, Split split, Env* env = Env::Default());
+Dataset fashion_mnist(const std::string& dir, Split split, Env* env = Env::Default(),
+                      int64_t max_examples = -1);
+Dataset mnist(const std::string& dir, Split split, Env* env = Env::Default(),
+              int64_t max_examples = -1);
 
 // The same elements with the images as the files store them, uint8 [1, 28, 28]: a quarter of
 // the memory (Fashion-MNIST's 60,000 training images are 47 MB instead of 188 MB in every worker
@@ -40,11 +48,7 @@ Dataset mnist(const std::string& dir, Split split, Env* env = Env::Default());
 //   fashion_mnist_bytes(dir, Split::kTrain).shuffle(60000, seed).batch(64).map(scale_images_of)
 //
 // gives the same batches as fashion_mnist(...).shuffle(60000, seed).batch(64), bit for bit.
-Dataset fashion_mnist_bytes(const std::string& dir, Split split, Env* env = Env::Default());
-// uint8 images (any shape) to float32 in [0, 1], as load_mnist_format scales them.
-at::Tensor scale_images(const at::Tensor& bytes);
-// An element (or batch) whose first tensor holds uint8 images, with them scaled
-// (InvalidArgument otherwise).
-Element scale_images_of(Element element);
+Dataset fashion_mnist_bytes(const std::string& dir, Split split, Env* env = Env::Default(),
+                            int64_t max_examples = -1);
 
 }  // namespace dist::data

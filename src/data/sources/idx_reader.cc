@@ -67,9 +67,8 @@ void big_endian_to_host(void* data, uint64_t count, size_t width) {
   }
 }
 
-}  // namespace
-
-at::Tensor read_idx(const std::string& path, Env* env) {
+// read_idx and read_idx_first: `max_items` < 0 reads the whole file.
+at::Tensor read_idx_items(const std::string& path, int64_t max_items, Env* env) {
   detail::FileBytes in(path, env);
   DIST_CHECK(in.file_size() > 0, DataError, path, " is empty (0 bytes); expected an IDX file");
 
@@ -111,11 +110,28 @@ at::Tensor read_idx(const std::string& path, Env* env) {
   in.check_size(header_bytes + data_bytes,
                 ::dist::detail::concat("its IDX header describes ", join_dims(dims), " ", type.name,
                                        " values"));
+  const bool whole = max_items < 0 || max_items >= dims[0];
+  // Each item's bytes: the data's divided by the first dim (not 0 unless the data is empty).
+  const uint64_t read_bytes =
+      whole || data_bytes == 0
+          ? data_bytes
+          : data_bytes / static_cast<uint64_t>(dims[0]) * static_cast<uint64_t>(max_items);
+  if (!whole) dims[0] = max_items;
   at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type.dtype));
-  in.read_exact(tensor.data_ptr(), data_bytes, "IDX data");
-  in.expect_end();
-  if (width > 1) big_endian_to_host(tensor.data_ptr(), data_bytes / width, width);
+  in.read_exact(tensor.data_ptr(), read_bytes, "IDX data");
+  if (whole) in.expect_end();
+  if (width > 1) big_endian_to_host(tensor.data_ptr(), read_bytes / width, width);
   return tensor;
+}
+
+}  // namespace
+
+at::Tensor read_idx(const std::string& path, Env* env) { return read_idx_items(path, -1, env); }
+
+at::Tensor read_idx_first(const std::string& path, int64_t max_items, Env* env) {
+  DIST_CHECK_ARG(max_items >= 0, "read_idx_first: max_items is ", max_items, " for ", path,
+                 "; it must be at least 0");
+  return read_idx_items(path, max_items, env);
 }
 
 }  // namespace dist::data

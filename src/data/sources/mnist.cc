@@ -36,14 +36,20 @@ std::string find_file(const std::string& dir, const std::string& name, Env* env)
 }
 
 // The images as stored, uint8 [N, 1, 28, 28], and the labels int64 [N] (checked).
-ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split, Env* env) {
+ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split, Env* env,
+                                   int64_t max_examples) {
+  DIST_CHECK_ARG(max_examples >= -1, "max_examples is ", max_examples,
+                 "; it must be -1 (every example) or at least 0");
+  const auto read = [&](const std::string& path) {
+    return max_examples < 0 ? read_idx(path, env) : read_idx_first(path, max_examples, env);
+  };
   DIST_CHECK(env->file_info(dir).kind == FileKind::kDirectory, DataError, "MNIST-format directory ",
              dir, " does not exist", missing_hint(dir));
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte", env);
   const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte", env);
 
-  at::Tensor images = read_idx(images_path, env);
+  at::Tensor images = read(images_path);
   DIST_CHECK(images.scalar_type() == at::kByte && images.dim() == 3, DataError, images_path,
              " holds ", images.scalar_type(), " values of rank ", images.dim(),
              " but MNIST images are uint8 of rank 3 [N, rows, cols]");
@@ -52,7 +58,7 @@ ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split, Env* env
   DIST_CHECK(images.size(1) == 28 && images.size(2) == 28, DataError, images_path, " holds ",
              images.size(1), "x", images.size(2),
              " images but MNIST-format images are 28x28; is it the right file?");
-  at::Tensor labels = read_idx(labels_path, env);
+  at::Tensor labels = read(labels_path);
   DIST_CHECK(labels.scalar_type() == at::kByte && labels.dim() == 1, DataError, labels_path,
              " holds ", labels.scalar_type(), " values of rank ", labels.dim(),
              " but MNIST labels are uint8 of rank 1 [N]");
@@ -73,34 +79,24 @@ ImageLabelTensors load_mnist_bytes(const std::string& dir, Split split, Env* env
 
 }  // namespace
 
-ImageLabelTensors load_mnist_format(const std::string& dir, Split split, Env* env) {
-  ImageLabelTensors data = load_mnist_bytes(dir, split, env);
+ImageLabelTensors load_mnist_format(const std::string& dir, Split split, Env* env,
+                                    int64_t max_examples) {
+  ImageLabelTensors data = load_mnist_bytes(dir, split, env, max_examples);
   return {scale_images(data.images), data.labels};
 }
 
-at::Tensor scale_images(const at::Tensor& bytes) { return bytes.to(at::kFloat).div_(255.0); }
-
-Element scale_images_of(Element element) {
-  DIST_CHECK_ARG(!element.empty() && element[0].scalar_type() == at::kByte,
-                 "scale_images_of: the element's first tensor must hold uint8 images (from "
-                 "fashion_mnist_bytes), got ",
-                 element.empty() ? std::string("no tensors") : toString(element[0].scalar_type()));
-  element[0] = scale_images(element[0]);
-  return element;
-}
-
-Dataset fashion_mnist(const std::string& dir, Split split, Env* env) {
-  ImageLabelTensors data = load_mnist_format(dir, split, env);
+Dataset fashion_mnist(const std::string& dir, Split split, Env* env, int64_t max_examples) {
+  ImageLabelTensors data = load_mnist_format(dir, split, env, max_examples);
   return Dataset::from_tensor_slices({data.images, data.labels});
 }
 
-Dataset fashion_mnist_bytes(const std::string& dir, Split split, Env* env) {
-  ImageLabelTensors data = load_mnist_bytes(dir, split, env);
+Dataset fashion_mnist_bytes(const std::string& dir, Split split, Env* env, int64_t max_examples) {
+  ImageLabelTensors data = load_mnist_bytes(dir, split, env, max_examples);
   return Dataset::from_tensor_slices({data.images, data.labels});
 }
 
-Dataset mnist(const std::string& dir, Split split, Env* env) {
-  return fashion_mnist(dir, split, env);
+Dataset mnist(const std::string& dir, Split split, Env* env, int64_t max_examples) {
+  return fashion_mnist(dir, split, env, max_examples);
 }
 
 }  // namespace dist::data
