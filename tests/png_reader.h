@@ -35,6 +35,45 @@ inline int paeth(int a, int b, int c) {
   return pb <= pc ? b : c;
 }
 
+// Undoes each row's filter into png.pixels; returns what went wrong ("" when nothing did).
+inline std::string unfilter_rows(const std::vector<uint8_t>& filtered, size_t bpp, size_t stride,
+                                 DecodedPng& png) {
+  png.pixels.assign(png.height * stride, 0);
+  for (size_t y = 0; y < png.height; ++y) {
+    const uint8_t filter = filtered[y * (1 + stride)];
+    const uint8_t* in = &filtered[y * (1 + stride) + 1];
+    uint8_t* row = &png.pixels[y * stride];
+    const uint8_t* up = y > 0 ? &png.pixels[(y - 1) * stride] : nullptr;
+    for (size_t i = 0; i < stride; ++i) {
+      const int a = i >= bpp ? row[i - bpp] : 0;
+      const int b = up ? up[i] : 0;
+      const int c = up && i >= bpp ? up[i - bpp] : 0;
+      int predictor;
+      switch (filter) {
+        case 0:
+          predictor = 0;
+          break;
+        case 1:
+          predictor = a;
+          break;
+        case 2:
+          predictor = b;
+          break;
+        case 3:
+          predictor = (a + b) / 2;
+          break;
+        case 4:
+          predictor = paeth(a, b, c);
+          break;
+        default:
+          return "unknown filter type " + std::to_string(filter);
+      }
+      row[i] = static_cast<uint8_t>(in[i] + predictor);
+    }
+  }
+  return "";
+}
+
 // Decodes `bytes`; on a problem returns what was decoded so far and sets `error`.
 inline DecodedPng decode_png(const std::string& bytes, std::string* error) {
   DecodedPng png;
@@ -90,39 +129,8 @@ inline DecodedPng decode_png(const std::string& bytes, std::string* error) {
       inflated_size != filtered.size())
     return fail("IDAT does not inflate to " + std::to_string(filtered.size()) + " bytes");
 
-  png.pixels.assign(png.height * stride, 0);
-  for (size_t y = 0; y < png.height; ++y) {
-    const uint8_t filter = filtered[y * (1 + stride)];
-    const uint8_t* in = &filtered[y * (1 + stride) + 1];
-    uint8_t* row = &png.pixels[y * stride];
-    const uint8_t* up = y > 0 ? &png.pixels[(y - 1) * stride] : nullptr;
-    for (size_t i = 0; i < stride; ++i) {
-      const int a = i >= bpp ? row[i - bpp] : 0;
-      const int b = up ? up[i] : 0;
-      const int c = up && i >= bpp ? up[i - bpp] : 0;
-      int predictor;
-      switch (filter) {
-        case 0:
-          predictor = 0;
-          break;
-        case 1:
-          predictor = a;
-          break;
-        case 2:
-          predictor = b;
-          break;
-        case 3:
-          predictor = (a + b) / 2;
-          break;
-        case 4:
-          predictor = paeth(a, b, c);
-          break;
-        default:
-          return fail("unknown filter type " + std::to_string(filter));
-      }
-      row[i] = static_cast<uint8_t>(in[i] + predictor);
-    }
-  }
+  const std::string unfiltered = unfilter_rows(filtered, bpp, stride, png);
+  if (!unfiltered.empty()) return fail(unfiltered);
   return png;
 }
 

@@ -131,11 +131,35 @@ void check_task_flags(const TrainOptions& o) {
                  "--label-feature (as many outputs as it has values)");
 }
 
-void check_combinations(const TrainOptions& o) {
-  const bool ps = o.strategy == StrategyKind::kParameterServer;
-  DIST_CHECK_ARG(o.train_data.empty() || !ps,
+// What --strategy parameter_server does not support yet, or runs otherwise.
+void check_parameter_server_flags(const TrainOptions& o) {
+  DIST_CHECK_ARG(o.train_data.empty(),
                  "--train-data is not supported under --strategy parameter_server yet (its "
                  "workers and evaluator read Fashion-MNIST); use another strategy");
+  DIST_CHECK_ARG(o.images.channels == 0 && !o.images.sized() && !o.images.flip && !o.images.crop &&
+                     !o.images.normalized() && o.images.num_classes == 0,
+                 "the image flags (--channels, --image-size, --num-classes, --augment, "
+                 "--normalize) are not supported under --strategy parameter_server yet (its "
+                 "workers and evaluator read Fashion-MNIST as stored); use another strategy");
+  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
+  // the chief alone, in its own words (save_freq).
+  DIST_CHECK_ARG(o.checkpoint_every == 0 || o.loop != Loop::kFit, "--checkpoint-every ",
+                 o.checkpoint_every,
+                 " is not supported with --loop fit under --strategy parameter_server: steps run "
+                 "ahead of the chief, so a save within an epoch would not hold the step it "
+                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
+                 "--loop custom, whose checkpoints wait for the scheduled steps");
+  DIST_CHECK_ARG(!o.cross_device_ops,
+                 "--cross-device-ops applies to mirrored and central_storage only, not to "
+                 "--strategy parameter_server (the ps tasks apply the updates)");
+  DIST_CHECK_ARG(o.replicas <= 1,
+                 "--strategy parameter_server runs one replica per worker, but --replicas ",
+                 o.replicas, " was given; add workers instead (dist-launch --workers N)");
+}
+
+void check_combinations(const TrainOptions& o) {
+  const bool ps = o.strategy == StrategyKind::kParameterServer;
+  if (ps) check_parameter_server_flags(o);
   DIST_CHECK_ARG(!o.train_data.empty() || (o.test_data.empty() && !o.ignore_errors),
                  o.ignore_errors ? "--ignore-errors" : "--test-data",
                  " applies to your files (--train-data) only");
@@ -145,11 +169,6 @@ void check_combinations(const TrainOptions& o) {
                  "batch normalization)");
   check_model_file_flags(o);
   check_task_flags(o);
-  DIST_CHECK_ARG(!ps || (o.images.channels == 0 && !o.images.sized() && !o.images.flip &&
-                         !o.images.crop && !o.images.normalized() && o.images.num_classes == 0),
-                 "the image flags (--channels, --image-size, --num-classes, --augment, "
-                 "--normalize) are not supported under --strategy parameter_server yet (its "
-                 "workers and evaluator read Fashion-MNIST as stored); use another strategy");
   DIST_CHECK_ARG(o.images.num_classes == 0 || o.images.num_classes >= 10 || !o.train_data.empty(),
                  "--num-classes ", o.images.num_classes,
                  " is fewer than Fashion-MNIST's 10 classes (its labels go up to 9); give "
@@ -157,14 +176,6 @@ void check_combinations(const TrainOptions& o) {
   DIST_CHECK_ARG(o.steps_per_epoch == -1 || ps,
                  "--steps-per-epoch applies to --strategy parameter_server only (the other "
                  "strategies take whole passes of the data; use --max-steps to stop early)");
-  // Said here, on every task before its strategy is made: BackupAndRestore would refuse it on
-  // the chief alone, in its own words (save_freq).
-  DIST_CHECK_ARG(o.checkpoint_every == 0 || o.loop != Loop::kFit || !ps, "--checkpoint-every ",
-                 o.checkpoint_every,
-                 " is not supported with --loop fit under --strategy parameter_server: steps run "
-                 "ahead of the chief, so a save within an epoch would not hold the step it "
-                 "records; fit saves at epoch ends and stops (drop --checkpoint-every), or use "
-                 "--loop custom, whose checkpoints wait for the scheduled steps");
   DIST_CHECK_ARG(o.resume_from.empty() || o.loop == Loop::kCustom,
                  "--resume-from applies to --loop custom; --loop fit resumes from the latest "
                  "backup in --checkpoint-dir");
@@ -176,15 +187,7 @@ void check_combinations(const TrainOptions& o) {
   check_elastic_flags(o);
   const bool one_replica =
       o.strategy == StrategyKind::kDefault || o.strategy == StrategyKind::kOneDevice;
-  if (ps) {
-    DIST_CHECK_ARG(!o.cross_device_ops,
-                   "--cross-device-ops applies to mirrored and central_storage only, not to "
-                   "--strategy parameter_server (the ps tasks apply the updates)");
-    DIST_CHECK_ARG(o.replicas <= 1,
-                   "--strategy parameter_server runs one replica per worker, but --replicas ",
-                   o.replicas, " was given; add workers instead (dist-launch --workers N)");
-    return;
-  }
+  if (ps) return;
   DIST_CHECK_ARG(!o.cross_device_ops || is_mirrored(o.strategy),
                  "--cross-device-ops applies to mirrored and central_storage only, not to "
                  "--strategy ",

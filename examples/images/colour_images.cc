@@ -32,33 +32,38 @@ struct Job {
   int64_t size = 64;
 };
 
-// The custom loop, the same for any module type M.
-template <class M>
-void train(dist::MirroredStrategy& strategy, dist::Mirrored<M> model, const Job& job) {
-  const int64_t global_batch = 16 * strategy.num_replicas_in_sync();
-  // Decoded to RGB (grey, RGBA, palette, CMYK and 16-bit images converted) on every hardware
-  // thread, then transformed: each random choice is a function of (seed, epoch, the image's
-  // place in the epoch), so any number of replicas trains on one device's batches.
+// Training: decoded to RGB (grey, RGBA, palette, CMYK and 16-bit images converted) on every
+// hardware thread, then transformed: each random choice is a function of (seed, epoch, the
+// image's place in the epoch), so any number of replicas trains on one device's batches.
+data::Dataset training_images(const Job& job, int64_t global_batch) {
   const auto decode = [](data::Element e) {
     return data::Element{data::decode_image(e[0], {/*channels=*/3}), e[1]};
   };
   const data::MapOptions threads{data::kAutotune};
-  auto train = strategy.experimental_distribute_dataset(
-      data::image_folder_files(job.train_dir, {/*shuffle=*/true, /*seed=*/3})
-          .map(decode, threads)
-          .map_with_context(
-              data::compose({data::random_resized_crop(/*seed=*/1, job.size, job.size),
-                             data::random_flip_left_right(/*seed=*/2),
-                             data::normalize(data::kImageNetMean, data::kImageNetStd)}),
-              threads)
-          .batch(global_batch)
-          .prefetch(2));
-  // Evaluation: every image resized to SIZE x SIZE (antialiased, as PIL and torchvision).
-  auto test = data::image_folder(job.test_dir, {/*channels=*/3}, {}, data::kAutotune)
-                  .map_with_context(
-                      data::compose({data::resize(job.size, job.size),
-                                     data::normalize(data::kImageNetMean, data::kImageNetStd)}))
-                  .batch(global_batch);
+  return data::image_folder_files(job.train_dir, {/*shuffle=*/true, /*seed=*/3})
+      .map(decode, threads)
+      .map_with_context(data::compose({data::random_resized_crop(/*seed=*/1, job.size, job.size),
+                                       data::random_flip_left_right(/*seed=*/2),
+                                       data::normalize(data::kImageNetMean, data::kImageNetStd)}),
+                        threads)
+      .batch(global_batch)
+      .prefetch(2);
+}
+
+// Evaluation: every image resized to SIZE x SIZE (antialiased, as PIL and torchvision).
+data::Dataset test_images(const Job& job, int64_t global_batch) {
+  return data::image_folder(job.test_dir, {/*channels=*/3}, {}, data::kAutotune)
+      .map_with_context(data::compose({data::resize(job.size, job.size),
+                                       data::normalize(data::kImageNetMean, data::kImageNetStd)}))
+      .batch(global_batch);
+}
+
+// The custom loop, the same for any module type M.
+template <class M>
+void train(dist::MirroredStrategy& strategy, dist::Mirrored<M> model, const Job& job) {
+  const int64_t global_batch = 16 * strategy.num_replicas_in_sync();
+  auto train = strategy.experimental_distribute_dataset(training_images(job, global_batch));
+  auto test = test_images(job, global_batch);
 
   auto optimizer =
       strategy.mirror_optimizer<torch::optim::Adam>(model, torch::optim::AdamOptions(3e-3));

@@ -125,6 +125,26 @@ inline std::vector<ZipRecord> read_zip(const std::string& bytes) {
   return records;
 }
 
+// zip64's end of central directory record and its locator, appended to `out`.
+inline void put_zip64_end(std::string& out, uint64_t entries, uint64_t directory_size,
+                          uint64_t directory_offset) {
+  const uint64_t end64 = out.size();
+  put_field(out, 0x06064b50, 4);
+  put_field(out, 44, 8);  // the record's size after this field
+  put_field(out, 45, 2);
+  put_field(out, 45, 2);
+  put_field(out, 0, 4);
+  put_field(out, 0, 4);
+  put_field(out, entries, 8);
+  put_field(out, entries, 8);
+  put_field(out, directory_size, 8);
+  put_field(out, directory_offset, 8);
+  put_field(out, 0x07064b50, 4);
+  put_field(out, 0, 4);
+  put_field(out, end64, 8);
+  put_field(out, 1, 4);
+}
+
 // A zip archive of `records`, each with its true CRC-32. With `zip64`, every size and offset
 // is written in zip64's fields (as a writer does past 4 GiB) and the end has zip64's records.
 inline std::string write_zip(const std::vector<ZipRecord>& records, bool zip64 = false) {
@@ -177,23 +197,7 @@ inline std::string write_zip(const std::vector<ZipRecord>& records, bool zip64 =
   }
   const uint64_t directory_offset = out.size();
   out += directory;
-  if (zip64) {
-    const uint64_t end64 = out.size();
-    put_field(out, 0x06064b50, 4);
-    put_field(out, 44, 8);  // the record's size after this field
-    put_field(out, 45, 2);
-    put_field(out, 45, 2);
-    put_field(out, 0, 4);
-    put_field(out, 0, 4);
-    put_field(out, records.size(), 8);
-    put_field(out, records.size(), 8);
-    put_field(out, directory.size(), 8);
-    put_field(out, directory_offset, 8);
-    put_field(out, 0x07064b50, 4);
-    put_field(out, 0, 4);
-    put_field(out, end64, 8);
-    put_field(out, 1, 4);
-  }
+  if (zip64) put_zip64_end(out, records.size(), directory.size(), directory_offset);
   put_field(out, 0x06054b50, 4);
   put_field(out, 0, 4);  // disks
   put_field(out, zip64 ? 0xffff : records.size(), 2);

@@ -91,10 +91,8 @@ void kill_when_key_appears(const std::string& key, const std::string& once_file)
   }).detach();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<char*> rest{argv[0]};
+// The faults' flags out of argv; the rest (dist-train's) into `rest`.
+Faults parse_faults(int argc, char** argv, std::vector<char*>& rest) {
   Faults faults;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -118,6 +116,14 @@ int main(int argc, char** argv) {
     else
       rest.push_back(argv[i]);
   }
+  return faults;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest{argv[0]};
+  Faults faults = parse_faults(argc, argv, rest);
   if ((faults.hold_at > 0) != !faults.until_file.empty()) {
     std::cerr << "killed_train: --hold-at-step and --until-file go together" << std::endl;
     return 2;
