@@ -91,7 +91,7 @@ void check_same_run(const std::map<std::string, std::string>& values, const std:
 class CustomLoop {
  public:
   CustomLoop(const TrainOptions& options, JobSetup& job, const PreemptionWatcher& preemption,
-             std::ostream& chief_out, ElasticGeneration* elastic);
+             std::ostream& chief_out, ElasticContext* elastic);
   TrainResult run(Clock::time_point job_start);
 
  private:
@@ -142,7 +142,7 @@ class CustomLoop {
   Checkpoint checkpoint_;
   std::optional<data::IteratorPosition> resume_at_;
   TrainResult result_;
-  ElasticGeneration* elastic_;
+  ElasticContext* elastic_;
 };
 
 Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy, const TrainOptions& options,
@@ -152,7 +152,7 @@ Mirrored<torch::nn::Sequential> seeded_model(const Strategy& strategy, const Tra
 
 CustomLoop::CustomLoop(const TrainOptions& options, JobSetup& job,
                        const PreemptionWatcher& preemption, std::ostream& chief_out,
-                       ElasticGeneration* elastic)
+                       ElasticContext* elastic)
     : options_(options),
       job_(job),
       strategy_(job.strategy),
@@ -207,7 +207,7 @@ std::unique_ptr<StepRunner> CustomLoop::make_runner() {
 int CustomLoop::resume() {
   if (!options_.checkpoint_dir.empty())
     manager_.emplace(options_.checkpoint_dir, options_.max_to_keep, options_.env);
-  if (elastic_ && elastic_->restore(checkpoint_, out_)) {
+  if (elastic_ && elastic_->track(checkpoint_, out_)) {
     result_.steps = checkpoint_.state.step;
     result_.resumed_at_step = elastic_->resumed_at_step();
     resume_at_ = checkpoint_.state.position;
@@ -264,12 +264,12 @@ void CustomLoop::save(int64_t epoch, const data::IteratorPosition& position) {
 
 void CustomLoop::commit(int64_t epoch, const data::IteratorPosition& position) {
   fill_state(epoch, position);
-  elastic_->commit(checkpoint_);
+  elastic_->commit();
 }
 
 void CustomLoop::after_step() {
   if (options_.after_step) options_.after_step(result_.steps);
-  if (elastic_) elastic_->report_recovery(out_, result_.steps);
+  if (elastic_) elastic_->step_completed(result_.steps);
 }
 
 void CustomLoop::evaluate() {
@@ -315,7 +315,7 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
     const int64_t after = result_.steps + running;  // the step count once the running complete
     if (max_steps > 0 && after >= max_steps) return NextStep::kStop;
     if (every > 0 && after % every == 0) return NextStep::kAfterRunningSteps;
-    if (elastic_ && elastic_->commit_due(after)) return NextStep::kAfterRunningSteps;
+    if (elastic_ && elastic_->boundary_due(after)) return NextStep::kAfterRunningSteps;
     return NextStep::kStart;
   };
   while (auto done = steps->next(gate, stopping)) {
@@ -336,7 +336,7 @@ bool CustomLoop::train_epoch(int epoch, const std::optional<data::IteratorPositi
       save(epoch, steps->position());
       saved_at = result_.steps;
     }
-    if (elastic_ && elastic_->commit_due(result_.steps) && steps->running() == 0) {
+    if (elastic_ && elastic_->boundary_due(result_.steps) && steps->running() == 0) {
       commit(epoch, steps->position());
       result_.regroup = elastic_->regroup_now(stopping);
       stopping = stopping || result_.regroup;
@@ -463,7 +463,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
 
 TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
                             const PreemptionWatcher& preemption, std::ostream& chief_out,
-                            Clock::time_point job_start, ElasticGeneration* elastic) {
+                            Clock::time_point job_start, ElasticContext* elastic) {
   return failing_together(job.strategy, [&] {
     return CustomLoop(options, job, preemption, chief_out, elastic).run(job_start);
   });

@@ -1,10 +1,11 @@
 #include "elastic_job.h"
 
-#include <memory>
 #include <string>
+#include <utility>
 
 #include "dist/core/error.h"
 #include "dist/distribute/cluster_resolver.h"
+#include "strategy_factory.h"
 
 namespace dist::tools {
 namespace {
@@ -33,6 +34,7 @@ ElasticOptions elastic_options(const TrainOptions& options) {
       whole_milliseconds("--collective-timeout", options.collective_timeout) +
       std::chrono::seconds(10);
   elastic.settings = elastic_settings(options);
+  elastic.strategy = multi_worker_options(options);  // start_job makes it (make_strategy)
   return elastic;
 }
 
@@ -51,28 +53,24 @@ ElasticJobStopped in_flag_terms(const ElasticJobStopped& e) {
       e.last_committed_step(), below);
 }
 
-// The job of `options`; what the library refuses in its options is said as --min-workers'.
-std::unique_ptr<ElasticJob> make_job(const TrainOptions& options) {
-  try {
-    return std::make_unique<ElasticJob>(elastic_options(options));
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string("--min-workers: ") + e.what());
-  }
-}
-
 }  // namespace
 
 TrainResult run_elastic_training(const TrainOptions& options, std::ostream& chief_out,
                                  const GenerationTraining& train) {
-  const std::unique_ptr<ElasticJob> job = make_job(options);
   TrainResult result;
   ElasticResult elastic;
+  bool started = false;  // before it, an InvalidArgument is the library's about the options
   try {
-    elastic = job->run([&](ElasticGeneration& generation) {
-      JobSetup setup = start_job(options, chief_out, &generation);
-      result = train(setup, generation);
-      return GenerationEnd{result.steps, result.interrupted};
+    ElasticOptions job = elastic_options(options);
+    elastic = run_elastic(std::move(job), [&](ElasticContext& context) {
+      started = true;
+      JobSetup setup = start_job(options, chief_out, &context);
+      result = train(setup, context);
+      context.set_end({result.steps, result.interrupted});
     });
+  } catch (const InvalidArgument& e) {
+    if (started) throw;
+    throw InvalidArgument(std::string("--min-workers: ") + e.what());
   } catch (const ElasticJobStopped& e) {
     throw in_flag_terms(e);
   }

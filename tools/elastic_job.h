@@ -1,5 +1,5 @@
 // dist-train's elastic job (--min-workers, docs/elastic.md): the custom loop or fit run as the
-// generations of a dist::ElasticJob (dist/train/elastic.h), as a user's own loop would be.
+// generations of dist::run_elastic (dist/train/elastic.h), as a user's own loop would be.
 #pragma once
 
 #include <functional>
@@ -11,7 +11,7 @@
 namespace dist::tools {
 
 // One generation's training on its started job: the custom loop or fit.
-using GenerationTraining = std::function<TrainResult(JobSetup& job, ElasticGeneration& generation)>;
+using GenerationTraining = std::function<TrainResult(JobSetup& job, ElasticContext& elastic)>;
 
 // The elastic job (options.min_workers > 0), `train` once per generation; the chief writes
 // progress to `chief_out`. Throws ElasticJobStopped (dist-train exits 5) naming the lost

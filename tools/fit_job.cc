@@ -106,7 +106,7 @@ struct JobCallbacks {
 // fit's options for the job: the test set as validation data, and the callbacks the flags ask
 // for; `elastic`: the generation of an elastic job this fit runs (null otherwise).
 keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, std::ostream& out,
-                              ElasticGeneration* elastic, JobCallbacks& made) {
+                              ElasticContext* elastic, JobCallbacks& made) {
   keras::FitOptions fit;
   fit.epochs = options.epochs;
   if (job.steps_per_epoch > 0) fit.steps_per_epoch = job.steps_per_epoch;  // parameter_server
@@ -142,7 +142,7 @@ keras::FitOptions fit_options(const TrainOptions& options, const JobSetup& job, 
 
 // What BackupAndRestore did (a resume, a stop by a signal) into `result`, said on `out`.
 void report_backup(const keras::callbacks::BackupAndRestore& backup, const TrainOptions& options,
-                   TrainResult& result, std::ostream& out, const ElasticGeneration* elastic) {
+                   TrainResult& result, std::ostream& out, const ElasticContext* elastic) {
   // An elastic job's later generations restore the backup too, before the newer commit: the
   // step the job resumed from is the one its commits carry (keras::callbacks::Elastic).
   result.resumed_at_step = elastic ? elastic->resumed_at_step() : backup.resumed_at_step();
@@ -207,7 +207,7 @@ void save_fit_model(keras::Model& model, const TrainOptions& options, bool chief
 
 // `elastic`: the generation of an elastic job this fit runs (null otherwise).
 TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
-                    Clock::time_point job_start, ElasticGeneration* elastic) {
+                    Clock::time_point job_start, ElasticContext* elastic) {
   const Strategy& strategy = job.strategy;
   // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
   // it: each worker restores inside fit; the directory must be shared.)
@@ -274,7 +274,7 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
 }
 
 TrainResult run_fit_generation(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
-                               Clock::time_point job_start, ElasticGeneration& elastic) {
+                               Clock::time_point job_start, ElasticContext& elastic) {
   return failing_together(job.strategy,
                           [&] { return fit_job(options, job, chief_out, job_start, &elastic); });
 }

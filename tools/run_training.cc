@@ -23,7 +23,7 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
     if (options.min_workers == 0) return run_fit_training(options, chief_out);
     // fit's BackupAndRestore watches for signals itself, inside fit only; start_job and the
     // elastic job's waits watch their own (StopSignalsEndWaits).
-    return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticGeneration& elastic) {
+    return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticContext& elastic) {
       return run_fit_generation(options, job, chief_out, job_start, elastic);
     });
   }
@@ -32,7 +32,7 @@ TrainResult run_training(const TrainOptions& options, std::ostream& chief_out) {
   PreemptionWatcher preemption;
   end_early_stop_watch("loading (before the job started)");  // `preemption` watches from here
   if (options.min_workers > 0)
-    return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticGeneration& elastic) {
+    return run_elastic_training(options, chief_out, [&](JobSetup& job, ElasticContext& elastic) {
       return run_custom_loop(options, job, preemption, chief_out, job_start, &elastic);
     });
   JobSetup job = start_job(options, chief_out);

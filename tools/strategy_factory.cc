@@ -68,7 +68,25 @@ Strategy make_mirrored_strategy(const TrainOptions& options) {
   return MirroredStrategy(mirrored);
 }
 
-Strategy make_multi_worker_strategy(const TrainOptions& options, ElasticGeneration* generation) {
+// The job's strategy, or an elastic job's generation's (made from multi_worker_options, given
+// to run_elastic).
+Strategy make_multi_worker_strategy(const TrainOptions& options, ElasticContext* elastic) {
+  MultiWorkerOptions multi = multi_worker_options(options);  // its flags checked first
+  // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
+  const ResolvedCluster resolved = resolve_cluster();
+  // An elastic job says it once, as it starts (a joiner's generation is a later one).
+  if (resolved.config.cluster.collective_rank(resolved.config.task) == 0 &&
+      (!elastic || elastic->workers().number == 0))
+    std::cout << "Cluster: " << resolved.config.cluster.collective_tasks().size()
+              << " workers from " << resolved.source << std::endl;
+  if (elastic) return elastic->strategy();
+  multi.cluster = resolved.config;
+  return MultiWorkerMirroredStrategy(multi);
+}
+
+}  // namespace
+
+MultiWorkerOptions multi_worker_options(const TrainOptions& options) {
   MultiWorkerOptions multi;
   multi.replicas_per_worker = options.replicas > 0 ? options.replicas : 1;
   multi.threads_per_replica = options.threads;
@@ -82,28 +100,17 @@ Strategy make_multi_worker_strategy(const TrainOptions& options, ElasticGenerati
   multi.communication.min_compressed_pack_bytes = options.min_compressed_pack_bytes;
   multi.sharding = options.sharding;
   multi.sharding_reuse_bytes = options.sharding_reuse_bytes;
-  // Resolved here to say where the cluster came from (TF_CONFIG, Slurm, MPI).
-  const ResolvedCluster resolved = resolve_cluster();
-  multi.cluster = resolved.config;
-  // An elastic job says it once, as it starts (a joiner's generation is a later one).
-  if (resolved.config.cluster.collective_rank(resolved.config.task) == 0 &&
-      (!generation || generation->workers().number == 0))
-    std::cout << "Cluster: " << resolved.config.cluster.collective_tasks().size()
-              << " workers from " << resolved.source << std::endl;
-  if (generation) return generation->make_strategy(multi);
-  return MultiWorkerMirroredStrategy(multi);
+  return multi;
 }
 
-}  // namespace
-
-Strategy make_strategy(const TrainOptions& options, ElasticGeneration* generation) {
+Strategy make_strategy(const TrainOptions& options, ElasticContext* elastic) {
   check_options(options);
   switch (options.strategy) {
     case StrategyKind::kMirrored:
     case StrategyKind::kCentralStorage:
       return make_mirrored_strategy(options);
     case StrategyKind::kMultiWorker:
-      return make_multi_worker_strategy(options, generation);
+      return make_multi_worker_strategy(options, elastic);
     case StrategyKind::kParameterServer:
       return make_parameter_server_strategy(options);
     case StrategyKind::kDefault:

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dist/distribute/cluster_spec.h"
+#include "dist/distribute/multi_worker_mirrored_strategy.h"
 #include "dist/distribute/strategy.h"
 #include "dist/train/elastic.h"
 #include "train_options.h"
@@ -12,9 +13,12 @@
 namespace dist::tools {
 
 // The strategy the options choose (also sets the intra-op thread count where needed).
-// `generation`: an elastic job's (multi_worker only), which makes the generation's strategy;
-// null: every worker of the cluster.
-Strategy make_strategy(const TrainOptions& options, ElasticGeneration* generation = nullptr);
+// `elastic`: an elastic job's generation (multi_worker only), whose strategy it is (made from
+// multi_worker_options); null: every worker of the cluster.
+Strategy make_strategy(const TrainOptions& options, ElasticContext* elastic = nullptr);
+
+// multi_worker: the strategy's options from the flags, without the cluster (resolved apart).
+MultiWorkerOptions multi_worker_options(const TrainOptions& options);
 
 // parameter_server: the steps the chief schedules per epoch: --steps-per-epoch, or one pass of
 // the `num_train` examples across all workers (so an epoch means what it means under the other

@@ -267,12 +267,11 @@ JobSetup prepare_job(const Strategy& strategy, const TrainOptions& options,
 
 }  // namespace
 
-JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
-                   ElasticGeneration* generation) {
+JobSetup start_job(const TrainOptions& options, std::ostream& chief_out, ElasticContext* elastic) {
   StopSignalsEndWaits signals;
   end_early_stop_watch(
       "loading (before the job started)");  // main's early watch ends here at the latest
-  Strategy strategy = make_strategy(options, generation);  // checks the options first
+  Strategy strategy = make_strategy(options, elastic);  // checks the options first
   JobSetup job =
       failing_together(strategy, [&] { return prepare_job(strategy, options, chief_out); });
   signals.done();

@@ -84,10 +84,11 @@ struct JobSetup {
 void report_ignored_errors(const JobSetup& job, TrainResult& result, std::ostream& chief_out);
 // Checks the options, makes the strategy, prints the job's header on the chief, opens the data,
 // loads --model-file and checks its forward on a batch, then checks that every output path can
-// be written (chief): a bad model file leaves nothing written. `generation`: an elastic job's
-// (multi_worker only); unset: every worker of the cluster.
+// be written (chief): a bad model file leaves nothing written. `elastic`: an elastic job's
+// generation, whose strategy the job takes (multi_worker only); unset: every worker of the
+// cluster.
 JobSetup start_job(const TrainOptions& options, std::ostream& chief_out,
-                   ElasticGeneration* generation = nullptr);
+                   ElasticContext* elastic = nullptr);
 
 // What of `options` alone decides which steps a worker takes, by flag name: part of
 // step_settings, and what a worker joining an elastic job (which has no JobSetup yet) must share.
@@ -112,12 +113,12 @@ TrainResult run_fit_training(const TrainOptions& options, std::ostream& chief_ou
 // fit on a started job, as one generation of an elastic job (--loop fit --min-workers).
 TrainResult run_fit_generation(const TrainOptions& options, JobSetup& job, std::ostream& chief_out,
                                std::chrono::steady_clock::time_point job_start,
-                               ElasticGeneration& elastic);
+                               ElasticContext& elastic);
 // The custom loop on a started job; `elastic`: one generation of an elastic job (null
-// otherwise), whose states it commits and restores.
+// otherwise), in which it commits and restores its state.
 TrainResult run_custom_loop(const TrainOptions& options, JobSetup& job,
                             const PreemptionWatcher& preemption, std::ostream& chief_out,
                             std::chrono::steady_clock::time_point job_start,
-                            ElasticGeneration* elastic);
+                            ElasticContext* elastic);
 
 }  // namespace dist::tools

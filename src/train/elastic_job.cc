@@ -1,6 +1,7 @@
-// ElasticJob and ElasticGeneration (dist/train/elastic.h): the generations' loop, and what a
-// generation's training asks of the job at its step boundaries.
-#include "dist/train/elastic.h"
+// ElasticJob and ElasticGeneration (train/elastic_job.h): the generations' loop, and what a
+// generation's training asks of the job at its step boundaries; ElasticContext and run_elastic
+// (dist/train/elastic.h), the face of them a loop sees.
+#include "train/elastic_job.h"
 
 #include <chrono>
 #include <cstring>
@@ -120,8 +121,6 @@ bool ElasticGeneration::regroup_now(bool stopping) {
 }
 
 bool ElasticGeneration::regrouping() const { return regroup_; }
-
-bool ElasticGeneration::has_committed() const { return state_.committed.latest() >= 0; }
 
 // The newest commit every survivor holds (CommittedStates says why it exists). A worker that
 // joins holds none: it receives the commit from the first worker that does.
@@ -252,30 +251,70 @@ ElasticResult ElasticJob::run(const std::function<GenerationEnd(ElasticGeneratio
 }
 
 ElasticContext::ElasticContext(ElasticGeneration& generation, const MultiWorkerOptions& options)
-    : generation_(generation), strategy_(generation.make_strategy(options)) {}
+    : generation_(generation), options_(options) {}
 
-void ElasticContext::track(Checkpoint& state) {
+Strategy& ElasticContext::strategy() {
+  if (!strategy_) strategy_.emplace(generation_.make_strategy(options_));
+  return *strategy_;
+}
+
+bool ElasticContext::chief() const {
+  DIST_CHECK_ARG(strategy_.has_value(),
+                 "ElasticContext::chief before the generation's strategy: "
+                 "call strategy() (or track) first");
+  return generation_.chief();
+}
+
+const WorkerGeneration& ElasticContext::workers() const { return generation_.workers(); }
+
+bool ElasticContext::track(Checkpoint& state, std::ostream& out) {
   DIST_CHECK_ARG(state_ == nullptr, "ElasticContext::track was called twice in generation ",
                  generation_.workers().number, "; a generation tracks one state");
+  strategy();  // the restore is a collective of the generation
   state_ = &state;
-  generation_.restore(state, std::cout);  // else the loop's own start
+  out_ = &out;
+  return generation_.restore(state, out);  // else the loop's own start
+}
+
+Checkpoint& ElasticContext::tracked(const char* call) {
+  DIST_CHECK_ARG(state_ != nullptr, "ElasticContext::", call,
+                 " before track: register the loop's state first");
+  return *state_;
 }
 
 bool ElasticContext::step_done(const data::IteratorPosition& after, int64_t last_step) {
-  DIST_CHECK_ARG(state_ != nullptr,
-                 "ElasticContext::step_done before track: register the loop's state first");
-  const int64_t step = ++state_->state.step;
-  state_->state.position = after;
-  generation_.report_recovery(std::cout, step);
+  Checkpoint& state = tracked("step_done");
+  const int64_t step = ++state.state.step;
+  state.state.position = after;
+  step_completed(step);
   const bool last = last_step > 0 && step >= last_step;
-  if (generation_.commit_due(step) || last) {
-    generation_.commit(*state_);
-    if (generation_.regroup_now(/*stopping=*/last)) return false;
+  if (boundary_due(step) || last) {
+    commit();
+    if (regroup_now(/*stopping=*/last)) return false;
   }
   return !last;
 }
 
 int64_t ElasticContext::step() const { return state_ ? state_->state.step : 0; }
+
+bool ElasticContext::regrouping() const { return generation_.regrouping(); }
+
+bool ElasticContext::boundary_due(int64_t step) const { return generation_.commit_due(step); }
+
+void ElasticContext::step_completed(int64_t step) { generation_.report_recovery(*out_, step); }
+
+void ElasticContext::commit() { generation_.commit(tracked("commit")); }
+
+bool ElasticContext::regroup_now(bool stopping) {
+  tracked("regroup_now");  // the next generation goes on from the commit: there must be one
+  return generation_.regroup_now(stopping);
+}
+
+int64_t ElasticContext::resumed_at_step() const { return generation_.resumed_at_step(); }
+
+void ElasticContext::set_resumed_at_step(int64_t step) { generation_.set_resumed_at_step(step); }
+
+GenerationEnd ElasticContext::end() const { return end_ ? *end_ : GenerationEnd{step()}; }
 
 ElasticResult run_elastic(ElasticOptions options,
                           const std::function<void(ElasticContext&)>& train) {
@@ -284,7 +323,12 @@ ElasticResult run_elastic(ElasticOptions options,
   return job.run([&](ElasticGeneration& generation) {
     ElasticContext context(generation, strategy);
     train(context);
-    return GenerationEnd{context.step()};
+    DIST_CHECK_ARG(context.strategy_.has_value(),
+                   "run_elastic's training function returned "
+                   "without taking part in generation ",
+                   generation.workers().number,
+                   ": call ElasticContext::strategy() (or track) before anything else");
+    return context.end();
   });
 }
 

@@ -1,4 +1,4 @@
-// examples/elastic_custom_loop.cc, a user's own custom loop made elastic with dist::ElasticJob
+// examples/elastic_custom_loop.cc, a user's own custom loop made elastic with dist::run_elastic
 // (dist/train/elastic.h), run as worker processes on 127.0.0.1: worker:1 is killed mid-run,
 // the others go on from their last commit, worker:1 started again asks to join and is admitted,
 // and the weights at the end equal those of the same loop on one worker that never changed

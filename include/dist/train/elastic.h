@@ -21,15 +21,16 @@
 //   });
 //
 // Needs the rendezvous store in a process of its own (dist-store-host, which outlives every
-// generation's chief): DIST_STORE_HOST, or the installed or built one. A Keras fit becomes
-// elastic through keras::callbacks::Elastic (dist/keras/elastic_callback.h), which uses the
-// lower-level ElasticJob and ElasticGeneration below.
+// generation's chief): DIST_STORE_HOST, or the installed or built one. A loop that keeps steps
+// in flight, or commits where it chooses, calls step_done's parts instead (boundary_due,
+// step_completed, commit, regroup_now): dist-train's custom loop does. A Keras fit becomes
+// elastic through keras::callbacks::Elastic (dist/keras/elastic_callback.h) over the context.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -104,61 +105,7 @@ struct GenerationEnd {
   bool interrupted = false;
 };
 
-// One generation of an elastic job, handed to the training function: which workers train, and
-// the job's committed states.
-class ElasticGeneration {
- public:
-  ~ElasticGeneration();
-  ElasticGeneration(const ElasticGeneration&) = delete;
-  ElasticGeneration& operator=(const ElasticGeneration&) = delete;
-
-  // This generation's number (0, 1, ...) and members; the first member is its chief.
-  const WorkerGeneration& workers() const;
-  // The generation's MultiWorkerMirroredStrategy: `options` with the job's cluster and this
-  // generation's members. Call it once per generation, before anything else of the generation;
-  // the generation takes part in the job's membership once the strategy's rendezvous completed.
-  Strategy make_strategy(MultiWorkerOptions options);
-  // Whether this worker is the generation's chief (it holds replica 0). After make_strategy.
-  bool chief() const;
-
-  // Whether `step` (completed) is a commit boundary (ElasticOptions::commit_every).
-  bool commit_due(int64_t step) const;
-  // Commits `checkpoint`, whose state says the step and position (every worker, at the same
-  // step; a collective when the checkpoint gathers worker states).
-  void commit(Checkpoint& checkpoint);
-  // After a commit: whether the workers regroup here because workers wait to join (a
-  // collective: every worker asks, the chief decides). Never while `stopping` (all must agree
-  // on it). When true, the training function returns; the next generation goes on from the
-  // commit.
-  bool regroup_now(bool stopping);
-  // Whether regroup_now said so in this generation.
-  bool regrouping() const;
-  // Reads into `checkpoint` the newest commit every worker of this generation holds (sent to
-  // those that hold none: the workers that joined), saying so on `out`; false when no worker
-  // holds one (the job's first generation, or a loss before the first commit: the loop then
-  // starts afresh or from its checkpoint directory). A collective.
-  bool restore(Checkpoint& checkpoint, std::ostream& out);
-  // Whether this worker has committed (or received) a state in this job.
-  bool has_committed() const;
-
-  // The step the job itself resumed from (a checkpoint directory), -1 if it started afresh: a
-  // commit carries it, so every generation reports the same.
-  int64_t resumed_at_step() const;
-  void set_resumed_at_step(int64_t step);
-  // After each completed step: after a resize, "Elastic: sizes 3 -> 2 (lost worker:1); step 51
-  // done 0.62 s after this worker saw the loss" on `out`, once.
-  void report_recovery(std::ostream& out, int64_t step);
-
- private:
-  friend class ElasticJob;
-  struct State;
-  explicit ElasticGeneration(State& state);
-  State& state_;
-  std::optional<Strategy> strategy_;
-  bool regroup_ = false;
-};
-
-// What ElasticJob::run returns.
+// What run_elastic returns.
 struct ElasticResult {
   // False when the job finished before a step boundary could admit this worker: it did
   // nothing (said on standard output).
@@ -169,73 +116,98 @@ struct ElasticResult {
   bool chief = false;  // whether this worker was the last generation's chief
 };
 
-class ElasticJob {
- public:
-  // Checks the options against the cluster and that dist-store-host can be found; nothing
-  // starts yet.
-  explicit ElasticJob(ElasticOptions options);
-  ~ElasticJob();
-  ElasticJob(const ElasticJob&) = delete;
-  ElasticJob& operator=(const ElasticJob&) = delete;
-
-  // Runs `train` once per generation until one ends without regrouping. A worker that starts
-  // while the job runs asks to join it and trains from the generation that admits it. A
-  // CollectiveError out of `train` (a lost worker) makes the survivors agree on the next
-  // generation; any other exception ends the job on this worker. Throws ElasticJobStopped
-  // naming the lost workers and the last committed step once fewer than min_workers remain.
-  // While it waits between generations, SIGTERM and SIGINT end the wait with StopRequested.
-  ElasticResult run(const std::function<GenerationEnd(ElasticGeneration&)>& train);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+class ElasticGeneration;  // private (src/train/elastic_job.h): the job's side of a generation
 
 // What run_elastic hands the training function in each generation: the generation's strategy,
-// and the three calls a loop makes (hvd.elastic's State, with commit() called for it).
+// and the calls a loop makes (hvd.elastic's State, with commit() called for it). Not
+// thread-safe: the loop's thread calls it.
 class ElasticContext {
  public:
   ElasticContext(const ElasticContext&) = delete;
   ElasticContext& operator=(const ElasticContext&) = delete;
 
   // This generation's MultiWorkerMirroredStrategy (ElasticOptions::strategy with the job's
-  // cluster and this generation's members).
-  Strategy& strategy() { return strategy_; }
-  // Whether this worker holds replica 0 of the generation.
-  bool chief() const { return generation_.chief(); }
-  const WorkerGeneration& workers() const { return generation_.workers(); }
+  // cluster and this generation's members), made at the first call: its rendezvous is the
+  // generation's start-up, which a program may surround with its own signal handling.
+  Strategy& strategy();
+  // Whether this worker holds replica 0 of the generation. After strategy().
+  bool chief() const;
+  // This generation's number (0, 1, ...) and members.
+  const WorkerGeneration& workers() const;
 
   // Registers the loop's state (not owned; it outlives the generation's steps) and reads into it
   // the newest commit every worker holds, sent to the workers that joined: afterwards
   // state.state.step and state.state.position say where the loop goes on, and state.state.values
-  // the loop's own values. Nothing is read in the job's first generation (the loop starts
-  // afresh, or from what it loaded before). Once per generation, before the first step; a
-  // collective.
-  void track(Checkpoint& state);
+  // the loop's own values. False when nothing was read: no worker holds a commit (the job's
+  // first generation, or a loss before the first commit), and the loop goes on from its own
+  // start (afresh, or a checkpoint it loads: then set_resumed_at_step). Once per generation,
+  // before the first step; a collective. `out`: where the restore and a recovery are said (a
+  // program that prints on its chief alone passes a discarding stream on the others).
+  bool track(Checkpoint& state, std::ostream& out = std::cout);
   // After each completed step, with the data position after it: counts the step in the tracked
-  // state, says a recovery on standard output once, commits at the job's boundaries
-  // (ElasticOptions::commit_every) and at `last_step`, and regroups there when workers wait to
-  // join. False when the loop ends here: `last_step` reached (<= 0: never), or regrouping (the
-  // training function then returns; the next generation goes on from this commit).
+  // state, says a recovery once, commits at the job's boundaries (ElasticOptions::commit_every)
+  // and at `last_step`, and regroups there when workers wait to join. False when the loop ends
+  // here: `last_step` reached (<= 0: never), or regrouping (the training function then returns;
+  // the next generation goes on from this commit).
   bool step_done(const data::IteratorPosition& after, int64_t last_step);
   // The steps completed: the tracked state's.
   int64_t step() const;
-  // Whether step_done ended this generation for workers to join (nothing to save yet).
-  bool regrouping() const { return generation_.regrouping(); }
+  // Whether this generation ends for workers to join (nothing to save yet).
+  bool regrouping() const;
+
+  // step_done in parts, for a loop that counts its own steps and fills its own state: one that
+  // keeps steps in flight and commits only when none runs (dist-train's), commits at places of
+  // its choosing (an epoch's end, with the next epoch's position), or lives in a Keras callback
+  // (keras::callbacks::Elastic).
+  //
+  // Whether `step` (completed) is one of the job's boundaries (ElasticOptions::commit_every): a
+  // loop with steps in flight starts none past it until the running ones completed, then
+  // commits and asks regroup_now.
+  bool boundary_due(int64_t step) const;
+  // After each completed step: after a resize, "Elastic: sizes 3 -> 2 (lost worker:1); step 51
+  // done 0.62 s after this worker saw the loss", once.
+  void step_completed(int64_t step);
+  // Commits the tracked state as the loop filled it (its step, position and values), with the
+  // step the job resumed from; every worker at the same step (a collective when the state
+  // gathers worker states). Where no step runs: the commit holds the weights of its step.
+  void commit();
+  // After a commit at a boundary: whether the workers regroup here because workers wait to join
+  // (a collective: every worker asks, the chief decides and answers the joiners it refuses).
+  // Never while `stopping` (the loop ends here anyway: every worker passes the same). When
+  // true, the training function returns; the next generation goes on from the commit.
+  bool regroup_now(bool stopping);
+  // The step the job resumed from (the loop's own checkpoint), -1 if it started afresh: set it
+  // when track read nothing and the loop loaded a checkpoint. Commits carry it, so every later
+  // generation, and a worker that joins, says the same.
+  int64_t resumed_at_step() const;
+  void set_resumed_at_step(int64_t step);
+  // How this generation's training ended, for the job's record (a worker that comes later
+  // reads it); without it, step() and no stop signal.
+  void set_end(const GenerationEnd& end) { end_ = end; }
 
  private:
   friend ElasticResult run_elastic(ElasticOptions, const std::function<void(ElasticContext&)>&);
   ElasticContext(ElasticGeneration& generation, const MultiWorkerOptions& options);
+  Checkpoint& tracked(const char* call);
+  GenerationEnd end() const;
 
   ElasticGeneration& generation_;
-  Strategy strategy_;
+  const MultiWorkerOptions& options_;
+  std::optional<Strategy> strategy_;
   Checkpoint* state_ = nullptr;
+  std::ostream* out_ = &std::cout;
+  std::optional<GenerationEnd> end_;
 };
 
-// Elastic training as one call: runs `train` once per generation (ElasticJob::run says when,
-// and what it throws), the library restoring, committing, regrouping and replaying from the
-// last commit after a loss through the ElasticContext's calls. Options that cannot make a job
-// throw InvalidArgument before anything starts.
+// Elastic training as one call: runs `train` once per generation until one ends without
+// regrouping, the library restoring, committing, regrouping and replaying from the last commit
+// after a loss through the ElasticContext's calls. A worker that starts while the job runs asks
+// to join it and trains from the generation that admits it. A CollectiveError out of `train` (a
+// lost worker) makes the survivors agree on the next generation; any other exception ends the
+// job on this worker. Throws ElasticJobStopped naming the lost workers and the last committed
+// step once fewer than min_workers remain. While it waits between generations, SIGTERM and
+// SIGINT end the wait with StopRequested. Options that cannot make a job throw InvalidArgument
+// before `train` is first called.
 ElasticResult run_elastic(ElasticOptions options,
                           const std::function<void(ElasticContext&)>& train);
 
