@@ -7,8 +7,11 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <mutex>
 #include <tuple>
 #include <type_traits>
+#include <typeindex>
+#include <unordered_map>
 
 #include "dist/core/error.h"
 
@@ -249,12 +252,26 @@ const std::vector<OptimizerKind>& kinds() {
   return all;
 }
 
-}  // namespace
-
+// The table's walk: the one place an optimizer object's kind is looked up. Only through
+// OptimizerWithKind, which remembers its answer by class.
 const OptimizerKind* find_optimizer_kind(const torch::optim::Optimizer& optimizer) {
   for (const OptimizerKind& k : kinds())
     if (k.matches(optimizer)) return &k;
   return nullptr;
+}
+
+}  // namespace
+
+OptimizerWithKind::OptimizerWithKind(torch::optim::Optimizer& of) : optimizer(of), kind(nullptr) {
+  // Steps on several replica threads and the ps tasks' threads ask at once; a class is
+  // remembered once, and the few classes a process uses keep the map small.
+  static std::mutex mutex;
+  static std::unordered_map<std::type_index, const OptimizerKind*> by_class;
+  const std::type_index type(typeid(of));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = by_class.find(type);
+  if (it == by_class.end()) it = by_class.emplace(type, find_optimizer_kind(of)).first;
+  kind = it->second;
 }
 
 const OptimizerKind* find_optimizer_kind(const std::string& name) {

@@ -45,20 +45,26 @@ struct OptimizerKind {
       make_over;
 };
 
-// The kind of `optimizer`, or null for one the table does not list.
-const OptimizerKind* find_optimizer_kind(const torch::optim::Optimizer& optimizer);
-// The kind named `name` ("SGD", ...), or null.
+// The kind named `name` ("SGD", ...), or null: for a name that came without an optimizer (a ps
+// task makes its optimizer of the kind an update names).
 const OptimizerKind* find_optimizer_kind(const std::string& name);
 // Every kind's name, for messages: "SGD, Adam, AdamW, RMSprop and Adagrad".
 std::string optimizer_kind_names();
 
-// An optimizer with its kind, found once where a walk over its state starts (an optimizer step
-// split into shares, a sharded step), so that reading and making the slots of every parameter
-// and piece on the way goes through `kind` instead of finding it again. `kind` is null for an
-// optimizer the table does not list (a LossScaleOptimizer's wrapper, a user's own).
+// An optimizer with its kind: how the library's walks over an optimizer's state (a step split
+// into shares, a sharded step, a checkpoint's write and read, the ps tasks' slots) get its kind,
+// so that reading and making the slots of every parameter and piece on the way goes through
+// `kind` instead of finding it again. `kind` is null for an optimizer the table does not list (a
+// LossScaleOptimizer's wrapper, a user's own).
 struct OptimizerWithKind {
-  explicit OptimizerWithKind(torch::optim::Optimizer& of)
-      : optimizer(of), kind(find_optimizer_kind(of)) {}
+  // The kind is found in the table the first time an optimizer of its class meets the library
+  // and remembered by class: a kind is decided by the optimizer's dynamic type (each kind's
+  // `matches` is a dynamic_cast), so what is remembered holds for every optimizer of the class,
+  // and one made later at a dead one's address is never taken for it.
+  explicit OptimizerWithKind(torch::optim::Optimizer& of);
+  // An optimizer whose kind is known already (a ps task made it of a kind by name).
+  OptimizerWithKind(torch::optim::Optimizer& of, const OptimizerKind* known)
+      : optimizer(of), kind(known) {}
   torch::optim::Optimizer& optimizer;
   const OptimizerKind* kind;
 };

@@ -5,12 +5,12 @@
 
 namespace dist::ps {
 
-rpc::OptimizerConfig optimizer_config(const torch::optim::Optimizer& optimizer) {
-  const auto& groups = optimizer.param_groups();
+rpc::OptimizerConfig optimizer_config(const detail::OptimizerWithKind& optimizer) {
+  const auto& groups = optimizer.optimizer.param_groups();
   DIST_CHECK_ARG(groups.size() == 1, "ParameterServerStrategy: the optimizer has ", groups.size(),
                  " parameter groups; the ps tasks apply one set of options per update: use one "
                  "group");
-  const detail::OptimizerKind* kind = detail::find_optimizer_kind(optimizer);
+  const detail::OptimizerKind* kind = optimizer.kind;
   DIST_CHECK_ARG(kind != nullptr, "ParameterServerStrategy: the ps tasks apply updates of ",
                  detail::optimizer_kind_names(),
                  "; make the optimizer with one of LibTorch's optimizers of these kinds");

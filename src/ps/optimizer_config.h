@@ -2,14 +2,13 @@
 // (rpc::OptimizerConfig), read anew for every update so a learning-rate change reaches them.
 #pragma once
 
-#include <torch/optim/optimizer.h>
-
+#include "core/optimizer_kinds.h"
 #include "ps/parameter_server.pb.h"
 
 namespace dist::ps {
 
-// Its kind and options (optimizer_kinds.h); InvalidArgument when the optimizer is of no kind
-// the table lists or has more than one parameter group.
-rpc::OptimizerConfig optimizer_config(const torch::optim::Optimizer& optimizer);
+// Its kind (as the caller found it) and options (optimizer_kinds.h); InvalidArgument when the
+// optimizer is of no kind the table lists or has more than one parameter group.
+rpc::OptimizerConfig optimizer_config(const detail::OptimizerWithKind& optimizer);
 
 }  // namespace dist::ps

@@ -207,7 +207,8 @@ void ParameterServerExtended::push_values(int model) {
 
 void ParameterServerExtended::pull_slots(int model, torch::optim::Optimizer& optimizer) {
   if (task_type() == "ps") return;
-  const std::string kind = detail::optimizer_kind(optimizer);
+  const detail::OptimizerWithKind with(optimizer);  // for the whole walk over its slots
+  const std::string kind = detail::listed_kind(with).name;
   // A shard no update has reached starts where the optimizer starts: zeros, except Adagrad's
   // sum, which starts at its initial accumulator value.
   double initial_sum = 0;
@@ -235,16 +236,17 @@ void ParameterServerExtended::pull_slots(int model, torch::optim::Optimizer& opt
     names[parameters[i].unsafeGetTensorImpl()] = placed.variables[i].name;
   }
   detail::check_slots(
-      optimizer, slots, [&](const void* impl) { return names.at(impl); },
+      with, slots, [&](const void* impl) { return names.at(impl); },
       [](const std::string& message) {
         throw DataError("the optimizer slots read from the ps tasks do not fit: " + message);
       });
-  detail::import_slots(optimizer, slots);
+  detail::import_slots(with, slots);
 }
 
 void ParameterServerExtended::push_slots(int model, torch::optim::Optimizer& optimizer) {
-  const ps::rpc::OptimizerConfig config = ps::optimizer_config(optimizer);
-  const detail::ParameterSlots exported = detail::export_slots(optimizer);
+  const detail::OptimizerWithKind with(optimizer);  // for the whole walk over its slots
+  const ps::rpc::OptimizerConfig config = ps::optimizer_config(with);
+  const detail::ParameterSlots exported = detail::export_slots(with);
   std::lock_guard<std::mutex> lock(models_mutex_);
   const PlacedModel& placed = models_.at(static_cast<size_t>(model));
   const auto parameters = placed.module->parameters();
@@ -266,7 +268,8 @@ void ParameterServerExtended::apply_gradients(DistributedVariables& variables,
                  "apply_gradients: this model was made by ", variables.strategy().describe(),
                  ", not by this ", describe(),
                  "; make the model and optimizer with the strategy that runs them");
-  const ps::rpc::OptimizerConfig config = ps::optimizer_config(optimizer);
+  const ps::rpc::OptimizerConfig config =
+      ps::optimizer_config(detail::OptimizerWithKind(optimizer));
   std::vector<std::pair<const ps::PlacedVariable*, at::Tensor>> dense;
   std::vector<std::pair<const ps::PlacedVariable*, ps::ParameterServers::Sparse>> sparse;
   std::vector<at::Tensor> parameters;

@@ -23,16 +23,20 @@ detail::OptimizerOptionValues options_of(const rpc::OptimizerConfig& config) {
   return {config.options().begin(), config.options().end()};
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const rpc::OptimizerConfig& config,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const detail::OptimizerKind& kind,
+                                                        const rpc::OptimizerConfig& config,
                                                         const at::Tensor& value) {
-  return kind_named(config.kind()).make_over({value}, options_of(config));
+  return kind.make_over({value}, options_of(config));
 }
 
+// The name a variable's kind goes by in messages and answers; empty before its first update.
+std::string name_of(const detail::OptimizerKind* kind) { return kind ? kind->name : ""; }
+
 // The options of the request, every time: a learning-rate schedule on the coordinator or
-// the workers reaches the ps with the next update.
-void configure(torch::optim::Optimizer& optimizer, const rpc::OptimizerConfig& config) {
-  kind_named(config.kind())
-      .write_options(optimizer.param_groups()[0].options(), options_of(config));
+// the workers reaches the ps with the next update. `kind`: the variable's (the request's).
+void configure(const detail::OptimizerKind& kind, torch::optim::Optimizer& optimizer,
+               const rpc::OptimizerConfig& config) {
+  kind.write_options(optimizer.param_groups()[0].options(), options_of(config));
 }
 
 // An option of the request; 0 when not given (the default of every option sparse updates ask).
@@ -199,14 +203,15 @@ grpc::Status ParameterServerService::ApplyGradients(grpc::ServerContext*,
     for (auto& u : updates) {
       std::lock_guard<std::mutex> lock(u.variable->mutex);
       Variable& variable = *u.variable;
-      if (!variable.optimizer) {
-        variable.optimizer = make_optimizer(request->optimizer(), variable.value);
-        variable.kind = request->optimizer().kind();
+      if (!variable.optimizer) {  // its kind is found here, once
+        const detail::OptimizerKind& kind = kind_named(request->optimizer().kind());
+        variable.optimizer = make_optimizer(kind, request->optimizer(), variable.value);
+        variable.kind = &kind;
       }
-      DIST_CHECK(variable.kind == request->optimizer().kind(), InvalidArgument,
-                 "a variable here is updated by ", variable.kind, ", not by ",
+      DIST_CHECK(variable.kind->name == request->optimizer().kind(), InvalidArgument,
+                 "a variable here is updated by ", variable.kind->name, ", not by ",
                  request->optimizer().kind(), "; one optimizer per variable");
-      configure(*variable.optimizer, request->optimizer());
+      configure(*variable.kind, *variable.optimizer, request->optimizer());
       if (u.rows.defined())
         apply_sparse(variable, request->optimizer(), u.rows, u.values);
       else
@@ -231,21 +236,26 @@ grpc::Status ParameterServerService::Assign(grpc::ServerContext*, const rpc::Ass
     // Everything is checked before the variable changes; a new optimizer is made aside.
     detail::ParameterSlots slots;
     std::unique_ptr<torch::optim::Optimizer> made;
+    const detail::OptimizerKind* made_kind = nullptr;
     const std::string& kind = request->optimizer().kind();
     if (request->slots_size() > 0) {
       if (!variable->optimizer) {
         DIST_CHECK(!kind.empty(), InvalidArgument, "variable '", request->name(),
                    "' has no optimizer yet to take slots, and the request names none");
-        made = make_optimizer(request->optimizer(), variable->value);
+        made_kind = &kind_named(kind);  // its kind is found here, once
+        made = make_optimizer(*made_kind, request->optimizer(), variable->value);
       }
-      DIST_CHECK(made || kind.empty() || kind == variable->kind, InvalidArgument, "slots of ", kind,
-                 " for variable '", request->name(), "', which is updated by ", variable->kind);
+      DIST_CHECK(made || kind.empty() || kind == name_of(variable->kind), InvalidArgument,
+                 "slots of ", kind, " for variable '", request->name(), "', which is updated by ",
+                 name_of(variable->kind));
       std::map<std::string, at::Tensor> named;
       for (const auto& [slot, t] : request->slots())
         named[slot] = decode_tensor(t, "slot '" + slot + "' of '" + request->name() + "'");
       slots.emplace_back(variable->value.unsafeGetTensorImpl(), std::move(named));
       detail::check_slots(
-          made ? *made : *variable->optimizer, slots, [&](const void*) { return request->name(); },
+          made ? detail::OptimizerWithKind(*made, made_kind)
+               : detail::OptimizerWithKind(*variable->optimizer, variable->kind),
+          slots, [&](const void*) { return request->name(); },
           [](const std::string& message) { throw DataError(message); });
     }
     torch::NoGradGuard no_grad;
@@ -253,10 +263,10 @@ grpc::Status ParameterServerService::Assign(grpc::ServerContext*, const rpc::Ass
     if (!slots.empty()) {
       if (made) {
         variable->optimizer = std::move(made);
-        variable->kind = kind;
+        variable->kind = made_kind;
       }
-      if (!kind.empty()) configure(*variable->optimizer, request->optimizer());
-      detail::import_slots(*variable->optimizer, slots);
+      if (!kind.empty()) configure(*variable->kind, *variable->optimizer, request->optimizer());
+      detail::import_slots({*variable->optimizer, variable->kind}, slots);
       variable->updates = request->optimizer_steps();
     }
   });
@@ -268,9 +278,9 @@ grpc::Status ParameterServerService::ReadSlots(grpc::ServerContext*,
   return answer(task_, [&] {
     auto variable = find(request->name());
     std::lock_guard<std::mutex> lock(variable->mutex);
-    response->set_kind(variable->kind);
+    response->set_kind(name_of(variable->kind));
     if (!variable->optimizer) return;
-    for (const auto& [impl, slots] : detail::export_slots(*variable->optimizer))
+    for (const auto& [impl, slots] : detail::export_slots({*variable->optimizer, variable->kind}))
       for (const auto& [slot, t] : slots) encode_tensor(t, &(*response->mutable_slots())[slot]);
     response->set_optimizer_steps(variable->updates);
   });

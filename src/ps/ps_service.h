@@ -16,6 +16,10 @@
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/task_liveness.h"
 
+namespace dist::detail {
+struct OptimizerKind;  // core/optimizer_kinds.h
+}  // namespace dist::detail
+
 namespace dist::ps {
 
 class ParameterServerService final : public rpc::ParameterServer::Service {
@@ -46,7 +50,7 @@ class ParameterServerService final : public rpc::ParameterServer::Service {
     std::mutex mutex;
     at::Tensor value;  // a leaf that "requires grad", so LibTorch's optimizers update it
     std::unique_ptr<torch::optim::Optimizer> optimizer;  // made by the first update
-    std::string kind;
+    const detail::OptimizerKind* kind = nullptr;         // the optimizer's, found once by name
     int64_t updates = 0;
   };
   std::shared_ptr<Variable> find(const std::string& name) const;  // NotFound if absent

@@ -108,8 +108,9 @@ Checkpoint& Checkpoint::add(const std::string& name, torch::optim::Optimizer* op
 Checkpoint& Checkpoint::add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer,
                                       std::string model, std::shared_ptr<MirroredOptimizer> owner) {
   check_new_name(name);
+  const detail::OptimizerWithKind with(*optimizer);  // its kind, for every write and read
   try {
-    detail::optimizer_kind(*optimizer);
+    detail::listed_kind(with);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(detail::concat("Checkpoint: optimizer '", name, "': ", e.what()));
   }
@@ -137,6 +138,7 @@ Checkpoint& Checkpoint::add_optimizer(const std::string& name, torch::optim::Opt
   object->name = name;
   object->kind = detail::kOptimizerKind;
   object->optimizer = optimizer;
+  object->optimizer_kind = with.kind;
   object->owner = std::move(owner);
   object->model = std::move(model);
   return append(std::move(object));

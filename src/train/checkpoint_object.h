@@ -12,6 +12,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "core/optimizer_kinds.h"
 #include "dist/train/checkpoint.h"
 #include "train/checkpoint_format.h"
 
@@ -24,6 +25,8 @@ struct Checkpoint::Object {
   std::shared_ptr<torch::nn::Module> module;        // a plain model
   std::shared_ptr<DistributedVariables> variables;  // a model placed by a strategy
   torch::optim::Optimizer* optimizer = nullptr;
+  // The optimizer's kind, found once, when it was added.
+  const detail::OptimizerKind* optimizer_kind = nullptr;
   std::shared_ptr<MirroredOptimizer> owner;  // keeps a shared optimizer alive
   std::string model;                         // the model of an optimizer
   at::Tensor value;                          // a tensor
@@ -38,6 +41,8 @@ struct Checkpoint::Object {
   std::shared_ptr<torch::nn::Module> saved_module() const {
     return variables != nullptr ? variables->primary() : module;
   }
+  // An optimizer with the kind found when it was added, for every write and read after.
+  detail::OptimizerWithKind optimizer_with_kind() const { return {*optimizer, optimizer_kind}; }
   // A model whose strategy keeps its parameters in shares: written in pieces.
   bool keeps_shares() const { return variables != nullptr && variables->keeps_shares(); }
 };

@@ -49,6 +49,7 @@ struct Checkpoint::Reading {
   };
   struct OptimizerRestore {
     torch::optim::Optimizer* optimizer;
+    const detail::OptimizerKind* kind;  // found when the optimizer was added
     detail::ParameterSlots slots;
     std::vector<double> learning_rates;
     std::shared_ptr<DistributedVariables> variables;  // of its model, if placed by a strategy
@@ -224,7 +225,7 @@ void Checkpoint::Reading::take_optimizers(const std::map<std::string, detail::Fi
     const std::string& name = object->name;
     const detail::FileObject& saved = in_file.at(name);
     const torch::optim::Optimizer& optimizer = *object->optimizer;
-    const std::string kind = detail::optimizer_kind(optimizer);
+    const std::string kind = object->optimizer_kind->name;  // listed: checked when added
     if (saved.optimizer_class != kind)
       detail::fail_reading(path_,
                            detail::concat("object '", name, "': it holds ", saved.optimizer_class,
@@ -242,7 +243,7 @@ void Checkpoint::Reading::take_optimizers(const std::map<std::string, detail::Fi
                      "'; add the optimizer with the model its parameters belong to");
       return *parameter;
     };
-    OptimizerRestore restore{object->optimizer, {}, {}, model.variables};
+    OptimizerRestore restore{object->optimizer, object->optimizer_kind, {}, {}, model.variables};
     for (const auto& group : optimizer.param_groups())
       for (const auto& p : group.params())
         take_slots(model, name + "/" + name_of(p.unsafeGetTensorImpl()) + "/", p, taker, restore);
@@ -258,7 +259,7 @@ void Checkpoint::Reading::take_optimizers(const std::map<std::string, detail::Fi
         share_counts[params[i].unsafeGetTensorImpl()] = shares[i].values.numel();
     }
     detail::check_slots(
-        optimizer, restore.slots, name_of,
+        object->optimizer_with_kind(), restore.slots, name_of,
         [&](const std::string& message) {
           detail::fail_reading(path_, "object '" + name + "': " + message);
         },
@@ -394,7 +395,7 @@ void Checkpoint::Reading::apply(bool restore_random) const {
       restore_slot_shares(restore);
       continue;
     }
-    detail::import_slots(*restore.optimizer, restore.slots);
+    detail::import_slots({*restore.optimizer, restore.kind}, restore.slots);
     if (restore.variables != nullptr) restore.variables->sync_slots_from(*restore.optimizer);
   }
   for (const auto& [hook, state] : hooks_) hook->load_state(state);

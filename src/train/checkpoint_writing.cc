@@ -201,7 +201,7 @@ void Checkpoint::write_file(const std::string& path, Env* env, const detail::Pie
       const torch::optim::Optimizer& optimizer = *object->optimizer;
       const detail::ParameterNames names(*find(object->model)->saved_module());
       detail::check_optimizer_of(name, optimizer, object->model, names);
-      const std::string kind = detail::optimizer_kind(optimizer);
+      const std::string kind = object->optimizer_kind->name;  // listed: checked when added
       const std::string entry = detail::kObjectPrefix + prefix;
       metadata[entry + "class"] = kind;
       metadata[entry + "model"] = object->model;
@@ -214,7 +214,7 @@ void Checkpoint::write_file(const std::string& path, Env* env, const detail::Pie
         if (legacy) metadata[detail::kLegacyLearningRate + std::to_string(g)] = lr;
       }
       if (in_pieces(*object)) continue;  // its slots are in the pieces
-      for (const auto& [impl, slots] : detail::export_slots(optimizer)) {
+      for (const auto& [impl, slots] : detail::export_slots(object->optimizer_with_kind())) {
         const std::string& parameter = *names.find(impl);  // checked above
         for (const auto& [slot, t] : slots)
           tensors.emplace_back(prefix + parameter + "/" + slot, t);

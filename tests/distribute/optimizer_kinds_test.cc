@@ -4,8 +4,8 @@
 
 #include <torch/torch.h>
 
-#include "dist/core/error.h"
 #include "core/optimizer_kinds.h"
+#include "dist/core/error.h"
 
 namespace dist {
 namespace {
@@ -50,12 +50,12 @@ TEST(OptimizerKindsTest, OptionsAsNamedNumbersMakeAnOptimizerThatStepsTheSameBit
   const at::Tensor start = torch::randn({4, 3});
   const auto originals = one_of_each(start);
   for (const auto& original : originals) {
-    const detail::OptimizerKind* kind = detail::find_optimizer_kind(*original);
+    const detail::OptimizerKind* kind = detail::OptimizerWithKind(*original).kind;
     ASSERT_NE(kind, nullptr);
     const auto values = kind->read_options(original->param_groups()[0].options());
     at::Tensor copy = start.clone().requires_grad_();
     auto made = kind->make_over({copy}, values);
-    EXPECT_EQ(detail::find_optimizer_kind(*made), kind) << kind->name;
+    EXPECT_EQ(detail::OptimizerWithKind(*made).kind, kind) << kind->name;
     EXPECT_EQ(kind->read_options(made->param_groups()[0].options()), values) << kind->name;
     EXPECT_TRUE(torch::equal(three_steps(*made), three_steps(*original))) << kind->name;
   }
@@ -82,6 +82,41 @@ TEST(OptimizerKindsTest, UnknownKindsAndMissingRatesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("kind Adam needs a learning rate ('lr')"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// A user's optimizer that the table does not list.
+class Halving : public torch::optim::Optimizer {
+ public:
+  explicit Halving(std::vector<at::Tensor> params)
+      : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                  std::make_unique<torch::optim::SGDOptions>(0.5)) {}
+  at::Tensor step(LossClosure) override { return {}; }
+};
+// A user's class derived from a listed one: of that one's kind.
+class MySgd : public torch::optim::SGD {
+ public:
+  using SGD::SGD;
+};
+
+// The kind is remembered by class: every optimizer of a class, the first or a later one, made at
+// a dead one's address or not, gets its class's kind, and a class the table does not list none.
+TEST(OptimizerKindsTest, EachOptimizerGetsTheKindOfItsClassEveryTime) {
+  const std::vector<std::string> names{"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"};
+  for (int round = 0; round < 2; ++round) {
+    const auto all = one_of_each(torch::zeros({2}));
+    for (size_t i = 0; i < all.size(); ++i) {
+      const detail::OptimizerKind* kind = detail::OptimizerWithKind(*all[i]).kind;
+      ASSERT_NE(kind, nullptr) << names[i];
+      EXPECT_EQ(kind->name, names[i]) << "round " << round;
+    }
+    for (int k = 0; k < 2; ++k) {  // the same stack slot, a listed class and then another
+      Halving own({torch::zeros({2}, torch::requires_grad())});
+      EXPECT_EQ(detail::OptimizerWithKind(own).kind, nullptr);
+      MySgd mine({torch::zeros({2}, torch::requires_grad())}, torch::optim::SGDOptions(0.1));
+      ASSERT_NE(detail::OptimizerWithKind(mine).kind, nullptr);
+      EXPECT_STREQ(detail::OptimizerWithKind(mine).kind->name, "SGD");
+    }
   }
 }
 

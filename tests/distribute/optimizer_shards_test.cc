@@ -20,7 +20,7 @@ namespace {
 using MakeOptimizer =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
-// The optimizer with its kind, as a step plan finds it once per step.
+// The optimizer with its kind, as a step plan gets it for the walk of one step.
 detail::OptimizerWithKind with_kind(torch::optim::Optimizer& optimizer) {
   return detail::OptimizerWithKind(optimizer);
 }
@@ -48,15 +48,15 @@ void set_gradients(const std::vector<torch::Tensor>& params, int step) {
 
 // Every parameter's slots, in parameter order.
 std::vector<std::map<std::string, at::Tensor>> slots_in_order(
-    const torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params) {
+    torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params) {
   std::map<const void*, std::map<std::string, at::Tensor>> by_impl;
-  for (auto& [impl, slots] : detail::export_slots(optimizer)) by_impl[impl] = slots;
+  for (auto& [impl, slots] : detail::export_slots(with_kind(optimizer))) by_impl[impl] = slots;
   std::vector<std::map<std::string, at::Tensor>> out;
   for (const auto& p : params) out.push_back(by_impl[p.unsafeGetTensorImpl()]);
   return out;
 }
 
-void expect_same_bits(const torch::optim::Optimizer& a, const torch::optim::Optimizer& b,
+void expect_same_bits(torch::optim::Optimizer& a, torch::optim::Optimizer& b,
                       const std::vector<torch::Tensor>& pa, const std::vector<torch::Tensor>& pb,
                       const std::string& what) {
   for (size_t i = 0; i < pa.size(); ++i)

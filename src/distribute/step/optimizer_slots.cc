@@ -12,22 +12,18 @@ std::string state_key(const void* impl) { return c10::guts::to_string(impl); }
 
 }  // namespace
 
-const OptimizerKind& listed_kind(const torch::optim::Optimizer& optimizer) {
-  if (const OptimizerKind* k = find_optimizer_kind(optimizer)) return *k;
+const OptimizerKind& listed_kind(const OptimizerWithKind& optimizer) {
+  if (optimizer.kind != nullptr) return *optimizer.kind;
   throw InvalidArgument(concat("checkpoints can save the state of LibTorch's ",
                                optimizer_kind_names(),
                                " optimizers; this optimizer is none of them"));
 }
 
-std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
-  return listed_kind(optimizer).name;
-}
-
-ParameterSlots export_slots(const torch::optim::Optimizer& optimizer) {
-  const OptimizerKind& kind = listed_kind(optimizer);
-  const auto& state = optimizer.state();
+ParameterSlots export_slots(const OptimizerWithKind& with) {
+  const OptimizerKind& kind = listed_kind(with);
+  const auto& state = with.optimizer.state();
   ParameterSlots out;
-  for (const auto& group : optimizer.param_groups()) {
+  for (const auto& group : with.optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       auto it = state.find(state_key(p.unsafeGetTensorImpl()));
       if (it == state.end()) continue;
@@ -37,13 +33,13 @@ ParameterSlots export_slots(const torch::optim::Optimizer& optimizer) {
   return out;
 }
 
-void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots& slots,
+void check_slots(const OptimizerWithKind& with, const ParameterSlots& slots,
                  const std::function<std::string(const void*)>& name_of,
                  const std::function<void(const std::string&)>& fail,
                  const std::function<std::vector<int64_t>(const at::Tensor&)>& sizes_of) {
-  const OptimizerKind& kind = listed_kind(optimizer);
+  const OptimizerKind& kind = listed_kind(with);
   std::map<const void*, at::Tensor> params;
-  for (const auto& group : optimizer.param_groups())
+  for (const auto& group : with.optimizer.param_groups())
     for (const auto& p : group.params()) params[p.unsafeGetTensorImpl()] = p;
   for (const auto& [impl, named] : slots) {
     if (named.empty()) continue;
@@ -70,9 +66,9 @@ void check_slots(const torch::optim::Optimizer& optimizer, const ParameterSlots&
   }
 }
 
-void import_slots(torch::optim::Optimizer& optimizer, const ParameterSlots& slots) {
-  const OptimizerKind& kind = listed_kind(optimizer);
-  auto& state = optimizer.state();
+void import_slots(const OptimizerWithKind& with, const ParameterSlots& slots) {
+  const OptimizerKind& kind = listed_kind(with);
+  auto& state = with.optimizer.state();
   for (const auto& [impl, named] : slots) {
     if (named.empty()) {
       state.erase(state_key(impl));

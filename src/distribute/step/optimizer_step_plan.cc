@@ -106,7 +106,7 @@ struct StepValues {
       values.push_back(std::move(holders));
       auto it = state.find(key);
       if (it == state.end()) continue;
-      auto slots = kind_of(step).get(*it->second);
+      auto slots = detail::listed_kind(step).get(*it->second);
       for (const auto& [name, slot] : slots)
         if (name != "step") values.push_back({slot});
       states.emplace_back(key, std::move(slots));
@@ -115,13 +115,10 @@ struct StepValues {
 
   // After share() or unshare(): the optimizer's states read the slots where they are now.
   void restate(const detail::OptimizerWithKind& step) const {
-    for (const auto& [key, slots] : states) step.optimizer.state()[key] = kind_of(step).make(slots);
-  }
-
-  // An optimizer whose state is read here is of a kind the table lists (OptimizerShards splits
-  // no other); listed_kind refuses any other by name.
-  static const detail::OptimizerKind& kind_of(const detail::OptimizerWithKind& step) {
-    return step.kind != nullptr ? *step.kind : detail::listed_kind(step.optimizer);
+    // An optimizer whose state is read here is of a kind the table lists (OptimizerShards splits
+    // no other); listed_kind refuses any other by name.
+    const detail::OptimizerKind& kind = detail::listed_kind(step);
+    for (const auto& [key, slots] : states) step.optimizer.state()[key] = kind.make(slots);
   }
 };
 

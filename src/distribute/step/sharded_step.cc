@@ -383,7 +383,7 @@ void ShardedStep::gather_slots(Optimizer& optimizer) {
                  "first step hands to the optimizers of the chunks; gather them after a step (a "
                  "checkpoint needs no gathering: every worker writes its piece)");
   if (packs_.empty() || !optimizer.state().empty()) return;
-  const OptimizerKind& kind = detail::listed_kind(optimizer);
+  const OptimizerKind& kind = detail::listed_kind(OptimizerWithKind(optimizer));
   std::vector<std::vector<std::string>> names;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g)
     names.push_back(slot_names_of_group(kind, optimizer, g));
@@ -446,7 +446,7 @@ SlotShares ShardedStep::slot_shares(Optimizer& optimizer, const ParameterShards&
     // The state is whole in `optimizer` (gathered, or restored below stage 3 or given by the
     // user, no step since) or there is none.
     const OptimizerKind* kind =
-        optimizer.state().empty() ? nullptr : &detail::listed_kind(optimizer);
+        optimizer.state().empty() ? nullptr : &detail::listed_kind(OptimizerWithKind(optimizer));
     for (const auto& group : optimizer.param_groups()) {
       for (const auto& p : group.params()) {
         auto it = optimizer.state().find(detail::state_key_of(p));
