@@ -8,7 +8,9 @@
 #include "dist/data/example.h"
 #include "dist/data/files.h"
 #include "dist/data/image_codec.h"
+#include "dist/data/image_example.h"
 #include "dist/data/image_folder.h"
+#include "dist/data/image_transforms.h"
 #include "dist/data/mnist.h"
 #include "dist/data/tfrecord_dataset.h"
 #include "feature_data.h"
@@ -22,24 +24,7 @@ using data::Element;
 // Fashion-MNIST's classes.
 constexpr int64_t kFashionMnistClasses = 10;
 
-// An example's image as stored: decoded (or the raw pixels of ImageFormat::kRaw records),
-// uint8 [C, H, W]. `channels`: 0 as stored, else decoded straight to 1 or 3.
-at::Tensor stored_image(const Element& example, int64_t channels) {
-  const at::Tensor& raw_shape = example[4];
-  if (raw_shape.numel() != 3) return data::decode_image(example[0], {channels, 0, 0, true});
-  const int64_t c = raw_shape[0].item<int64_t>(), h = raw_shape[1].item<int64_t>(),
-                w = raw_shape[2].item<int64_t>();
-  DIST_CHECK(c == 1 || c == 3, DataError, "a raw image of ", c,
-             " channels; raw images have 1 (grey) or 3 (RGB)");
-  DIST_CHECK(h > 0 && w > 0 && example[0].numel() == c * h * w, DataError, "a raw image of ",
-             example[0].numel(),
-             " bytes, but its image/channels, image/height and image/width say ", c, "x", h, "x",
-             w);
-  const at::Tensor pixels = example[0].reshape({c, h, w});
-  return channels == 0 ? pixels : convert_channels(pixels, channels);
-}
-
-// An item of a source ({encoded, label, file, record, raw shape}, see Unpack) to
+// An item of a source ({image, label, file, record}, see Unpack) to
 // {float image [C, H, W], label}, made ready by the preparation and its label checked.
 struct ExampleDecoder {
   ImagePreparation prepare;
@@ -47,11 +32,13 @@ struct ExampleDecoder {
   std::string classes_source;
   bool training = false;
 
+  // The channels Unpack decodes to: 0 as stored, else 1 or 3.
+  int64_t channels() const { return prepare.channels_chosen ? prepare.channels : 0; }
+
   Element operator()(const Element& example, const data::ElementContext& context) const {
     const ExampleSource source{example[2], example[3].item<int64_t>()};
     try {
-      const at::Tensor image =
-          stored_image(example, prepare.channels_chosen ? prepare.channels : 0);
+      const at::Tensor& image = example[0];
       const int64_t label = example[1].item<int64_t>();
       DIST_CHECK(label >= 0 && label < classes, DataError, "label ", label, " is outside 0..",
                  classes - 1, " (", classes, " classes: ", classes_source, ")");
@@ -65,10 +52,11 @@ struct ExampleDecoder {
   }
 };
 
-// A source's item to {encoded image, int64 label, file, int64 record index (-1 for an image
-// file), int64 [C, H, W] for raw pixels (else empty)}: the image folder's as they are, a
-// TFRecord's parsed as a tf.train.Example.
-using Unpack = std::function<Element(const Element&)>;
+// A source's item to {image uint8 [C, H, W] decoded to `channels` (0: as stored), int64 label,
+// file, int64 record index (-1 for an image file)}: the image folder's decoded, a TFRecord's
+// parsed once as an image example (data::ImageExampleParser, raw pixels included). A bad
+// item's DataError names it.
+using Unpack = std::function<Element(const Element&, int64_t channels)>;
 
 struct Source {
   DataSpec spec;
@@ -79,38 +67,24 @@ struct Source {
 };
 
 Source open_source(const DataSpec& spec, const TrainOptions& options, bool shuffle_files) {
-  const at::Tensor none = at::empty({0}, at::kLong);
   if (spec.kind == DataSpec::Kind::kImages) {
     Dataset files = data::image_folder_files(spec.location, {shuffle_files, options.seed, true});
     const at::Tensor no_record = at::scalar_tensor(-1, at::kLong);
-    return {spec, files,
-            [none, no_record](const Element& e) {
-              return Element{e[0], e[1], e[2], no_record, none};
-            },
-            "image folder " + spec.location, data::source_file_count(files)};
+    Unpack decode = [no_record](const Element& e, int64_t channels) {
+      try {
+        return Element{data::decode_image(e[0], {channels, 0, 0, true}), e[1], e[2], no_record};
+      } catch (const DataError& error) {
+        throw DataError(ExampleSource{e[2], -1}() + ": " + error.what());
+      }
+    };
+    return {spec, files, decode, "image folder " + spec.location, data::source_file_count(files)};
   }
   Records records = open_records(spec, options, shuffle_files);
-  const data::FeatureSpec features({
-      data::FixedLenFeature(options.image_feature, data::FeatureType::kBytes, {}),
-      data::FixedLenFeature(options.label_feature, data::FeatureType::kInt64, {}),
-      // Raw pixels instead of an encoded image (ImageFormat::kRaw in dist/train/image_export.h)
-      // say so.
-      data::FixedLenFeature("image/format", data::FeatureType::kBytes, {}, data::string_tensor("")),
-  });
-  const data::FeatureSpec raw_size({
-      data::FixedLenFeature("image/channels", data::FeatureType::kInt64, {},
-                            at::scalar_tensor(1, at::kLong)),
-      data::FixedLenFeature("image/height", data::FeatureType::kInt64, {}),
-      data::FixedLenFeature("image/width", data::FeatureType::kInt64, {}),
-  });
-  Unpack parse = [features, raw_size, none](const Element& e) {
-    const std::string_view record = data::bytes_view(e[0]);
+  const data::ImageExampleParser parser({options.image_feature, options.label_feature});
+  Unpack parse = [parser](const Element& e, int64_t channels) {
     try {
-      Element parsed = data::parse_example(record, features);
-      const bool raw = parsed[2].numel() == 3 && data::bytes_view(parsed[2]) == "raw";
-      if (!raw) return Element{parsed[0], parsed[1], e[1], e[2], none};
-      Element size = data::parse_example(record, raw_size);
-      return Element{parsed[0], parsed[1], e[1], e[2], at::stack(size)};
+      Element parsed = parser.parse(data::bytes_view(e[0]), {channels, 0, 0, true});
+      return Element{parsed[0], parsed[1], e[1], e[2]};
     } catch (const DataError& error) {
       throw DataError(ExampleSource{e[1], e[2].item<int64_t>()}() + ": " + error.what());
     }
@@ -125,13 +99,7 @@ at::Tensor first_image(const Source& source, const TrainOptions& options, const 
   const auto skipped = options.ignore_errors ? std::make_shared<data::IgnoredErrors>() : nullptr;
   Dataset images =
       readable(source.items, skipped).map([unpack = source.unpack](const Element& item) {
-        const Element example = unpack(item);
-        try {
-          return Element{stored_image(example, 0)};
-        } catch (const DataError& error) {
-          throw DataError(ExampleSource{example[2], example[3].item<int64_t>()}() + ": " +
-                          error.what());
-        }
+        return Element{unpack(item, 0)[0]};
       });
   auto first = readable(images, skipped).iterator().next();
   // No data is missing data (exit 3), as dist-train.md's exit codes say.
@@ -208,7 +176,7 @@ Dataset prepared_examples(const Dataset& items, const Source& source, const Exam
                           const std::shared_ptr<data::IgnoredErrors>& ignored) {
   Dataset images = items.map_with_context(
       [decoder, unpack = source.unpack](Element item, const data::ElementContext& context) {
-        return decoder(unpack(item), context);
+        return decoder(unpack(item, decoder.channels()), context);
       },
       data::MapOptions{decode_threads(options)});
   return readable(images, ignored);

@@ -96,31 +96,14 @@ FileKind kind_of(mode_t mode) {
   return FileKind::kOther;
 }
 
-// Opens `path` read-only without blocking (open(2) of a FIFO waits for a writer) and refuses
-// anything but a regular file; returns the descriptor, blocking again, and the file's size.
-int open_regular_for_reading(const std::string& path, uint64_t* size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) fail("opening", path, errno);
-  struct stat st {};
-  const bool stated = ::fstat(fd, &st) == 0;
-  const int err = errno;
-  if (!stated || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    if (!stated) fail("stat of", path, err);
-    throw DataError(detail::concat("opening '", path, "' refused: it is not a regular file but ",
-                                   file_kind_phrase(kind_of(st.st_mode)), "; read a regular file"));
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  *size = static_cast<uint64_t>(st.st_size);
-  return fd;
-}
-
-// Opens `path` for writing with `flags` added. Without blocking (a FIFO with no reader would
-// hold the open forever) and refusing anything but a regular file before a byte is written:
-// O_TRUNC does nothing to a device or a FIFO, so nothing there has changed yet.
-std::unique_ptr<WritableFile> open_regular_for_writing(const std::string& path, int flags,
-                                                       const char* doing) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | flags, 0644);
+// Opens `path` with `flags` without blocking (open(2) of a FIFO waits for its other end, forever
+// for a writer with no reader) and refuses anything but a regular file before a byte is read or
+// written (O_TRUNC does nothing to a device or a FIFO, so nothing there has changed yet);
+// returns the descriptor, blocking again, and the file's size. `doing` and `instead` make the
+// errors: "<doing> '<path>' refused: ...; <instead>".
+int open_regular(const std::string& path, int flags, const char* doing, const char* instead,
+                 uint64_t* size) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd < 0) fail(doing, path, errno);
   struct stat st {};
   const bool stated = ::fstat(fd, &st) == 0;
@@ -128,12 +111,21 @@ std::unique_ptr<WritableFile> open_regular_for_writing(const std::string& path, 
   if (!stated || !S_ISREG(st.st_mode)) {
     ::close(fd);
     if (!stated) fail("stat of", path, err);
-    throw DataError(detail::concat(doing, " '", path,
-                                   "' refused: it is not a regular file (a device, FIFO or "
-                                   "socket); write to a regular file"));
+    throw DataError(detail::concat(doing, " '", path, "' refused: it is not a regular file but ",
+                                   file_kind_phrase(kind_of(st.st_mode)), "; ", instead));
   }
   // Regular files ignore O_NONBLOCK; cleared all the same, so nothing depends on that.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+// Opens `path` for writing with `flags` (O_TRUNC or O_APPEND) added.
+std::unique_ptr<WritableFile> open_regular_for_writing(const std::string& path, int flags,
+                                                       const char* doing) {
+  uint64_t size = 0;
+  const int fd =
+      open_regular(path, O_WRONLY | O_CREAT | flags, doing, "write to a regular file", &size);
   return std::make_unique<PosixWritableFile>(path, fd);
 }
 
@@ -149,7 +141,7 @@ class PosixEnv : public Env {
 
   std::unique_ptr<RandomAccessFile> new_random_access_file(const std::string& path) override {
     uint64_t size = 0;
-    const int fd = open_regular_for_reading(path, &size);
+    const int fd = open_regular(path, O_RDONLY, "opening", "read a regular file", &size);
     return std::make_unique<PosixRandomAccessFile>(path, fd, size);
   }
 

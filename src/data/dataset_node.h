@@ -94,6 +94,31 @@ class Stage : public Base {
   }
 };
 
+// A Stage whose settings are one value (a count; a shared, immutable spec): the constructor and
+// the member written once. The stage's iterator and call() read setting_.
+template <class Self, class Setting, class Base = UnaryNode>
+class SettingStage : public Stage<Self, Base> {
+ public:
+  SettingStage(NodePtr input, Setting setting)
+      : Stage<Self, Base>(std::move(input)), setting_(std::move(setting)) {}
+
+ protected:
+  Setting setting_;
+};
+
+// A SettingStage whose epoch's iterator is Iterator(the input's iterator, setting_).
+template <class Self, class Iterator, class Setting, class Base = UnaryNode>
+class IteratingStage : public SettingStage<Self, Setting, Base> {
+ public:
+  using SettingStage<Self, Setting, Base>::SettingStage;
+  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
+    return std::make_unique<Iterator>(this->input_->make_iterator(epoch), this->setting_);
+  }
+};
+
+// "[2, -1]": a shape in messages and call() texts.
+std::string shape_string(const std::vector<int64_t>& shape);
+
 // "name(a, b)": a stage's call() from its arguments, numbers written as std::to_string.
 template <class T>
 std::string call_argument(const T& value) {
@@ -144,6 +169,22 @@ inline int64_t batches_of(int64_t input_rows, int64_t batch_size, bool drop_rema
   if (input_rows < 0) return input_rows;
   return drop_remainder ? input_rows / batch_size : (input_rows + batch_size - 1) / batch_size;
 }
+
+// How batch() and padded_batch() group their input: `size` elements a batch, the last one
+// shorter or (drop_remainder) dropped.
+struct Batching {
+  int64_t size = 1;
+  bool drop_remainder = false;
+
+  // The next batch's elements, in order; empty at the end.
+  std::vector<Element> next(IteratorNode& input) const;
+  // Passes up to n batches of the input; returns how many.
+  int64_t skip(IteratorNode& input, int64_t n) const;
+  int64_t batches(int64_t input_rows) const { return batches_of(input_rows, size, drop_remainder); }
+  int64_t rows(int64_t input_rows) const {
+    return batched_rows_of(input_rows, size, drop_remainder);
+  }
+};
 
 // batch(): what giving each worker its part of the global batch (kFile sharding) rewrites.
 class BatchStage : public UnaryNode {

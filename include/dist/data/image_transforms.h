@@ -92,6 +92,13 @@ ElementTransform random_flip_up_down(uint64_t seed, size_t component = 0);
 inline const std::vector<double> kImageNetMean = {0.485, 0.456, 0.406};
 inline const std::vector<double> kImageNetStd = {0.229, 0.224, 0.225};
 
+// torchvision's ToTensor on uint8 images of any shape: float32 in [0, 1] (x / 255), as
+// load_mnist_format and normalize scale them.
+at::Tensor scale_images(const at::Tensor& bytes);
+// An element (or batch) whose first tensor holds uint8 images, with them scaled
+// (InvalidArgument otherwise): for map() after batch(), one conversion a batch.
+Element scale_images_of(Element element);
+
 // torchvision's ToTensor + Normalize(mean, std): out[c] = (x[c] - mean[c]) / std[c], where x is
 // the image scaled to 0..1 (uint8 divided by 255; floating images are taken as already 0..1).
 // The result is float32. mean and std need one value per channel (one value is also accepted

@@ -8,7 +8,12 @@
 #include <cstdint>
 #include <string>
 
+#include "dist/data/image_codec.h"
+
 namespace dist::data::detail {
+
+// InvalidArgument naming the option unless `options` are what DecodeImageOptions accepts.
+void check_decode_options(const DecodeImageOptions& options);
 
 // "decode_image: <source>: ", or "decode_image: " without a source: every error starts so.
 std::string image_error_prefix(const std::string& source);
@@ -18,13 +23,20 @@ std::string image_error_prefix(const std::string& source);
 void check_stored_size(int64_t height, int64_t width, const char* format,
                        const std::string& source);
 
+// What decode_image hands a decoder: the encoded bytes (only read during the call), the
+// channels asked for, and the source its errors name.
+struct EncodedImage {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  int64_t channels = 0;  // requested; 0 = as stored
+  const std::string* source = nullptr;
+};
+
 // The decoders return interleaved pixels [H, W, C] (the order libpng and libjpeg write),
-// C = `channels` or, if that is 0, the stored count (1 or 3). decode_image makes them
+// C = the channels asked for or, if 0, the stored count (1 or 3). decode_image makes them
 // channels first.
-at::Tensor decode_png_hwc(const uint8_t* data, size_t size, int64_t channels,
-                          const std::string& source);
-at::Tensor decode_jpeg_hwc(const uint8_t* data, size_t size, int64_t channels,
-                           const std::string& source);
+at::Tensor decode_png_hwc(const EncodedImage& encoded);
+at::Tensor decode_jpeg_hwc(const EncodedImage& encoded);
 
 // ITU-R BT.601 luma with libjpeg's fixed-point weights (FIX(0.299), FIX(0.587), FIX(0.114)
 // at 16 bits, rounded), as libjpeg's encoder and PIL's convert("L") compute it.

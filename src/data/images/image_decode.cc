@@ -32,6 +32,10 @@ std::string describe_start(const uint8_t* data, size_t size) {
   return text;
 }
 
+}  // namespace
+
+namespace detail {
+
 void check_decode_options(const DecodeImageOptions& options) {
   DIST_CHECK_ARG(options.channels == 0 || options.channels == 1 || options.channels == 3,
                  "decode_image: channels must be 0 (as stored), 1 (grey) or 3 (RGB), got ",
@@ -45,10 +49,6 @@ void check_decode_options(const DecodeImageOptions& options) {
                  "decode_image: resizing to ", options.height, "x", options.width,
                  " would make more than kMaxImagePixels (", kMaxImagePixels, ") pixels");
 }
-
-}  // namespace
-
-namespace detail {
 
 std::string image_error_prefix(const std::string& source) {
   return source.empty() ? std::string("decode_image: ") : "decode_image: " + source + ": ";
@@ -74,13 +74,13 @@ at::Tensor grey_from_rgb(const at::Tensor& rgb_hwc) {
 
 at::Tensor decode_image(const uint8_t* data, size_t size, const DecodeImageOptions& options,
                         const std::string& source) {
-  check_decode_options(options);
+  detail::check_decode_options(options);
   DIST_CHECK_ARG(data != nullptr || size == 0, "decode_image: data is null but size is ", size);
   at::Tensor hwc;
   if (has_magic(data, size, kPngMagic)) {
-    hwc = detail::decode_png_hwc(data, size, options.channels, source);
+    hwc = detail::decode_png_hwc({data, size, options.channels, &source});
   } else if (has_magic(data, size, kJpegMagic)) {
-    hwc = detail::decode_jpeg_hwc(data, size, options.channels, source);
+    hwc = detail::decode_jpeg_hwc({data, size, options.channels, &source});
   } else {
     throw DataError(dist::detail::concat(detail::image_error_prefix(source),
                                          "not a PNG or JPEG image (", describe_start(data, size),

@@ -63,11 +63,7 @@ jpeg_error_mgr* install(JpegErrors* errors) {
 
 // ---- decoding ----
 
-struct JpegRead {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-  int64_t channels = 0;  // requested; 0 = as stored
-  const std::string* source = nullptr;
+struct JpegRead : detail::EncodedImage {
   bool cmyk = false;  // pixels are C, M, Y, K (Adobe's inverted values if adobe)
   bool adobe = false;
   at::Tensor pixels;  // [H, W, C] as libjpeg writes them
@@ -160,13 +156,8 @@ bool write_jpeg(jpeg_compress_struct* cinfo, JpegErrors* errors, JpegWrite* writ
 
 namespace detail {
 
-at::Tensor decode_jpeg_hwc(const uint8_t* data, size_t size, int64_t channels,
-                           const std::string& source) {
-  JpegRead read;
-  read.data = data;
-  read.size = size;
-  read.channels = channels;
-  read.source = &source;
+at::Tensor decode_jpeg_hwc(const EncodedImage& encoded) {
+  JpegRead read{encoded};
   jpeg_decompress_struct cinfo{};  // zeroed, so destroying it is safe whatever happened
   JpegErrors errors;
   cinfo.err = install(&errors);
@@ -175,11 +166,11 @@ at::Tensor decode_jpeg_hwc(const uint8_t* data, size_t size, int64_t channels,
     ~Destroy() { jpeg_destroy_decompress(cinfo); }
   } destroy{&cinfo};
   if (!read_jpeg(&cinfo, &errors, &read))
-    throw DataError(dist::detail::concat(image_error_prefix(source),
+    throw DataError(dist::detail::concat(image_error_prefix(*encoded.source),
                                          "corrupt or truncated JPEG image: ", errors.message));
   if (!read.cmyk) return read.pixels;
   const at::Tensor rgb = rgb_from_cmyk(read.pixels, read.adobe);
-  return channels == 1 ? grey_from_rgb(rgb) : rgb;
+  return encoded.channels == 1 ? grey_from_rgb(rgb) : rgb;
 }
 
 }  // namespace detail

@@ -21,12 +21,8 @@ namespace dist::data::detail {
 namespace {
 
 // What the callbacks and read_png share with decode_png_hwc.
-struct PngRead {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
+struct PngRead : EncodedImage {
   size_t offset = 0;
-  int64_t channels = 0;  // requested; 0 = as stored
-  const std::string* source = nullptr;
   at::Tensor pixels;  // [H, W, C] as libpng writes them (C = 3 when grey is made from RGB)
   char message[200] = "";
 };
@@ -84,13 +80,8 @@ bool read_png(png_structp png, png_infop info, PngRead* read) {
 
 }  // namespace
 
-at::Tensor decode_png_hwc(const uint8_t* data, size_t size, int64_t channels,
-                          const std::string& source) {
-  PngRead read;
-  read.data = data;
-  read.size = size;
-  read.channels = channels;
-  read.source = &source;
+at::Tensor decode_png_hwc(const EncodedImage& encoded) {
+  PngRead read{encoded};
   png_structp png =
       png_create_read_struct(PNG_LIBPNG_VER_STRING, &read, on_png_error, on_png_warning);
   png_infop info = png != nullptr ? png_create_info_struct(png) : nullptr;
@@ -99,13 +90,13 @@ at::Tensor decode_png_hwc(const uint8_t* data, size_t size, int64_t channels,
     png_infop* info;
     ~Destroy() { png_destroy_read_struct(png, info, nullptr); }
   } destroy{&png, &info};
-  DIST_CHECK(info != nullptr, DataError, image_error_prefix(source),
+  DIST_CHECK(info != nullptr, DataError, image_error_prefix(*encoded.source),
              "libpng cannot start decoding (out of memory)");
   png_set_read_fn(png, &read, read_png_bytes);
   if (!read_png(png, info, &read))
-    throw DataError(dist::detail::concat(image_error_prefix(source),
+    throw DataError(dist::detail::concat(image_error_prefix(*encoded.source),
                                          "corrupt or truncated PNG image: ", read.message));
-  if (channels == 1 && read.pixels.size(2) == 3) return grey_from_rgb(read.pixels);
+  if (encoded.channels == 1 && read.pixels.size(2) == 3) return grey_from_rgb(read.pixels);
   return read.pixels;
 }
 

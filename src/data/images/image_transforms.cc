@@ -254,6 +254,17 @@ at::Tensor resize_and_center_crop_images(const at::Tensor& images, int64_t heigh
   });
 }
 
+at::Tensor scale_images(const at::Tensor& bytes) { return bytes.to(at::kFloat).div_(255.0); }
+
+Element scale_images_of(Element element) {
+  DIST_CHECK_ARG(!element.empty() && element[0].scalar_type() == at::kByte,
+                 "scale_images_of: the element's first tensor must hold uint8 images (from "
+                 "fashion_mnist_bytes), got ",
+                 element.empty() ? std::string("no tensors") : toString(element[0].scalar_type()));
+  element[0] = scale_images(element[0]);
+  return element;
+}
+
 at::Tensor normalize_images(const at::Tensor& images, const std::vector<double>& mean,
                             const std::vector<double>& std) {
   DIST_CHECK_ARG(!mean.empty() && mean.size() == std.size(),

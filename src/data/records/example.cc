@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "core/protobuf_wire.h"
+#include "data/dataset_node.h"
 #include "dist/core/error.h"
 #include "dist/core/printable.h"
 #include "dist/data/files.h"
@@ -35,14 +35,6 @@ const char* kind_name(uint32_t kind) {
   return kind == kBytesList   ? "bytes (bytes_list)"
          : kind == kFloatList ? "float (float_list)"
                               : "int64 (int64_list)";
-}
-
-std::string spec_shape_text(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
 }
 
 // The Features message's entries, each a Reader over one map entry, in order.
@@ -176,9 +168,10 @@ FeatureValues count_values(const wire::Reader& entry, const std::string& name) {
 template <class Fn>
 void for_each_final_list(const wire::Reader& entry, const FeatureValues& v, Fn&& fn) {
   int64_t ordinal = 0;
-  for_each_list(entry, [&](uint32_t, wire::Reader list) {
+  const auto final_only = [&](uint32_t, wire::Reader list) {
     if (ordinal++ >= v.first_list) fn(list);
-  });
+  };
+  for_each_list(entry, final_only);
 }
 
 void fill_int64s(const wire::Reader& entry, const FeatureValues& v, int64_t* out) {
@@ -268,7 +261,7 @@ at::Tensor parse_fixed(const wire::Reader& entry, const FixedLenFeature& f) {
   }
   const int64_t expected = shape_elements(f.shape);
   DIST_CHECK(v.count == expected, DataError, "feature '", f.name, "' has ", v.count,
-             " values but its FixedLenFeature shape ", spec_shape_text(f.shape), " needs ",
+             " values but its FixedLenFeature shape ", detail::shape_string(f.shape), " needs ",
              expected);
   if (f.type == FeatureType::kInt64) {
     at::Tensor t = at::empty(f.shape, at::kLong);
@@ -304,14 +297,15 @@ at::ScalarType dtype_for(FeatureType type) {
 void check_fixed(FixedLenFeature& f) {
   int64_t product = 1;
   for (int64_t d : f.shape) {
-    DIST_CHECK_ARG(d >= 0, "FixedLenFeature '", f.name, "': shape ", spec_shape_text(f.shape),
+    DIST_CHECK_ARG(d >= 0, "FixedLenFeature '", f.name, "': shape ", detail::shape_string(f.shape),
                    " has a negative dimension");
     DIST_CHECK_ARG(!__builtin_mul_overflow(product, d, &product), "FixedLenFeature '", f.name,
-                   "': shape ", spec_shape_text(f.shape), " has more elements than int64 counts");
+                   "': shape ", detail::shape_string(f.shape),
+                   " has more elements than int64 counts");
   }
   if (f.type == FeatureType::kBytes)
     DIST_CHECK_ARG(f.shape.empty() || f.shape == std::vector<int64_t>{1}, "FixedLenFeature '",
-                   f.name, "' of bytes has shape ", spec_shape_text(f.shape),
+                   f.name, "' of bytes has shape ", detail::shape_string(f.shape),
                    "; it takes {} or {1}: one byte string, given as a 1-D uint8 tensor of its ",
                    "bytes (several strings have no one-tensor form)");
   if (!f.default_value) return;
@@ -327,7 +321,7 @@ void check_fixed(FixedLenFeature& f) {
   else
     DIST_CHECK_ARG(d.sizes() == at::IntArrayRef(f.shape), "FixedLenFeature '", f.name,
                    "': the default value has shape ", d.sizes(), " but the feature's is ",
-                   spec_shape_text(f.shape));
+                   detail::shape_string(f.shape));
   d = d.to(at::kCPU).contiguous();
 }
 

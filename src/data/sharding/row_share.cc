@@ -71,20 +71,14 @@ class ShareBatchIterator : public IteratorNode {
   int64_t batch_ = 0;
 };
 
-class ShareBatchNode : public Stage<ShareBatchNode> {
+class ShareBatchNode
+    : public IteratingStage<ShareBatchNode, ShareBatchIterator, std::shared_ptr<const RowShare>> {
  public:
-  ShareBatchNode(NodePtr input, std::shared_ptr<const RowShare> share)
-      : Stage(std::move(input)), share_(std::move(share)) {}
-  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<ShareBatchIterator>(input_->make_iterator(epoch), share_);
-  }
-  int64_t cardinality() const override { return share_->batches(); }
+  using IteratingStage::IteratingStage;
+  int64_t cardinality() const override { return setting_->batches(); }
   std::string call() const override {
-    return call_text("batch", share_->batch_size(), "this worker's rows");
+    return call_text("batch", setting_->batch_size(), "this worker's rows");
   }
-
- private:
-  std::shared_ptr<const RowShare> share_;
 };
 
 }  // namespace

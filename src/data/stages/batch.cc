@@ -30,66 +30,42 @@ Element stack_elements(const std::vector<Element>& elements) {
 
 class BatchIterator : public IteratorNode {
  public:
-  BatchIterator(std::unique_ptr<IteratorNode> input, int64_t size, bool drop_remainder)
-      : input_(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
+  BatchIterator(std::unique_ptr<IteratorNode> input, Batching batching)
+      : input_(std::move(input)), batching_(batching) {}
   std::optional<Element> next() override {
-    std::vector<Element> elements;
-    elements.reserve(static_cast<size_t>(size_));
-    while (static_cast<int64_t>(elements.size()) < size_) {
-      auto element = input_->next();
-      if (!element) break;
-      elements.push_back(std::move(*element));
-    }
+    const std::vector<Element> elements = batching_.next(*input_);
     if (elements.empty()) return std::nullopt;
-    if (drop_remainder_ && static_cast<int64_t>(elements.size()) < size_) return std::nullopt;
     return stack_elements(elements);
   }
-  int64_t skip(int64_t n) override {
-    int64_t inner = input_->skip(n * size_);
-    int64_t full = inner / size_;
-    bool partial = inner % size_ != 0 && !drop_remainder_;
-    return full + (partial ? 1 : 0);
-  }
+  int64_t skip(int64_t n) override { return batching_.skip(*input_, n); }
 
  private:
   std::unique_ptr<IteratorNode> input_;
-  int64_t size_;
-  bool drop_remainder_;
+  Batching batching_;
 };
 
-class BatchNode : public Stage<BatchNode, BatchStage>, public BatchingStage {
+class BatchNode : public IteratingStage<BatchNode, BatchIterator, Batching, BatchStage>,
+                  public BatchingStage {
  public:
-  BatchNode(NodePtr input, int64_t size, bool drop_remainder)
-      : Stage(std::move(input)), size_(size), drop_remainder_(drop_remainder) {}
-  int64_t batch_size() const override { return size_; }
-  bool drop_remainder() const override { return drop_remainder_; }
-  int64_t batched_rows() const override {
-    return batched_rows_of(input_->cardinality(), size_, drop_remainder_);
-  }
-  int64_t rows_per_batch() const override { return size_; }
+  using IteratingStage::IteratingStage;
+  int64_t batch_size() const override { return setting_.size; }
+  bool drop_remainder() const override { return setting_.drop_remainder; }
+  int64_t batched_rows() const override { return setting_.rows(input_->cardinality()); }
+  int64_t rows_per_batch() const override { return setting_.size; }
   NodePtr with_rows_per_batch(int64_t size) const override {
-    return std::make_shared<BatchNode>(input_, size, drop_remainder_);
+    return std::make_shared<BatchNode>(input_, Batching{size, setting_.drop_remainder});
   }
-  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<BatchIterator>(input_->make_iterator(epoch), size_, drop_remainder_);
-  }
-  int64_t cardinality() const override {
-    return batches_of(input_->cardinality(), size_, drop_remainder_);
-  }
+  int64_t cardinality() const override { return setting_.batches(input_->cardinality()); }
   std::string call() const override {
-    return drop_remainder_ ? call_text("batch", size_, "drop_remainder")
-                           : call_text("batch", size_);
+    return setting_.drop_remainder ? call_text("batch", setting_.size, "drop_remainder")
+                                   : call_text("batch", setting_.size);
   }
-
- private:
-  int64_t size_;
-  bool drop_remainder_;
 };
 
 }  // namespace
 
 NodePtr make_batch_node(NodePtr input, int64_t batch_size, bool drop_remainder) {
-  return std::make_shared<BatchNode>(std::move(input), batch_size, drop_remainder);
+  return std::make_shared<BatchNode>(std::move(input), Batching{batch_size, drop_remainder});
 }
 
 }  // namespace dist::data::detail

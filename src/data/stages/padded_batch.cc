@@ -1,12 +1,10 @@
-// padded_batch and bucket_by_sequence_length: batches of elements that differ in shape.
+// padded_batch: batches of elements that differ in shape, and the padding it shares with
+// bucket_by_sequence_length (padding.h).
 //
 // Padding: for each component, the batch's shape is, dimension by dimension, the padded
 // shape's fixed size or (for -1) the largest size among the batch's elements; the output is
 // filled with the padding value and each element copied into its corner [0, size) of every
-// dimension. Bucketing routes each element by its length to one of a few padded_batch
-// queues, so a batch holds sequences of similar length and little padding; the routing is a
-// function of the input's order alone, which is what makes restoring a position exact (the
-// skipped batches are grouped again, only not padded).
+// dimension.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -14,33 +12,11 @@
 #include <sstream>
 
 #include "data/dataset_node.h"
+#include "data/stages/padding.h"
 #include "dist/core/error.h"
 
 namespace dist::data::detail {
 namespace {
-
-// What every padded batch of one stage shares.
-struct PadSpec {
-  std::vector<std::vector<int64_t>> shapes;  // per component; empty: all -1
-  std::vector<at::Scalar> values;            // per component; empty: 0
-  const char* stage = "padded_batch";
-};
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t d = 0; d < shape.size(); ++d) s << (d ? ", " : "") << shape[d];
-  s << "]";
-  return s.str();
-}
-
-void check_pad_spec(const PadSpec& spec) {
-  for (size_t k = 0; k < spec.shapes.size(); ++k)
-    for (size_t d = 0; d < spec.shapes[k].size(); ++d)
-      DIST_CHECK_ARG(spec.shapes[k][d] >= -1, spec.stage, ": padded_shapes[", k, "] is ",
-                     shape_string(spec.shapes[k]), "; dimension ", d,
-                     " must be a size (0 or more) or -1 for the longest in the batch");
-}
 
 // The shape component k of the batch pads to (without the batch dimension). `unknown`, if at
 // least 0, replaces -1 (pad_to_bucket_boundary).
@@ -117,8 +93,17 @@ void copy_corner(const at::Tensor& out, int64_t i, const at::Tensor& c) {
   }
 }
 
-Element pad_elements(const std::vector<Element>& elements, const PadSpec& spec,
-                     int64_t unknown = -1) {
+}  // namespace
+
+void check_pad_spec(const PadSpec& spec) {
+  for (size_t k = 0; k < spec.shapes.size(); ++k)
+    for (size_t d = 0; d < spec.shapes[k].size(); ++d)
+      DIST_CHECK_ARG(spec.shapes[k][d] >= -1, spec.stage, ": padded_shapes[", k, "] is ",
+                     shape_string(spec.shapes[k]), "; dimension ", d,
+                     " must be a size (0 or more) or -1 for the longest in the batch");
+}
+
+Element pad_elements(const std::vector<Element>& elements, const PadSpec& spec, int64_t unknown) {
   const size_t arity = elements.front().size();
   for (size_t i = 0; i < elements.size(); ++i)
     DIST_CHECK_ARG(elements[i].size() == arity, spec.stage, ": element ", i, " has ",
@@ -164,169 +149,45 @@ std::string describe_spec(const PadSpec& spec) {
   return s;
 }
 
+namespace {
+
+// The settings of one padded_batch stage.
+struct PaddedBatching {
+  Batching batching;
+  std::shared_ptr<const PadSpec> pad;
+};
+
 class PaddedBatchIterator : public IteratorNode {
  public:
-  PaddedBatchIterator(std::unique_ptr<IteratorNode> input, int64_t size, bool drop_remainder,
-                      std::shared_ptr<const PadSpec> spec)
-      : input_(std::move(input)), size_(size), drop_(drop_remainder), spec_(std::move(spec)) {}
+  PaddedBatchIterator(std::unique_ptr<IteratorNode> input, PaddedBatching settings)
+      : input_(std::move(input)), settings_(std::move(settings)) {}
   std::optional<Element> next() override {
-    std::vector<Element> elements;
-    elements.reserve(static_cast<size_t>(size_));
-    while (static_cast<int64_t>(elements.size()) < size_) {
-      auto element = input_->next();
-      if (!element) break;
-      elements.push_back(std::move(*element));
-    }
+    const std::vector<Element> elements = settings_.batching.next(*input_);
     if (elements.empty()) return std::nullopt;
-    if (drop_ && static_cast<int64_t>(elements.size()) < size_) return std::nullopt;
-    return pad_elements(elements, *spec_);
+    return pad_elements(elements, *settings_.pad);
   }
-  int64_t skip(int64_t n) override {
-    const int64_t inner = input_->skip(n * size_);
-    return inner / size_ + (inner % size_ != 0 && !drop_ ? 1 : 0);
-  }
+  int64_t skip(int64_t n) override { return settings_.batching.skip(*input_, n); }
 
  private:
   std::unique_ptr<IteratorNode> input_;
-  int64_t size_;
-  bool drop_;
-  std::shared_ptr<const PadSpec> spec_;
+  PaddedBatching settings_;
 };
 
-class PaddedBatchNode : public Stage<PaddedBatchNode>, public BatchingStage {
+class PaddedBatchNode : public IteratingStage<PaddedBatchNode, PaddedBatchIterator, PaddedBatching>,
+                        public BatchingStage {
  public:
-  PaddedBatchNode(NodePtr input, int64_t size, bool drop_remainder,
-                  std::shared_ptr<const PadSpec> spec)
-      : Stage(std::move(input)), size_(size), drop_(drop_remainder), spec_(std::move(spec)) {}
-  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<PaddedBatchIterator>(input_->make_iterator(epoch), size_, drop_, spec_);
-  }
-  int64_t cardinality() const override { return batches_of(input_->cardinality(), size_, drop_); }
-  int64_t batched_rows() const override {
-    return batched_rows_of(input_->cardinality(), size_, drop_);
-  }
-  int64_t rows_per_batch() const override { return size_; }
+  using IteratingStage::IteratingStage;
+  int64_t cardinality() const override { return setting_.batching.batches(input_->cardinality()); }
+  int64_t batched_rows() const override { return setting_.batching.rows(input_->cardinality()); }
+  int64_t rows_per_batch() const override { return setting_.batching.size; }
   NodePtr with_rows_per_batch(int64_t size) const override {
-    return std::make_shared<PaddedBatchNode>(input_, size, drop_, spec_);
+    return std::make_shared<PaddedBatchNode>(
+        input_, PaddedBatching{{size, setting_.batching.drop_remainder}, setting_.pad});
   }
   std::string call() const override {
-    return "padded_batch(" + std::to_string(size_) + describe_spec(*spec_) +
-           (drop_ ? ", drop_remainder" : "") + ")";
+    return "padded_batch(" + std::to_string(setting_.batching.size) + describe_spec(*setting_.pad) +
+           (setting_.batching.drop_remainder ? ", drop_remainder" : "") + ")";
   }
-
- private:
-  int64_t size_;
-  bool drop_;
-  std::shared_ptr<const PadSpec> spec_;
-};
-
-// ---- bucket_by_sequence_length ----
-
-struct BucketSpec {
-  std::function<int64_t(const Element&)> length;
-  std::vector<int64_t> boundaries;
-  std::vector<int64_t> batch_sizes;
-  bool pad_to_boundary = false;
-  bool drop_remainder = false;
-  PadSpec pad;
-};
-
-class BucketIterator : public IteratorNode {
- public:
-  BucketIterator(std::unique_ptr<IteratorNode> input, std::shared_ptr<const BucketSpec> spec)
-      : input_(std::move(input)),
-        spec_(std::move(spec)),
-        buckets_(spec_->batch_sizes.size()),
-        counted_(0) {}
-
-  std::optional<Element> next() override {
-    auto group = next_group();
-    if (!group) return std::nullopt;
-    const int64_t unknown =
-        spec_->pad_to_boundary ? spec_->boundaries[static_cast<size_t>(*group)] - 1 : -1;
-    Element batch = pad_elements(buckets_[static_cast<size_t>(*group)], spec_->pad, unknown);
-    buckets_[static_cast<size_t>(*group)].clear();
-    return batch;
-  }
-  int64_t skip(int64_t n) override {
-    int64_t skipped = 0;
-    for (; skipped < n; ++skipped) {
-      auto group = next_group();
-      if (!group) break;
-      buckets_[static_cast<size_t>(*group)].clear();
-    }
-    return skipped;
-  }
-
- private:
-  // Fills buckets until one is ready and returns its index (its elements stay in buckets_ for
-  // the caller to pad or drop), or nullopt at the end.
-  std::optional<int64_t> next_group() {
-    while (!input_done_) {
-      auto element = input_->next();
-      if (!element) {
-        input_done_ = true;
-        break;
-      }
-      const int64_t bucket = bucket_of(*element);
-      auto& queue = buckets_[static_cast<size_t>(bucket)];
-      queue.push_back(std::move(*element));
-      ++counted_;
-      if (static_cast<int64_t>(queue.size()) == spec_->batch_sizes[static_cast<size_t>(bucket)])
-        return bucket;
-    }
-    // The partial buckets, in bucket order.
-    for (; flush_ < buckets_.size(); ++flush_) {
-      if (buckets_[flush_].empty() || spec_->drop_remainder) continue;
-      return static_cast<int64_t>(flush_++);
-    }
-    return std::nullopt;
-  }
-
-  int64_t bucket_of(const Element& element) const {
-    const int64_t length = spec_->length(element);
-    DIST_CHECK_ARG(length >= 0, "bucket_by_sequence_length: element_length_func gave ", length,
-                   " for input element ", counted_, " ", element.describe(),
-                   "; a length must be 0 or more");
-    const auto& b = spec_->boundaries;
-    const auto bucket =
-        static_cast<int64_t>(std::upper_bound(b.begin(), b.end(), length) - b.begin());
-    DIST_CHECK_ARG(!spec_->pad_to_boundary || bucket < static_cast<int64_t>(b.size()),
-                   "bucket_by_sequence_length: input element ", counted_, " has length ", length,
-                   ", in the last bucket (from ", b.empty() ? 0 : b.back(),
-                   " up), which has no boundary to pad to under pad_to_bucket_boundary; add a "
-                   "boundary above the longest element or filter the longer ones");
-    return bucket;
-  }
-
-  std::unique_ptr<IteratorNode> input_;
-  std::shared_ptr<const BucketSpec> spec_;
-  std::vector<std::vector<Element>> buckets_;
-  int64_t counted_;  // input elements read, for errors
-  bool input_done_ = false;
-  size_t flush_ = 0;
-};
-
-class BucketNode : public Stage<BucketNode> {
- public:
-  BucketNode(NodePtr input, std::shared_ptr<const BucketSpec> spec)
-      : Stage(std::move(input)), spec_(std::move(spec)) {}
-  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<BucketIterator>(input_->make_iterator(epoch), spec_);
-  }
-  int64_t cardinality() const override {
-    const int64_t c = input_->cardinality();
-    return c == 0 || c == kInfiniteCardinality ? c : kUnknownCardinality;
-  }
-  std::string call() const override {
-    return "bucket_by_sequence_length(boundaries=" + shape_string(spec_->boundaries) +
-           ", batch_sizes=" + shape_string(spec_->batch_sizes) + describe_spec(spec_->pad) +
-           (spec_->pad_to_boundary ? ", pad_to_bucket_boundary" : "") +
-           (spec_->drop_remainder ? ", drop_remainder" : "") + ")";
-  }
-
- private:
-  std::shared_ptr<const BucketSpec> spec_;
 };
 
 }  // namespace
@@ -338,37 +199,8 @@ NodePtr make_padded_batch_node(NodePtr input, int64_t batch_size,
   spec->shapes = std::move(padded_shapes);
   spec->values = std::move(padding_values);
   check_pad_spec(*spec);
-  return std::make_shared<PaddedBatchNode>(std::move(input), batch_size, drop_remainder,
-                                           std::move(spec));
-}
-
-NodePtr make_bucket_node(NodePtr input, std::function<int64_t(const Element&)> length,
-                         std::vector<int64_t> boundaries, std::vector<int64_t> batch_sizes,
-                         const BucketOptions& options) {
-  DIST_CHECK_ARG(batch_sizes.size() == boundaries.size() + 1,
-                 "bucket_by_sequence_length: bucket_batch_sizes has ", batch_sizes.size(),
-                 " entries for ", boundaries.size(), " bucket_boundaries; give ",
-                 boundaries.size() + 1,
-                 " (one per bucket: below the first boundary, between "
-                 "each two, and from the last up)");
-  for (size_t i = 0; i < boundaries.size(); ++i)
-    DIST_CHECK_ARG(boundaries[i] >= 1 && (i == 0 || boundaries[i] > boundaries[i - 1]),
-                   "bucket_by_sequence_length: bucket_boundaries ", shape_string(boundaries),
-                   " must increase strictly from 1 up (entry ", i, " is ", boundaries[i], ")");
-  for (size_t i = 0; i < batch_sizes.size(); ++i)
-    DIST_CHECK_ARG(batch_sizes[i] >= 1, "bucket_by_sequence_length: bucket_batch_sizes[", i,
-                   "] is ", batch_sizes[i], "; each must be at least 1");
-  auto spec = std::make_shared<BucketSpec>();
-  spec->length = std::move(length);
-  spec->boundaries = std::move(boundaries);
-  spec->batch_sizes = std::move(batch_sizes);
-  spec->pad_to_boundary = options.pad_to_bucket_boundary;
-  spec->drop_remainder = options.drop_remainder;
-  spec->pad.shapes = options.padded_shapes;
-  spec->pad.values = options.padding_values;
-  spec->pad.stage = "bucket_by_sequence_length";
-  check_pad_spec(spec->pad);
-  return std::make_shared<BucketNode>(std::move(input), std::move(spec));
+  return std::make_shared<PaddedBatchNode>(
+      std::move(input), PaddedBatching{{batch_size, drop_remainder}, std::move(spec)});
 }
 
 }  // namespace dist::data::detail

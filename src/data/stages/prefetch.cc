@@ -83,17 +83,12 @@ class PrefetchIterator : public IteratorNode {
   bool stop_ = false;
 };
 
-class PrefetchNode : public Stage<PrefetchNode> {
+// setting_: the buffer's capacity.
+class PrefetchNode : public IteratingStage<PrefetchNode, PrefetchIterator, int64_t> {
  public:
-  PrefetchNode(NodePtr input, int64_t capacity) : Stage(std::move(input)), capacity_(capacity) {}
-  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<PrefetchIterator>(input_->make_iterator(epoch), capacity_);
-  }
-  std::string call() const override { return call_text("prefetch", capacity_); }
+  using IteratingStage::IteratingStage;
+  std::string call() const override { return call_text("prefetch", setting_); }
   bool hands_on_elements() const override { return true; }
-
- private:
-  int64_t capacity_;
 };
 
 }  // namespace

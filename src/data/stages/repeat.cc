@@ -42,23 +42,21 @@ class RepeatIterator : public IteratorNode {
   std::unique_ptr<IteratorNode> current_;
 };
 
-class RepeatNode : public Stage<RepeatNode> {
+// setting_: the count.
+class RepeatNode : public SettingStage<RepeatNode, int64_t> {
  public:
-  RepeatNode(NodePtr input, int64_t count) : Stage(std::move(input)), count_(count) {}
+  using SettingStage::SettingStage;
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<RepeatIterator>(input_, count_, epoch);
+    return std::make_unique<RepeatIterator>(input_, setting_, epoch);
   }
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
-    if (count_ == 0 || c == 0) return 0;
+    if (setting_ == 0 || c == 0) return 0;
     if (c == kUnknownCardinality) return c;
-    if (count_ < 0 || c == kInfiniteCardinality) return kInfiniteCardinality;
-    return c * count_;
+    if (setting_ < 0 || c == kInfiniteCardinality) return kInfiniteCardinality;
+    return c * setting_;
   }
-  std::string call() const override { return call_text("repeat", count_); }
-
- private:
-  int64_t count_;
+  std::string call() const override { return call_text("repeat", setting_); }
 };
 
 }  // namespace

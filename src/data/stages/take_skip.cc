@@ -26,41 +26,34 @@ class TakeIterator : public IteratorNode {
   int64_t remaining_;  // -1: unlimited
 };
 
-class TakeNode : public Stage<TakeNode> {
+// setting_: the count (-1: all).
+class TakeNode : public IteratingStage<TakeNode, TakeIterator, int64_t> {
  public:
-  TakeNode(NodePtr input, int64_t count) : Stage(std::move(input)), count_(count) {}
-  std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
-    return std::make_unique<TakeIterator>(input_->make_iterator(epoch), count_);
-  }
+  using IteratingStage::IteratingStage;
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
-    if (count_ < 0) return c;
-    if (c == kInfiniteCardinality) return count_;
+    if (setting_ < 0) return c;
+    if (c == kInfiniteCardinality) return setting_;
     if (c == kUnknownCardinality) return c;
-    return std::min(c, count_);
+    return std::min(c, setting_);
   }
-  std::string call() const override { return call_text("take", count_); }
-
- private:
-  int64_t count_;
+  std::string call() const override { return call_text("take", setting_); }
 };
 
-class SkipNode : public Stage<SkipNode> {
+// setting_: the count.
+class SkipNode : public SettingStage<SkipNode, int64_t> {
  public:
-  SkipNode(NodePtr input, int64_t count) : Stage(std::move(input)), count_(count) {}
+  using SettingStage::SettingStage;
   std::unique_ptr<IteratorNode> make_iterator(int64_t epoch) const override {
     auto it = input_->make_iterator(epoch);
-    it->skip(count_);
+    it->skip(setting_);
     return it;
   }
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
-    return c < 0 ? c : std::max<int64_t>(0, c - count_);
+    return c < 0 ? c : std::max<int64_t>(0, c - setting_);
   }
-  std::string call() const override { return call_text("skip", count_); }
-
- private:
-  int64_t count_;
+  std::string call() const override { return call_text("skip", setting_); }
 };
 
 }  // namespace
