@@ -13,6 +13,8 @@
 #include "dist/core/env.h"
 #include "dist/data/dataset.h"
 #include "dist/data/image_label_tensors.h"
+// scale_images and scale_images_of, which the loaders use (they were declared here).
+#include "dist/data/image_transforms.h"
 #include "dist/data/split.h"
 
 namespace dist::data {
@@ -43,7 +45,7 @@ Dataset mnist(const std::string& dir, Split split, Env* env = Env::Default(),
 // The same elements with the images as the files store them, uint8 [1, 28, 28]: a quarter of
 // the memory (Fashion-MNIST's 60,000 training images are 47 MB instead of 188 MB in every worker
 // process). Scale them after batching, where one conversion serves a whole batch and a shuffle
-// buffer holds only views of the bytes:
+// buffer holds only views of the bytes (scale_images_of, image_transforms.h):
 //
 //   fashion_mnist_bytes(dir, Split::kTrain).shuffle(60000, seed).batch(64).map(scale_images_of)
 //
