@@ -71,15 +71,16 @@ void image_codec() {
   const std::string bytes = encode_ppm(rgb);
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   expect(is_ppm(data, bytes.size()), "image-codec", "is_ppm of encode_ppm's bytes");
-  const at::Tensor hwc = decode_ppm_hwc(data, bytes.size(), 0, "test.ppm");
+  const std::string source = "test.ppm";
+  const at::Tensor hwc = decode_ppm_hwc({data, bytes.size(), 0, &source});
   expect(hwc.permute({2, 0, 1}).equal(rgb), "image-codec", "decode(encode(x)) == x, RGB");
-  const at::Tensor grey = decode_ppm_hwc(data, bytes.size(), 1, "test.ppm");
+  const at::Tensor grey = decode_ppm_hwc({data, bytes.size(), 1, &source});
   expect(grey.sizes() == at::IntArrayRef({2, 3, 1}) &&
              grey[0][1][0].item<uint8_t>() == grey_of(1, 7, 13),
          "image-codec", "RGB to grey by grey_of");
   bool named = false;
   try {
-    decode_ppm_hwc(data, bytes.size() - 1, 0, "test.ppm");
+    decode_ppm_hwc({data, bytes.size() - 1, 0, &source});
   } catch (const dist::DataError& e) {
     named = std::string(e.what()).find("test.ppm: the PPM is truncated") != std::string::npos;
   }
