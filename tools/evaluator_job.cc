@@ -77,6 +77,17 @@ EvaluatedModel fit_loop_model(const TrainOptions& options, const data::Dataset& 
   return {model.checkpoint(), evaluate};
 }
 
+// The job's last step, counted as the chief counts it (prepare_job), where the strategy has
+// one replica in sync (a worker's step of `global_batch`).
+int64_t job_final_step(const TrainOptions& options, int64_t global_batch) {
+  const data::Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain,
+                                                           Env::Default(), options.train_examples);
+  const int64_t steps_per_epoch =
+      parameter_server_steps_per_epoch(options, examples.cardinality(), global_batch);
+  const int64_t final_step = options.epochs * steps_per_epoch;
+  return options.max_steps > 0 ? std::min(final_step, options.max_steps) : final_step;
+}
+
 }  // namespace
 
 bool is_evaluator_task(const TrainOptions& options) {
@@ -98,15 +109,8 @@ EvaluatorResult run_evaluator(const TrainOptions& options, std::ostream& out) {
   const auto timeout = whole_milliseconds("--evaluator-timeout", options.evaluator_timeout);
   set_parameter_server_task_threads(options, TFConfigClusterResolver().config());
 
-  // The job's last step, counted as the chief counts it (prepare_job), where the strategy has
-  // one replica in sync (a worker's step).
   const int64_t global_batch = global_batch_of(options, /*replicas=*/1);
-  data::Dataset examples = data::fashion_mnist_bytes(options.data_dir, data::Split::kTrain,
-                                                     Env::Default(), options.train_examples);
-  const int64_t steps_per_epoch =
-      parameter_server_steps_per_epoch(options, examples.cardinality(), global_batch);
-  int64_t final_step = options.epochs * steps_per_epoch;
-  if (options.max_steps > 0) final_step = std::min(final_step, options.max_steps);
+  const int64_t final_step = job_final_step(options, global_batch);
   const data::Dataset test = data::fashion_mnist_bytes(options.data_dir, data::Split::kTest)
                                  .batch(global_batch)
                                  .map(data::scale_images_of);

@@ -72,30 +72,28 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 // -1 ("no limit", "all") or at least 1: 0 is neither, and used to mean "the default" silently.
-const CLI::Validator kMinusOneOrPositive(
-    [](std::string& text) -> std::string {
-      try {
-        const long long value = std::stoll(text);
-        if (value == -1 || value >= 1) return {};
-      } catch (const std::exception&) {
-      }
-      return "must be -1 or at least 1, got " + text;
-    },
-    "-1 or >= 1");
+std::string minus_one_or_positive(std::string& text) {
+  try {
+    const long long value = std::stoll(text);
+    if (value == -1 || value >= 1) return {};
+  } catch (const std::exception&) {
+  }
+  return "must be -1 or at least 1, got " + text;
+}
+const CLI::Validator kMinusOneOrPositive(minus_one_or_positive, "-1 or >= 1");
 
 // A count of at least 1. CLI::PositiveNumber's message for 0 ("Value 0 not in range 0.000000
 // to 1.79769e+308", 300 digits long) named a range that holds 0.
-const CLI::Validator kAtLeastOne(
-    [](std::string& text) -> std::string {
-      try {
-        size_t used = 0;
-        const long long value = std::stoll(text, &used);
-        if (value >= 1 && used == text.size()) return {};
-      } catch (const std::exception&) {
-      }
-      return "must be at least 1, got " + text;
-    },
-    ">= 1");
+std::string at_least_one(std::string& text) {
+  try {
+    size_t used = 0;
+    const long long value = std::stoll(text, &used);
+    if (value >= 1 && used == text.size()) return {};
+  } catch (const std::exception&) {
+  }
+  return "must be at least 1, got " + text;
+}
+const CLI::Validator kAtLeastOne(at_least_one, ">= 1");
 
 // The text of the enum-like flags, turned into their types after parsing.
 struct Spelled {
