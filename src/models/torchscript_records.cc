@@ -57,7 +57,7 @@ class RecordMatcher {
                 const ArchiveIndex& index)
       : path_(path), reader_(reader), index_(index) {}
 
-  void check_archive(const std::string& archive) {
+  void check_records_under(const std::string& archive) {
     auto [pickle, size] = reader_.getRecord(archive + ".pkl");
     const char* bytes = static_cast<const char*>(pickle.get());
     size_t at = 0;
@@ -135,7 +135,7 @@ void verify_tensor_records(const std::string& path, caffe2::serialize::PyTorchSt
   for (const char* archive : {"constants", "data"}) {
     if (!reader.hasRecord(std::string(archive) + ".pkl")) continue;
     try {
-      matcher.check_archive(archive);
+      matcher.check_records_under(archive);
     } catch (const DataError&) {
       throw;
     } catch (const std::exception& e) {
