@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "dist/core/error.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace dist::data {
 namespace {
 
+using testing::expect_contains;
 using testing::TempDir;
 using testing::write_file;
 
@@ -38,24 +40,10 @@ std::string records(const std::vector<int>& labels, int first_record = 0) {
   return out;
 }
 
+// The DataError that fn throws (its message).
 template <class Fn>
 std::string data_error(Fn fn) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected dist::DataError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected dist::DataError, nothing was thrown";
-  return "";
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const auto& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "\"" << part << "\" not in: " << message;
-  }
+  return testing::error_of<DataError>(fn);
 }
 
 TEST(CifarTest, ReadsChannelLayoutExactly) {

@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "dist/core/error.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace dist::data {
 namespace {
 
+using testing::expect_contains;
 using testing::TempDir;
 using testing::write_file;
 
@@ -48,24 +50,10 @@ void write_gzip(const std::string& path, const std::string& data) {
 
 // The message of the DataError that fn throws; a test failure if it throws nothing or
 // something else.
+// The DataError that fn throws (its message).
 template <class Fn>
 std::string data_error(Fn fn) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected dist::DataError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected dist::DataError, nothing was thrown";
-  return "";
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const auto& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "\"" << part << "\" not in: " << message;
-  }
+  return testing::error_of<DataError>(fn);
 }
 
 // Round trips, each run on a plain and on a gzip file.
