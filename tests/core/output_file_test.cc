@@ -46,9 +46,10 @@ TEST(OutputFileTest, SaysWhatIsInTheWayAndAllowsOnlyWritableRegularFiles) {
   EXPECT_TRUE(contains(why_not_an_output_file(dir.file("kept")), "read-only"));
   EXPECT_TRUE(contains(why_not_an_output_file(dir.file("file") + "/below"),
                        "has a parent that is not a directory"));
-  if (::mknod(dir.file("null").c_str(), S_IFCHR | 0600, ::makedev(1, 3)) == 0)
+  if (::mknod(dir.file("null").c_str(), S_IFCHR | 0600, ::makedev(1, 3)) == 0) {
     EXPECT_EQ(why_not_an_output_file(dir.file("null")),
               "is not a regular file but a character device");
+  }
 }
 
 TEST(OutputFileTest, ALinkToARegularFileIsFollowedSoTheLinkIsKept) {

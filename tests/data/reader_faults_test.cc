@@ -127,7 +127,9 @@ TEST(ReaderFaultTest, TFRecordReaderNamesTheFileAndKeepsWhatCameBefore) {
       EXPECT_TRUE(contains(message, reason_of(fault))) << message;
       // Uncompressed, exactly the records in the first buffer; compressed, fewer than all (the
       // compressed bytes before the fault hold some).
-      if (c == Compression::kNone) EXPECT_EQ(read, fault == Fault::kVanish ? 0 : before);
+      if (c == Compression::kNone) {
+        EXPECT_EQ(read, fault == Fault::kVanish ? 0 : before);
+      }
       EXPECT_LT(read, 40);
       // Counting seeks over an uncompressed file's data: the byte with the EIO is never read.
       if (c == Compression::kNone && fault == Fault::kReadError) {

@@ -194,9 +194,10 @@ TEST(StartupSignalTest, SigtermFromTheFirstInstantItIsCaughtExitsFourNotTheDefau
                 static_cast<long long>(later.count()), result.exit_code);
     EXPECT_EQ(result.exit_code, 4) << result.output;
     EXPECT_TRUE(testing::contains(result.output, "stopped by SIGTERM while")) << result.output;
-    if (later == 0ms)  // main's hand-over of a signal from before main, not a later wait's
+    if (later == 0ms) {  // main's hand-over of a signal from before main, not a later wait's
       EXPECT_TRUE(testing::contains(result.output, "stopped by SIGTERM while loading"))
           << result.output;
+    }
     EXPECT_FALSE(testing::contains(result.output, "Epoch 1/")) << result.output;
   }
 }

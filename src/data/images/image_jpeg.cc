@@ -66,7 +66,7 @@ jpeg_error_mgr* install(JpegErrors* errors) {
 struct JpegRead : detail::EncodedImage {
   bool cmyk = false;  // pixels are C, M, Y, K (Adobe's inverted values if adobe)
   bool adobe = false;
-  at::Tensor pixels;  // [H, W, C] as libjpeg writes them
+  at::Tensor pixels{};  // [H, W, C] as libjpeg writes them
 };
 
 // Chooses libjpeg's output colour space after the header is read: grey straight from the luma,

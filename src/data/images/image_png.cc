@@ -23,7 +23,7 @@ namespace {
 // What the callbacks and read_png share with decode_png_hwc.
 struct PngRead : EncodedImage {
   size_t offset = 0;
-  at::Tensor pixels;  // [H, W, C] as libpng writes them (C = 3 when grey is made from RGB)
+  at::Tensor pixels{};  // [H, W, C] as libpng writes them (C = 3 when grey is made from RGB)
   char message[200] = "";
 };
 
