@@ -145,9 +145,13 @@ void Rendezvous::connect() {
       not_ours = e.what();
     } catch (const CollectiveError& e) {
       if (spec_.rank == 0) {
-        throw CollectiveError(detail::concat("cannot reach the rendezvous store at ",
-                                             at.to_string(), " that ", self,
-                                             " just started: ", e.what()));
+        // Rank 0 started the store only in an elastic job's first generation (or a fixed job).
+        const bool started_now = spec_.elastic_generation.value_or(0) == 0;
+        throw CollectiveError(
+            detail::concat("cannot reach the rendezvous store at ", at.to_string(),
+                           started_now ? " that " + self + " just started: "
+                                       : " that the job's first generation started (it has gone): ",
+                           e.what()));
       }
       throw CollectiveError(detail::concat(
           member_name(spec_, 0), " never joined: its rendezvous store at ", at.to_string(),
