@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/crc32c.h"
+#include "cpu_replicas.h"
 #include "dist/core/error.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/distribute/one_device_strategy.h"
@@ -321,20 +322,13 @@ std::vector<torch::Tensor> train_range(const Strategy& strategy, int from, int t
   return weights;
 }
 
-MirroredStrategy replicas(int n) {
-  MirroredOptions options;
-  for (int r = 0; r < n; ++r) options.devices.push_back("cpu:" + std::to_string(r));
-  options.threads_per_replica = 1;
-  return MirroredStrategy(options);
-}
-
 TEST(CheckpointPortabilityTest, SavedWithTwoReplicasContinuesWithOneThreeOrNoStrategy) {
   testing::TempDir dir;
   const std::string saved = dir.file("two.safetensors");
-  train_range(replicas(2), 0, 8, "", saved);
-  const auto expected = train_range(replicas(2), 8, 16, saved, "");
+  train_range(testing::cpu_replicas(2), 0, 8, "", saved);
+  const auto expected = train_range(testing::cpu_replicas(2), 8, 16, saved, "");
   for (int n : {1, 3}) {
-    const auto actual = train_range(replicas(n), 8, 16, saved, "");
+    const auto actual = train_range(testing::cpu_replicas(n), 8, 16, saved, "");
     const double diff = testing::max_relative_difference(actual, expected);
     std::printf("restored with %d replicas: max relative difference %.3g\n", n, diff);
     EXPECT_LT(diff, 1e-5) << n << " replicas";

@@ -155,13 +155,6 @@ bool differs(const std::vector<torch::Tensor>& a, const std::vector<torch::Tenso
   return false;
 }
 
-MirroredStrategy replicas(int n) {
-  MirroredOptions options;
-  for (int r = 0; r < n; ++r) options.devices.push_back("cpu:" + std::to_string(r));
-  options.threads_per_replica = 1;
-  return MirroredStrategy(options);
-}
-
 MirroredPair::MirroredPair(const Strategy& strategy, int seed)
     : generator_g(strategy.mirror(generator(seed))),
       discriminator_x(strategy.mirror(discriminator(seed + 1))),

@@ -52,9 +52,6 @@ void expect_identical(const std::vector<torch::Tensor>& actual,
                       const std::vector<torch::Tensor>& expected);
 bool differs(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);
 
-// A MirroredStrategy of `n` CPU replicas.
-MirroredStrategy replicas(int n);
-
 // A generator and a discriminator mirrored by `strategy`, each with an Adam optimizer.
 struct MirroredPair {
   explicit MirroredPair(const Strategy& strategy, int seed);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_replicas.h"
 #include "dist/core/error.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
@@ -58,7 +59,7 @@ TEST(NamedCheckpointTest, BadNamesAndOptimizersWithoutTheirModelAreRefusedByName
   expect_invalid(
       [&] { ckpt.add("generator_f_optimizer", gan.generator_f_optimizer.get(), "generator_g"); },
       {"'generator_f_optimizer'", "not in model 'generator_g'"});
-  const auto two = replicas(2);
+  const auto two = testing::cpu_replicas(2);
   MirroredPair pair(two, 1);
   expect_invalid([&] { ckpt.add("mirrored_optimizer", pair.generator_g_optimizer); },
                  {"'mirrored_optimizer'", "add its model"});

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "cpu_replicas.h"
 #include "dist/distribute/mirrored_strategy.h"
 #include "dist/train/checkpoint.h"
 #include "dist/train/safetensors.h"
@@ -96,7 +97,7 @@ TEST(NamedCheckpointTest, ObjectsAreFoundWhicheverWayTheyAreAdded) {
 
 TEST(NamedCheckpointTest, WrittenWithTwoReplicasReadsIntoNoStrategyAndThreeReplicas) {
   testing::TempDir dir;
-  const auto two = replicas(2);
+  const auto two = testing::cpu_replicas(2);
   MirroredPair saved(two, 1);
   saved.train(two, 3);
   saved.lambda.mul_(-1);
@@ -126,7 +127,7 @@ TEST(NamedCheckpointTest, WrittenWithTwoReplicasReadsIntoNoStrategyAndThreeRepli
   expect_identical(actual, expected);
 
   // Three replicas: every replica's copy holds the values (buffers are per copy).
-  const auto three = replicas(3);
+  const auto three = testing::cpu_replicas(3);
   MirroredPair restored(three, 5);
   restored.checkpoint().read(dir.file("two.safetensors"));
   expect_identical(everything(restored), expected);
