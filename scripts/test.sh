@@ -6,11 +6,12 @@
 # "parallel" (tests/parallel_suites.txt: no sockets, no elapsed-time checks) run two at a time.
 # The multi-process cases labelled "paired" (tests/paired_cases.txt: they mostly wait on their
 # child processes, assert no elapsed time and share nothing machine-wide) run two at a time
-# too, each with ports of its own. The fuzzing (two targets at a time at the lowest priority,
-# 20 s of wall time each) runs beside the cases that mostly sleep on timeouts and check
-# deadlines (label "waiting", tests/waiting_cases.txt), four at a time: they take a core when
-# they want one, the fuzzing the rest. Everything else runs alone, as the other deadline tests
-# and those that need the whole machine (Slurm, network namespaces) must on a 2-core machine.
+# too, each with ports of its own. The fuzzing (three targets at a time at the lowest priority,
+# 20 s of wall time each) and the install test (compilations, also at the lowest priority) run
+# beside the cases that mostly sleep on timeouts and check deadlines (label "waiting",
+# tests/waiting_cases.txt), four at a time: they take a core when they want one, the fuzzing and
+# the compiler the rest. Everything else runs alone, as the other deadline tests and those that
+# need the whole machine (Slurm, network namespaces) must on a 2-core machine.
 # Every pass always runs; the exit status is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +42,9 @@ run_pass() {
 tests_started=$SECONDS
 run_pass "tests that run two at a time (label parallel)" -j 2 -L parallel -LE "$skip"
 run_pass "multi-process tests that run two at a time (label paired)" -j 2 -L paired -LE "$skip"
-run_pass "the fuzzing beside the tests that wait out timeouts (label waiting)" -j 5 -L waiting \
+run_pass "the fuzzing beside the tests that wait out timeouts (label waiting)" -j 6 -L waiting \
   -LE "$skip"
-run_pass "tests that run alone (deadlines, loopback servers, Slurm, namespaces, install)" \
+run_pass "tests that run alone (deadlines, loopback servers, Slurm, namespaces)" \
   -LE "parallel|paired|waiting|$skip"
 echo "== the passes took"
 printf '  %s\n' "${passes[@]}"
