@@ -411,6 +411,7 @@ TrainResult CustomLoop::run(Clock::time_point job_start) {
   const int first_epoch = resume();
   // Every worker must take the same steps: compare what decides them before the first one.
   strategy_.check_workers_agree(step_settings(options_, job_, result_.resumed_at_step));
+  if (options_.before_first_step) options_.before_first_step();
   if (resume_at_) report_if_finished(first_epoch);
   const int64_t steps_before = result_.steps;
   int64_t images = 0;

@@ -9,20 +9,14 @@
 // first: rerun the same command to resume), or within about a second when it came during the
 // start-up (nothing trained yet); 5 an elastic job ended below --min-workers (or
 // there was none left to join).
-// The last line of stdout is one JSON object with the results.
+// The last line of stdout is one JSON object with the results. After the signal watch, main is
+// parse_command_line and run_dist_train (dist_train_run.h), which the tests also run in-process.
 #include <pthread.h>
 
 #include <csignal>
-#include <cstring>
 #include <iostream>
-#include <new>
-#include <string>
 
-#include "dist/core/error.h"
-#include "dist/train/elastic.h"
-#include "evaluator_job.h"
-#include "flag_names.h"
-#include "run_training.h"
+#include "dist_train_run.h"
 #include "startup_signals.h"
 #include "train_options.h"
 
@@ -75,32 +69,6 @@ void watch_signals_from_main() {
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
-constexpr const char* kOutOfMemory =
-    "dist-train: out of memory: the model's training state (parameters, gradients, optimizer "
-    "slots), a batch or the data set did not fit this process; with several workers, "
-    "--sharding optimizer or gradients keeps 1/N of the optimizer's state (and of the "
-    "gradients) on each, --sharding parameters 1/N of the parameters too; else try a smaller "
-    "--global-batch or --batch-per-replica";
-
-std::string first_line(const char* text) {
-  const std::string all(text);
-  return all.substr(0, all.find('\n'));
-}
-
-// Runs the job the options describe; the exit code.
-int run(const dist::tools::TrainOptions& options) {
-  // The evaluator task of a parameter-server job (every task runs this same command).
-  if (dist::tools::is_evaluator_task(options)) {
-    dist::tools::end_early_stop_watch("starting the evaluator task");
-    auto result = dist::tools::run_evaluator(options, std::cout);
-    std::cout << dist::tools::to_json_line(result) << std::endl;
-    return 0;
-  }
-  auto result = dist::tools::run_training(options, std::cout);
-  if (result.chief) std::cout << dist::tools::to_json_line(result) << std::endl;
-  return result.interrupted ? 4 : 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,32 +76,5 @@ int main(int argc, char** argv) {
   watch_signals_from_main();
   const dist::tools::CommandLine line = dist::tools::parse_command_line(argc, argv);
   if (line.exit_code) return *line.exit_code;
-  try {
-    return run(line.options);
-  } catch (const dist::InvalidArgument& e) {
-    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
-    return 2;
-  } catch (const dist::StopRequested& e) {  // during the start-up: nothing was trained
-    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
-    return 4;
-  } catch (const dist::ElasticJobStopped& e) {
-    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
-    return 5;
-  } catch (const dist::CollectiveError& e) {
-    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
-    return 1;
-  } catch (const dist::DataError& e) {
-    std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
-    return 3;
-  } catch (const std::bad_alloc&) {
-    std::cerr << kOutOfMemory << std::endl;
-    return 1;
-  } catch (const std::exception& e) {
-    // LibTorch's CPU allocator reports a failed allocation as a c10::Error.
-    if (std::strstr(e.what(), "DefaultCPUAllocator") != nullptr)
-      std::cerr << kOutOfMemory << " (" << first_line(e.what()) << ")" << std::endl;
-    else
-      std::cerr << "dist-train: " << dist::tools::tool_message(e.what()) << std::endl;
-    return 1;
-  }
+  return dist::tools::run_dist_train(line.options, std::cout, std::cerr);
 }

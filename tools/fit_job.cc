@@ -212,6 +212,7 @@ TrainResult fit_job(const TrainOptions& options, JobSetup& job, std::ostream& ch
   // Every worker must take the same steps. (Where BackupAndRestore resumes from is not part of
   // it: each worker restores inside fit; the directory must be shared.)
   strategy.check_workers_agree(step_settings(options, job, -1));
+  if (options.before_first_step) options.before_first_step();
   const bool chief = job.chief;
   std::ostream discard(nullptr);
   std::ostream& out = chief ? chief_out : discard;

@@ -393,6 +393,10 @@ void apply_launcher_environment(TrainOptions& options) {
 }
 
 CommandLine parse_command_line(int argc, char** argv) {
+  return parse_command_line(argc, argv, std::cout, std::cerr);
+}
+
+CommandLine parse_command_line(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CommandLine line;
   Spelled spelled;
   CLI::App app{"dist-train: train on Fashion-MNIST with a tf.distribute-style strategy"};
@@ -405,14 +409,14 @@ CommandLine parse_command_line(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
+    const int code = app.exit(e, out, err);
     line.exit_code = code == 0 ? 0 : 2;
     return line;
   }
   try {
     finish(line.options, spelled);
   } catch (const InvalidArgument& e) {
-    std::cerr << "dist-train: " << e.what() << std::endl;
+    err << "dist-train: " << e.what() << std::endl;
     line.exit_code = 2;
   }
   return line;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 
 #include "dist/collective/cross_device_ops.h"
@@ -131,6 +132,10 @@ struct TrainOptions {
   // Called after each completed step with the global step count (tests: a worker that kills
   // itself at a given step); empty: nothing.
   std::function<void(int64_t)> after_step;
+  // Called once every check has passed and a checkpoint was resumed, just before the first
+  // step (the custom loop and fit; tests: dist-train's checks run in-process end here by
+  // throwing); empty: nothing.
+  std::function<void()> before_first_step;
   // The custom loop's checkpoints and --save-weights go through it (not owned); the crash tests
   // pass one that kills the process mid-save. The fit loop's Keras callbacks use the default.
   Env* env = Env::Default();
@@ -157,11 +162,13 @@ std::chrono::milliseconds whole_milliseconds(const char* flag, double seconds);
 int64_t global_batch_of(const TrainOptions& options, int replicas);
 
 // dist-train's command line: the options (checked), or the exit code when parsing ended it
-// (0 after --help; 2 for a bad flag or value, with the message printed to stderr).
+// (0 after --help, printed to `out`; 2 for a bad flag or value, with the message on `err`).
 struct CommandLine {
   TrainOptions options;
   std::optional<int> exit_code;
 };
+CommandLine parse_command_line(int argc, char** argv, std::ostream& out, std::ostream& err);
+// On stdout and stderr, as dist-train's main.
 CommandLine parse_command_line(int argc, char** argv);
 
 }  // namespace dist::tools

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@
 #include "equivalence_data.h"
 #include "test_util.h"
 #include "tfrecord_reader.h"
+#include "tools/train_runs.h"
 
 namespace dist {
 namespace {
@@ -222,14 +224,48 @@ TEST(DistTrainErrorsTest, BadFlagsAndMissingDataExitCleanly) {
   EXPECT_EQ(missing.exit_code, 3) << missing.output;
   EXPECT_NE(missing.output.find("/nonexistent/fashion"), std::string::npos) << missing.output;
 
-  auto replicas = run_command("--strategy one_device --replicas 2 --max-steps 1");
+  // Two more refusals of option values, through dist-train's checks in this process.
+  auto replicas = testing::dist_train_checks(
+      {"--strategy", "one_device", "--replicas", "2", "--max-steps", "1"});
   EXPECT_EQ(replicas.exit_code, 2) << replicas.output;
 
-  auto backend = run_command("--strategy mirrored --collective-backend gloo --max-steps 1");
+  auto backend = testing::dist_train_checks(
+      {"--strategy", "mirrored", "--collective-backend", "gloo", "--max-steps", "1"});
   EXPECT_EQ(backend.exit_code, 2) << backend.output;
   EXPECT_NE(backend.output.find("--collective-backend applies to --strategy multi_worker only"),
             std::string::npos)
       << backend.output;
+}
+
+// testing::dist_train_checks, through which the refusal tables run most rows, is dist-train's
+// own code in this process: for a refusal of each stage (the command line, an option value, the
+// data, the job's start) its exit code and output equal the process's, byte for byte. A job
+// whose checks all pass stops before its first step, having written nothing.
+TEST(DistTrainErrorsTest, TheChecksInThisProcessGiveWhatTheProcessGives) {
+  const std::vector<std::vector<std::string>> refused{
+      {"--no-such-flag"},
+      {"--strategy", "default", "--max-steps", "0"},
+      {"--strategy", "default", "--data-dir", "/nonexistent/fashion", "--max-steps", "1"},
+      {"--strategy", "default", "--train-examples", "64", "--global-batch", "128"}};
+  const auto processes = testing::processes_and_checks(refused, {true, true, true, true});
+  for (size_t i = 0; i < refused.size(); ++i) {
+    const auto checks = testing::dist_train_checks(refused[i]);
+    SCOPED_TRACE(refused[i].back());
+    EXPECT_EQ(checks.exit_code, processes[i].exit_code) << checks.output;
+    EXPECT_EQ(checks.output, processes[i].output);
+  }
+  EXPECT_EQ(processes[3].exit_code, 2) << processes[3].output;  // refused as the job started
+  EXPECT_TRUE(testing::contains(processes[3].output, "Global batch size: 128"))
+      << processes[3].output;
+
+  testing::TempDir dir;
+  const auto passed = testing::dist_train_checks(
+      {"--strategy", "default", "--train-examples", "64", "--global-batch", "32", "--max-steps",
+       "1", "--save-weights", dir.file("w.safetensors"), "--log-dir", dir.file("logs")});
+  EXPECT_EQ(passed.exit_code, testing::kChecksPassed) << passed.output;
+  EXPECT_TRUE(testing::contains(passed.output, "Global batch size: 32")) << passed.output;
+  EXPECT_FALSE(testing::contains(passed.output, "Epoch 1/")) << passed.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("w.safetensors")));
 }
 
 }  // namespace

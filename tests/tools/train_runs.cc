@@ -9,8 +9,12 @@
 #include <regex>
 #include <sstream>
 
+#include <ATen/Parallel.h>
+
+#include "dist_train_run.h"
 #include "equivalence_data.h"
 #include "tools/weight_files.h"
+#include "train_options.h"
 
 namespace dist::testing {
 
@@ -115,6 +119,60 @@ ProcessResult run_dist_train_alone(const std::vector<std::string>& args) {
   WorkerProcesses process;
   process.start(DIST_TRAIN_BINARY, args, {});
   return process.wait_all(std::chrono::seconds(60)).at(0);
+}
+
+namespace {
+
+// Thrown by dist_train_checks' hook before the first step. Not a std::exception, so that
+// run_dist_train's mapping of errors to exit codes lets it through.
+struct ChecksPassed {};
+
+}  // namespace
+
+ProcessResult dist_train_checks(const std::vector<std::string>& args) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> words{"dist-train"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  // The strategies set LibTorch's thread count for the whole process, as dist-train's own: this
+  // process gets its own back.
+  const int threads = at::get_num_threads();
+  std::ostringstream out, err;
+  ProcessResult result;
+  tools::CommandLine line =
+      tools::parse_command_line(static_cast<int>(words.size()), argv.data(), out, err);
+  if (line.exit_code) {
+    result.exit_code = *line.exit_code;
+  } else {
+    line.options.before_first_step = [] { throw ChecksPassed{}; };
+    try {
+      result.exit_code = tools::run_dist_train(line.options, out, err);
+    } catch (const ChecksPassed&) {
+      result.exit_code = kChecksPassed;
+      err << "(dist_train_checks: every check passed; dist-train would have started training)\n";
+    }
+  }
+  at::set_num_threads(threads);
+  result.output = out.str() + err.str();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::vector<ProcessResult> processes_and_checks(const std::vector<std::vector<std::string>>& jobs,
+                                                const std::vector<bool>& as_process) {
+  EXPECT_EQ(jobs.size(), as_process.size());
+  WorkerProcesses processes;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (as_process.at(i)) processes.start(DIST_TRAIN_BINARY, jobs[i], {});
+  std::vector<ProcessResult> results(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (!as_process[i]) results[i] = dist_train_checks(jobs[i]);
+  const std::vector<ProcessResult> ended = processes.wait_all(std::chrono::seconds(120));
+  for (size_t i = 0, next = 0; i < jobs.size(); ++i)
+    if (as_process[i]) results[i] = ended.at(next++);
+  return results;
 }
 
 int64_t bytes_sent_per_step(const ProcessResult& result) {

@@ -47,6 +47,19 @@ std::vector<std::string> small_multi_worker_job(int workers, std::vector<std::st
 // Runs dist-launch with `args` (5 minutes at most), or dist-train alone (1 minute).
 ProcessResult launch_job(const std::vector<std::string>& args);
 ProcessResult run_dist_train_alone(const std::vector<std::string>& args);
+// dist-train's checks in this process: what dist-train does with `args` up to its first step
+// (parse_command_line and run_dist_train, main's own code: tools/dist_train_run.h), which is not
+// taken. The exit code and the output (stdout's lines, then stderr's) as run_dist_train_alone
+// gives them; once every check has passed, kChecksPassed and an output that says so. A refusal
+// table runs its rows here and one row of each kind of refusal as dist-train, which shows that
+// main exits so; a row that needs a process of its own (a signal, a second job, a cluster's
+// environment, a real open of a device) stays a process.
+constexpr int kChecksPassed = -2;
+ProcessResult dist_train_checks(const std::vector<std::string>& args);
+// Each of `jobs`, in order: the rows `as_process` marks as dist-train processes (started
+// together, 2 minutes at most), the others through dist_train_checks.
+std::vector<ProcessResult> processes_and_checks(const std::vector<std::vector<std::string>>& jobs,
+                                                const std::vector<bool>& as_process);
 // The chief's "Bytes sent per step per worker: N" (-1 and a failed expectation without one).
 int64_t bytes_sent_per_step(const ProcessResult& result);
 
