@@ -103,14 +103,17 @@ TEST(DistTrainCompressionTest, EachCompressionCutsTheBytesAWorkerSendsAsDesigned
       << bytes["powersgd:4:0"];
 }
 
+// The flags are refused as they are parsed: the first as a dist-train process, the others through
+// dist-train's checks in this process (testing::dist_train_checks).
 TEST(DistTrainCompressionTest, StrategiesWithoutACollectiveOfGradientsRefuseItWithTheReason) {
   auto ps = run_alone({"--strategy", "parameter_server", "--gradient-compression", "bf16"});
   EXPECT_EQ(ps.exit_code, 2) << ps.output;
   EXPECT_NE(ps.output.find("ps tasks"), std::string::npos) << ps.output;
-  auto one = run_alone({"--strategy", "one_device", "--gradient-compression", "powersgd:4"});
+  auto one = testing::dist_train_checks(
+      {"--strategy", "one_device", "--gradient-compression", "powersgd:4"});
   EXPECT_EQ(one.exit_code, 2) << one.output;
   EXPECT_NE(one.output.find("one replica"), std::string::npos) << one.output;
-  auto unknown = run_alone({"--gradient-compression", "int8"});
+  auto unknown = testing::dist_train_checks({"--gradient-compression", "int8"});
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("'int8'"), std::string::npos) << unknown.output;
 }

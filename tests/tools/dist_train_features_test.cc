@@ -209,38 +209,48 @@ void expect_refused(const ProcessResult& result, int code, const std::string& sa
   EXPECT_FALSE(testing::contains(result.output, "Epoch 1")) << result.output;
 }
 
+// One refusal of each kind as a dist-train process (of the data: exit 3; of the model file as
+// the job starts, and of the flags as they are parsed: exit 2); the others through dist-train's
+// checks in this process (testing::dist_train_checks).
 TEST(DistTrainFeaturesTest, BadFeaturesAreNamedBeforeTraining) {
   TabularData data;
   // The regression with these flags given or replaced.
-  auto job = [&](const std::vector<std::string>& flags) {
+  auto args_with = [&](const std::vector<std::string>& flags) {
     auto args = regression(data, "one_device", {});
     for (size_t i = 0; i + 1 < flags.size(); i += 2)
       args = testing::with_flag(args, flags[i], flags[i + 1]);
-    return testing::run_dist_train_alone(args);
+    return args;
+  };
+  auto job = [&](const std::vector<std::string>& flags) {
+    return testing::dist_train_checks(args_with(flags));
+  };
+  auto job_process = [&](const std::vector<std::string>& flags) {
+    return testing::run_dist_train_alone(args_with(flags));
   };
   // A feature the records lack: named, with the features they have.
-  expect_refused(job({"--features", "x,age"}), 3, "--features 'age' in record 0 of");
-  expect_refused(job({"--features", "x,age"}), 3, "(the example has: bucket, class, x, y)");
+  const auto lacking = job_process({"--features", "x,age"});
+  expect_refused(lacking, 3, "--features 'age' in record 0 of");
+  expect_refused(lacking, 3, "(the example has: bucket, class, x, y)");
   // The wrong label, the wrong outputs, a model that cannot take the rows.
   expect_refused(job({"--label-feature", "z"}), 3, "--label-feature 'z'");
-  expect_refused(job({"--model-file", data.model("classify")}), 2,
+  expect_refused(job_process({"--model-file", data.model("classify")}), 2,
                  "returns 3 values per example but --label-feature 'y' has 1");
-  expect_refused(testing::run_dist_train_alone(
-                     {"--train-data", data.train(), "--test-data", data.test(), "--features",
-                      "bucket", "--label-feature", "class", "--epochs", "1", "--no-progress"}),
+  expect_refused(testing::dist_train_checks({"--train-data", data.train(), "--test-data",
+                                             data.test(), "--features", "bucket", "--label-feature",
+                                             "class", "--epochs", "1", "--no-progress"}),
                  2, "are all int64, which the built-in models cannot take");
-  expect_refused(testing::run_dist_train_alone({"--train-data", data.train(), "--test-data",
-                                                data.test(), "--features", "x", "--model", "cnn",
-                                                "--label-feature", "class"}),
-                 2, "--model cnn takes images, not the rows of --features");
+  expect_refused(
+      testing::dist_train_checks({"--train-data", data.train(), "--test-data", data.test(),
+                                  "--features", "x", "--model", "cnn", "--label-feature", "class"}),
+      2, "--model cnn takes images, not the rows of --features");
   // Flags that do not go together.
   expect_refused(job({"--image-size", "8x8"}), 2, "apply to images, not to --features x,bucket");
-  expect_refused(testing::run_dist_train_alone({"--task", "regress", "--epochs", "1"}), 2,
+  expect_refused(testing::dist_train_checks({"--task", "regress", "--epochs", "1"}), 2,
                  "--task regress predicts values from --features");
   expect_refused(job({"--num-classes", "4"}), 2, "--num-classes 4 applies to --task classify");
   expect_refused(job({"--features", "x,,y"}), 2, "names an empty feature");
-  expect_refused(job({"--task", "sort"}), 2, "unknown --task 'sort'");
-  expect_refused(testing::run_dist_train_alone({"--features", "x", "--epochs", "1"}), 2,
+  expect_refused(job_process({"--task", "sort"}), 2, "unknown --task 'sort'");
+  expect_refused(testing::dist_train_checks({"--features", "x", "--epochs", "1"}), 2,
                  "give --train-data tfrecord:GLOB");
   // A record whose feature has another length than the first's: named when it is read.
   {

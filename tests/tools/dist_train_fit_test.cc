@@ -14,6 +14,7 @@
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/train_runs.h"
 #include "tools/weight_files.h"
 
 namespace dist {
@@ -125,8 +126,10 @@ TEST(DistTrainFitTest, Fp16IsRefusedOnThisCpuBuildWithTheAlternative) {
   EXPECT_NE(result.output.find("mixed_bfloat16 (bf16)"), std::string::npos) << result.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("w.safetensors")));
 
+  // A policy that does not exist, refused as the flags are parsed: through dist-train's checks
+  // in this process (testing::dist_train_checks).
   args.back() = "bf61";
-  result = run(args);
+  result = testing::dist_train_checks(args);
   EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_NE(result.output.find("unknown mixed precision policy 'bf61'"), std::string::npos)
       << result.output;

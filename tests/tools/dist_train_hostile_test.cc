@@ -59,14 +59,25 @@ ProcessResult one_process(const std::vector<std::string>& extra) {
   return process.wait_all(240s).at(0);
 }
 
+// dist-train's checks of job(extra) in this process (testing::dist_train_checks): for the rows
+// of a refusal table past the first of each kind, which runs as one_process.
+ProcessResult checks_of(const std::vector<std::string>& extra) {
+  return testing::dist_train_checks(job(extra));
+}
+
 // job() with `flag` set to `value` instead of its usual value.
-ProcessResult one_process_with(const std::string& flag, const std::string& value,
-                               const std::vector<std::string>& extra) {
+std::vector<std::string> job_with(const std::string& flag, const std::string& value,
+                                  const std::vector<std::string>& extra) {
   auto args = job(extra);
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == flag) args[i + 1] = value;
+  return args;
+}
+
+ProcessResult one_process_with(const std::string& flag, const std::string& value,
+                               const std::vector<std::string>& extra) {
   WorkerProcesses process;
-  process.start(DIST_TRAIN_BINARY, args, {});
+  process.start(DIST_TRAIN_BINARY, job_with(flag, value, extra), {});
   return process.wait_all(240s).at(0);
 }
 
@@ -178,11 +189,15 @@ TEST(HostileUserTest, AnOutputThatIsNotARegularFileIsRefusedAndLeftAsItWas) {
     std::cout << "[   NOTE   ] mknod not permitted here (" << std::strerror(errno)
               << "); the device case was not run\n";
   }
-  for (const auto& [flags, target] : cases) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [flags, target] = cases[i];
     const auto start = std::chrono::steady_clock::now();
     auto flags_and_strategy = flags;
     flags_and_strategy.insert(flags_and_strategy.begin(), {"--strategy", "default"});
-    auto r = one_process(flags_and_strategy);
+    // The first FIFO and the device as dist-train processes, the directories' FIFOs through its
+    // checks in this process.
+    const bool as_process = i == 0 || i == 3;
+    auto r = as_process ? one_process(flags_and_strategy) : checks_of(flags_and_strategy);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << target;
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_TRUE(testing::contains(r.output, "is not a regular file")) << r.output;
@@ -273,6 +288,9 @@ TEST(HostileUserTest, ASecondJobOnACheckpointDirectoryIsRefusedNamingTheFirst) {
   EXPECT_TRUE(testing::contains(after.output, "Resumed from")) << after.output;
 }
 
+// As processes: the first (refused as the flags are parsed), the global batch (as the data are
+// opened) and the first timeout (as the strategy is made); the others through dist-train's
+// checks in this process.
 TEST(HostileUserTest, MeaninglessFlagValuesAreRefusedNamingTheFlag) {
   for (const auto& [flag, value] :
        std::vector<std::pair<std::string, std::string>>{{"--replicas", "0"},
@@ -284,13 +302,16 @@ TEST(HostileUserTest, MeaninglessFlagValuesAreRefusedNamingTheFlag) {
                                                         {"--max-steps", "0"},
                                                         // more than job()'s 1024 examples
                                                         {"--global-batch", "1000000000"}}) {
-    auto r = one_process({"--strategy", "default", flag, value});
+    const bool as_process = (flag == "--replicas" || value == "1000000000");
+    auto r = as_process ? one_process({"--strategy", "default", flag, value})
+                        : checks_of({"--strategy", "default", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.output;
     EXPECT_TRUE(testing::contains(r.output, flag)) << r.output;
   }
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--rendezvous-timeout", "0.0001"}, {"--rendezvous-timeout", "inf"}}) {
-    auto r = one_process({"--strategy", "multi_worker", flag, value});
+    auto r = value == "0.0001" ? one_process({"--strategy", "multi_worker", flag, value})
+                               : checks_of({"--strategy", "multi_worker", flag, value});
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_TRUE(testing::contains(r.output, flag + " must be between 0.001 and 1e9 (seconds)"))
         << r.output;
@@ -309,7 +330,9 @@ TEST(HostileUserTest, ResumingWithAnotherGlobalBatchOrSeedIsRefused) {
   EXPECT_TRUE(
       testing::contains(batch.output, "written with --global-batch 128 but this run has 256"))
       << batch.output;
-  auto seed = one_process_with("--seed", "4", {"--strategy", "default", "--checkpoint-dir", ckpt});
+  // The same refusal of a resume: through dist-train's checks in this process.
+  auto seed = testing::dist_train_checks(
+      job_with("--seed", "4", {"--strategy", "default", "--checkpoint-dir", ckpt}));
   EXPECT_EQ(seed.exit_code, 2) << seed.output;
   EXPECT_TRUE(testing::contains(seed.output, "--seed 3 but this run has 4")) << seed.output;
 }

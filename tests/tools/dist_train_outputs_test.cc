@@ -3,7 +3,9 @@
 // node, a FIFO, a symbolic link to a device, a read-only file, one of the job's own inputs, the
 // path of another output). Every case ends in exit 2 naming the flag, before the first step, with
 // the target exactly as it was. Device nodes and FIFOs are made inside the test's own temporary
-// folder, never pointed at /dev.
+// folder, never pointed at /dev. One case of each kind of target runs as a dist-train process
+// (main exits 2 with the message); the others run dist-train's checks in this process
+// (testing::dist_train_checks), with the same assertions.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -144,10 +146,14 @@ TEST(DistTrainOutputsTest, EveryOutputFlagRefusesEveryTargetItMustNotReplaceBefo
       {"read-only", "a read-only file"},
       {"input", "an input of this job"},
       {"second-output", "is also where"}};
-  int cases = 0;
-  for (const Flag& flag : kFlags) {
-    for (const Kind& kind : kinds) {
-      SCOPED_TRACE(flag.name + " onto " + kind.name);
+  int cases = 0, processes = 0;
+  for (size_t f = 0; f < kFlags.size(); ++f) {
+    const Flag& flag = kFlags[f];
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const Kind& kind = kinds[k];
+      // Each kind once as a process, the flags taking turns (every flag at least once).
+      const bool as_process = f == k % kFlags.size();
+      SCOPED_TRACE(flag.name + " onto " + kind.name + (as_process ? " (process)" : ""));
       const OutputTargets t(dir, flag, kind.name);
       t.prepare_parent();
       std::vector<std::string> args{"--strategy",       "default", "--max-steps",    "1",
@@ -160,7 +166,9 @@ TEST(DistTrainOutputsTest, EveryOutputFlagRefusesEveryTargetItMustNotReplaceBefo
       ASSERT_NO_FATAL_FAILURE(place_target(kind.name, flag, t, devices, args));
       const Look before = look_at(watched);
       const Look device_before = look_at(t.root() + "/device");
-      const auto r = testing::run_dist_train_alone(args);
+      const auto r =
+          as_process ? testing::run_dist_train_alone(args) : testing::dist_train_checks(args);
+      processes += as_process;
       EXPECT_EQ(r.exit_code, 2) << r.output;
       EXPECT_TRUE(testing::contains(r.output, flag.name)) << r.output;
       EXPECT_TRUE(testing::contains(r.output, kind.expected)) << r.output;
@@ -174,6 +182,7 @@ TEST(DistTrainOutputsTest, EveryOutputFlagRefusesEveryTargetItMustNotReplaceBefo
     }
   }
   EXPECT_EQ(cases, 30);
+  EXPECT_EQ(processes, 6);
 }
 
 // A symbolic link to a regular file is written through: the file it points at gets the weights,

@@ -161,20 +161,24 @@ TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
   testing::expect_same_weights(dir.file("parameters"), dir.file("parameters_reuse_all"));
 }
 
+// The flags are refused as they are parsed: the first as a dist-train process, the others through
+// dist-train's checks in this process (testing::dist_train_checks).
 TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
   auto stage3 = run_alone({"--sharding", "parameters", "--replicas", "2", "--epochs", "1"});
   EXPECT_EQ(stage3.exit_code, 2) << stage3.output;
   EXPECT_NE(stage3.output.find("one replica"), std::string::npos) << stage3.output;
-  auto both = run_alone({"--sharding", "optimizer", "--gradient-compression", "bf16"});
+  auto both =
+      testing::dist_train_checks({"--sharding", "optimizer", "--gradient-compression", "bf16"});
   EXPECT_EQ(both.exit_code, 2) << both.output;
   EXPECT_NE(both.output.find("use one of them"), std::string::npos) << both.output;
-  auto one = run_alone({"--strategy", "one_device", "--sharding", "gradients"});
+  auto one = testing::dist_train_checks({"--strategy", "one_device", "--sharding", "gradients"});
   EXPECT_EQ(one.exit_code, 2) << one.output;
   EXPECT_NE(one.output.find("one replica"), std::string::npos) << one.output;
-  auto unknown = run_alone({"--sharding", "zero3"});
+  auto unknown = testing::dist_train_checks({"--sharding", "zero3"});
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("'zero3'"), std::string::npos) << unknown.output;
-  auto reuse = run_alone({"--sharding", "gradients", "--sharding-reuse-bytes", "-1"});
+  auto reuse =
+      testing::dist_train_checks({"--sharding", "gradients", "--sharding-reuse-bytes", "-1"});
   EXPECT_EQ(reuse.exit_code, 2) << reuse.output;
   EXPECT_NE(reuse.output.find("use --sharding parameters"), std::string::npos) << reuse.output;
 }

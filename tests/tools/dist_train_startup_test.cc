@@ -311,11 +311,14 @@ TEST(ElasticStoreLossTest, KillingAnElasticJobsStoreHostStopsItNamingTheStore) {
 
 // Issue 55, 6: 0 and -1 were refused with "Value 0 not in range 0.000000 to 1797693134862..."
 // (300 digits, and 0 is in that range).
+// The first as a dist-train process, the others through dist-train's checks in this process
+// (testing::dist_train_checks).
 TEST(StartupFlagsTest, CountsBelowOneAreRefusedSayingTheyMustBeAtLeastOne) {
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--min-workers", "0"}, {"--commit-every", "0"}, {"--commit-every", "-1"}}) {
-    const ProcessResult result =
-        testing::run_dist_train_alone({"--strategy", "multi_worker", flag, value});
+    const std::vector<std::string> args{"--strategy", "multi_worker", flag, value};
+    const ProcessResult result = flag == "--min-workers" ? testing::run_dist_train_alone(args)
+                                                         : testing::dist_train_checks(args);
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_TRUE(testing::contains(result.output, flag + ": must be at least 1, got " + value))
         << result.output;
