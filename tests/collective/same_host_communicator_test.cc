@@ -24,9 +24,7 @@ using testing::member_tensor;
 using testing::run_threads;
 using testing::same_host_group;
 
-void release(std::vector<std::unique_ptr<Communicator>>& members) {
-  for (size_t p = members.size(); p-- > 0;) members[p].reset();
-}
+using testing::release;
 
 // Only this process's segments count (their names start with dist-<pid of the creator>-): other
 // tests run beside this one and may hold a segment of their own for a moment.

@@ -13,6 +13,7 @@
 #include "dist/core/error.h"
 #include "dist/distribute/batch_split.h"
 #include "dist/distribute/mirrored_strategy.h"
+#include "expect_error.h"
 
 namespace dist::data {
 namespace {
@@ -47,9 +48,7 @@ std::string invalid_argument_message(Fn fn) {
   return "";
 }
 
-void expect_contains(const std::string& text, const std::string& part) {
-  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
-}
+using testing::expect_contains;
 
 ElementTransform cyclegan_augment() {
   return compose(

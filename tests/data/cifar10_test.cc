@@ -40,11 +40,7 @@ std::string records(const std::vector<int>& labels, int first_record = 0) {
   return out;
 }
 
-// The DataError that fn throws (its message).
-template <class Fn>
-std::string data_error(Fn fn) {
-  return testing::error_of<DataError>(fn);
-}
+using testing::data_error;
 
 TEST(CifarTest, ReadsChannelLayoutExactly) {
   TempDir dir;

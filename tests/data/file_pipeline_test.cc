@@ -39,9 +39,7 @@ std::vector<std::string> strings_of(Iterator it) {
   return out;
 }
 
-bool contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
+using testing::contains;
 
 // `files` TFRecord files of `per_file` records each; record r of file f is "f:r".
 std::vector<std::string> write_shards(const TempDir& dir, int files, int per_file) {

@@ -12,6 +12,7 @@
 
 #include "dist/core/error.h"
 #include "expect_error.h"
+#include "gzip_file.h"
 #include "test_util.h"
 
 namespace dist::data {
@@ -38,23 +39,9 @@ std::string bytes(std::initializer_list<int> values) {
   return out;
 }
 
-void write_gzip(const std::string& path, const std::string& data) {
-  gzFile gz = gzopen(path.c_str(), "wb");
-  ASSERT_NE(gz, nullptr) << path;
-  if (!data.empty()) {
-    ASSERT_EQ(gzwrite(gz, data.data(), static_cast<unsigned>(data.size())),
-              static_cast<int>(data.size()));
-  }
-  ASSERT_EQ(gzclose(gz), Z_OK);
-}
+using testing::write_gzip;
 
-// The message of the DataError that fn throws; a test failure if it throws nothing or
-// something else.
-// The DataError that fn throws (its message).
-template <class Fn>
-std::string data_error(Fn fn) {
-  return testing::error_of<DataError>(fn);
-}
+using testing::data_error;
 
 // Round trips, each run on a plain and on a gzip file.
 class IdxRoundTripTest : public ::testing::TestWithParam<bool> {

@@ -17,6 +17,7 @@
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
 #include "dist/train/image_io.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace dist::data {
@@ -30,9 +31,7 @@ at::Tensor decode(const std::string& bytes, const DecodeImageOptions& options = 
                       source);
 }
 
-void expect_contains(const std::string& text, const std::string& part) {
-  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
-}
+using testing::expect_contains;
 
 at::Tensor random_image(std::vector<int64_t> shape, int64_t seed) {
   torch::manual_seed(seed);

@@ -11,6 +11,7 @@
 #include "data/image_transform_testing.h"
 #include "dist/core/error.h"
 #include "dist/data/image_codec.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace dist::data {
@@ -21,9 +22,7 @@ using testing::message_of;
 using image_testing::run;
 using image_testing::test_image;
 
-void expect_contains(const std::string& text, const std::string& what) {
-  EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" lacks \"" << what << "\"";
-}
+using testing::expect_contains;
 
 // ---- determinism ----
 

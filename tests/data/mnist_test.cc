@@ -12,6 +12,7 @@
 
 #include "dist/core/error.h"
 #include "expect_error.h"
+#include "gzip_file.h"
 #include "test_util.h"
 
 namespace dist::data {
@@ -51,19 +52,9 @@ std::string labels_file(const std::vector<int>& labels) {
   return out;
 }
 
-void write_gzip(const std::string& path, const std::string& data) {
-  gzFile gz = gzopen(path.c_str(), "wb");
-  ASSERT_NE(gz, nullptr) << path;
-  ASSERT_EQ(gzwrite(gz, data.data(), static_cast<unsigned>(data.size())),
-            static_cast<int>(data.size()));
-  ASSERT_EQ(gzclose(gz), Z_OK);
-}
+using testing::write_gzip;
 
-// The DataError that fn throws (its message).
-template <class Fn>
-std::string data_error(Fn fn) {
-  return testing::error_of<DataError>(fn);
-}
+using testing::data_error;
 
 TEST(MnistTest, LoadsTinyTrainSet) {
   TempDir dir;

@@ -52,12 +52,7 @@ Model compiled_cnn(const Strategy& strategy, const Optimizer& optimizer = optimi
   return model;
 }
 
-FitOptions quiet(int epochs) {
-  FitOptions options;
-  options.epochs = epochs;
-  options.verbose = 0;
-  return options;
-}
+using testing::quiet;
 
 TEST(KerasCallbacksTest, FireInTheDocumentedOrder) {
   Model model = compiled_cnn(MirroredStrategy({"cpu:0", "cpu:1"}));

@@ -15,12 +15,7 @@
 namespace dist::keras {
 namespace {
 
-FitOptions quiet(int epochs = 1) {
-  FitOptions options;
-  options.epochs = epochs;
-  options.verbose = 0;
-  return options;
-}
+using testing::quiet;
 
 // The tutorial CNN (seed 7) fitted on equivalence_data() (20 global batches of 10, uneven
 // splits, a last batch of 3) under `strategy`.

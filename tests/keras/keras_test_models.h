@@ -16,6 +16,14 @@ inline std::vector<torch::Tensor> weight_values(const keras::Model& model) {
   return out;
 }
 
+// Fit options for `epochs` epochs that print nothing.
+inline keras::FitOptions quiet(int epochs = 1) {
+  keras::FitOptions options;
+  options.epochs = epochs;
+  options.verbose = 0;
+  return options;
+}
+
 // The tutorial CNN with the layer names of dist::models::make_tutorial_cnn.
 inline keras::Model keras_tutorial_cnn() { return models::keras_tutorial_cnn(); }
 

@@ -13,6 +13,7 @@
 
 #include "dist/distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 
 namespace dist {
@@ -27,11 +28,7 @@ constexpr const char* kText = "/usr/share/common-licenses/GPL-3";
 constexpr const char* kSteps = "40";
 constexpr const char* kBatch = "8";
 
-ProcessResult run(const std::string& binary, const std::vector<std::string>& args) {
-  WorkerProcesses process;
-  process.start(binary, args, {});
-  return process.wait_all(180s).at(0);
-}
+using testing::run_program;
 
 // The first capture group of `pattern` in `text`, "" when it does not match.
 std::string find(const std::string& text, const std::string& pattern) {
@@ -43,11 +40,12 @@ TEST(CharLmExampleTest, TwoWorkersTrainItAndPythonReadsItBackToTheSameLoss) {
   TempDir dir;
   const std::string data = dir.file("data"), model = dir.file("model.pt");
   const std::string python_script = std::string(DIST_SOURCE_DIR) + "/examples/python/char_lm.py";
-  const ProcessResult prepare = run(CHAR_LM_BINARY, {"prepare", kText, data});
+  const ProcessResult prepare = run_program(CHAR_LM_BINARY, {"prepare", kText, data}, 180s);
   ASSERT_EQ(prepare.exit_code, 0) << prepare.output;
   EXPECT_TRUE(testing::contains(prepare.output, "training and")) << prepare.output;
-  const ProcessResult made = run(DIST_TORCH_PYTHON, {python_script, "model", data + "/vocab.bin",
-                                                     model, "--layers", "1", "--dim", "32"});
+  const ProcessResult made = run_program(
+      DIST_TORCH_PYTHON,
+      {python_script, "model", data + "/vocab.bin", model, "--layers", "1", "--dim", "32"}, 180s);
   ASSERT_EQ(made.exit_code, 0) << made.output;
 
   // Two workers on loopback.
@@ -76,8 +74,10 @@ TEST(CharLmExampleTest, TwoWorkersTrainItAndPythonReadsItBackToTheSameLoss) {
 
   // Python reads the written module back to the printed loss, and samples from it.
   const ProcessResult python =
-      run(DIST_TORCH_PYTHON, {python_script, "sample", dir.file("two") + "/trained.pt",
-                              data + "/vocab.bin", "--eval", dir.file("two"), "--length", "60"});
+      run_program(DIST_TORCH_PYTHON,
+                  {python_script, "sample", dir.file("two") + "/trained.pt", data + "/vocab.bin",
+                   "--eval", dir.file("two"), "--length", "60"},
+                  180s);
   ASSERT_EQ(python.exit_code, 0) << python.output;
   const std::string python_loss = find(python.output, "\"loss\": ([0-9.e-]+)");
   ASSERT_NE(python_loss, "") << python.output;
@@ -86,7 +86,7 @@ TEST(CharLmExampleTest, TwoWorkersTrainItAndPythonReadsItBackToTheSameLoss) {
 
   // One process, the same global batch: the same evaluation loss.
   const ProcessResult one =
-      run(CHAR_LM_BINARY, {"train", model, data, dir.file("one"), kSteps, "16"});
+      run_program(CHAR_LM_BINARY, {"train", model, data, dir.file("one"), kSteps, "16"}, 180s);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::string one_eval = find(one.output, "Eval loss ([0-9.]+) over");
   ASSERT_NE(one_eval, "") << one.output;
@@ -100,13 +100,14 @@ TEST(CharLmExampleTest, ASequenceLongerThanTheModelAcceptsIsNamedBeforeTraining)
   TempDir dir;
   const std::string data = dir.file("data"), model = dir.file("model.pt");
   const std::string python_script = std::string(DIST_SOURCE_DIR) + "/examples/python/char_lm.py";
-  ASSERT_EQ(run(CHAR_LM_BINARY, {"prepare", kText, data, "2", "64"}).exit_code, 0);
-  const ProcessResult made =
-      run(DIST_TORCH_PYTHON, {python_script, "model", data + "/vocab.bin", model, "--layers", "1",
-                              "--dim", "32", "--max-len", "16"});
+  ASSERT_EQ(run_program(CHAR_LM_BINARY, {"prepare", kText, data, "2", "64"}, 180s).exit_code, 0);
+  const ProcessResult made = run_program(DIST_TORCH_PYTHON,
+                                         {python_script, "model", data + "/vocab.bin", model,
+                                          "--layers", "1", "--dim", "32", "--max-len", "16"},
+                                         180s);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const ProcessResult trained =
-      run(CHAR_LM_BINARY, {"train", model, data, dir.file("out"), "5", "4"});
+      run_program(CHAR_LM_BINARY, {"train", model, data, dir.file("out"), "5", "4"}, 180s);
   EXPECT_NE(trained.exit_code, 0) << trained.output;
   EXPECT_TRUE(testing::contains(trained.output, "longer than the model's max_len of 16"))
       << trained.output;

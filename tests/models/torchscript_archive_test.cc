@@ -20,6 +20,7 @@
 #include "dist/distribute/sharding.h"
 #include "dist/models/torchscript_model.h"
 #include "equivalence_data.h"
+#include "models/torchscript_files.h"
 #include "models/zip_files.h"
 #include "test_util.h"
 
@@ -32,9 +33,7 @@ using testing::message_of;
 using testing::TempDir;
 using testing::ZipRecord;
 
-std::string model_file(const std::string& name) {
-  return std::string(DIST_TORCHSCRIPT_TEST_DIR) + "/" + name;
-}
+using testing::model_file;
 
 // The largest tensor record of `records` (cnn_scripted.pt's dense1.weight, 32 x 400 floats).
 ZipRecord& largest_tensor_record(std::vector<ZipRecord>& records) {

@@ -18,6 +18,7 @@
 #include "dist/models/torchscript_model.h"
 #include "dist/train/safetensors.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 
 namespace dist::models {
@@ -30,11 +31,7 @@ using testing::WorkerProcesses;
 
 constexpr int64_t kTestImages = 200;
 
-ProcessResult run(const std::string& binary, const std::vector<std::string>& args) {
-  WorkerProcesses process;
-  process.start(binary, args, {});
-  return process.wait_all(120s).at(0);
-}
+using testing::run_program;
 
 at::Tensor floats_of(const std::string& path, int64_t columns) {
   const std::string bytes = testing::read_file(path);
@@ -55,8 +52,8 @@ TEST(TorchScriptExampleTest, TrainsWritesBackAndPythonComputesTheSameOutputs) {
   TempDir dir;
   const std::string model = std::string(DIST_TORCHSCRIPT_TEST_DIR) + "/cnn_scripted.pt";
   const std::string out = dir.file("out");
-  const ProcessResult example =
-      run(TORCHSCRIPT_EXAMPLE_BINARY, {model, out, "20", std::to_string(kTestImages)});
+  const ProcessResult example = run_program(TORCHSCRIPT_EXAMPLE_BINARY,
+                                            {model, out, "20", std::to_string(kTestImages)}, 120s);
   ASSERT_EQ(example.exit_code, 0) << example.output;
   EXPECT_TRUE(testing::contains(example.output, "on 2 replicas")) << example.output;
   EXPECT_TRUE(testing::contains(example.output, "step 20: loss")) << example.output;
@@ -64,10 +61,12 @@ TEST(TorchScriptExampleTest, TrainsWritesBackAndPythonComputesTheSameOutputs) {
                                                        std::to_string(kTestImages) + " images\\)");
   ASSERT_NE(correct, "") << example.output;
 
-  const ProcessResult python = run(
-      DIST_TORCH_PYTHON, {std::string(DIST_SOURCE_DIR) + "/examples/python/evaluate_torchscript.py",
-                          out + "/trained.pt", out + "/test_images.f32", "--labels",
-                          out + "/test_labels.i64", "--outputs", dir.file("python.f32")});
+  const ProcessResult python =
+      run_program(DIST_TORCH_PYTHON,
+                  {std::string(DIST_SOURCE_DIR) + "/examples/python/evaluate_torchscript.py",
+                   out + "/trained.pt", out + "/test_images.f32", "--labels",
+                   out + "/test_labels.i64", "--outputs", dir.file("python.f32")},
+                  120s);
   ASSERT_EQ(python.exit_code, 0) << python.output;
   const std::string accuracy = find(python.output, "\"accuracy\": ([0-9.e-]+)");
   ASSERT_NE(accuracy, "") << python.output;
@@ -102,8 +101,8 @@ TEST(TorchScriptExampleTest, TrainsWritesBackAndPythonComputesTheSameOutputs) {
 TEST(TorchScriptExampleTest, AFileThatIsNotTorchScriptIsRefusedBeforeTraining) {
   TempDir dir;
   testing::write_file(dir.file("notes.pt"), "a model, honestly\n");
-  const ProcessResult example =
-      run(TORCHSCRIPT_EXAMPLE_BINARY, {dir.file("notes.pt"), dir.file("out"), "20", "200"});
+  const ProcessResult example = run_program(
+      TORCHSCRIPT_EXAMPLE_BINARY, {dir.file("notes.pt"), dir.file("out"), "20", "200"}, 120s);
   EXPECT_EQ(example.exit_code, 1) << example.output;
   EXPECT_TRUE(testing::contains(example.output, "'" + dir.file("notes.pt") + "' is a text file"))
       << example.output;

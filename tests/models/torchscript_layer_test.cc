@@ -12,13 +12,12 @@
 
 #include "dist/core/error.h"
 #include "dist/keras/model.h"
+#include "models/torchscript_files.h"
 
 namespace dist::models {
 namespace {
 
-std::string model_file(const std::string& name) {
-  return std::string(DIST_TORCHSCRIPT_TEST_DIR) + "/" + name;
-}
+using testing::model_file;
 
 TEST(TorchScriptLayerTest, AKerasModelOfTheLayerComputesTheModulesForwardUnderItsNames) {
   auto module = load_torchscript(model_file("cnn_scripted.pt"));

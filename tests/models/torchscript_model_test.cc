@@ -24,6 +24,7 @@
 #include "dist/models/reference_models.h"
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
+#include "models/torchscript_files.h"
 #include "test_util.h"
 
 namespace dist::models {
@@ -33,9 +34,7 @@ using ::testing::HasSubstr;
 using testing::message_of;
 using testing::TempDir;
 
-std::string model_file(const std::string& name) {
-  return std::string(DIST_TORCHSCRIPT_TEST_DIR) + "/" + name;
-}
+using testing::model_file;
 
 std::vector<std::string> lines_of(const std::string& path) {
   std::ifstream in(path);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 
 #include <nlohmann/json.hpp>
@@ -31,24 +32,11 @@ using testing::gone;
 using testing::job_gone_within;
 using testing::processes_of_job;
 
-struct CommandResult {
-  int exit_code;
-  std::string output;
-  double seconds;
-};
+using testing::CommandResult;
 
+// dist-launch with the command line `args`, bounded by `timeout_seconds`.
 CommandResult run_launcher(const std::string& args, int timeout_seconds = 300) {
-  const auto start = std::chrono::steady_clock::now();
-  std::string command = "timeout -s KILL " + std::to_string(timeout_seconds) + " " +
-                        DIST_LAUNCH_BINARY + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed", 0};
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output, seconds};
+  return testing::run_shell(std::string(DIST_LAUNCH_BINARY) + " " + args, timeout_seconds);
 }
 
 TEST(DistLaunchTest, TwoWorkersTrainWithPrefixedOutputAndChiefOnlyResults) {
@@ -120,9 +108,9 @@ bool read_until(Launched& l, const std::string& text, int seconds) {
   while (l.seen.find(text) == std::string::npos) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     pollfd p{l.output, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
+    if (::poll(&p, 1, 200) <= 0) continue;
     char buffer[4096];
-    const ssize_t n = read(l.output, buffer, sizeof(buffer));
+    const ssize_t n = ::read(l.output, buffer, sizeof(buffer));
     if (n <= 0) return l.seen.find(text) != std::string::npos;
     l.seen.append(buffer, static_cast<size_t>(n));
   }

@@ -15,6 +15,7 @@
 #include "dist/distribute/local_cluster.h"
 #include "dist/train/safetensors.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tools/weight_files.h"
 
@@ -47,11 +48,10 @@ std::vector<std::string> small_job(const std::string& checkpoint_dir, int64_t ma
   return args;
 }
 
-ProcessResult run(const std::vector<std::string>& args,
-                  const std::string& binary = DIST_TRAIN_BINARY) {
-  WorkerProcesses process;
-  process.start(binary, args, {});
-  return process.wait_all(240s).at(0);
+// dist-train (or `binary`) with `args`, for 4 minutes at most.
+ProcessResult run_train(const std::vector<std::string>& args,
+                        const std::string& binary = DIST_TRAIN_BINARY) {
+  return testing::run_program(binary, args, 240s);
 }
 
 std::string latest_name(const std::string& dir) {
@@ -63,17 +63,17 @@ TEST(DistTrainCheckpointTest, AResumedRunEndsWithTheSameWeightsBitForBit) {
   testing::TempDir dir;
   auto whole = small_job("", 14);
   whole.insert(whole.end(), {"--save-weights", dir.file("whole.safetensors")});
-  auto uninterrupted = run(whole);
+  auto uninterrupted = run_train(whole);
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
 
   // Stopped at step 6 (mid-epoch, between periodic saves), then resumed to step 14 (across
   // an epoch end and its evaluation).
-  auto first = run(small_job(dir.file("ckpt"), 6));
+  auto first = run_train(small_job(dir.file("ckpt"), 6));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_EQ(latest_name(dir.file("ckpt")), "ckpt-6.safetensors");
   auto rest = small_job(dir.file("ckpt"), 14);
   rest.insert(rest.end(), {"--save-weights", dir.file("resumed.safetensors")});
-  auto resumed = run(rest);
+  auto resumed = run_train(rest);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step 6 (epoch 1, batch 6)"), std::string::npos)
       << resumed.output;
@@ -88,13 +88,13 @@ TEST_P(CrashWhileSavingTest, TheLatestPointerStillResolvesAndTheNextSaveCleansUp
   const std::string ckpt = dir.file("ckpt");
   auto whole = small_job("", 4);
   whole.insert(whole.end(), {"--save-weights", dir.file("whole.safetensors")});
-  ASSERT_EQ(run(whole).exit_code, 0);
-  ASSERT_EQ(run(small_job(ckpt, 2)).exit_code, 0);
+  ASSERT_EQ(run_train(whole).exit_code, 0);
+  ASSERT_EQ(run_train(small_job(ckpt, 2)).exit_code, 0);
   ASSERT_EQ(latest_name(ckpt), "ckpt-2.safetensors");
 
   auto crash_at = small_job(ckpt, 4);
   crash_at.insert(crash_at.end(), {"--crash-at", GetParam()});
-  auto crashed = run(crash_at, CRASHING_TRAIN_BINARY);
+  auto crashed = run_train(crash_at, CRASHING_TRAIN_BINARY);
   ASSERT_EQ(crashed.exit_code, 128 + SIGKILL) << crashed.output;
   EXPECT_NE(crashed.output.find("at step 2"), std::string::npos) << crashed.output;
   EXPECT_EQ(latest_name(ckpt), "ckpt-2.safetensors");
@@ -102,7 +102,7 @@ TEST_P(CrashWhileSavingTest, TheLatestPointerStillResolvesAndTheNextSaveCleansUp
 
   auto resume = small_job(ckpt, 4);
   resume.insert(resume.end(), {"--save-weights", dir.file("resumed.safetensors")});
-  auto again = run(resume);
+  auto again = run_train(resume);
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("at step 2"), std::string::npos) << again.output;
   EXPECT_EQ(latest_name(ckpt), "ckpt-4.safetensors");
@@ -118,12 +118,12 @@ INSTANTIATE_TEST_SUITE_P(DistTrainCheckpoint, CrashWhileSavingTest,
 TEST(DistTrainCheckpointTest, ADamagedCheckpointIsANamedErrorAndExitCode3) {
   testing::TempDir dir;
   const std::string ckpt = dir.file("ckpt");
-  ASSERT_EQ(run(small_job(ckpt, 2)).exit_code, 0);
+  ASSERT_EQ(run_train(small_job(ckpt, 2)).exit_code, 0);
   const std::string latest = ckpt + "/" + latest_name(ckpt);
   std::string bytes = testing::read_file(latest);
   bytes[bytes.size() / 2] ^= 0x04;
   testing::write_file(latest, bytes);
-  auto damaged = run(small_job(ckpt, 4));
+  auto damaged = run_train(small_job(ckpt, 4));
   EXPECT_EQ(damaged.exit_code, 3) << damaged.output;
   EXPECT_NE(damaged.output.find(latest), std::string::npos) << damaged.output;
   EXPECT_NE(damaged.output.find("checksum"), std::string::npos) << damaged.output;

@@ -18,6 +18,7 @@
 #include "dist/data/example.h"
 #include "dist/data/tfrecord.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tools/train_runs.h"
 #include "tools/weight_files.h"
@@ -28,13 +29,10 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ProcessResult;
 
-const std::string kScript = std::string(DIST_SOURCE_DIR) + "/tests/tools/tabular_features.py";
+const std::string kFeaturesScript =
+    std::string(DIST_SOURCE_DIR) + "/tests/tools/tabular_features.py";
 
-ProcessResult run_python(const std::vector<std::string>& args) {
-  testing::WorkerProcesses python;
-  python.start(DIST_TORCH_PYTHON, args, {});
-  return python.wait_all(120s).at(0);
-}
+using testing::run_program;
 
 void write_raw(const std::string& path, const at::Tensor& values) {
   const at::Tensor flat = values.contiguous().to(at::kFloat);
@@ -57,7 +55,7 @@ struct TabularData {
     std::tie(test_rows, test_y) = write("test", 400, 1);
     write_raw(dir.file("test_rows.f32"), test_rows);
     write_raw(dir.file("test_y.f32"), test_y);
-    const auto made = run_python({kScript, "make", dir.path()});
+    const auto made = run_program(DIST_TORCH_PYTHON, {kFeaturesScript, "make", dir.path()}, 120s);
     EXPECT_EQ(made.exit_code, 0) << made.output;
   }
   std::string train() const { return "tfrecord:" + dir.file("train-*.tfrecord"); }
@@ -136,8 +134,10 @@ TEST(DistTrainFeaturesTest, ARegressionOnTabularRecordsLearnsAndPythonReadsItBac
   const double variance = data.test_y.var(/*unbiased=*/false).item<double>();
   EXPECT_LT(ours, 0.3 * variance) << result.output;
   EXPECT_GT(printed["test_mae"].get<double>(), 0) << result.output;
-  const auto python = run_python(
-      {kScript, "evaluate", trained, data.dir.file("test_rows.f32"), data.dir.file("test_y.f32")});
+  const auto python = run_program(DIST_TORCH_PYTHON,
+                                  {kFeaturesScript, "evaluate", trained,
+                                   data.dir.file("test_rows.f32"), data.dir.file("test_y.f32")},
+                                  120s);
   ASSERT_EQ(python.exit_code, 0) << python.output;
   const double theirs = testing::last_json(python.output)["mse"].get<double>();
   std::printf("test MSE: dist-train %.5f, Python %.5f (variance %.3f)\n", ours, theirs, variance);
@@ -203,7 +203,7 @@ TEST(DistTrainFeaturesTest, ClassesFromFeaturesTrainTheBuiltInMlpUnderFit) {
   EXPECT_GT(printed["test_accuracy"].get<double>(), majority + 0.1) << result.output;
 }
 
-void expect_refused(const ProcessResult& result, int code, const std::string& says) {
+void expect_exit(const ProcessResult& result, int code, const std::string& says) {
   EXPECT_EQ(result.exit_code, code) << result.output;
   EXPECT_TRUE(testing::contains(result.output, says)) << says << " not in:\n" << result.output;
   EXPECT_FALSE(testing::contains(result.output, "Epoch 1")) << result.output;
@@ -229,29 +229,29 @@ TEST(DistTrainFeaturesTest, BadFeaturesAreNamedBeforeTraining) {
   };
   // A feature the records lack: named, with the features they have.
   const auto lacking = job_process({"--features", "x,age"});
-  expect_refused(lacking, 3, "--features 'age' in record 0 of");
-  expect_refused(lacking, 3, "(the example has: bucket, class, x, y)");
+  expect_exit(lacking, 3, "--features 'age' in record 0 of");
+  expect_exit(lacking, 3, "(the example has: bucket, class, x, y)");
   // The wrong label, the wrong outputs, a model that cannot take the rows.
-  expect_refused(job({"--label-feature", "z"}), 3, "--label-feature 'z'");
-  expect_refused(job_process({"--model-file", data.model("classify")}), 2,
-                 "returns 3 values per example but --label-feature 'y' has 1");
-  expect_refused(testing::dist_train_checks({"--train-data", data.train(), "--test-data",
-                                             data.test(), "--features", "bucket", "--label-feature",
-                                             "class", "--epochs", "1", "--no-progress"}),
-                 2, "are all int64, which the built-in models cannot take");
-  expect_refused(
+  expect_exit(job({"--label-feature", "z"}), 3, "--label-feature 'z'");
+  expect_exit(job_process({"--model-file", data.model("classify")}), 2,
+              "returns 3 values per example but --label-feature 'y' has 1");
+  expect_exit(testing::dist_train_checks({"--train-data", data.train(), "--test-data", data.test(),
+                                          "--features", "bucket", "--label-feature", "class",
+                                          "--epochs", "1", "--no-progress"}),
+              2, "are all int64, which the built-in models cannot take");
+  expect_exit(
       testing::dist_train_checks({"--train-data", data.train(), "--test-data", data.test(),
                                   "--features", "x", "--model", "cnn", "--label-feature", "class"}),
       2, "--model cnn takes images, not the rows of --features");
   // Flags that do not go together.
-  expect_refused(job({"--image-size", "8x8"}), 2, "apply to images, not to --features x,bucket");
-  expect_refused(testing::dist_train_checks({"--task", "regress", "--epochs", "1"}), 2,
-                 "--task regress predicts values from --features");
-  expect_refused(job({"--num-classes", "4"}), 2, "--num-classes 4 applies to --task classify");
-  expect_refused(job({"--features", "x,,y"}), 2, "names an empty feature");
-  expect_refused(job_process({"--task", "sort"}), 2, "unknown --task 'sort'");
-  expect_refused(testing::dist_train_checks({"--features", "x", "--epochs", "1"}), 2,
-                 "give --train-data tfrecord:GLOB");
+  expect_exit(job({"--image-size", "8x8"}), 2, "apply to images, not to --features x,bucket");
+  expect_exit(testing::dist_train_checks({"--task", "regress", "--epochs", "1"}), 2,
+              "--task regress predicts values from --features");
+  expect_exit(job({"--num-classes", "4"}), 2, "--num-classes 4 applies to --task classify");
+  expect_exit(job({"--features", "x,,y"}), 2, "names an empty feature");
+  expect_exit(job_process({"--task", "sort"}), 2, "unknown --task 'sort'");
+  expect_exit(testing::dist_train_checks({"--features", "x", "--epochs", "1"}), 2,
+              "give --train-data tfrecord:GLOB");
   // A record whose feature has another length than the first's: named when it is read.
   {
     data::TFRecordWriter odd(data.dir.file("odd.tfrecord"));

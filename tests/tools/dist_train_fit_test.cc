@@ -13,6 +13,7 @@
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tools/train_runs.h"
 #include "tools/weight_files.h"
@@ -51,10 +52,9 @@ std::vector<std::string> with(std::vector<std::string> args, const std::string& 
   return args;
 }
 
-ProcessResult run(const std::vector<std::string>& args) {
-  WorkerProcesses process;
-  process.start(DIST_TRAIN_BINARY, args, {});
-  return process.wait_all(240s).at(0);
+// dist-train with `args`, for 4 minutes at most.
+ProcessResult run_job(const std::vector<std::string>& args) {
+  return testing::run_program(DIST_TRAIN_BINARY, args, 240s);
 }
 
 nlohmann::json last_json(const std::string& output) {
@@ -68,9 +68,9 @@ nlohmann::json last_json(const std::string& output) {
 
 TEST(DistTrainFitTest, FitTakesTheCustomLoopsStepsBitForBit) {
   testing::TempDir dir;
-  auto custom = run(small_job("custom", dir.file("custom.safetensors")));
+  auto custom = run_job(small_job("custom", dir.file("custom.safetensors")));
   ASSERT_EQ(custom.exit_code, 0) << custom.output;
-  auto fit = run(small_job("fit", dir.file("fit.safetensors")));
+  auto fit = run_job(small_job("fit", dir.file("fit.safetensors")));
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   EXPECT_NE(fit.output.find("10/10 [==============================] - "), std::string::npos)
       << fit.output;
@@ -90,16 +90,16 @@ TEST(DistTrainFitTest, Bf16FitTakesTheCustomLoopsStepsBitForBit) {
     args.insert(args.end(), {"--mixed-precision", "bf16"});
     return args;
   };
-  auto custom = run(bf16(small_job("custom", dir.file("custom.safetensors"), 1)));
+  auto custom = run_job(bf16(small_job("custom", dir.file("custom.safetensors"), 1)));
   ASSERT_EQ(custom.exit_code, 0) << custom.output;
-  auto fit = run(bf16(small_job("fit", dir.file("fit.safetensors"), 1)));
+  auto fit = run_job(bf16(small_job("fit", dir.file("fit.safetensors"), 1)));
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   expect_same_weights(dir.file("custom.safetensors"), dir.file("fit.safetensors"));
   EXPECT_EQ(last_json(custom.output)["mixed_precision"], "mixed_bfloat16");
   EXPECT_EQ(last_json(fit.output)["mixed_precision"], "mixed_bfloat16");
   EXPECT_EQ(last_json(custom.output)["test_accuracy"], last_json(fit.output)["test_accuracy"]);
 
-  auto float32 = run(small_job("custom", dir.file("float32.safetensors"), 1));
+  auto float32 = run_job(small_job("custom", dir.file("float32.safetensors"), 1));
   ASSERT_EQ(float32.exit_code, 0) << float32.output;
   EXPECT_EQ(last_json(float32.output)["mixed_precision"], "float32");
   auto a = testing::weights_in(dir.file("float32.safetensors"));
@@ -120,7 +120,7 @@ TEST(DistTrainFitTest, Fp16IsRefusedOnThisCpuBuildWithTheAlternative) {
   testing::TempDir dir;
   auto args = small_job("custom", dir.file("w.safetensors"), 1);
   args.insert(args.end(), {"--mixed-precision", "fp16"});
-  auto result = run(args);
+  auto result = run_job(args);
   EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_NE(result.output.find("mixed_float16 needs a GPU"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("mixed_bfloat16 (bf16)"), std::string::npos) << result.output;
@@ -140,7 +140,7 @@ TEST(DistTrainFitTest, FitUnderTwoWorkerProcessesEqualsFitOnOneDevice) {
   auto one = small_job("fit", dir.file("one.safetensors"), 1);
   one[3] = "1";  // --replicas
   one.insert(one.begin(), {"--strategy", "one_device"});
-  auto single = run(one);
+  auto single = run_job(one);
   ASSERT_EQ(single.exit_code, 0) << single.output;
 
   // Two workers of one replica each, over Gloo on 127.0.0.1 (dist-launch writes TF_CONFIG).
@@ -163,7 +163,7 @@ TEST(DistTrainFitTest, FitUnderTwoWorkerProcessesEqualsFitOnOneDevice) {
             1e-4);
 }
 
-std::string latest_name(const std::string& dir) {
+std::string latest_name_or_empty(const std::string& dir) {
   std::ifstream in(dir + "/checkpoint");
   if (!in) return "";
   try {
@@ -175,7 +175,7 @@ std::string latest_name(const std::string& dir) {
 
 TEST(DistTrainFitTest, AKilledFitResumesAtTheInterruptedEpochAndStepBitForBit) {
   testing::TempDir dir;
-  auto whole = run(small_job("fit", dir.file("whole.safetensors"), 3));
+  auto whole = run_job(small_job("fit", dir.file("whole.safetensors"), 3));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
   // Saving every step; SIGKILL once a checkpoint of epoch 2 (steps 11-20) exists.
@@ -187,17 +187,17 @@ TEST(DistTrainFitTest, AKilledFitResumesAtTheInterruptedEpochAndStepBitForBit) {
   auto step_of = [](const std::string& name) {
     return name.empty() ? -1 : std::stoi(name.substr(5, name.find('.') - 5));  // ckpt-<n>.
   };
-  while (step_of(latest_name(dir.file("backup"))) < 12 &&
+  while (step_of(latest_name_or_empty(dir.file("backup"))) < 12 &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
   process.kill(0, SIGKILL);
   auto killed = process.wait_all(30s).at(0);
   ASSERT_EQ(killed.exit_code, 128 + SIGKILL) << killed.output;
-  const int saved = step_of(latest_name(dir.file("backup")));
+  const int saved = step_of(latest_name_or_empty(dir.file("backup")));
   ASSERT_GE(saved, 12);
   ASSERT_LT(saved, 30) << "finished before the kill";
 
-  auto resumed = run(job);
+  auto resumed = run_job(job);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(last_json(resumed.output)["resumed_at_step"], saved);
   EXPECT_EQ(last_json(resumed.output)["steps"], 30);
@@ -222,7 +222,7 @@ TEST(DistTrainFitTest, SigtermStopsFitAfterTheStepSavesAndExits4) {
   EXPECT_NE(result.output.find("Stopped by signal 15"), std::string::npos) << result.output;
   auto json = last_json(result.output);
   EXPECT_TRUE(json["interrupted"].get<bool>());
-  EXPECT_EQ(latest_name(dir.file("backup")),
+  EXPECT_EQ(latest_name_or_empty(dir.file("backup")),
             "ckpt-" + std::to_string(json["steps"].get<int64_t>()) + ".safetensors");
 }
 
@@ -233,8 +233,8 @@ TEST(DistTrainFitTest, AFitResumedWithinItsLastEpochReportsTheEpochSoFar) {
   testing::TempDir dir;
   auto job = small_job("fit", dir.file("fit.safetensors"), 3);
   job.insert(job.end(), {"--checkpoint-dir", dir.file("backup"), "--max-steps"});
-  ASSERT_EQ(run(with(job, "22")).exit_code, 0);  // stops in epoch 3 (steps 21-30), saved
-  const auto resumed = run(with(job, "26"));
+  ASSERT_EQ(run_job(with(job, "22")).exit_code, 0);  // stops in epoch 3 (steps 21-30), saved
+  const auto resumed = run_job(with(job, "26"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   const auto fit = last_json(resumed.output);
   EXPECT_EQ(fit["resumed_at_step"], 22) << resumed.output;
@@ -242,7 +242,7 @@ TEST(DistTrainFitTest, AFitResumedWithinItsLastEpochReportsTheEpochSoFar) {
   EXPECT_EQ(fit["epochs"], 2);
   auto custom_job = small_job("custom", dir.file("custom.safetensors"), 3);
   custom_job.insert(custom_job.end(), {"--max-steps", "26"});
-  const auto custom_run = run(custom_job);
+  const auto custom_run = run_job(custom_job);
   ASSERT_EQ(custom_run.exit_code, 0) << custom_run.output;
   const auto custom = last_json(custom_run.output);
   EXPECT_GT(fit["train_loss"].get<double>(), 0.0);

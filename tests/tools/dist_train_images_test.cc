@@ -19,6 +19,7 @@
 #include "dist/data/image_folder.h"
 #include "dist/data/tfrecord.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tools/train_runs.h"
 #include "tools/weight_files.h"
@@ -29,22 +30,18 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ProcessResult;
 
-const std::string kScript = std::string(DIST_SOURCE_DIR) + "/tests/tools/new_user_images.py";
+const std::string kImagesScript = std::string(DIST_SOURCE_DIR) + "/tests/tools/new_user_images.py";
 const std::string kImageNetMeans = "0.485,0.456,0.406";
 const std::string kImageNetStds = "0.229,0.224,0.225";
 
-ProcessResult run_python(const std::vector<std::string>& args) {
-  testing::WorkerProcesses python;
-  python.start(DIST_TORCH_PYTHON, args, {});
-  return python.wait_all(120s).at(0);
-}
+using testing::run_program;
 
 // The user's data: DIR/data/{train,test}/<class>/ and DIR/data/cnn5.pt.
 struct UserImages {
   testing::TempDir dir;
   std::string root = dir.file("data");
   UserImages() {
-    const auto made = run_python({kScript, "make", root});
+    const auto made = run_program(DIST_TORCH_PYTHON, {kImagesScript, "make", root}, 120s);
     EXPECT_EQ(made.exit_code, 0) << made.output;
   }
   std::string train() const { return "images:" + root + "/train"; }
@@ -84,8 +81,10 @@ std::vector<std::string> user_job(const std::string& strategy, const std::string
 
 // Python's accuracy of `trained` on the test folder, its images prepared by torchvision.
 double python_accuracy(const UserImages& data, const std::string& trained) {
-  const auto run = run_python(
-      {kScript, "evaluate", trained, data.root + "/test", "64x64", kImageNetMeans, kImageNetStds});
+  const auto run = run_program(DIST_TORCH_PYTHON,
+                               {kImagesScript, "evaluate", trained, data.root + "/test", "64x64",
+                                kImageNetMeans, kImageNetStds},
+                               120s);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   const auto answer = testing::last_json(run.output);
   if (answer.is_null()) return -1;

@@ -22,28 +22,15 @@
 
 #include "dist/distribute/local_cluster.h"
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tfrecord_reader.h"
 
 namespace dist {
 namespace {
 
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult run(const std::string& command, int timeout_seconds) {
-  const std::string bounded =
-      "timeout -s KILL " + std::to_string(timeout_seconds) + " " + command + " 2>&1";
-  FILE* pipe = popen(bounded.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
-}
+using testing::CommandResult;
+using testing::run_shell;
 
 // The last line task `task` printed (dist-launch prefixes each with "[task] ").
 std::string last_line_of(const std::string& output, const std::string& task) {
@@ -66,13 +53,13 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
     // are scheduled although several run at once (its logs are the first epoch's).
     const std::string epochs = loop == "fit" ? " --epochs 2 --max-steps 33" : " --epochs 1";
     const CommandResult job =
-        run(std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 -- " + DIST_TRAIN_BINARY +
-                " --strategy parameter_server --loop " + loop +
-                " --train-examples 640 --batch-per-replica 32 --optimizer sgd"
-                " --lr 0.05 --no-progress --collective-timeout 30 --rendezvous-timeout 30"
-                " --checkpoint-dir " +
-                dir.file("ckpt") + " --save-weights " + dir.file("w.safetensors") + epochs,
-            180);
+        run_shell(std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 -- " + DIST_TRAIN_BINARY +
+                      " --strategy parameter_server --loop " + loop +
+                      " --train-examples 640 --batch-per-replica 32 --optimizer sgd"
+                      " --lr 0.05 --no-progress --collective-timeout 30 --rendezvous-timeout 30"
+                      " --checkpoint-dir " +
+                      dir.file("ckpt") + " --save-weights " + dir.file("w.safetensors") + epochs,
+                  180);
     ASSERT_EQ(job.exit_code, 0) << job.output;
     EXPECT_TRUE(testing::contains(job.output,
                                   "[chief] Steps per epoch: 20 (scheduled on the workers; one "
@@ -117,12 +104,12 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
 // The ResNet's synchronized batch normalization under parameter servers: each worker's step
 // normalizes over its own batch (workers step apart: no global batch), and says so once.
 TEST(DistTrainParameterServerTest, SynchronizedBatchNormIsWorkerLocalWithAWarning) {
-  const CommandResult job =
-      run(std::string(DIST_LAUNCH_BINARY) + " --workers 1 --ps 1 -- " + DIST_TRAIN_BINARY +
-              " --strategy parameter_server --model resnet --train-examples 96"
-              " --test-examples 64 --batch-per-replica 32 --epochs 1 --optimizer sgd --lr 0.01"
-              " --no-progress --collective-timeout 30 --rendezvous-timeout 30",
-          180);
+  const CommandResult job = run_shell(
+      std::string(DIST_LAUNCH_BINARY) + " --workers 1 --ps 1 -- " + DIST_TRAIN_BINARY +
+          " --strategy parameter_server --model resnet --train-examples 96"
+          " --test-examples 64 --batch-per-replica 32 --epochs 1 --optimizer sgd --lr 0.01"
+          " --no-progress --collective-timeout 30 --rendezvous-timeout 30",
+      180);
   ASSERT_EQ(job.exit_code, 0) << job.output;
   const std::string warning =
       "warning: synchronized batch normalization under ParameterServerStrategy normalizes over "
@@ -153,14 +140,14 @@ std::vector<testing::ScalarEvent> scalar_events_in(const std::string& dir,
 }
 
 // An evaluator job: the loop, its flags, and the steps of its first and last checkpoints.
-struct Case {
+struct EvaluatorCase {
   std::string loop, flags;
   int64_t first_checkpoint, final_step;
 };
 
 // TensorBoard: each evaluation's scalars at its checkpoint's step, the last at the final, with
 // the figures of the evaluator's result.
-void expect_evaluation_scalars(const testing::TempDir& dir, const Case& c,
+void expect_evaluation_scalars(const testing::TempDir& dir, const EvaluatorCase& c,
                                const nlohmann::json& evaluator, int64_t evaluations) {
   const auto events = scalar_events_in(dir.file("logs/evaluation"), dir.path());
   ASSERT_EQ(events.size(), static_cast<size_t>(2 * evaluations));
@@ -184,18 +171,19 @@ void expect_evaluation_scalars(const testing::TempDir& dir, const Case& c,
 // epoch (fit: 33 of 2 x 20). Its last evaluation is of the weights the chief evaluated last, on
 // the same test batches: the same figures.
 TEST(DistTrainParameterServerTest, EvaluatorTaskEvaluatesTheCheckpointsUntilTheLast) {
-  for (const Case& c : {Case{"custom", " --global-batch 32 --steps-per-epoch 15", 15, 30},
-                        Case{"fit", " --batch-per-replica 32 --max-steps 33", 20, 33}}) {
+  for (const EvaluatorCase& c :
+       {EvaluatorCase{"custom", " --global-batch 32 --steps-per-epoch 15", 15, 30},
+        EvaluatorCase{"fit", " --batch-per-replica 32 --max-steps 33", 20, 33}}) {
     SCOPED_TRACE(c.loop);
     testing::TempDir dir;
-    const CommandResult job =
-        run(std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 --evaluator -- " +
-                DIST_TRAIN_BINARY + " --strategy parameter_server --loop " + c.loop + c.flags +
-                " --train-examples 640 --epochs 2 --optimizer sgd --lr 0.05 --no-progress"
-                " --collective-timeout 30 --rendezvous-timeout 30 --evaluator-timeout 120"
-                " --checkpoint-dir " +
-                dir.file("ckpt") + " --log-dir " + dir.file("logs"),
-            240);
+    const CommandResult job = run_shell(
+        std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 --evaluator -- " +
+            DIST_TRAIN_BINARY + " --strategy parameter_server --loop " + c.loop + c.flags +
+            " --train-examples 640 --epochs 2 --optimizer sgd --lr 0.05 --no-progress"
+            " --collective-timeout 30 --rendezvous-timeout 30 --evaluator-timeout 120"
+            " --checkpoint-dir " +
+            dir.file("ckpt") + " --log-dir " + dir.file("logs"),
+        240);
     ASSERT_EQ(job.exit_code, 0) << job.output;
     EXPECT_TRUE(testing::contains(job.output, "[dist-launch] evaluator exited with code 0"))
         << job.output;
@@ -243,13 +231,13 @@ TEST(DistTrainParameterServerTest, EvaluatorTaskRefusesNoCheckpointDirAndGivesUp
       R"( "task": {"type": "evaluator", "index": 0}}')";
   const std::string command =
       "env TF_CONFIG=" + tf_config + " " + DIST_TRAIN_BINARY + " --strategy parameter_server";
-  const CommandResult no_dir = run(command, 60);
+  const CommandResult no_dir = run_shell(command, 60);
   EXPECT_EQ(no_dir.exit_code, 2) << no_dir.output;
   EXPECT_TRUE(testing::contains(no_dir.output, "give every task the same --checkpoint-dir"))
       << no_dir.output;
 
   const CommandResult silent =
-      run(command + " --evaluator-timeout 1 --checkpoint-dir " + dir.file("ckpt"), 60);
+      run_shell(command + " --evaluator-timeout 1 --checkpoint-dir " + dir.file("ckpt"), 60);
   EXPECT_EQ(silent.exit_code, 3) << silent.output;
   EXPECT_TRUE(
       testing::contains(silent.output, "no new checkpoint in " + dir.file("ckpt") + " for 1 s"))
@@ -290,11 +278,11 @@ TEST(DistTrainParameterServerTest, TasksWaitingForAChiefThatNeverComesStopOnSigt
 // by its own flag on every task before training (exit 2), instead of the chief failing alone.
 TEST(DistTrainParameterServerTest, FitRefusesCheckpointEveryByName) {
   testing::TempDir dir;
-  const CommandResult job =
-      run(std::string(DIST_LAUNCH_BINARY) + " --workers 1 --ps 1 -- " + DIST_TRAIN_BINARY +
-              " --strategy parameter_server --loop fit --checkpoint-every 5 --checkpoint-dir " +
-              dir.file("ckpt") + " --no-progress --collective-timeout 30",
-          120);
+  const CommandResult job = run_shell(
+      std::string(DIST_LAUNCH_BINARY) + " --workers 1 --ps 1 -- " + DIST_TRAIN_BINARY +
+          " --strategy parameter_server --loop fit --checkpoint-every 5 --checkpoint-dir " +
+          dir.file("ckpt") + " --no-progress --collective-timeout 30",
+      120);
   EXPECT_EQ(job.exit_code, 2) << job.output;
   for (const std::string task : {"chief", "worker:0", "ps:0"}) {
     EXPECT_TRUE(
@@ -310,7 +298,7 @@ TEST(DistTrainParameterServerTest, FitRefusesCheckpointEveryByName) {
 
 TEST(DistTrainParameterServerTest, StepsPerEpochIsRefusedUnderOtherStrategies) {
   const CommandResult r =
-      run(std::string(DIST_TRAIN_BINARY) + " --strategy one_device --steps-per-epoch 5", 60);
+      run_shell(std::string(DIST_TRAIN_BINARY) + " --strategy one_device --steps-per-epoch 5", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(
       testing::contains(r.output, "--steps-per-epoch applies to --strategy parameter_server only"))

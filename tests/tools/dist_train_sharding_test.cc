@@ -29,11 +29,8 @@ std::vector<std::string> job(int workers, const std::string& sharding,
   return testing::small_multi_worker_job(workers, std::move(more));
 }
 
-ProcessResult launch(const std::vector<std::string>& args) { return testing::launch_job(args); }
-
-ProcessResult run_alone(const std::vector<std::string>& args) {
-  return testing::run_dist_train_alone(args);
-}
+using testing::launch_job;
+using testing::run_dist_train_alone;
 
 double difference(const std::string& a, const std::string& b) {
   const double d = testing::max_relative_difference(testing::weights_in(a), testing::weights_in(b));
@@ -49,7 +46,7 @@ double difference(const std::string& a, const std::string& b) {
 // StrategyConformanceTest.ItsCheckpointHoldsWhatOneDeviceWrites.
 TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnshardedJobEnds) {
   testing::TempDir dir;
-  auto plain = launch(
+  auto plain = launch_job(
       job(2, "none",
           {"--max-steps", "14", "--epochs", "2", "--save-weights", dir.file("plain.safetensors")}));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
@@ -57,12 +54,12 @@ TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnsh
       "--epochs", "2", "--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "3"};
   auto first_args = saving;
   first_args.insert(first_args.end(), {"--max-steps", "6"});
-  auto first = launch(job(2, "optimizer", first_args));
+  auto first = launch_job(job(2, "optimizer", first_args));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto rest_args = saving;
   rest_args.insert(rest_args.end(), {"--max-steps", "14", "--max-to-keep", "2", "--save-weights",
                                      dir.file("resumed.safetensors")});
-  auto resumed = launch(job(4, "parameters", rest_args));
+  auto resumed = launch_job(job(4, "parameters", rest_args));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step 6 (epoch 1, batch 6)"), std::string::npos)
       << resumed.output;
@@ -75,7 +72,7 @@ TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnsh
   }
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(testing::files_in(dir.file("ckpt")), kept);
-  auto last = launch(testing::small_multi_worker_job(
+  auto last = launch_job(testing::small_multi_worker_job(
       2, {"--epochs", "2", "--max-steps", "14", "--resume-from",
           dir.file("ckpt/ckpt-12.safetensors"), "--save-weights", dir.file("last.safetensors")}));
   ASSERT_EQ(last.exit_code, 0) << last.output;
@@ -90,7 +87,7 @@ TEST(DistTrainShardingTest, FitAndMixedPrecisionTrainShardedAsUnsharded) {
   testing::TempDir dir;
   for (const std::string sharding : {"gradients", "parameters"}) {
     for (const std::string loop : {"custom", "fit"}) {
-      auto result = launch(job(
+      auto result = launch_job(job(
           2, sharding,
           {"--loop", loop, "--epochs", "1", "--save-weights", dir.file(loop + "_" + sharding)}));
       ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -102,20 +99,20 @@ TEST(DistTrainShardingTest, FitAndMixedPrecisionTrainShardedAsUnsharded) {
                                            "--checkpoint-dir", dir.file("ckpt")};
   auto stopped = backed_up;
   stopped.insert(stopped.end(), {"--max-steps", "6"});
-  auto first = launch(job(2, "parameters", stopped));
+  auto first = launch_job(job(2, "parameters", stopped));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/ckpt-6.safetensors.piece-1-of-2")))
       << first.output;
   auto resuming = backed_up;
   resuming.insert(resuming.end(), {"--save-weights", dir.file("fit_resumed")});
-  auto resumed = launch(job(2, "parameters", resuming));
+  auto resumed = launch_job(job(2, "parameters", resuming));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step 6"), std::string::npos) << resumed.output;
   testing::expect_same_weights(dir.file("fit_parameters"), dir.file("fit_resumed"));
   for (const std::string sharding : {"none", "gradients", "parameters"}) {
-    auto result = launch(job(2, sharding,
-                             {"--mixed-precision", "bf16", "--epochs", "1", "--save-weights",
-                              dir.file("bf16_" + sharding)}));
+    auto result = launch_job(job(2, sharding,
+                                 {"--mixed-precision", "bf16", "--epochs", "1", "--save-weights",
+                                  dir.file("bf16_" + sharding)}));
     ASSERT_EQ(result.exit_code, 0) << result.output;
   }
   EXPECT_LT(difference(dir.file("bf16_none"), dir.file("bf16_gradients")), 1e-5);
@@ -137,7 +134,7 @@ TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
                                   "--epochs",       "1",           "--test-examples", "64",
                                   "--save-weights", dir.file(name)};
     if (!reuse_bytes.empty()) args.insert(args.end(), {"--sharding-reuse-bytes", reuse_bytes});
-    auto result = launch(job(2, sharding, args));
+    auto result = launch_job(job(2, sharding, args));
     ASSERT_EQ(result.exit_code, 0) << result.output;
     bytes[name] = testing::bytes_sent_per_step(result);
     EXPECT_NE(result.output.find("\"peak_rss_bytes\":"), std::string::npos) << result.output;
@@ -164,7 +161,8 @@ TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
 // The flags are refused as they are parsed: the first as a dist-train process, the others through
 // dist-train's checks in this process (testing::dist_train_checks).
 TEST(DistTrainShardingTest, WhatCannotBeShardedIsRefusedWithTheReason) {
-  auto stage3 = run_alone({"--sharding", "parameters", "--replicas", "2", "--epochs", "1"});
+  auto stage3 =
+      run_dist_train_alone({"--sharding", "parameters", "--replicas", "2", "--epochs", "1"});
   EXPECT_EQ(stage3.exit_code, 2) << stage3.output;
   EXPECT_NE(stage3.output.find("one replica"), std::string::npos) << stage3.output;
   auto both =

@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 using testing::ProcessResult;
 using testing::WorkerProcesses;
 
-const std::string kToken = "5742a96e0b1c4d38a7f2e61c9d0b8a34";
+const std::string kStrangerJobToken = "5742a96e0b1c4d38a7f2e61c9d0b8a34";
 
 struct JobRun {
   std::vector<ProcessResult> results;
@@ -54,8 +54,9 @@ JobRun two_workers(const std::string& weights, const std::vector<int>& ports,
     // The probe's rendezvous timeout: a job the stranger holds up fails within it.
     const auto args = testing::with_flag(testing::job_args("multi_worker", weights, 60),
                                          "--rendezvous-timeout", "45");
-    workers.start(DIST_TRAIN_BINARY, args,
-                  {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_JOB_TOKEN=" + kToken});
+    workers.start(
+        DIST_TRAIN_BINARY, args,
+        {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_JOB_TOKEN=" + kStrangerJobToken});
   }
   const auto start = Clock::now();
   if (workers.wait_for_output(0, "Number of devices: 2", 120s))
@@ -90,7 +91,7 @@ TEST(DistTrainStrangerTest, AJobFormsAndTrainsToTheSameWeightsWhileAStrangerFloo
   ASSERT_FALSE(HasFailure());
   const std::string& chief = attacked.results[0].output;
   EXPECT_NE(chief.find("rendezvous store at 127.0.0.1:"), std::string::npos) << chief;
-  EXPECT_EQ(chief.find(kToken), std::string::npos) << "the token must not be printed";
+  EXPECT_EQ(chief.find(kStrangerJobToken), std::string::npos) << "the token must not be printed";
   testing::expect_same_weights(dir.file("quiet.safetensors"), dir.file("attacked.safetensors"));
   std::cout << "[   NOTE   ] the group formed " << attacked.formed_seconds
             << " s after worker:1 started under the stranger (" << quiet.formed_seconds

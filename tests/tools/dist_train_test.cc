@@ -15,6 +15,7 @@
 
 #include "dist/train/safetensors.h"
 #include "equivalence_data.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tfrecord_reader.h"
 #include "tools/train_runs.h"
@@ -24,22 +25,11 @@ namespace {
 
 const char* kDataDir = "/usr/share/datasets/fashion-mnist";
 
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using testing::CommandResult;
 
-// Runs a shell command bounded by `timeout` (coreutils), capturing its output.
+// dist-train with the command line `args`, bounded by `timeout_seconds`.
 CommandResult run_command(const std::string& args, int timeout_seconds = 300) {
-  std::string command = "timeout -s KILL " + std::to_string(timeout_seconds) + " " +
-                        DIST_TRAIN_BINARY + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+  return testing::run_shell(std::string(DIST_TRAIN_BINARY) + " " + args, timeout_seconds);
 }
 
 nlohmann::json last_json_line(const std::string& output) {

@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 using testing::Trace;
 using testing::TraceSpan;
 
-constexpr int kSteps = 6;
+constexpr int kTimelineSteps = 6;
 
 // The collectives of `trace` summed as CommunicationCounters count them.
 nlohmann::json sum_of_collectives(const Trace& trace) {
@@ -42,7 +42,7 @@ void expect_worker_steps(const Trace& trace, int worker, const std::vector<std::
   EXPECT_EQ(trace.process_name, "worker:" + std::to_string(worker));
   EXPECT_EQ(trace.dropped, 0);
   const auto steps = trace.named("step");
-  ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kTimelineSteps));
   std::vector<double> coverage;
   for (const TraceSpan& step : steps) {
     const std::string which =
@@ -72,13 +72,14 @@ void expect_worker_steps(const Trace& trace, int worker, const std::vector<std::
   EXPECT_GE(coverage[coverage.size() / 2], 0.95) << "worker " << worker << ": the median step";
 }
 
-// Two workers train kSteps steps with a timeline (and `more`); checks both files and returns
-// them.
+// Two workers train kTimelineSteps steps with a timeline (and `more`); checks both files and
+// returns them.
 std::vector<Trace> two_recorded_workers(const testing::TempDir& dir,
                                         const std::vector<std::string>& more,
                                         const std::vector<std::string>& kinds) {
-  std::vector<std::string> args{"--max-steps", std::to_string(kSteps), "--test-examples",
-                                "256",         "--timeline",           dir.file("trace.json")};
+  std::vector<std::string> args{"--max-steps",     std::to_string(kTimelineSteps),
+                                "--test-examples", "256",
+                                "--timeline",      dir.file("trace.json")};
   args.insert(args.end(), more.begin(), more.end());
   const auto result = testing::launch_job(testing::small_multi_worker_job(2, args));
   EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -96,7 +97,7 @@ std::vector<Trace> two_recorded_workers(const testing::TempDir& dir,
   // Every collective the chief's library counted is in its file, with the same bytes.
   if (!report.is_null()) {
     EXPECT_EQ(sum_of_collectives(traces[0]), report.at("collectives")) << result.output;
-    EXPECT_GT(report.at("collectives").at("count").get<int64_t>(), kSteps);
+    EXPECT_GT(report.at("collectives").at("count").get<int64_t>(), kTimelineSteps);
   }
   return traces;
 }
@@ -120,7 +121,7 @@ TEST(DistTrainTimelineTest, EachWorkersStepsAreAccountedForAndItsCollectivesAddU
   std::set<int> pids;
   for (const auto& s : merged.spans) pids.insert(s.pid);
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
-  EXPECT_EQ(merged.named("step").size(), 2u * kSteps);
+  EXPECT_EQ(merged.named("step").size(), 2u * kTimelineSteps);
 }
 
 TEST(DistTrainTimelineTest, ShardedStepsShowTheirReduceScattersAndGathers) {

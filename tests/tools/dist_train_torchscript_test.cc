@@ -205,7 +205,7 @@ std::pair<at::Tensor, at::Tensor> test_images(int64_t n) {
   return {(*first)[0].contiguous(), (*first)[1].to(torch::kLong).contiguous()};
 }
 
-void write_raw(const std::string& path, const at::Tensor& t) {
+void write_tensor_bytes(const std::string& path, const at::Tensor& t) {
   testing::write_file(path, std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
 }
 
@@ -227,8 +227,8 @@ TEST(DistTrainTorchScriptReadBackTest, PythonRunsTheWrittenModuleAsWeDo) {
   model->eval();
   torch::NoGradGuard no_grad;
   const at::Tensor ours = model->forward(images).contiguous();
-  write_raw(dir.file("images.f32"), images);
-  write_raw(dir.file("labels.i64"), labels);
+  write_tensor_bytes(dir.file("images.f32"), images);
+  write_tensor_bytes(dir.file("labels.i64"), labels);
   testing::WorkerProcesses python;
   python.start(DIST_TORCH_PYTHON,
                {DIST_TORCHSCRIPT_EVALUATOR, dir.file("trained.pt"), dir.file("images.f32"),

@@ -32,11 +32,11 @@ using testing::job_args;
 using testing::ProcessResult;
 using testing::WorkerProcesses;
 
-const std::string kScript = std::string(DIST_SOURCE_DIR) + "/scripts/netns-cluster.sh";
+const std::string kNetnsScript = std::string(DIST_SOURCE_DIR) + "/scripts/netns-cluster.sh";
 
 // Runs `command` in a shell, killed after `seconds`; its exit code (128 + signal when killed)
 // and output.
-std::pair<int, std::string> run(const std::string& command, int seconds) {
+std::pair<int, std::string> run_logged(const std::string& command, int seconds) {
   testing::TempDir dir;
   const std::string log = dir.file("out");
   const int status = std::system(
@@ -54,12 +54,12 @@ class NetnsCluster {
     static std::atomic<int> made{0};
     name_ = "dt" + std::to_string(getpid()) + "_" + std::to_string(made++);
     std::tie(status_, output_) =
-        run(kScript + " up " + name_ + " " + std::to_string(hosts) + " " + rate, 60);
+        run_logged(kNetnsScript + " up " + name_ + " " + std::to_string(hosts) + " " + rate, 60);
     std::istringstream lines(output_);
     for (std::string line; std::getline(lines, line);)
       if (line.rfind("198.", 0) == 0) addresses_.push_back(line);
   }
-  ~NetnsCluster() { run(kScript + " down " + name_, 60); }
+  ~NetnsCluster() { run_logged(kNetnsScript + " down " + name_, 60); }
   NetnsCluster(const NetnsCluster&) = delete;
   NetnsCluster& operator=(const NetnsCluster&) = delete;
 
@@ -79,7 +79,7 @@ class NetnsCluster {
   std::string pids() const {
     std::string left;
     for (const auto until = Clock::now() + 15s; Clock::now() < until;) {
-      left = run(kScript + " pids " + name_, 30).second;
+      left = run_logged(kNetnsScript + " pids " + name_, 30).second;
       if (left.empty()) break;
       std::this_thread::sleep_for(100ms);
     }
@@ -87,7 +87,7 @@ class NetnsCluster {
   }
   // The script's link-down/link-up of `address`; its exit code.
   int link(const std::string& up_or_down, const std::string& address) const {
-    return run(kScript + " link-" + up_or_down + " " + address, 30).first;
+    return run_logged(kNetnsScript + " link-" + up_or_down + " " + address, 30).first;
   }
 
  private:
@@ -111,7 +111,7 @@ std::vector<std::string> launch_args(const NetnsCluster& cluster, int replicas,
   return {"--hosts",
           cluster.hosts(),
           "--host-command",
-          kScript + " exec {host} sh -c",
+          kNetnsScript + " exec {host} sh -c",
           "--port-base",
           "7100",
           "--replicas-per-worker",
@@ -153,7 +153,7 @@ std::string mpirun_job_token() { return "5eed" + std::to_string(getpid()) + "5ee
 // crashed there once (a segfault in hwloc_shmem_topology_write) and the job never started.
 Launch by_mpirun(const NetnsCluster& cluster, int replicas) {
   const std::string hosts = cluster.hosts();
-  Launch launch{kScript, {"exec", cluster.addresses()[0], "mpirun"}, "Open MPI"};
+  Launch launch{kNetnsScript, {"exec", cluster.addresses()[0], "mpirun"}, "Open MPI"};
   if (geteuid() == 0) launch.args.push_back("--allow-run-as-root");
   launch.args.insert(launch.args.end(),
                      {"--bind-to",
@@ -163,7 +163,7 @@ Launch by_mpirun(const NetnsCluster& cluster, int replicas) {
                       "none",
                       "--mca",
                       "plm_rsh_agent",
-                      kScript + " shell",
+                      kNetnsScript + " shell",
                       "--mca",
                       "pml",
                       "ob1",
@@ -454,10 +454,11 @@ TEST(NetnsClusterTest, HostWhoseLinkGoesDownUnderMpiIsNamedAndNoProcessOfTheJobI
   launch.args.insert(launch.args.end(), job.begin(), job.end());
   launch.args.insert(launch.args.end(),
                      {"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "5"});
-  ASSERT_EQ(
-      run(kScript + " exec " + cluster.addresses()[0] + " sysctl -qw net.ipv4.tcp_retries2=5", 30)
-          .first,
-      0);
+  ASSERT_EQ(run_logged(kNetnsScript + " exec " + cluster.addresses()[0] +
+                           " sysctl -qw net.ipv4.tcp_retries2=5",
+                       30)
+                .first,
+            0);
   WorkerProcesses launcher;
   launcher.start(launch.program, launch.args, {});
   double seconds = 0;
@@ -474,9 +475,9 @@ TEST(NetnsClusterTest, HostWhoseLinkGoesDownUnderMpiIsNamedAndNoProcessOfTheJobI
   EXPECT_TRUE(still.empty()) << still.size() << " processes of the job still run";
   const std::string left = cluster.pids();
   if (!left.empty())
-    std::printf(
-        "left on the hosts (Open MPI's daemon of the cut-off host):\n%s",
-        run("ps -o pid,etime,args -p " + left.substr(0, left.find('\n')), 10).second.c_str());
+    std::printf("left on the hosts (Open MPI's daemon of the cut-off host):\n%s",
+                run_logged("ps -o pid,etime,args -p " + left.substr(0, left.find('\n')), 10)
+                    .second.c_str());
 }
 #endif
 

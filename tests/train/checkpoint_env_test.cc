@@ -21,7 +21,7 @@ using testing::DiskFullEnv;
 using testing::files_in;
 using testing::RecordingEnv;
 
-std::shared_ptr<torch::nn::LinearImpl> small_model(int seed) {
+std::shared_ptr<torch::nn::LinearImpl> linear_model(int seed) {
   torch::manual_seed(seed);
   return torch::nn::Linear(4, 3).ptr();
 }
@@ -36,7 +36,7 @@ TEST(CheckpointEnvTest, ASaveWritesSyncsAndRenamesTheFileThenThePointerThenDelet
   testing::TempDir dir;
   RecordingEnv env(dir.path());
   CheckpointManager manager(dir.path(), 1, &env);
-  Checkpoint checkpoint(small_model(1), nullptr);
+  Checkpoint checkpoint(linear_model(1), nullptr);
   checkpoint.save_random_state = false;
   checkpoint.state.step = 1;
   manager.save(checkpoint);
@@ -75,7 +75,7 @@ TEST(CheckpointEnvTest, ASaveWritesSyncsAndRenamesTheFileThenThePointerThenDelet
 
   // Reading goes through the Env too.
   const size_t read_from = env.operations().size();
-  Checkpoint reader(small_model(2), nullptr);
+  Checkpoint reader(linear_model(2), nullptr);
   reader.read(*manager.latest(), &env);
   EXPECT_EQ(reader.state.step, 2);
   EXPECT_EQ(env.operations()[read_from], "file_exists checkpoint");
@@ -94,7 +94,7 @@ class CheckpointDiskFullTest : public ::testing::TestWithParam<DiskFull> {};
 
 TEST_P(CheckpointDiskFullTest, SaveThrowsNamingTheFileAndThePreviousCheckpointStaysLatest) {
   testing::TempDir dir;
-  auto model = small_model(1);
+  auto model = linear_model(1);
   torch::optim::Adam adam(model->parameters());
   Checkpoint checkpoint(model, &adam);
   CheckpointManager manager(dir.path(), 3);
@@ -120,7 +120,7 @@ TEST_P(CheckpointDiskFullTest, SaveThrowsNamingTheFileAndThePreviousCheckpointSt
   EXPECT_FALSE(has_temporary(dir.path())) << ::testing::PrintToString(files_in(dir.path()));
   EXPECT_EQ(manager.latest(), previous);
   EXPECT_EQ(on_full_disk.latest(), previous);
-  auto reader_model = small_model(2);
+  auto reader_model = linear_model(2);
   Checkpoint reader(reader_model, nullptr);
   reader.read(previous);
   EXPECT_EQ(reader.state.step, 1);
@@ -148,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CheckpointDiskFullTest, WriteThrowsNamingTheFileAndLeavesNothing) {
   testing::TempDir dir;
-  Checkpoint checkpoint(small_model(1), nullptr);
+  Checkpoint checkpoint(linear_model(1), nullptr);
   DiskFullEnv full(100);
   const std::string path = dir.file("c.safetensors");
   try {

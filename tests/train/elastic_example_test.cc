@@ -30,11 +30,12 @@ using testing::WorkerProcesses;
 
 // Enough steps that the joiner, started once the loss is mended, asks before the job ends
 // (about 1 s) while a few hundred steps remain; a commit every 10 steps admits it.
-constexpr int kSteps = 2000;
-constexpr const char* kExamples = "6400";
+constexpr int kExampleSteps = 2000;
+constexpr const char* kTrainExamples = "6400";
 
 std::vector<std::string> example_args(const std::string& weights, int min_workers) {
-  return {std::to_string(kSteps), std::to_string(min_workers), weights, kExamples, "float64"};
+  return {std::to_string(kExampleSteps), std::to_string(min_workers), weights, kTrainExamples,
+          "float64"};
 }
 
 TEST(ElasticExampleTest, ACustomLoopLosesAWorkerTakesItBackAndEndsAtOneWorkersWeights) {
@@ -56,7 +57,7 @@ TEST(ElasticExampleTest, ACustomLoopLosesAWorkerTakesItBackAndEndsAtOneWorkersWe
   EXPECT_TRUE(testing::contains(chief, "sizes 2 -> 3 (joined worker:1)")) << chief;
   EXPECT_TRUE(testing::contains(chief, "Resumed from the state committed in memory")) << chief;
   EXPECT_TRUE(testing::contains(
-      chief, "Done: " + std::to_string(kSteps) + " steps; workers per generation: 3 2 3"))
+      chief, "Done: " + std::to_string(kExampleSteps) + " steps; workers per generation: 3 2 3"))
       << chief;
   EXPECT_TRUE(testing::contains(results[3].output, "(sent to the joining workers:") ||
               testing::contains(chief, "(sent to the joining workers:"))

@@ -14,33 +14,15 @@
 #include "collective/local/local_communicator.h"
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
+#include "expect_error.h"
+#include "replica_threads.h"
+#include "tensor_literals.h"
 
 namespace dist {
 namespace {
 
-// Runs fn(replica) on one thread per replica, each in its own ReplicaContext, as
-// strategy.run() would; rethrows the first replica's exception.
-void run_replicas(int replicas, int64_t global_batch_size, const std::function<void(int)>& fn) {
-  collective::LocalGroupOptions options;
-  options.size = replicas;
-  auto group = collective::make_local_group(options);
-  std::vector<std::exception_ptr> errors(replicas);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < replicas; ++r) {
-    threads.emplace_back([&, r] {
-      ReplicaContext context(nullptr, group[static_cast<size_t>(r)].get(), r, global_batch_size);
-      ReplicaContextScope scope(&context);
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using testing::error_of;
+using testing::run_replicas;
 
 std::vector<double> to_vector(const torch::Tensor& t) {
   torch::Tensor d = t.detach().to(torch::kDouble).contiguous().flatten();
@@ -49,25 +31,8 @@ std::vector<double> to_vector(const torch::Tensor& t) {
 
 double scalar(const torch::Tensor& t) { return t.item<double>(); }
 
-torch::Tensor doubles(std::initializer_list<double> values) {
-  return torch::tensor(std::vector<double>(values), torch::kDouble);
-}
-
-torch::Tensor longs(std::initializer_list<int64_t> values) {
-  return torch::tensor(std::vector<int64_t>(values), torch::kLong);
-}
-
-// The exception message of calling fn, which must throw E.
-template <class E>
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using testing::doubles;
+using testing::longs;
 
 // ---- per-example values --------------------------------------------------------------------
 
@@ -106,7 +71,7 @@ TEST(LossTest, SparseCategoricalCrossentropyAcceptsLabelsWithTrailingAxis) {
 
 TEST(LossTest, SparseCategoricalCrossentropyRejectsOutOfRangeLabel) {
   SparseCategoricalCrossentropy loss(true);
-  auto what = message_of<InvalidArgument>([&] { loss(longs({0, 4}), torch::zeros({2, 4})); });
+  auto what = error_of<InvalidArgument>([&] { loss(longs({0, 4}), torch::zeros({2, 4})); });
   EXPECT_NE(what.find("class id 4"), std::string::npos) << what;
   EXPECT_NE(what.find("4 classes"), std::string::npos) << what;
   EXPECT_THROW(loss(longs({-1, 0}), torch::zeros({2, 4})), InvalidArgument);
@@ -188,12 +153,12 @@ TEST(LossTest, EmptyBatchAveragesToZero) {
 }
 
 TEST(LossTest, ShapeMismatchNamesBothShapes) {
-  auto what = message_of<InvalidArgument>([] {
+  auto what = error_of<InvalidArgument>([] {
     MeanSquaredError()(torch::zeros({2, 3}), torch::zeros({3, 2}));
   });
   EXPECT_NE(what.find("[2, 3]"), std::string::npos) << what;
   EXPECT_NE(what.find("[3, 2]"), std::string::npos) << what;
-  what = message_of<InvalidArgument>([] {
+  what = error_of<InvalidArgument>([] {
     SparseCategoricalCrossentropy()(torch::zeros({4}, torch::kLong), torch::zeros({3, 2}));
   });
   EXPECT_NE(what.find("[4]"), std::string::npos) << what;
@@ -202,7 +167,7 @@ TEST(LossTest, ShapeMismatchNamesBothShapes) {
 }
 
 TEST(LossTest, SampleWeightShapeMismatchNamesBothShapes) {
-  auto what = message_of<InvalidArgument>([] {
+  auto what = error_of<InvalidArgument>([] {
     MeanSquaredError()(torch::zeros({4, 2}), torch::zeros({4, 2}), torch::ones({3}));
   });
   EXPECT_NE(what.find("[3]"), std::string::npos) << what;
@@ -231,7 +196,7 @@ TEST(LossGuardTest, AutoAndSumOverBatchSizeRejectedInMultiReplicaRun) {
     for (auto reduction : {Reduction::kAuto, Reduction::kSumOverBatchSize}) {
       run_replicas(replicas, -1, [&](int) {
         MeanSquaredError loss(reduction);
-        auto what = message_of<InvalidArgument>([&] { loss(torch::ones({2}), torch::ones({2})); });
+        auto what = error_of<InvalidArgument>([&] { loss(torch::ones({2}), torch::ones({2})); });
         EXPECT_NE(what.find("Reduction::kNone"), std::string::npos) << what;
         EXPECT_NE(what.find("compute_average_loss(per_example_loss, global_batch_size)"),
                   std::string::npos)
@@ -289,7 +254,7 @@ TEST(ComputeAverageLossTest, ExplicitGlobalBatchSizeWinsOverContext) {
 
 TEST(ComputeAverageLossTest, UnknownGlobalBatchInMultiReplicaRunThrows) {
   run_replicas(2, -1, [](int) {
-    auto what = message_of<InvalidArgument>([] { compute_average_loss(doubles({1, 2})); });
+    auto what = error_of<InvalidArgument>([] { compute_average_loss(doubles({1, 2})); });
     EXPECT_NE(what.find("global_batch_size"), std::string::npos) << what;
     EXPECT_NE(what.find("distributed dataset"), std::string::npos) << what;
   });
@@ -329,7 +294,7 @@ TEST(ComputeAverageLossTest, ZeroGlobalBatchGivesZero) {
 }
 
 TEST(ComputeAverageLossTest, RejectsNegativeGlobalBatchSize) {
-  auto what = message_of<InvalidArgument>([] { compute_average_loss(doubles({1}), -2); });
+  auto what = error_of<InvalidArgument>([] { compute_average_loss(doubles({1}), -2); });
   EXPECT_NE(what.find("-2"), std::string::npos) << what;
 }
 

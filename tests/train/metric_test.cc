@@ -14,42 +14,17 @@
 #include "dist/core/error.h"
 #include "dist/distribute/replica_context.h"
 #include "dist/train/metrics.h"
+#include "replica_threads.h"
+#include "tensor_literals.h"
 
 namespace dist {
 namespace {
 
 using State = std::pair<double, double>;
 
-// Runs fn(replica) concurrently on one thread per replica, each in its own ReplicaContext.
-void run_replicas(int replicas, const std::function<void(int)>& fn) {
-  collective::LocalGroupOptions options;
-  options.size = replicas;
-  auto group = collective::make_local_group(options);
-  std::vector<std::exception_ptr> errors(replicas);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < replicas; ++r) {
-    threads.emplace_back([&, r] {
-      ReplicaContext context(nullptr, group[static_cast<size_t>(r)].get(), r, -1);
-      ReplicaContextScope scope(&context);
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-torch::Tensor doubles(std::initializer_list<double> values) {
-  return torch::tensor(std::vector<double>(values), torch::kDouble);
-}
-
-torch::Tensor longs(std::initializer_list<int64_t> values) {
-  return torch::tensor(std::vector<int64_t>(values), torch::kLong);
-}
+using testing::doubles;
+using testing::longs;
+using testing::run_replicas;
 
 TEST(MetricTest, MeanOfValues) {
   metrics::Mean mean;

@@ -22,7 +22,17 @@
 namespace dist {
 namespace {
 
-using namespace gan_checkpoint;
+// Declarations, not a directive: in a unity batch another test's namesake (values_of)
+// in this anonymous namespace would hide what a directive brings in.
+using gan_checkpoint::adam_state;
+using gan_checkpoint::differs;
+using gan_checkpoint::discriminator;
+using gan_checkpoint::everything;
+using gan_checkpoint::expect_identical;
+using gan_checkpoint::Gan;
+using gan_checkpoint::generator;
+using gan_checkpoint::MirroredPair;
+using gan_checkpoint::values_of;
 
 TEST(NamedCheckpointTest, FourModelsFourAdamsAndATensorRoundTripAndContinueBitForBit) {
   testing::TempDir dir;

@@ -22,45 +22,16 @@
 #include "dist/distribute/one_device_strategy.h"
 #include "dist/distribute/replica_context.h"
 #include "equivalence_data.h"
+#include "expect_error.h"
+#include "replica_threads.h"
 
 namespace dist {
 namespace {
 
 using ::testing::HasSubstr;
 
-template <class E>
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-// fn(replica) on one thread per replica, each in its own ReplicaContext of one local group.
-void run_replicas(int replicas, const std::function<void(int)>& fn) {
-  collective::LocalGroupOptions options;
-  options.size = replicas;
-  auto group = collective::make_local_group(options);
-  std::vector<std::exception_ptr> errors(replicas);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < replicas; ++r) {
-    threads.emplace_back([&, r] {
-      ReplicaContext context(nullptr, group[static_cast<size_t>(r)].get(), r, -1);
-      ReplicaContextScope scope(&context);
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using testing::error_of;
+using testing::run_replicas;
 
 constexpr int64_t kPad = 99;  // outside the vocabulary on purpose
 
@@ -114,31 +85,31 @@ TEST(SequenceLossTest, BadInputIsNamed) {
   const at::Tensor logits = torch::zeros({2, 3, 5});
   SequenceCrossentropy loss(kPad);
   EXPECT_THAT(
-      message_of<InvalidArgument>([&] {
+      error_of<InvalidArgument>([&] {
         loss(torch::tensor(std::vector<int64_t>{1, 7, kPad, 0, 0, 0}).reshape({2, 3}), logits);
       }),
       HasSubstr("the target at [0, 1] is token id 7, outside the vocabulary of 5"));
-  EXPECT_THAT(message_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 SequenceCrossentropy()(torch::full({2, 3}, -100), logits);
               }),
               HasSubstr("if it marks padding, give the padding id or a mask"));
-  EXPECT_THAT(message_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 loss(torch::zeros({2, 4}).to(torch::kLong), logits);
               }),
               HasSubstr("targets must be integer token ids of shape [batch, time] = [2, 3]"));
-  EXPECT_THAT(message_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 loss(torch::zeros({2, 3}), logits);
               }),
               HasSubstr("of dtype Float"));
-  EXPECT_THAT(message_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 loss(torch::zeros({2, 3}).to(torch::kLong), torch::zeros({6, 5}));
               }),
               HasSubstr("logits must be floating [batch, time, vocabulary]"));
-  EXPECT_THAT(message_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 loss(torch::zeros({2, 3}).to(torch::kLong), logits, torch::ones({3, 2}));
               }),
               HasSubstr("the mask of shape [3, 2] is not the shape of the targets, [2, 3]"));
-  EXPECT_THAT(message_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 compute_average_token_loss(torch::zeros({2, 3}), torch::ones({2, 3}), -2);
               }),
               HasSubstr("global_token_count must be >= 0"));
@@ -173,11 +144,11 @@ TEST(SequenceLossTest, ReplicasLearnTheGlobalTokenCount) {
 
 constexpr int64_t kVocabulary = 11;
 constexpr int64_t kTime = 9;
-constexpr int64_t kGlobalBatch = 7;  // 3 + 2 + 2 on 3 replicas
-constexpr int kSteps = 20;
+constexpr int64_t kSequenceBatch = 7;  // 3 + 2 + 2 on 3 replicas
+constexpr int kSequenceSteps = 20;
 
 struct Batch {
-  at::Tensor inputs;   // [kGlobalBatch, kTime] ids
+  at::Tensor inputs;   // [kSequenceBatch, kTime] ids
   at::Tensor targets;  // the same shape, kPad after each sequence's length
 };
 
@@ -185,11 +156,11 @@ struct Batch {
 std::vector<Batch> make_batches() {
   torch::manual_seed(11);
   std::vector<Batch> batches;
-  for (int s = 0; s < kSteps; ++s) {
-    const at::Tensor lengths = torch::randint(1, kTime + 1, {kGlobalBatch, 1});
+  for (int s = 0; s < kSequenceSteps; ++s) {
+    const at::Tensor lengths = torch::randint(1, kTime + 1, {kSequenceBatch, 1});
     const at::Tensor real = torch::arange(kTime).unsqueeze(0).lt(lengths);
     Batch b;
-    b.inputs = torch::randint(0, kVocabulary, {kGlobalBatch, kTime});
+    b.inputs = torch::randint(0, kVocabulary, {kSequenceBatch, kTime});
     b.targets = torch::where(real, torch::remainder(b.inputs * 3 + 1, kVocabulary),
                              torch::full({}, kPad, torch::kLong));
     batches.push_back(b);
@@ -237,15 +208,15 @@ std::vector<at::Tensor> train(const Strategy& strategy, Averaging averaging) {
           loss.backward();
           optimizer->apply_gradients();
         },
-        PerReplica<at::Tensor>(inputs, kGlobalBatch),
-        PerReplica<at::Tensor>(targets, kGlobalBatch));
+        PerReplica<at::Tensor>(inputs, kSequenceBatch),
+        PerReplica<at::Tensor>(targets, kSequenceBatch));
   }
   std::vector<at::Tensor> weights;
   for (const auto& p : model.primary()->parameters()) weights.push_back(p.detach().clone());
   return weights;
 }
 
-MirroredOptions replicas(int count) {
+MirroredOptions replica_options(int count) {
   MirroredOptions options;
   for (int r = 0; r < count; ++r) options.devices.push_back("cpu:" + std::to_string(r));
   options.threads_per_replica = 1;
@@ -258,16 +229,16 @@ TEST(SequenceLossEquivalenceTest, ReplicasEqualOneDeviceWithUnevenPadding) {
   for (const auto& p : make_model()->parameters()) initial.push_back(p.detach());
   EXPECT_GT(testing::max_relative_difference(expected, initial), 1e-2) << "nothing trained";
   for (int count : {2, 3}) {
-    const auto actual = train(MirroredStrategy(replicas(count)), Averaging::kGlobalTokens);
+    const auto actual = train(MirroredStrategy(replica_options(count)), Averaging::kGlobalTokens);
     const double difference = testing::max_relative_difference(actual, expected);
     std::printf("%d replicas against one device after %d steps: max relative difference %.3g\n",
-                count, kSteps, difference);
+                count, kSequenceSteps, difference);
     EXPECT_LT(difference, 1e-5) << count << " replicas";
   }
-  const auto central = train(CentralStorageStrategy(replicas(3)), Averaging::kGlobalTokens);
+  const auto central = train(CentralStorageStrategy(replica_options(3)), Averaging::kGlobalTokens);
   EXPECT_LT(testing::max_relative_difference(central, expected), 1e-5) << "central storage";
   // The per-replica mean trains another model: the test can tell.
-  const auto wrong = train(MirroredStrategy(replicas(3)), Averaging::kPerReplicaMean);
+  const auto wrong = train(MirroredStrategy(replica_options(3)), Averaging::kPerReplicaMean);
   const double wrong_difference = testing::max_relative_difference(wrong, expected);
   std::printf("per-replica means on 3 replicas against one device: %.3g\n", wrong_difference);
   EXPECT_GT(wrong_difference, 1e-3);

@@ -22,10 +22,10 @@ namespace {
 using std::chrono::milliseconds;
 
 // A model whose every weight is `step` once the checkpoint of that step is read.
-torch::nn::Linear make_model() { return torch::nn::Linear(3, 2); }
+torch::nn::Linear linear_model() { return torch::nn::Linear(3, 2); }
 
 void write_checkpoint(CheckpointManager& manager, int64_t step) {
-  auto model = make_model();
+  auto model = linear_model();
   {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters()) p.fill_(static_cast<double>(step));
@@ -58,7 +58,7 @@ SidecarEvaluator::Evaluate mean_weight(const torch::nn::Linear& model) {
 
 TEST(SidecarEvaluatorTest, EvaluatesCheckpointsAsTheyComeUntilTheFinalStep) {
   testing::TempDir dir;
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.log_dir = dir.file("eval");
   options.final_step = 30;
@@ -128,7 +128,7 @@ TEST(SidecarEvaluatorTest, CheckpointDeletedBeforeItIsReadIsPassedOverForTheNewe
     write_checkpoint(manager, 1);
   }
   ChiefOvertakesEnv env(dir.file("ckpts"));
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.final_step = 2;
   options.env = &env;
@@ -150,7 +150,7 @@ TEST(SidecarEvaluatorTest, CenturiesOfTimeoutMeanNoLimitNotAnOverflow) {
     CheckpointManager manager(dir.file("ckpts"), 3);
     write_checkpoint(manager, 1);
   });
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.timeout = milliseconds::max();
   options.max_evaluations = 1;
@@ -169,7 +169,7 @@ TEST(SidecarEvaluatorTest, FinalCheckpointAlreadyThereIsEvaluatedAtOnce) {
     CheckpointManager manager(dir.file("ckpts"), 3);
     for (int64_t step : {5, 10}) write_checkpoint(manager, step);
   }
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.final_step = 10;
   options.timeout = milliseconds(60'000);  // must not be waited for
@@ -186,7 +186,7 @@ TEST(SidecarEvaluatorTest, StopsAfterMaxEvaluations) {
   testing::TempDir dir;
   CheckpointManager manager(dir.file("ckpts"), 3);
   write_checkpoint(manager, 7);
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.max_evaluations = 1;
   const auto evaluations =
@@ -199,7 +199,7 @@ TEST(SidecarEvaluatorTest, TimeoutBeforeTheFinalStepIsADataErrorNamingTheDirecto
   testing::TempDir dir;
   CheckpointManager manager(dir.file("ckpts"), 3);
   write_checkpoint(manager, 4);
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.final_step = 8;
   options.timeout = milliseconds(200);
@@ -219,7 +219,7 @@ TEST(SidecarEvaluatorTest, TimeoutBeforeTheFinalStepIsADataErrorNamingTheDirecto
 
 TEST(SidecarEvaluatorTest, WithoutAnEndTheTimeoutEndsTheRunNormally) {
   testing::TempDir dir;
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.timeout = milliseconds(100);
   const auto evaluations =
@@ -236,7 +236,7 @@ TEST(SidecarEvaluatorTest, DamagedLatestCheckpointIsADataErrorNamingIt) {
   std::string bytes = testing::read_file(path);
   bytes[bytes.size() - 2] ^= 0x10;  // a flipped bit in the last tensor
   testing::write_file(path, bytes);
-  auto model = make_model();
+  auto model = linear_model();
   SidecarEvaluatorOptions options = quick_options(dir.file("ckpts"));
   options.final_step = 3;
   try {
@@ -248,7 +248,7 @@ TEST(SidecarEvaluatorTest, DamagedLatestCheckpointIsADataErrorNamingIt) {
 }
 
 TEST(SidecarEvaluatorTest, BadOptionsAreRefusedByName) {
-  auto model = make_model();
+  auto model = linear_model();
   auto make = [&](SidecarEvaluatorOptions options) {
     SidecarEvaluator(Checkpoint(model.ptr(), nullptr), mean_weight(model), options);
   };

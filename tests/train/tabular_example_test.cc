@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "multi_worker/process_group.h"
+#include "run_program.h"
 #include "test_util.h"
 
 namespace dist {
@@ -20,20 +21,18 @@ using testing::ProcessResult;
 using testing::TempDir;
 using testing::WorkerProcesses;
 
-ProcessResult run(const std::vector<std::string>& args) {
-  WorkerProcesses process;
-  process.start(TABULAR_EXAMPLE_BINARY, args, {});
-  return process.wait_all(180s).at(0);
-}
+using testing::run_program;
 
 TEST(TabularExampleTest, AnMlpLearnsTheFunctionFromTfRecordsWithMse) {
   TempDir dir;
   const std::string data = dir.file("data");
-  const ProcessResult prepare = run({"prepare", data, "8000", "3"});
+  const ProcessResult prepare =
+      run_program(TABULAR_EXAMPLE_BINARY, {"prepare", data, "8000", "3"}, 180s);
   ASSERT_EQ(prepare.exit_code, 0) << prepare.output;
   EXPECT_TRUE(testing::contains(prepare.output, "Wrote 8000 rows of 10 features"))
       << prepare.output;
-  const ProcessResult train = run({"train", data, "mirrored", "3000", "32"});
+  const ProcessResult train =
+      run_program(TABULAR_EXAMPLE_BINARY, {"train", data, "mirrored", "3000", "32"}, 180s);
   ASSERT_EQ(train.exit_code, 0) << train.output;
   std::smatch match;
   ASSERT_TRUE(std::regex_search(
@@ -48,7 +47,7 @@ TEST(TabularExampleTest, AnMlpLearnsTheFunctionFromTfRecordsWithMse) {
   EXPECT_GT(mse, 0.7);          // and not the noise (variance 1), as no model can
 
   // A bad command is refused with the usage.
-  const ProcessResult bad = run({"trian", data});
+  const ProcessResult bad = run_program(TABULAR_EXAMPLE_BINARY, {"trian", data}, 180s);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(testing::contains(bad.output, "unknown command 'trian'")) << bad.output;
 }
