@@ -27,6 +27,7 @@ test_packages=(
   slurm-wlm munge       # the tests start a real single-node Slurm and run workers with srun
   procps                # pgrep and pkill in the Slurm helper of the tests
   iproute2              # ip and tc: the test cluster of network namespaces (scripts/netns-cluster.sh)
+  etcd-server           # the etcd rendezvous's tests start real etcd clusters (tests/collective/etcd_cluster.h)
   python3               # the docs checks: layers and named paths (tests/docs/*.py)
   python3-torch python3-torchvision  # Python writes the TorchScript modules of the tests
 )

@@ -1,0 +1,448 @@
+#include "collective/etcd/etcd_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
+#include <thread>
+
+#include "dist/core/env.h"
+#include "dist/core/error.h"
+#include "collective/etcd/etcd_rpc.grpc.pb.h"
+
+namespace dist::collective::etcd {
+
+namespace rpc = ::etcdserverpb;
+using Clock = std::chrono::steady_clock;
+
+std::string prefix_end(const std::string& prefix) {
+  // The prefix with its last byte that is not 0xff increased, the bytes after it dropped;
+  // "\0" (every key) when every byte is 0xff.
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (end.empty()) return std::string(1, '\0');
+  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  return end;
+}
+
+namespace {
+
+// A PEM file the user named, read through the Env: a regular file of at most 1 MiB.
+std::string read_pem(const std::string& path, const char* what) {
+  Env& env = *Env::Default();
+  const FileInfo info = env.file_info(path);
+  DIST_CHECK_ARG(info.kind == FileKind::kRegular, "the etcd ", what, " '", path, "' is ",
+                 info.kind == FileKind::kMissing ? "missing" : file_kind_phrase(info.kind),
+                 "; name a PEM file");
+  DIST_CHECK_ARG(info.size > 0 && info.size <= (1u << 20), "the etcd ", what, " '", path, "' is ",
+                 info.size, " bytes; a PEM file of 1 byte to 1 MiB was expected");
+  std::string bytes(info.size, '\0');
+  env.new_random_access_file(path)->read(0, bytes.size(), bytes.data());
+  return bytes;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> credentials_of(const EtcdSecurity& security) {
+  if (security.ca_file.empty()) {
+    DIST_CHECK_ARG(security.cert_file.empty() && security.key_file.empty(),
+                   "an etcd client certificate needs TLS: name the CA file too");
+    return grpc::InsecureChannelCredentials();
+  }
+  DIST_CHECK_ARG(security.cert_file.empty() == security.key_file.empty(),
+                 "an etcd client certificate needs both its certificate and its key file");
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = read_pem(security.ca_file, "CA file");
+  if (!security.cert_file.empty()) {
+    ssl.pem_cert_chain = read_pem(security.cert_file, "client certificate");
+    ssl.pem_private_key = read_pem(security.key_file, "client key");
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+// Answers worth asking another member for: it is down, slow, or has no leader.
+bool member_unavailable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+struct EtcdClient::Impl {
+  EtcdOptions options;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string members_text;
+  std::mutex mu;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;  // one per member, made on first use
+  size_t current = 0;                                    // the member that answered last
+  std::string token;                                     // etcd's auth token, once authenticated
+
+  std::shared_ptr<grpc::Channel> channel(size_t member) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!channels[member]) {
+      grpc::ChannelArguments arguments;
+      // A member that comes back is found again within a second (the default backoff grows
+      // to two minutes).
+      arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+      arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+      // A connection that is not made within a second (a member whose host is cut off) is
+      // tried again then, not after gRPC's default of 20 s.
+      arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
+      channels[member] =
+          grpc::CreateCustomChannel(options.members[member].to_string(), credentials, arguments);
+    }
+    return channels[member];
+  }
+
+  // Runs `attempt(context, channel)` on one member after another until one answers, within
+  // the call's timeout; throws CollectiveError naming `what` and the members otherwise.
+  template <class Attempt>
+  void call(const char* what, Attempt&& attempt, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    size_t member;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      member = current;
+    }
+    std::string last;
+    for (size_t tried = 0;; ++tried, member = (member + 1) % options.members.size()) {
+      const auto now = Clock::now();
+      if (now >= deadline) break;
+      if (tried > 0 && tried % options.members.size() == 0)  // every member refused: a pause
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::min<Clock::duration>(options.member_timeout, deadline - now));
+      // The call waits (up to the member's timeout) for its channel to connect, and so drives
+      // the connection: a fail-fast call to a channel still connecting fails at once, and the
+      // connection then progresses only with gRPC's backup poller (every 5 s), which made every
+      // new connection take 20 s.
+      context.set_wait_for_ready(true);
+      add_token(context, member);
+      const grpc::Status status = attempt(context, channel(member));
+      if (status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        current = member;
+        return;
+      }
+      last = options.members[member].to_string() + ": " + status.error_message();
+      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+          !options.security.user.empty())
+        forget_token();
+      else if (!member_unavailable(status))
+        throw CollectiveError(std::string("etcd ") + what + " failed at " + last);
+    }
+    throw CollectiveError(std::string("etcd ") + what + ": no member of the etcd cluster at " +
+                          members_text + " answered within " + std::to_string(timeout.count()) +
+                          " ms (last: " + last +
+                          "); a job on etcd needs a quorum of its members (2 of 3) running and "
+                          "reachable");
+  }
+
+  void add_token(grpc::ClientContext& context, size_t member) {
+    if (options.security.user.empty()) return;
+    std::string token_now;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      token_now = token;
+    }
+    if (token_now.empty()) token_now = authenticate(member);
+    context.AddMetadata("token", token_now);
+  }
+
+  // etcd's Authenticate at `member` (one attempt: call() retries elsewhere on failure).
+  std::string authenticate(size_t member) {
+    rpc::AuthenticateRequest request;
+    request.set_name(options.security.user);
+    request.set_password(options.security.password);
+    rpc::AuthenticateResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + options.member_timeout);
+    context.set_wait_for_ready(true);
+    const grpc::Status status =
+        rpc::Auth::NewStub(channel(member))->Authenticate(&context, request, &response);
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+      throw CollectiveError("etcd refused the user '" + options.security.user + "' at " +
+                            options.members[member].to_string() + ": " + status.error_message() +
+                            "; check the etcd user and password");
+    if (!status.ok()) return "";  // the call that follows fails there and moves on
+    std::lock_guard<std::mutex> lock(mu);
+    token = response.token();
+    return token;
+  }
+
+  size_t current_member() {
+    std::lock_guard<std::mutex> lock(mu);
+    return current;
+  }
+
+  void forget_token() {
+    std::lock_guard<std::mutex> lock(mu);
+    token.clear();
+  }
+};
+
+EtcdClient::EtcdClient(EtcdOptions options) : impl_(std::make_unique<Impl>()) {
+  DIST_CHECK_ARG(!options.members.empty(), "an etcd rendezvous needs at least one etcd member");
+  for (const HostPort& member : options.members) {
+    DIST_CHECK_ARG(!member.host.empty() && member.port > 0 && member.port < 65536,
+                   "the etcd member '", member.to_string(),
+                   "' is not a host:port with a port from 1 to 65535");
+    if (!impl_->members_text.empty()) impl_->members_text += ",";
+    impl_->members_text += member.to_string();
+  }
+  impl_->credentials = credentials_of(options.security);
+  impl_->channels.resize(options.members.size());
+  impl_->options = std::move(options);
+}
+
+EtcdClient::~EtcdClient() = default;
+
+std::string EtcdClient::members_text() const { return impl_->members_text; }
+
+namespace {
+
+EtcdValue value_of(const rpc::KeyValue& kv) {
+  return {kv.key(), kv.value(), kv.mod_revision(), kv.lease()};
+}
+
+}  // namespace
+
+std::optional<EtcdValue> EtcdClient::get(const std::string& key) {
+  rpc::RangeRequest request;
+  request.set_key(key);
+  rpc::RangeResponse response;
+  impl_->call(
+      "read",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::KV::NewStub(channel)->Range(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  if (response.kvs_size() == 0) return std::nullopt;
+  return value_of(response.kvs(0));
+}
+
+std::vector<EtcdValue> EtcdClient::get_prefix(const std::string& prefix) {
+  rpc::RangeRequest request;
+  request.set_key(prefix);
+  request.set_range_end(prefix_end(prefix));
+  rpc::RangeResponse response;
+  impl_->call(
+      "read of a prefix",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::KV::NewStub(channel)->Range(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  std::vector<EtcdValue> values;
+  for (const auto& kv : response.kvs()) values.push_back(value_of(kv));
+  return values;
+}
+
+int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
+  rpc::PutRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  request.set_lease(lease);
+  rpc::PutResponse response;
+  impl_->call(
+      "write",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::KV::NewStub(channel)->Put(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  return response.header().revision();
+}
+
+EtcdClient::Swap EtcdClient::compare_and_set(const std::string& key,
+                                             const std::optional<std::string>& expected,
+                                             const std::string& desired) {
+  rpc::TxnRequest request;
+  rpc::Compare* compare = request.add_compare();
+  compare->set_key(key);
+  compare->set_result(rpc::Compare::EQUAL);
+  if (expected) {
+    compare->set_target(rpc::Compare::VALUE);
+    compare->set_value(*expected);
+  } else {  // absent: its version is 0
+    compare->set_target(rpc::Compare::VERSION);
+    compare->set_version(0);
+  }
+  rpc::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(desired);
+  request.add_failure()->mutable_request_range()->set_key(key);
+  rpc::TxnResponse response;
+  impl_->call(
+      "compare-and-set",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::KV::NewStub(channel)->Txn(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  if (response.succeeded()) return {true, desired};
+  const auto& range = response.responses(0).response_range();
+  if (range.kvs_size() == 0) return {false, std::nullopt};
+  return {false, range.kvs(0).value()};
+}
+
+int64_t EtcdClient::add(const std::string& key, int64_t delta) {
+  // Read, then write the sum only if nobody wrote in between (the value is unchanged).
+  std::optional<std::string> seen;
+  if (auto now = get(key)) seen = now->value;
+  for (;;) {
+    int64_t base = 0;
+    if (seen) {
+      size_t used = 0;
+      try {
+        base = std::stoll(*seen, &used);
+      } catch (const std::logic_error&) {
+        used = 0;
+      }
+      if (used == 0 || used != seen->size())
+        throw CollectiveError("etcd: the key '" + key + "' holds '" + *seen +
+                              "', not a counter; another program wrote under the job's prefix");
+    }
+    const Swap swap = compare_and_set(key, seen, std::to_string(base + delta));
+    if (swap.swapped) return base + delta;
+    seen = swap.value;
+  }
+}
+
+bool EtcdClient::erase(const std::string& key) {
+  rpc::DeleteRangeRequest request;
+  request.set_key(key);
+  rpc::DeleteRangeResponse response;
+  impl_->call(
+      "erase",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::KV::NewStub(channel)->DeleteRange(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  return response.deleted() > 0;
+}
+
+int64_t EtcdClient::erase_prefix(const std::string& prefix) {
+  rpc::DeleteRangeRequest request;
+  request.set_key(prefix);
+  request.set_range_end(prefix_end(prefix));
+  rpc::DeleteRangeResponse response;
+  impl_->call(
+      "erase of a prefix",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::KV::NewStub(channel)->DeleteRange(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  return response.deleted();
+}
+
+namespace {
+
+// One watch of `key` from `revision` on `channel` for at most `slice`: the value of the first
+// write it sees, or std::nullopt (the slice ended, the member went away, or the watch was
+// cancelled: the caller reads again). "hasleader" makes a member that loses its leader cancel
+// the watch instead of keeping it open without events.
+std::optional<EtcdValue> watch_once(const std::shared_ptr<grpc::Channel>& channel,
+                                    const std::string& token, const std::string& key,
+                                    int64_t revision, Clock::duration slice) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + slice);
+  context.set_wait_for_ready(true);
+  context.AddMetadata("hasleader", "true");
+  if (!token.empty()) context.AddMetadata("token", token);
+  auto stream = rpc::Watch::NewStub(channel)->Watch(&context);
+  rpc::WatchRequest request;
+  request.mutable_create_request()->set_key(key);
+  request.mutable_create_request()->set_start_revision(revision);
+  std::optional<EtcdValue> seen;
+  if (stream->Write(request)) {
+    rpc::WatchResponse response;
+    while (!seen && stream->Read(&response) && !response.canceled())
+      for (const auto& event : response.events())
+        if (event.type() == rpc::Event::PUT) seen = value_of(event.kv());
+  }
+  context.TryCancel();
+  stream->Finish();
+  return seen;
+}
+
+}  // namespace
+
+std::optional<EtcdValue> EtcdClient::wait_for(const std::string& key,
+                                              std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    rpc::RangeRequest request;
+    request.set_key(key);
+    rpc::RangeResponse response;
+    impl_->call(
+        "read",
+        [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+          return rpc::KV::NewStub(channel)->Range(&context, request, &response);
+        },
+        impl_->options.call_timeout);
+    if (response.kvs_size() > 0) return value_of(response.kvs(0));
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return std::nullopt;
+    // Slices of at most a second: a member that goes away mid-watch is left for another.
+    std::shared_ptr<grpc::Channel> channel;
+    std::string token;
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      token = impl_->token;
+    }
+    channel = impl_->channel(impl_->current_member());
+    if (auto seen = watch_once(channel, token, key, response.header().revision() + 1,
+                               std::min<Clock::duration>(left, std::chrono::seconds(1))))
+      return seen;
+  }
+}
+
+int64_t EtcdClient::grant_lease(std::chrono::seconds ttl) {
+  rpc::LeaseGrantRequest request;
+  request.set_ttl(ttl.count());
+  rpc::LeaseGrantResponse response;
+  impl_->call(
+      "lease grant",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        return rpc::Lease::NewStub(channel)->LeaseGrant(&context, request, &response);
+      },
+      impl_->options.call_timeout);
+  if (!response.error().empty())
+    throw CollectiveError("etcd refused a lease of " + std::to_string(ttl.count()) +
+                          " s: " + response.error());
+  return response.id();
+}
+
+bool EtcdClient::keep_alive(int64_t lease) {
+  rpc::LeaseKeepAliveRequest request;
+  request.set_id(lease);
+  rpc::LeaseKeepAliveResponse response;
+  impl_->call(
+      "lease keep-alive",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        auto stream = rpc::Lease::NewStub(channel)->LeaseKeepAlive(&context);
+        const bool answered =
+            stream->Write(request) && stream->WritesDone() && stream->Read(&response);
+        const grpc::Status status = stream->Finish();
+        if (status.ok() && !answered)
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the keep-alive was not answered");
+        return status;
+      },
+      impl_->options.call_timeout);
+  return response.ttl() > 0;
+}
+
+void EtcdClient::revoke_lease(int64_t lease) {
+  rpc::LeaseRevokeRequest request;
+  request.set_id(lease);
+  rpc::LeaseRevokeResponse response;
+  impl_->call(
+      "lease revoke",
+      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+        grpc::Status status =
+            rpc::Lease::NewStub(channel)->LeaseRevoke(&context, request, &response);
+        // Expired already: what revoking wanted.
+        if (status.error_code() == grpc::StatusCode::NOT_FOUND) return grpc::Status::OK;
+        return status;
+      },
+      impl_->options.call_timeout);
+}
+
+}  // namespace dist::collective::etcd
