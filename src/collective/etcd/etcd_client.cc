@@ -5,9 +5,9 @@
 #include <mutex>
 #include <thread>
 
+#include "collective/etcd/etcd_rpc.grpc.pb.h"
 #include "dist/core/env.h"
 #include "dist/core/error.h"
-#include "collective/etcd/etcd_rpc.grpc.pb.h"
 
 namespace dist::collective::etcd {
 
@@ -169,6 +169,19 @@ struct EtcdClient::Impl {
     return token;
   }
 
+  // One unary call of `method` of `Service` (rpc::KV, rpc::Lease) on whichever member answers.
+  template <class Service, class Request, class Response>
+  void unary(const char* what,
+             grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+             const Request& request, Response& response) {
+    call(
+        what,
+        [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+          return (Service::NewStub(channel).get()->*method)(&context, request, &response);
+        },
+        options.call_timeout);
+  }
+
   size_t current_member() {
     std::lock_guard<std::mutex> lock(mu);
     return current;
@@ -210,12 +223,7 @@ std::optional<EtcdValue> EtcdClient::get(const std::string& key) {
   rpc::RangeRequest request;
   request.set_key(key);
   rpc::RangeResponse response;
-  impl_->call(
-      "read",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::KV::NewStub(channel)->Range(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::KV>("read", &rpc::KV::Stub::Range, request, response);
   if (response.kvs_size() == 0) return std::nullopt;
   return value_of(response.kvs(0));
 }
@@ -225,12 +233,7 @@ std::vector<EtcdValue> EtcdClient::get_prefix(const std::string& prefix) {
   request.set_key(prefix);
   request.set_range_end(prefix_end(prefix));
   rpc::RangeResponse response;
-  impl_->call(
-      "read of a prefix",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::KV::NewStub(channel)->Range(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::KV>("read of a prefix", &rpc::KV::Stub::Range, request, response);
   std::vector<EtcdValue> values;
   for (const auto& kv : response.kvs()) values.push_back(value_of(kv));
   return values;
@@ -242,12 +245,7 @@ int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_
   request.set_value(value);
   request.set_lease(lease);
   rpc::PutResponse response;
-  impl_->call(
-      "write",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::KV::NewStub(channel)->Put(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::KV>("write", &rpc::KV::Stub::Put, request, response);
   return response.header().revision();
 }
 
@@ -270,12 +268,7 @@ EtcdClient::Swap EtcdClient::compare_and_set(const std::string& key,
   put->set_value(desired);
   request.add_failure()->mutable_request_range()->set_key(key);
   rpc::TxnResponse response;
-  impl_->call(
-      "compare-and-set",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::KV::NewStub(channel)->Txn(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::KV>("compare-and-set", &rpc::KV::Stub::Txn, request, response);
   if (response.succeeded()) return {true, desired};
   const auto& range = response.responses(0).response_range();
   if (range.kvs_size() == 0) return {false, std::nullopt};
@@ -309,12 +302,7 @@ bool EtcdClient::erase(const std::string& key) {
   rpc::DeleteRangeRequest request;
   request.set_key(key);
   rpc::DeleteRangeResponse response;
-  impl_->call(
-      "erase",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::KV::NewStub(channel)->DeleteRange(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::KV>("erase", &rpc::KV::Stub::DeleteRange, request, response);
   return response.deleted() > 0;
 }
 
@@ -323,12 +311,7 @@ int64_t EtcdClient::erase_prefix(const std::string& prefix) {
   request.set_key(prefix);
   request.set_range_end(prefix_end(prefix));
   rpc::DeleteRangeResponse response;
-  impl_->call(
-      "erase of a prefix",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::KV::NewStub(channel)->DeleteRange(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::KV>("erase of a prefix", &rpc::KV::Stub::DeleteRange, request, response);
   return response.deleted();
 }
 
@@ -371,12 +354,7 @@ std::optional<EtcdValue> EtcdClient::wait_for(const std::string& key,
     rpc::RangeRequest request;
     request.set_key(key);
     rpc::RangeResponse response;
-    impl_->call(
-        "read",
-        [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-          return rpc::KV::NewStub(channel)->Range(&context, request, &response);
-        },
-        impl_->options.call_timeout);
+    impl_->unary<rpc::KV>("read", &rpc::KV::Stub::Range, request, response);
     if (response.kvs_size() > 0) return value_of(response.kvs(0));
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) return std::nullopt;
@@ -398,12 +376,7 @@ int64_t EtcdClient::grant_lease(std::chrono::seconds ttl) {
   rpc::LeaseGrantRequest request;
   request.set_ttl(ttl.count());
   rpc::LeaseGrantResponse response;
-  impl_->call(
-      "lease grant",
-      [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-        return rpc::Lease::NewStub(channel)->LeaseGrant(&context, request, &response);
-      },
-      impl_->options.call_timeout);
+  impl_->unary<rpc::Lease>("lease grant", &rpc::Lease::Stub::LeaseGrant, request, response);
   if (!response.error().empty())
     throw CollectiveError("etcd refused a lease of " + std::to_string(ttl.count()) +
                           " s: " + response.error());
