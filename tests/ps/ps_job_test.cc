@@ -231,9 +231,15 @@ TEST(ParameterServerJobTest, WorkerLostBetweenStepsHasItsNextStepsRunElsewhere) 
       "worker:1 (127.0.0.1:" + std::to_string(job.cluster.port("worker", 1)) + ") is lost";
   EXPECT_TRUE(testing::contains(chief, lost)) << all;
   EXPECT_TRUE(testing::contains(chief, "trained 24 steps")) << all;
+  // Every step ran exactly once, unless the survivor, under load, missed two pings in a row and
+  // was taken as lost for a while (CI saw it once, with 6 tests beside it): its step in flight
+  // then ran again elsewhere, and the chief said so, once for each such step.
+  const std::string again = "runs again on another worker";
+  const int reruns_on_0 = lines_about(chief, "worker:0", again);
+  EXPECT_LE(reruns_on_0, lines_about(chief, "worker:0", "failed two pings in a row")) << all;
   EXPECT_EQ(testing::occurrences(results[job.worker_process(0)].output, "step done") +
                 testing::occurrences(results[job.worker_process(1)].output, "step done"),
-            24)
+            24 + reruns_on_0)
       << all;
   job.expect_no_process_left();
 }
