@@ -8,6 +8,7 @@ namespace {
 // A library option's name as its messages write it, and the dist-train flag that sets it.
 constexpr std::pair<const char*, const char*> kFlagsOfOptions[] = {
     {"CommunicationOptions::backend", "--collective-backend"},
+    {"CommunicationOptions::rendezvous", "--rendezvous"},
     {"coordinator_timeout", "--collective-timeout"},
     {"collective_timeout", "--collective-timeout"},
     {"rendezvous_timeout", "--rendezvous-timeout"},

@@ -96,6 +96,7 @@ MultiWorkerOptions multi_worker_options(const TrainOptions& options) {
       whole_milliseconds("--rendezvous-timeout", options.rendezvous_timeout);
   multi.communication.check_collectives = options.check_collectives;
   if (options.collective_backend) multi.communication.backend = *options.collective_backend;
+  multi.communication.rendezvous = options.rendezvous;
   multi.communication.communication_hook = options.communication_hook;
   multi.communication.min_compressed_pack_bytes = options.min_compressed_pack_bytes;
   multi.sharding = options.sharding;

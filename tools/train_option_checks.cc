@@ -2,6 +2,7 @@
 // that dist-train can run, else InvalidArgument naming the flags and what to do instead.
 #include <cmath>
 
+#include "dist/collective/rendezvous_address.h"
 #include "dist/core/error.h"
 #include "dist/data/tfrecord.h"
 #include "train_options.h"
@@ -183,6 +184,10 @@ void check_combinations(const TrainOptions& o) {
                  "--collective-backend applies to --strategy multi_worker only, not to "
                  "--strategy ",
                  name_of(o.strategy), " (its replicas share one process or talk to ps tasks)");
+  DIST_CHECK_ARG(o.rendezvous.empty() || o.strategy == StrategyKind::kMultiWorker,
+                 "--rendezvous applies to --strategy multi_worker only, not to --strategy ",
+                 name_of(o.strategy));
+  parse_rendezvous_address(o.rendezvous, "--rendezvous");  // says what is wrong with it
   check_gradient_flags(o, ps);
   check_elastic_flags(o);
   const bool one_replica =

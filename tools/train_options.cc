@@ -141,6 +141,11 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
                  "multi_worker: the collective backend between the workers: gloo | mpi (under "
                  "mpirun; this build: " +
                      joined(collective_backends()) + ")");
+  app.add_option("--rendezvous", o.rendezvous,
+                 "multi_worker: where the workers meet: etcd://host:port,host:port/prefix (an etcd "
+                 "cluster that holds the job's state, so that an elastic job survives the loss of "
+                 "any worker); default: DIST_RENDEZVOUS, else the built-in store at the chief's "
+                 "address");
   app.add_flag("--unchecked-collectives", s.unchecked,
                "multi_worker: skip the agreement before each collective (for measuring its "
                "cost; workers that diverge then abort inside Gloo)");

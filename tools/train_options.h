@@ -60,6 +60,9 @@ struct TrainOptions {
   bool check_collectives = true;    // multi_worker: CommunicationOptions::check_collectives
   // multi_worker: CommunicationOptions::backend; none: the library's default.
   std::optional<std::string> collective_backend;
+  // multi_worker: CommunicationOptions::rendezvous ("etcd://h:p,.../prefix"); empty: the
+  // built-in store, unless DIST_RENDEZVOUS names one.
+  std::string rendezvous;
   // mirrored, central_storage, multi_worker: how gradients cross the processes, as
   // dist::gradient_compression takes it ("none", "bf16", "fp16", "powersgd:RANK[:START]").
   std::string gradient_compression = "none";

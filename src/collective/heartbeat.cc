@@ -4,7 +4,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "collective/store/store_client.h"
+#include "collective/store/job_store.h"
 #include "collective/store_connection.h"
 
 namespace dist::collective {
@@ -35,7 +35,7 @@ constexpr std::chrono::seconds kBeatTimeout{5};
 }  // namespace
 
 void Heartbeat::loop() {
-  c10::intrusive_ptr<StoreClient> store;
+  c10::intrusive_ptr<JobStore> store;
   try {
     store = connect_to_store(spec_, spec_.rendezvous_timeout);
     store->setTimeout(kBeatTimeout);
@@ -45,12 +45,13 @@ void Heartbeat::loop() {
   const std::string& self = spec_.members[static_cast<size_t>(spec_.rank)].name;
   int64_t refusals_shown = 0;
   auto show_refusals = [&] {
-    if (spec_.rank == 0 && store->check({store::kRefusalLogKey}))
+    // Only the built-in store logs whom it turned away; etcd keeps its own logs.
+    if (spec_.rank == 0 && !spec_.rendezvous.is_etcd() && store->check({store::kRefusalLogKey}))
       refusals_shown = print_refusals(to_text(store->get(store::kRefusalLogKey)), refusals_shown);
   };
   for (int64_t beat = 0; !stopping_; ++beat) {
     try {
-      store->add(StoreClient::kProcessKeyPrefix + self, 1);
+      store->add(JobStore::kProcessKeyPrefix + self, 1);
       store->set("issued/" + self, to_bytes(std::to_string(issued_.load())));
       if (beat % 4 == 0) show_refusals();
     } catch (...) {

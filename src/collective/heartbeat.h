@@ -17,7 +17,7 @@
 
 namespace dist::collective {
 
-class StoreClient;
+class JobStore;
 
 // How long members' heartbeats have stood still, as seen through `store`: each counter
 // ("alive/<name>") against what it was when this watch first read it or last saw it move. The
@@ -25,7 +25,7 @@ class StoreClient;
 // not come, and liveness (after a failed collective) the members that stopped responding.
 class HeartbeatWatch {
  public:
-  explicit HeartbeatWatch(StoreClient& store) : store_(store) {}
+  explicit HeartbeatWatch(JobStore& store) : store_(store) {}
   // Since when member `name`'s counter has not moved; a missing counter counts as one that
   // does not move.
   std::chrono::steady_clock::duration still_for(const std::string& name);
@@ -35,7 +35,7 @@ class HeartbeatWatch {
     int64_t beats;
     std::chrono::steady_clock::time_point since;
   };
-  StoreClient& store_;
+  JobStore& store_;
   std::map<std::string, Seen> seen_;
 };
 

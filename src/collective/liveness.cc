@@ -21,7 +21,7 @@ const std::string& name_of(const ProcessGroupSpec& spec, int rank) {
 
 // The members other than this one whose heartbeat did not move in 1.5 s ("a, b"); the others
 // go to *alive.
-std::string lost_by_heartbeat(StoreClient& store, const ProcessGroupSpec& spec,
+std::string lost_by_heartbeat(JobStore& store, const ProcessGroupSpec& spec,
                               std::vector<int>* alive) {
   const auto quiet = std::chrono::milliseconds(1500);
   HeartbeatWatch watch(store);
@@ -41,7 +41,7 @@ std::string lost_by_heartbeat(StoreClient& store, const ProcessGroupSpec& spec,
 
 // The live members that have issued fewer than `sequence` collectives, with their counts; they
 // leave *alive: not in the collective that failed, they have no failure of theirs to diagnose.
-std::string members_behind(StoreClient& store, const ProcessGroupSpec& spec, int64_t sequence,
+std::string members_behind(JobStore& store, const ProcessGroupSpec& spec, int64_t sequence,
                            std::vector<int>* alive) {
   std::string behind;
   for (int r = 0; r < static_cast<int>(spec.members.size()); ++r) {
@@ -84,7 +84,7 @@ void Liveness::fail(const std::string& what, int64_t sequence, const std::except
              ": this communicator failed earlier (a worker was lost); recreate the strategy");
   std::string lost, behind, failures;
   std::vector<int> alive;
-  c10::intrusive_ptr<StoreClient> store;
+  c10::intrusive_ptr<JobStore> store;
   try {
     store = connect_to_store(spec_, std::chrono::seconds(3));
     failures = failure_reports(*store, spec_);
@@ -97,8 +97,11 @@ void Liveness::fail(const std::string& what, int64_t sequence, const std::except
     if (failures.empty() && lost.empty() && sequence > 0)
       behind = members_behind(*store, spec_, sequence, &alive);
     store->set("diagnosed/" + name_of(spec_, spec_.rank), to_bytes("1"));
-  } catch (...) {
-    if (spec_.rank != 0)
+  } catch (const std::exception& e) {
+    // The built-in store lives with rank 0; etcd with nobody, and its loss is its own error.
+    if (spec_.rendezvous.is_etcd())
+      failures = detail::concat("the etcd rendezvous cannot be read (", e.what(), ")");
+    else if (spec_.rank != 0)
       lost = member_name(spec_, 0) + " (the rendezvous store at its address is unreachable)";
   }
   // Close now: survivors blocked waiting on this member fail at once and come to read the
@@ -119,7 +122,7 @@ void Liveness::fail(const std::string& what, int64_t sequence, const std::except
   throw CollectiveError(detail::concat(what, " failed on ", self, ": ", error.what()));
 }
 
-void Liveness::wait_until_diagnosed(StoreClient& store, const std::vector<int>& alive) const {
+void Liveness::wait_until_diagnosed(JobStore& store, const std::vector<int>& alive) const {
   const auto until = Clock::now() + std::chrono::seconds(5);
   for (int r : alive) {
     while (Clock::now() < until && !store.check({"diagnosed/" + name_of(spec_, r)}))

@@ -53,7 +53,7 @@ class Liveness {
   // With the store's server in this process: keeps it up (bounded) until the members in
   // `alive` said they read the verdict, or they would blame this member for the lost store. (A
   // member that never issued the failed collective is not waited for: nothing of its own fails.)
-  void wait_until_diagnosed(StoreClient& store, const std::vector<int>& alive) const;
+  void wait_until_diagnosed(JobStore& store, const std::vector<int>& alive) const;
 
   Rendezvous& rendezvous_;
   const ProcessGroupSpec& spec_;

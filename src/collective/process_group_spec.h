@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/collective/rendezvous_address.h"
 #include "dist/core/host_port.h"
 
 namespace dist::collective {
@@ -22,6 +23,8 @@ struct ProcessGroupSpec {
   int rank = 0;
   std::vector<Member> members;  // in rank order
   HostPort store_address;       // where rank 0 hosts the rendezvous store
+  // An etcd cluster instead (is_etcd()): nobody hosts a store, and store_address is unused.
+  RendezvousAddress rendezvous;
   // A collective not completed within this time fails, naming the lost or missing member.
   std::chrono::milliseconds collective_timeout = std::chrono::minutes(5);
   // Every member must have joined within this time.
@@ -57,6 +60,11 @@ struct ProcessGroupSpec {
 inline std::string store_key_scope(const ProcessGroupSpec& spec) {
   return spec.elastic_generation ? "generation/" + std::to_string(*spec.elastic_generation) + "/"
                                  : std::string();
+}
+
+// Where the group meets, for messages: "127.0.0.1:2222" or "etcd://h1:2379,.../dist/job/".
+inline std::string rendezvous_where(const ProcessGroupSpec& spec) {
+  return spec.rendezvous.is_etcd() ? spec.rendezvous.to_string() : spec.store_address.to_string();
 }
 
 // Member `rank` of `spec` for messages: "worker:1 (127.0.0.1:2223)".

@@ -1,8 +1,10 @@
 #include "collective/rendezvous.h"
 
 #include <iostream>
+#include <set>
 #include <thread>
 
+#include "collective/etcd/etcd_claim.h"
 #include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
 #include "collective/store/store_host.h"
@@ -28,22 +30,25 @@ const std::string& self_name(const ProcessGroupSpec& spec) {
 // it, as they would for a loss mid-run, instead of waiting out the rendezvous timeout.
 class LostMembers {
  public:
-  LostMembers(StoreClient& store, const ProcessGroupSpec& spec)
+  LostMembers(JobStore& store, const ProcessGroupSpec& spec)
       : store_(store), spec_(spec), beats_(store) {}
 
   // Why member `rank`, missing now, is lost ("its process ended"), or "".
   std::string lost(int rank) {
     const std::string& name = spec_.members[static_cast<size_t>(rank)].name;
-    const std::string process = StoreClient::kProcessIdentityKeyPrefix + name;
+    const std::string process = JobStore::kProcessIdentityKeyPrefix + name;
     if (store_.check({process}) && detail::identified_process_ended(to_text(store_.get(process))))
       return "its process ended";
-    if (!store_.check({StoreClient::kProcessKeyPrefix + name})) return "";  // never beat
+    // Never beat; or, on etcd, its counter's lease expired: a beat seen before is gone.
+    if (!store_.check({JobStore::kProcessKeyPrefix + name}) && !beat_seen_.count(name)) return "";
+    beat_seen_.insert(name);
     return beats_.still_for(name) > kStale ? "its heartbeat has not moved for 3 s" : "";
   }
 
  private:
+  std::set<std::string> beat_seen_;
   static constexpr std::chrono::seconds kStale{3};  // six missed beats
-  StoreClient& store_;
+  JobStore& store_;
   const ProcessGroupSpec& spec_;
   HeartbeatWatch beats_;
 };
@@ -55,7 +60,7 @@ constexpr std::chrono::seconds kOldStoreLinger{6};
 
 }  // namespace
 
-std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
+std::string failure_reports(JobStore& store, const ProcessGroupSpec& spec) {
   std::string reports;
   for (int r = 0; r < static_cast<int>(spec.members.size()); ++r) {
     const std::string key = "failed/" + spec.members[static_cast<size_t>(r)].name;
@@ -68,7 +73,14 @@ std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec) {
 
 Rendezvous::Rendezvous(const ProcessGroupSpec& spec) : spec_(spec) {
   // A later generation of an elastic job meets in the store its first generation started.
-  if (spec_.rank == 0 && spec_.elastic_generation.value_or(0) == 0) host_store();
+  const bool starts_job = spec_.rank == 0 && spec_.elastic_generation.value_or(0) == 0;
+  if (spec_.rendezvous.is_etcd()) {
+    // Nobody hosts etcd: the job's chief makes its prefix the job's (a previous job's keys,
+    // once nothing of that job beats, are erased).
+    if (starts_job) etcd::claim_prefix(spec_);
+  } else if (starts_job) {
+    host_store();
+  }
   connect();
 }
 
@@ -77,7 +89,7 @@ Rendezvous::~Rendezvous() {
   server_.reset();
 }
 
-c10::intrusive_ptr<StoreClient> Rendezvous::store() const { return store_; }
+c10::intrusive_ptr<JobStore> Rendezvous::store() const { return store_; }
 
 void Rendezvous::host_store() {
   const HostPort at = spec_.store_address;
@@ -108,7 +120,7 @@ void Rendezvous::host_store() {
 }
 
 void Rendezvous::connect() {
-  const HostPort at = spec_.store_address;
+  const std::string at = rendezvous_where(spec_);
   const std::string& self = self_name(spec_);
   // A store that says it is another job's, that is closing, or that already lists this task as
   // joined is not this job's: the host of a previous job on the same address, which exits as
@@ -124,17 +136,8 @@ void Rendezvous::connect() {
     try {
       store_ = connect_to_store(spec_, std::chrono::duration_cast<std::chrono::milliseconds>(
                                            std::max(deadline - Clock::now(), Clock::duration(0))));
-      const bool joined = store_->check({"joined/" + self});
-      const bool closing = !joined && store_->check({store::kClosingKey});
-      if (!joined && !closing) return;
-      not_ours = joined ? detail::concat("the rendezvous store at ", at.to_string(),
-                                         " already lists ", self,
-                                         " as joined: another job on these addresses is still "
-                                         "running, or two processes were started as ",
-                                         self, "; stop it or use other ports")
-                        : detail::concat("the rendezvous store at ", at.to_string(),
-                                         " is closing: its job ended before ", self,
-                                         " connected; start every worker of a job together");
+      not_ours = why_not_ours(at);
+      if (not_ours.empty()) return;
       store_.reset();
     } catch (const StoreOfAnotherJob& e) {
       not_ours = detail::concat(e.what(), "; ", self,
@@ -144,18 +147,21 @@ void Rendezvous::connect() {
       if (Clock::now() > std::min(deadline, start + kOldStoreLinger)) throw;
       not_ours = e.what();
     } catch (const CollectiveError& e) {
+      if (spec_.rendezvous.is_etcd())
+        throw CollectiveError(detail::concat("cannot reach the etcd rendezvous at ", at, " (", self,
+                                             "): ", e.what()));
       if (spec_.rank == 0) {
         // Rank 0 started the store only in an elastic job's first generation (or a fixed job).
         const bool started_now = spec_.elastic_generation.value_or(0) == 0;
         throw CollectiveError(
-            detail::concat("cannot reach the rendezvous store at ", at.to_string(),
+            detail::concat("cannot reach the rendezvous store at ", at,
                            started_now ? " that " + self + " just started: "
                                        : " that the job's first generation started (it has gone): ",
                            e.what()));
       }
-      throw CollectiveError(detail::concat(
-          member_name(spec_, 0), " never joined: its rendezvous store at ", at.to_string(),
-          " did not answer within ", wait.count() / 1000.0, " s (", e.what(), ")"));
+      throw CollectiveError(
+          detail::concat(member_name(spec_, 0), " never joined: its rendezvous store at ", at,
+                         " did not answer within ", wait.count() / 1000.0, " s (", e.what(), ")"));
     }
     if (Clock::now() > deadline) throw CollectiveError(not_ours);
     detail::throw_if_stop_requested("waiting for the rendezvous store");
@@ -163,10 +169,28 @@ void Rendezvous::connect() {
   }
 }
 
+std::string Rendezvous::why_not_ours(const std::string& at) const {
+  const std::string& self = self_name(spec_);
+  // On etcd the chief first makes the prefix this job's (etcd_claim.h).
+  if (spec_.rendezvous.is_etcd()) {
+    std::string unclaimed = etcd::not_claimed_yet(spec_);
+    if (!unclaimed.empty()) return unclaimed;
+  }
+  if (store_->check({"joined/" + self}))
+    return detail::concat("the rendezvous store at ", at, " already lists ", self,
+                          " as joined: another job on these addresses is still running, or two "
+                          "processes were started as ",
+                          self, "; stop it or use other ports");
+  if (store_->check({store::kClosingKey}))
+    return detail::concat("the rendezvous store at ", at, " is closing: its job ended before ",
+                          self, " connected; start every worker of a job together");
+  return "";
+}
+
 void Rendezvous::join() {
   // The process first: once "joined" is there, the others may wait for this member's next key
   // and must be able to tell that its process has ended.
-  store_->set(StoreClient::kProcessIdentityKeyPrefix + self_name(spec_),
+  store_->set(JobStore::kProcessIdentityKeyPrefix + self_name(spec_),
               to_bytes(detail::process_identity()));
   store_->set("joined/" + self_name(spec_), to_bytes("1"));
   wait_for_all("joined/", "joined");
@@ -236,8 +260,9 @@ void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
       // The store's host gave up first (its own rendezvous timeout): report what was missing.
       if (!missing.empty()) throw never(" and the rendezvous store closed");
       throw CollectiveError(
-          detail::concat("lost the rendezvous store at ", spec_.store_address.to_string(), " (",
-                         member_name(spec_, 0), ") while waiting for all workers: ", e.what()));
+          detail::concat("lost the rendezvous store at ", rendezvous_where(spec_), " (",
+                         spec_.rendezvous.is_etcd() ? "etcd" : member_name(spec_, 0),
+                         ") while waiting for all workers: ", e.what()));
     }
     // Everyone arrived: a member's failure after it published its key is not this wait's to
     // report (the caller's own check, say of the models, names the real cause).

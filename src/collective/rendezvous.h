@@ -19,7 +19,7 @@
 
 namespace dist::collective {
 
-class StoreClient;
+class JobStore;
 class StoreServer;
 
 class Rendezvous {
@@ -44,7 +44,7 @@ class Rendezvous {
   bool saw_peer_failure() const { return saw_peer_failure_; }
 
   // The connection, for a transport that forms its own mesh through the store (Gloo).
-  c10::intrusive_ptr<StoreClient> store() const;
+  c10::intrusive_ptr<JobStore> store() const;
   // Whether the store's server runs in this process (it then must stay up until the peers
   // have read a verdict: liveness.h).
   bool hosts_store() const { return server_ != nullptr; }
@@ -53,16 +53,19 @@ class Rendezvous {
  private:
   void host_store();
   void connect();
+  // Why the store just connected is not this member's to join yet ("" when it is): another
+  // job's, closing, one that lists this member as joined, or an etcd prefix not yet claimed.
+  std::string why_not_ours(const std::string& at) const;
   void wait_for_all(const std::string& prefix, const char* what);
 
   const ProcessGroupSpec& spec_;  // the owner's, which outlives this
   std::unique_ptr<StoreServer> server_;
-  c10::intrusive_ptr<StoreClient> store_;
+  c10::intrusive_ptr<JobStore> store_;
   std::atomic<bool> saw_peer_failure_{false};
 };
 
 // "worker:1 (host:port) failed: <reason>; ..." for the members other than spec.rank that
 // published a failure in `store`, or empty.
-std::string failure_reports(StoreClient& store, const ProcessGroupSpec& spec);
+std::string failure_reports(JobStore& store, const ProcessGroupSpec& spec);
 
 }  // namespace dist::collective

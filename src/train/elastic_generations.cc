@@ -37,8 +37,10 @@ Generations::Generations(const ElasticOptions& options, const ClusterConfig& con
     : options_(options),
       config_(config),
       self_(config.task.name()),
-      job_token_(job_token_from_environment()),
-      job_id_(job_id_from_environment()),
+      store_{config.cluster.store_address(),
+             rendezvous_address_or_environment(options.strategy.communication.rendezvous,
+                                               "ElasticOptions::strategy.communication.rendezvous"),
+             job_token_from_environment(), job_id_from_environment()},
       settings_(settings_lines(options)),
       members_(worker_names(config.cluster)) {
   DIST_CHECK_ARG(options.min_workers >= 1, "min_workers must be at least 1, got ",
@@ -46,7 +48,9 @@ Generations::Generations(const ElasticOptions& options, const ClusterConfig& con
   DIST_CHECK_ARG(options.min_workers <= static_cast<int>(members_.size()), "min_workers ",
                  options.min_workers, " is more than the ", members_.size(),
                  " workers of the cluster; the job could never start");
-  // The job's one store must outlive every generation, generation 0's chief included.
+  // The job's one store must outlive every generation, generation 0's chief included: etcd
+  // does, the built-in one in a process of its own.
+  if (store_.rendezvous.is_etcd()) return;
   const collective::StoreHostChoice host = collective::locate_store_host();
   DIST_CHECK_ARG(!host.binary.empty(), "min_workers ", options.min_workers,
                  " needs the rendezvous store in a process of its own (dist-store-host), which "
@@ -56,22 +60,19 @@ Generations::Generations(const ElasticOptions& options, const ClusterConfig& con
 }
 
 Generations::~Generations() {
-  if (!membership_ && starting_)
-    ElasticMembership::leave_before_forming(config_.cluster.store_address(), job_token_, job_id_,
-                                            self_);
+  if (!membership_ && starting_) ElasticMembership::leave_before_forming(store_, self_);
 }
 
 Generations::Start Generations::join_if_running(std::string& resize) {
   using State = ElasticMembership::FoundJob::State;
-  const auto found = ElasticMembership::find_job(config_.cluster.store_address(), job_token_,
-                                                 job_id_, std::chrono::seconds(2));
+  const auto found = ElasticMembership::find_job(store_, std::chrono::seconds(2));
   if (found.state == State::kEnded && found.same_job) {
     if (found.stopped) throw ElasticJobStopped(self_ + " has no job to join: " + found.how);
     return job_finished(found.how);
   }
   if (found.state == State::kEnded || found.state == State::kAnother) {
-    std::cout << self_ << ": the rendezvous store at "
-              << config_.cluster.store_address().to_string() << " is a previous job's ("
+    std::cout << self_ << ": the rendezvous store at " << store_.to_string()
+              << " is a previous job's ("
               << (found.state == State::kEnded
                       ? std::string(found.stopped ? "it stopped: " : "it finished ") + found.how
                       : std::string("it is closing"))
@@ -144,12 +145,13 @@ void Generations::after_loss(int64_t committed, std::string& resize) {
   } catch (const CollectiveError& e) {
     // Only the store can fail here: without it no survivor can agree, nor a worker join, and
     // a worker started again would begin a new job from step 0. So the job stops, saying so.
-    throw ElasticJobStopped(concat("the elastic job stops: it lost its rendezvous store at ",
-                                   config_.cluster.store_address().to_string(),
-                                   " (dist-store-host), without which its workers cannot agree "
-                                   "on who goes on: ",
-                                   e.what(), last_committed(committed)),
-                            committed);
+    const bool etcd = store_.rendezvous.is_etcd();
+    throw ElasticJobStopped(
+        concat("the elastic job stops: it lost its rendezvous store at ", store_.to_string(),
+               etcd ? " (etcd: a quorum of its members is gone)" : " (dist-store-host)",
+               ", without which its workers cannot agree on who goes on: ", e.what(),
+               last_committed(committed), etcd ? "; restart etcd's members, then the job" : ""),
+        committed);
   }
   const std::vector<std::string> lost = missing_from(members_, next);
   if (lost.empty() && next.size() <= members_.size()) throw;  // no loss to mend
@@ -182,8 +184,7 @@ Generations::Start Generations::job_finished(const std::string& how) {
 
 void Generations::connect() {
   if (membership_) return;
-  membership_ = std::make_unique<ElasticMembership>(config_.cluster.store_address(), job_token_,
-                                                    job_id_, self_, options_.rendezvous_timeout);
+  membership_ = std::make_unique<ElasticMembership>(store_, self_, options_.rendezvous_timeout);
 }
 
 std::string Generations::last_committed(int64_t committed) const {

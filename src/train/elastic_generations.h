@@ -62,8 +62,7 @@ class Generations {
   const ElasticOptions& options_;
   const ClusterConfig& config_;
   std::string self_;
-  std::string job_token_;
-  std::string job_id_;
+  collective::JobStoreAddress store_;  // the built-in store's address, or etcd's
   std::string settings_;
   int number_ = 0;
   bool starting_ = false;

@@ -161,6 +161,24 @@ TEST(EtcdClientTest, TheLossOfAQuorumIsANamedErrorWithinTheCallTimeout) {
   EXPECT_TRUE(dist::testing::contains(message, "quorum")) << message;
   EXPECT_TRUE(dist::testing::contains(message, cluster.clients()[2].to_string())) << message;
   EXPECT_TRUE(dist::testing::contains(message, "3000 ms")) << message;
+  // The calls right after fail at once with the same error, not after another timeout each.
+  const auto again = std::chrono::steady_clock::now();
+  EXPECT_TRUE(dist::testing::contains(
+      dist::testing::error_of<CollectiveError>([&] { client.get("k"); }), "quorum"));
+  EXPECT_LT(std::chrono::steady_clock::now() - again, 500ms);
+  // The quorum back (its members started again on their data): after the window, calls work.
+  cluster.restart(1);
+  cluster.restart(2);
+  bool answered = false;
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       !answered && std::chrono::steady_clock::now() < until;) {
+    try {
+      answered = client.get("k").has_value();  // "v", or "w" if the failed write was kept
+    } catch (const CollectiveError&) {
+      std::this_thread::sleep_for(500ms);
+    }
+  }
+  EXPECT_TRUE(answered) << cluster.output();
 }
 
 TEST(EtcdClientTest, BadOptionsAreNamed) {

@@ -12,10 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collective/etcd_cluster.h"
 #include "dist/distribute/local_cluster.h"
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/elastic_jobs.h"
 #include "tools/train_runs.h"
 #include "tools/weight_files.h"
 
@@ -23,58 +25,13 @@ namespace dist {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::difference_from_one_device;
+using testing::elastic_args;
 using testing::ProcessResult;
+using testing::start_workers;
 using testing::TempDir;
+using testing::with;
 using testing::WorkerProcesses;
-
-// job_args (global batch 64 of 1280 examples, seed 5, SGD unless `optimizer`) under `strategy`.
-// Evaluated on 1000 test images (the epochs are 20 steps; the whole test set would take more
-// time than the training): the test set does not touch the weights.
-std::vector<std::string> small_job(const std::string& strategy, const std::string& weights,
-                                   int max_steps, const std::string& optimizer) {
-  auto args = testing::job_args(strategy, weights, max_steps);
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--optimizer") args[i + 1] = optimizer;
-  return args;
-}
-
-// An elastic multi-worker job going on with at least `min_workers`.
-std::vector<std::string> elastic_args(const std::string& weights, int max_steps, int min_workers,
-                                      const std::string& optimizer = "sgd") {
-  auto args = small_job("multi_worker", weights, max_steps, optimizer);
-  args.insert(args.end(), {"--min-workers", std::to_string(min_workers)});
-  return args;
-}
-
-std::vector<std::string> with(std::vector<std::string> front,
-                              const std::vector<std::string>& back) {
-  front.insert(front.end(), back.begin(), back.end());
-  return front;
-}
-
-// Starts one worker per port with `args`: worker i under killed_train with `faults[i]` when it
-// has any (its faults come first), else dist-train.
-void start_workers(WorkerProcesses& processes, const std::vector<int>& ports,
-                   const std::vector<std::string>& args,
-                   const std::vector<std::vector<std::string>>& faults) {
-  for (size_t i = 0; i < ports.size(); ++i) {
-    const bool faulty = i < faults.size() && !faults[i].empty();
-    processes.start(faulty ? KILLED_TRAIN_BINARY : DIST_TRAIN_BINARY,
-                    faulty ? with(faults[i], args) : args,
-                    {"TF_CONFIG=" + local_tf_config(ports, static_cast<int>(i))});
-  }
-}
-
-double difference_from_one_device(const std::string& weights, const TempDir& dir, int max_steps,
-                                  const std::string& optimizer = "sgd") {
-  WorkerProcesses one;
-  one.start(DIST_TRAIN_BINARY,
-            small_job("one_device", dir.file("one.safetensors"), max_steps, optimizer), {});
-  const ProcessResult result = one.wait_all(240s).at(0);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return testing::max_relative_difference(testing::weights_in(weights),
-                                          testing::weights_in(dir.file("one.safetensors")));
-}
 
 // Every process of the job ended and the store's host left its port.
 void expect_nothing_left(WorkerProcesses& processes, const std::vector<int>& ports) {
@@ -339,7 +296,7 @@ TEST(ElasticJobTest, AJoinerWithOtherSettingsIsRefusedNamingTheSetting) {
 // dist-launch --workers 2:3 runs killed_train on every worker; worker `victim` SIGKILLs itself
 // after step 50 of 150, the launcher starts it again and it joins (the job holds at step 100
 // until it asked). The weights equal one device's.
-void expect_launcher_takes_back(int victim) {
+void expect_launcher_takes_back(int victim, const std::vector<std::string>& launcher_flags = {}) {
   TempDir dir;
   const std::string weights = dir.file("elastic.safetensors");
   const std::string go_on = dir.file("joiner-asked");
@@ -359,7 +316,7 @@ void expect_launcher_takes_back(int victim) {
                                       "--until-file",
                                       go_on};
   WorkerProcesses launcher;
-  launcher.start(DIST_LAUNCH_BINARY, with(args, job), {});
+  launcher.start(DIST_LAUNCH_BINARY, with(with(launcher_flags, args), job), {});
   ASSERT_TRUE(launcher.wait_for_output(0, "asked to join", 120s));
   testing::write_file(go_on, "");
   const ProcessResult result = launcher.wait_all(240s).at(0);
@@ -382,6 +339,17 @@ TEST(ElasticJobTest, DistLaunchStartsALostWorkerAgainAndItJoins) { expect_launch
 // without it, and it comes back as a joiner.
 TEST(ElasticJobTest, TheFirstChiefLostAndStartedAgainJoinsTheJobItStarted) {
   expect_launcher_takes_back(0);
+}
+
+// The same with the job's state in etcd (dist-launch --rendezvous): nothing of the job was in
+// worker:0's process tree, and the launcher passes DIST_RENDEZVOUS to the worker it starts again.
+TEST(ElasticJobTest, DistLaunchOnEtcdStartsTheFirstChiefAgainAndItJoins) {
+  testing::EtcdCluster etcd(3);
+  if (!etcd.available()) GTEST_SKIP() << etcd.why();
+  std::string url = "etcd://";
+  for (const auto& member : etcd.clients()) url += member.to_string() + ",";
+  url.back() = '/';
+  expect_launcher_takes_back(0, {"--rendezvous", url + "dist/launched/"});
 }
 
 TEST(ElasticJobTest, FlagsThatCannotKeepTheGlobalBatchAreRefused) {

@@ -225,6 +225,20 @@ TEST(DistTrainErrorsTest, BadFlagsAndMissingDataExitCleanly) {
   EXPECT_NE(backend.output.find("--collective-backend applies to --strategy multi_worker only"),
             std::string::npos)
       << backend.output;
+  // --rendezvous: for multi_worker only, and an etcd URL whose fault is named.
+  auto rendezvous = testing::dist_train_checks(
+      {"--strategy", "mirrored", "--rendezvous", "etcd://127.0.0.1:2379/job", "--max-steps", "1"});
+  EXPECT_EQ(rendezvous.exit_code, 2) << rendezvous.output;
+  EXPECT_TRUE(
+      testing::contains(rendezvous.output, "--rendezvous applies to --strategy multi_worker only"))
+      << rendezvous.output;
+  auto url = testing::dist_train_checks(
+      {"--strategy", "multi_worker", "--rendezvous", "etcd://127.0.0.1/job", "--max-steps", "1"});
+  EXPECT_EQ(url.exit_code, 2) << url.output;
+  EXPECT_TRUE(testing::contains(url.output,
+                                "--rendezvous='etcd://127.0.0.1/job': '127.0.0.1' "
+                                "is not host:port"))
+      << url.output;
 }
 
 // testing::dist_train_checks, through which the refusal tables run most rows, is dist-train's

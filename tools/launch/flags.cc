@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "dist/collective/rendezvous_address.h"
+
 namespace dist::launch {
 namespace {
 
@@ -59,6 +61,13 @@ std::string check_setup(const JobSetup& setup, int max_restarts) {
            std::to_string(setup.workers);
   if (!setup.hosts.empty() && setup.ps > 0)
     return "--hosts runs multi-worker jobs only (every task the same command), not --ps jobs";
+  if (!setup.rendezvous.empty() && setup.ps > 0)
+    return "--rendezvous is for multi-worker jobs (their workers meet there), not --ps jobs";
+  try {
+    parse_rendezvous_address(setup.rendezvous, "--rendezvous");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
   if (max_restarts < 0)
     return "--max-restarts must be 0 or more, got " + std::to_string(max_restarts);
   return check_open_files(setup);
@@ -112,6 +121,10 @@ void add_flags(CLI::App& app, JobSetup& setup, int& max_restarts) {
                  "the one above (default: DIST_PORT_BASE, else " +
                      std::to_string(kDefaultPortBase) + ")")
       ->check(CLI::Range(1, 65535));
+  app.add_option("--rendezvous", setup.rendezvous,
+                 "where the workers meet: etcd://host:port,host:port/prefix (an etcd cluster "
+                 "that holds the job's state outside every worker; each restart takes the prefix "
+                 "over once the previous one's workers are gone); default: the built-in store");
   app.add_option("command", setup.command, "the worker command, after --")->required();
 }
 

@@ -41,6 +41,9 @@ struct JobSetup {
   std::string hosts_text;  // --hosts as given, split into `hosts` by apply_hosts
   std::string host_command = "ssh {host}";
   int port_base = 0;  // --port-base; 0: DIST_PORT_BASE, else kDefaultPortBase
+  // --rendezvous: DIST_RENDEZVOUS of the workers ("etcd://h:p,.../prefix"); empty: theirs, the
+  // built-in store unless the launcher's environment names one.
+  std::string rendezvous;
 };
 
 struct JobResult {

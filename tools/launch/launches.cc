@@ -26,6 +26,7 @@ std::vector<std::string> job_env(const JobSetup& setup) {
                                "DIST_RESTART_COUNT=" + std::to_string(setup.restart)};
   if (setup.min_workers > 0) env.push_back("DIST_MIN_WORKERS=" + std::to_string(setup.min_workers));
   env.push_back("DIST_JOB_ID=" + setup.job_id + "." + std::to_string(setup.restart));
+  if (!setup.rendezvous.empty()) env.push_back("DIST_RENDEZVOUS=" + setup.rendezvous);
   env.push_back("DIST_JOB_TOKEN=" + setup.job_token);
   return env;
 }

@@ -82,6 +82,12 @@ struct CommunicationOptions {
   // DIST_JOB_TOKEN or DIST_JOB_TOKEN_FILE (job_token_from_environment), and run without one
   // when neither is set. dist-launch sets DIST_JOB_TOKEN for its workers.
   std::string job_token;
+  // Where the workers meet: "" for DIST_RENDEZVOUS, and when that is unset too the built-in
+  // store (hosted by the chief's process tree at the chief's address); or an etcd cluster,
+  // "etcd://host:port,host:port,host:port/prefix" (dist/collective/rendezvous_address.h), which
+  // holds the job's state outside every worker: an elastic job then survives the loss of any
+  // worker, the first one included (docs/elastic.md, "Which rendezvous").
+  std::string rendezvous;
   // The job's identity, which a rendezvous store checks (a member of another job is sent away
   // to wait for its own); empty: job_id_from_environment() (cluster_resolver.h).
   std::string job_id;

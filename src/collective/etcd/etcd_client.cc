@@ -73,6 +73,11 @@ struct EtcdClient::Impl {
   std::vector<std::shared_ptr<grpc::Channel>> channels;  // one per member, made on first use
   size_t current = 0;                                    // the member that answered last
   std::string token;                                     // etcd's auth token, once authenticated
+  // After a call that no member answered (no quorum), the calls until then fail at once with
+  // its error: a worker's diagnosis makes a dozen calls in a row, which would otherwise each
+  // wait out the timeout before the job can stop.
+  Clock::time_point unreachable_until{};
+  std::string unreachable_error;
 
   std::shared_ptr<grpc::Channel> channel(size_t member) {
     std::lock_guard<std::mutex> lock(mu);
@@ -99,6 +104,8 @@ struct EtcdClient::Impl {
     size_t member;
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (Clock::now() < unreachable_until)
+        throw CollectiveError(std::string("etcd ") + what + ": " + unreachable_error);
       member = current;
     }
     std::string last;
@@ -129,11 +136,18 @@ struct EtcdClient::Impl {
       else if (!member_unavailable(status))
         throw CollectiveError(std::string("etcd ") + what + " failed at " + last);
     }
-    throw CollectiveError(std::string("etcd ") + what + ": no member of the etcd cluster at " +
-                          members_text + " answered within " + std::to_string(timeout.count()) +
-                          " ms (last: " + last +
-                          "); a job on etcd needs a quorum of its members (2 of 3) running and "
-                          "reachable");
+    const size_t members = options.members.size();
+    const std::string error =
+        "no member of the etcd cluster at " + members_text + " answered within " +
+        std::to_string(timeout.count()) + " ms (last: " + last +
+        "); a job on etcd needs a quorum of its members (" + std::to_string(members / 2 + 1) +
+        " of " + std::to_string(members) + ") running and reachable";
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      unreachable_until = Clock::now() + timeout;
+      unreachable_error = error;
+    }
+    throw CollectiveError(std::string("etcd ") + what + ": " + error);
   }
 
   void add_token(grpc::ClientContext& context, size_t member) {
@@ -251,7 +265,7 @@ int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_
 
 EtcdClient::Swap EtcdClient::compare_and_set(const std::string& key,
                                              const std::optional<std::string>& expected,
-                                             const std::string& desired) {
+                                             const std::string& desired, int64_t lease) {
   rpc::TxnRequest request;
   rpc::Compare* compare = request.add_compare();
   compare->set_key(key);
@@ -266,6 +280,7 @@ EtcdClient::Swap EtcdClient::compare_and_set(const std::string& key,
   rpc::PutRequest* put = request.add_success()->mutable_request_put();
   put->set_key(key);
   put->set_value(desired);
+  put->set_lease(lease);
   request.add_failure()->mutable_request_range()->set_key(key);
   rpc::TxnResponse response;
   impl_->unary<rpc::KV>("compare-and-set", &rpc::KV::Stub::Txn, request, response);
@@ -275,7 +290,7 @@ EtcdClient::Swap EtcdClient::compare_and_set(const std::string& key,
   return {false, range.kvs(0).value()};
 }
 
-int64_t EtcdClient::add(const std::string& key, int64_t delta) {
+int64_t EtcdClient::add(const std::string& key, int64_t delta, int64_t lease) {
   // Read, then write the sum only if nobody wrote in between (the value is unchanged).
   std::optional<std::string> seen;
   if (auto now = get(key)) seen = now->value;
@@ -292,7 +307,7 @@ int64_t EtcdClient::add(const std::string& key, int64_t delta) {
         throw CollectiveError("etcd: the key '" + key + "' holds '" + *seen +
                               "', not a counter; another program wrote under the job's prefix");
     }
-    const Swap swap = compare_and_set(key, seen, std::to_string(base + delta));
+    const Swap swap = compare_and_set(key, seen, std::to_string(base + delta), lease);
     if (swap.swapped) return base + delta;
     seen = swap.value;
   }

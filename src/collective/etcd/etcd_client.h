@@ -4,7 +4,9 @@
 // Every call goes to one member at a time: a member that does not answer (down, or without a
 // leader because its cluster lost its quorum) within the call's timeout is left for the next
 // one, until the call's deadline; then CollectiveError names every member and what the last
-// attempt met. Reads are linearizable (the leader confirms them), so a member cut off from the
+// attempt met; the calls within the next `call_timeout` then fail at once with that error
+// rather than each waiting it out (a job that lost its quorum stops in one timeout, not in one
+// per call). Reads are linearizable (the leader confirms them), so a member cut off from the
 // quorum cannot answer with old values.
 #pragma once
 
@@ -66,11 +68,12 @@ class EtcdClient {
     std::optional<std::string> value;  // after the call: `desired` if swapped; none: absent
   };
   // Sets `key` to `desired` only if its value is `expected` (std::nullopt: only if it does not
-  // exist), in one transaction.
+  // exist), in one transaction; a new value is put with `lease` (0: none).
   Swap compare_and_set(const std::string& key, const std::optional<std::string>& expected,
-                       const std::string& desired);
-  // Adds `delta` to the decimal integer at `key` (0 when absent), atomically; the new value.
-  int64_t add(const std::string& key, int64_t delta);
+                       const std::string& desired, int64_t lease = 0);
+  // Adds `delta` to the decimal integer at `key` (0 when absent), atomically, putting the sum
+  // with `lease` (0: none); the new value.
+  int64_t add(const std::string& key, int64_t delta, int64_t lease = 0);
   // Whether it existed.
   bool erase(const std::string& key);
   // How many keys it erased.

@@ -66,9 +66,9 @@ int connect_once(const HostPort& at, Clock::time_point deadline, std::string* wh
 
 }  // namespace
 
-void record_leave(StoreClient& store, const std::string& name) {
-  const int64_t beats = store.add(StoreClient::kProcessKeyPrefix + name, 0);
-  store.set(StoreClient::kLeftKeyPrefix + name, to_bytes(std::to_string(beats)));
+void record_leave(JobStore& store, const std::string& name) {
+  const int64_t beats = store.add(JobStore::kProcessKeyPrefix + name, 0);
+  store.set(JobStore::kLeftKeyPrefix + name, to_bytes(std::to_string(beats)));
 }
 
 bool say_left(const HostPort& at, const std::string& job_token, const std::string& job_id,
@@ -92,7 +92,7 @@ bool store_listening(const HostPort& at, milliseconds timeout) {
 
 StoreClient::StoreClient(const HostPort& at, milliseconds timeout, const std::string& job_token,
                          std::string key_scope, const std::string& job_id, bool stop_on_signal)
-    : Store(timeout), at_(at), key_scope_(std::move(key_scope)) {
+    : JobStore(timeout), at_(at), key_scope_(std::move(key_scope)) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "no address";
   // Connections the store closed before answering the hello: the store may be full of
@@ -230,13 +230,6 @@ store::Bytes value(const store::Bytes& body) {
 }
 
 }  // namespace
-
-std::string StoreClient::scoped(const std::string& key) const {
-  if (key_scope_.empty() || key == store::kClosingKey) return key;
-  for (const char* process_key : {kProcessKeyPrefix, kLeftKeyPrefix})
-    if (key.rfind(process_key, 0) == 0) return key;
-  return key_scope_ + key;
-}
 
 void StoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
   store::Writer w;

@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
+#include "collective/store/job_store.h"
 #include "collective/store/store_protocol.h"
 #include "dist/core/error.h"
 #include "dist/core/host_port.h"
@@ -34,7 +33,7 @@ class StoreRefused : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
 
-class StoreClient : public c10d::Store {
+class StoreClient : public JobStore {
  public:
   // Connects to `at` and says hello with `job_token` and `job_id`
   // (dist/distribute/cluster_resolver.h), retrying until `timeout` has passed while nothing
@@ -46,12 +45,8 @@ class StoreClient : public c10d::Store {
   // job's, and StopRequested once a stop signal is pending (core/stop_request.h): every wait, here
   // and in get() and wait(), looks for one at least four times a second.
   //
-  // `key_scope`, when not empty, goes before every key this client names (the members of one
-  // generation of an elastic job keep to "generation/<n>/"), except the keys of the store or of
-  // a process rather than of a group: store::kClosingKey (set by the store's host) and those
-  // beginning with kProcessKeyPrefix or kLeftKeyPrefix, which the host watches for the whole
-  // job. kProcessIdentityKeyPrefix is a group's: a worker started again after a loss is
-  // another process in the next generation.
+  // `key_scope`, when not empty, goes before every key this client names (scoped_key,
+  // job_store.h).
   // `stop_on_signal` false: the connection is made even while a stop is pending (to say that
   // this member leaves, on the way out).
   StoreClient(const HostPort& at, std::chrono::milliseconds timeout, const std::string& job_token,
@@ -73,16 +68,8 @@ class StoreClient : public c10d::Store {
             const std::chrono::milliseconds& timeout) override;
 
   const HostPort& address() const { return at_; }
-  const std::string& key_scope() const { return key_scope_; }
-
-  // "alive/<name>": the member's heartbeat counter.
-  static constexpr const char* kProcessKeyPrefix = "alive/";
-  // "left/<name>": the counter's value when the member left the job on purpose (its process
-  // ends; the store's host need not wait for its beat to go stale).
-  static constexpr const char* kLeftKeyPrefix = "left/";
-  // "process/<name>": the member's process in this group (core/process_state.h), whose end is
-  // seen at once on the same machine.
-  static constexpr const char* kProcessIdentityKeyPrefix = "process/";
+  std::string where() const override { return "the rendezvous store at " + at_.to_string(); }
+  const std::string& key_scope() const override { return key_scope_; }
 
  private:
   struct Reply {
@@ -101,7 +88,7 @@ class StoreClient : public c10d::Store {
   void send_all(const store::Bytes& frame, std::chrono::steady_clock::time_point deadline);
   void receive(uint8_t* data, size_t size, std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void fail(const std::string& why);
-  std::string scoped(const std::string& key) const;
+  std::string scoped(const std::string& key) const { return scoped_key(key_scope_, key); }
 
   HostPort at_;
   std::string key_scope_;
@@ -109,10 +96,6 @@ class StoreClient : public c10d::Store {
   int fd_ = -1;
   std::string last_failure_;  // why fail() last closed the connection
 };
-
-// Records through `store` that member `name` left on purpose: "left/<name>" = its heartbeat
-// counter now (the store's host then need not wait for the beat to go stale).
-void record_leave(StoreClient& store, const std::string& name);
 
 // Says that member `name` left the job at `at` on purpose ("left/<name>": its heartbeat counter
 // now), so that the store's host need not wait for its beat to go stale; within `timeout`, a
@@ -123,9 +106,5 @@ bool say_left(const HostPort& at, const std::string& job_token, const std::strin
 // Whether anything accepts a connection at `at`, in one attempt of at most `timeout` (a port
 // nobody listens on refuses at once; the constructor would retry until its timeout).
 bool store_listening(const HostPort& at, std::chrono::milliseconds timeout);
-
-// Store values are bytes; the library's are text.
-inline std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-inline std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 }  // namespace dist::collective

@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "collective/etcd/etcd_claim.h"
 #include "collective/heartbeat.h"
 #include "collective/store/store_client.h"
 #include "core/process_state.h"
@@ -25,7 +26,7 @@ std::string prefix(int generation) { return "elastic/" + std::to_string(generati
 // Tells, for each member it is asked about, whether its heartbeat stopped.
 class GoneWatch {
  public:
-  explicit GoneWatch(collective::StoreClient& store) : store_(store), beats_(store) {}
+  explicit GoneWatch(collective::JobStore& store) : store_(store), beats_(store) {}
   bool gone(const std::string& name) {
     // A process of this machine that ended is gone at once; others when their beat stops.
     const std::string process = "elastic/process/" + name;
@@ -35,7 +36,7 @@ class GoneWatch {
   }
 
  private:
-  collective::StoreClient& store_;
+  collective::JobStore& store_;
   collective::HeartbeatWatch beats_;
 };
 
@@ -55,14 +56,11 @@ std::vector<std::string> split_names(const std::string& text) {
   return names;
 }
 
-ElasticMembership::ElasticMembership(const HostPort& store, const std::string& job_token,
-                                     std::string job_id, std::string self,
+ElasticMembership::ElasticMembership(collective::JobStoreAddress store, std::string self,
                                      std::chrono::milliseconds timeout)
     : self_(std::move(self)),
-      job_token_(job_token),
-      job_id_(std::move(job_id)),
-      store_(c10::make_intrusive<collective::StoreClient>(store, timeout, job_token, "", job_id_)) {
-}
+      address_(std::move(store)),
+      store_(collective::connect_to_job_store(address_, timeout)) {}
 
 ElasticMembership::~ElasticMembership() {
   stopping_ = true;
@@ -82,12 +80,11 @@ void ElasticMembership::start_heartbeat() {
 // beat connects again (a beat that stopped for good would make this worker look gone at the
 // next resize); the thread ends only with the membership.
 void ElasticMembership::beat() {
-  c10::intrusive_ptr<collective::StoreClient> store;
+  c10::intrusive_ptr<collective::JobStore> store;
   while (!stopping_) {
     try {
       if (!store) {
-        store = c10::make_intrusive<collective::StoreClient>(
-            store_->address(), std::chrono::seconds(5), job_token_, "", job_id_);
+        store = collective::connect_to_job_store(address_, std::chrono::seconds(5));
         store->set("elastic/process/" + self_, to_bytes(process_identity()));
       }
       store->add("alive/" + self_, 1);
@@ -137,14 +134,14 @@ namespace {
 // How the job ended (elastic/stopped, elastic/finished), for workers that come to join it. A
 // store that is gone is no failure here: so is the job, and a worker that comes to join fails
 // on the missing store and names it.
-void record_end(collective::StoreClient& store, const std::string& key, const std::string& how) {
+void record_end(collective::JobStore& store, const std::string& key, const std::string& how) {
   try {
     store.set(key, to_bytes(how));
   } catch (const CollectiveError&) {
   }
 }
 
-std::optional<std::string> read_end(collective::StoreClient& store, const std::string& key) {
+std::optional<std::string> read_end(collective::JobStore& store, const std::string& key) {
   if (!store.check({key})) return std::nullopt;
   return to_text(store.get(key));
 }
@@ -284,9 +281,7 @@ std::optional<std::vector<std::string>> ElasticMembership::next_members(int gene
   return split_names(to_text(store_->get(key)));
 }
 
-ElasticMembership::FoundJob ElasticMembership::find_job(const HostPort& store,
-                                                        const std::string& job_token,
-                                                        const std::string& job_id,
+ElasticMembership::FoundJob ElasticMembership::find_job(const collective::JobStoreAddress& store,
                                                         std::chrono::milliseconds timeout) {
   using State = FoundJob::State;
   auto only = [](State state) {
@@ -294,35 +289,53 @@ ElasticMembership::FoundJob ElasticMembership::find_job(const HostPort& store,
     found.state = state;
     return found;
   };
-  if (!collective::store_listening(store, timeout)) return {};  // the job starts now
-  std::optional<collective::StoreClient> client;
+  const bool etcd = store.rendezvous.is_etcd();
+  if (!etcd && !collective::store_listening(store.store, timeout)) return {};  // starts now
+  c10::intrusive_ptr<collective::JobStore> client;
   try {
-    client.emplace(store, timeout, job_token, "", job_id);
+    client = collective::connect_to_job_store(store, timeout);
   } catch (const collective::StoreOfAnotherJob&) {
     return only(State::kAnother);
   } catch (const CollectiveError&) {
-    return {};  // no store yet, or it refused the token: the rendezvous says so
+    if (etcd) throw;  // etcd unreachable: nothing to start a job in either
+    return {};        // no store yet, or it refused the token: the rendezvous says so
   }
+  // On etcd the job that holds the prefix is named by its "job" key (etcd_claim.h).
+  const std::string key_of_id = etcd ? collective::etcd::kJobKey : collective::store::kJobIdKey;
+  if (etcd && !client->check({key_of_id})) return {};  // no job: it starts now
+  // Another identity's job: the built-in store's client was refused above; etcd's says so here.
+  if (etcd && to_text(client->get(key_of_id)) != store.job_id) return only(State::kAnother);
   FoundJob found;
   for (const char* key : {"elastic/stopped", "elastic/finished"}) {
     if (!client->check({key})) continue;
     found.state = State::kEnded;
     found.stopped = key == std::string("elastic/stopped");
     found.how = to_text(client->get(key));
-    const std::string key_of_id = collective::store::kJobIdKey;
-    found.same_job =
-        !job_id.empty() && client->check({key_of_id}) && to_text(client->get(key_of_id)) == job_id;
+    found.same_job = !store.job_id.empty() && client->check({key_of_id}) &&
+                     to_text(client->get(key_of_id)) == store.job_id;
     return found;
   }
   // Closing without an end recorded: every worker of that job was lost or failed.
   if (client->check({collective::store::kClosingKey})) return only(State::kAnother);
-  if (client->check({"elastic/running"})) return only(State::kRunning);
+  if (client->check({"elastic/running"})) {
+    // On etcd nobody closes a job whose workers were all lost: its heartbeats' leases expired.
+    if (etcd && !collective::etcd::anything_beats(store.rendezvous)) return only(State::kAnother);
+    return only(State::kRunning);
+  }
   return {};
 }
 
-void ElasticMembership::leave_before_forming(const HostPort& store, const std::string& job_token,
-                                             const std::string& job_id, const std::string& self) {
-  collective::say_left(store, job_token, job_id, self, std::chrono::seconds(2));
+void ElasticMembership::leave_before_forming(const collective::JobStoreAddress& store,
+                                             const std::string& self) {
+  if (store.rendezvous.is_etcd()) {
+    try {  // within 2 s, a stop signal pending or not (etcd's calls look for none)
+      collective::record_leave(*collective::connect_to_job_store(store, std::chrono::seconds(2)),
+                               self);
+    } catch (...) {
+    }
+    return;
+  }
+  collective::say_left(store.store, store.job_token, store.job_id, self, std::chrono::seconds(2));
 }
 
 int64_t ElasticMembership::ask_to_join(const std::string& settings) {
@@ -348,7 +361,10 @@ ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
       none.finished = std::move(done);
       return none;
     }
-    if (store_->check({collective::store::kClosingKey})) {
+    // Every worker of the job lost: the built-in store's host closes it; on etcd no member's
+    // heartbeat is left (this joiner beats only once admitted).
+    if (store_->check({collective::store::kClosingKey}) ||
+        (address_.rendezvous.is_etcd() && !collective::etcd::anything_beats(address_.rendezvous))) {
       Admission none;
       none.job_gone = true;
       return none;

@@ -39,21 +39,17 @@
 
 #include <c10/util/intrusive_ptr.h>
 
-#include "dist/core/host_port.h"
-
-namespace dist::collective {
-class StoreClient;
-}
+#include "collective/store_connection.h"
 
 namespace dist::detail {
 
 class ElasticMembership {
  public:
-  // Connects to the job's store at `store` (the first generation started it) as `self`, with
-  // the job's token and identity; no heartbeat until start_heartbeat(). Throws
-  // collective::StoreOfAnotherJob when the store is another job's.
-  ElasticMembership(const HostPort& store, const std::string& job_token, std::string job_id,
-                    std::string self, std::chrono::milliseconds timeout);
+  // Connects to the job's store at `store` (the first generation started the built-in one; etcd
+  // runs apart) as `self`; no heartbeat until start_heartbeat(). Throws
+  // collective::StoreOfAnotherJob when the built-in store is another job's.
+  ElasticMembership(collective::JobStoreAddress store, std::string self,
+                    std::chrono::milliseconds timeout);
   // Once it has beaten: says that this worker left (left/<self>), so that the store's host
   // closes as soon as the job's last worker has, without waiting for its beat to go stale.
   ~ElasticMembership();
@@ -127,13 +123,13 @@ class ElasticMembership {
     bool same_job = false;
   };
   // Looks at the store at `store` within `timeout` (a stop signal: StopRequested).
-  static FoundJob find_job(const HostPort& store, const std::string& job_token,
-                           const std::string& job_id, std::chrono::milliseconds timeout);
+  static FoundJob find_job(const collective::JobStoreAddress& store,
+                           std::chrono::milliseconds timeout);
   // A worker that took part in the first generation's start-up, which failed before the job
   // formed (no membership yet): says it left (collective::say_left), within 2 s, a stop
   // signal pending or not.
-  static void leave_before_forming(const HostPort& store, const std::string& job_token,
-                                   const std::string& job_id, const std::string& self);
+  static void leave_before_forming(const collective::JobStoreAddress& store,
+                                   const std::string& self);
   // A worker that starts while the job runs: asks to join with `settings` ("flag=value" lines);
   // the ticket to wait on.
   int64_t ask_to_join(const std::string& settings);
@@ -164,9 +160,8 @@ class ElasticMembership {
   void answer(int64_t n, const std::string& text);
 
   std::string self_;
-  std::string job_token_;
-  std::string job_id_;
-  c10::intrusive_ptr<collective::StoreClient> store_;
+  collective::JobStoreAddress address_;
+  c10::intrusive_ptr<collective::JobStore> store_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> beaten_{false};
   std::thread heartbeat_;

@@ -76,6 +76,8 @@ collective::ProcessGroupSpec process_group(const ClusterConfig& config,
   add_members(config, generation, spec);
   // The job's one store stays where its first generation's chief started it.
   spec.store_address = config.cluster.store_address();
+  spec.rendezvous = rendezvous_address_or_environment(communication.rendezvous,
+                                                      "CommunicationOptions::rendezvous");
   spec.collective_timeout = communication.timeout;
   spec.rendezvous_timeout = communication.rendezvous_timeout;
   spec.check_collectives = communication.check_collectives;

@@ -1,0 +1,77 @@
+#include "collective/etcd/etcd_claim.h"
+
+#include <iostream>
+#include <thread>
+
+#include "collective/etcd/etcd_connection.h"
+#include "core/stop_request.h"
+#include "dist/core/error.h"
+
+namespace dist::collective::etcd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The members whose heartbeat counters are still leased under the prefix: "worker:0, worker:2".
+std::string beating(EtcdClient& client, const std::string& prefix) {
+  std::string names;
+  const std::string alive = prefix + JobStore::kProcessKeyPrefix;
+  for (const EtcdValue& counter : client.get_prefix(alive))
+    names += (names.empty() ? "" : ", ") + counter.key.substr(alive.size());
+  return names;
+}
+
+}  // namespace
+
+void claim_prefix(const ProcessGroupSpec& spec) {
+  const RendezvousAddress& address = spec.rendezvous;
+  EtcdClient& client = *shared_etcd_client(address);
+  const std::string& prefix = address.etcd_prefix;
+  const std::string chief = spec.members.at(static_cast<size_t>(spec.rank)).name;
+  const std::string joined = prefix + scoped_key(store_key_scope(spec), "joined/" + chief);
+  const auto deadline = Clock::now() + spec.rendezvous_timeout;
+  for (bool told = false;; told = true) {
+    const auto job = client.get(prefix + kJobKey);
+    const bool previous = client.get(prefix + store::kClosingKey) || client.get(joined) ||
+                          (job && job->value != spec.job_id);
+    if (job && !previous) return;  // this job, forming (the others wait for "job" to join)
+    if (!job && client.get_prefix(prefix).empty()) {
+      if (client.compare_and_set(prefix + kJobKey, std::nullopt, spec.job_id).swapped) return;
+      continue;  // another chief wrote first: look again
+    }
+    const std::string still = beating(client, prefix);
+    if (still.empty()) {
+      const int64_t erased = client.erase_prefix(prefix);
+      std::cout << chief << ": erased " << erased << " key(s) of a previous job under "
+                << address.to_string() << " (nothing of it beats)" << std::endl;
+      continue;
+    }
+    DIST_CHECK(Clock::now() < deadline, CollectiveError, "the etcd prefix ", address.to_string(),
+               " still holds a running job (", still, " beat there) after the rendezvous timeout; ",
+               "stop that job or give this one another prefix");
+    if (!told)
+      std::cout << chief << ": waiting for the job under " << address.to_string() << " to end ("
+                << still << " still beat)" << std::endl;
+    detail::throw_if_stop_requested("waiting for a previous job's etcd keys to go");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+bool anything_beats(const RendezvousAddress& address) {
+  return !beating(*shared_etcd_client(address), address.etcd_prefix).empty();
+}
+
+std::string not_claimed_yet(const ProcessGroupSpec& spec) {
+  const RendezvousAddress& address = spec.rendezvous;
+  const auto job = shared_etcd_client(address)->get(address.etcd_prefix + kJobKey);
+  if (!job)
+    return detail::concat("no job holds ", address.to_string(),
+                          " yet: its chief (collective rank 0) claims it as it starts");
+  if (job->value != spec.job_id)
+    return detail::concat(address.to_string(), " holds the job '", job->value, "', not '",
+                          spec.job_id, "' (DIST_JOB_ID): a previous job's keys, which its chief ",
+                          "erases once nothing of that job beats");
+  return "";
+}
+
+}  // namespace dist::collective::etcd

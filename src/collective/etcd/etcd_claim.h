@@ -1,0 +1,31 @@
+// How a job takes its key prefix in an etcd rendezvous. The built-in store starts empty with
+// each job and closes with it; etcd keeps a job's keys after it ends. So the chief of a job's
+// first generation, before anyone joins, makes the prefix its job's: a previous job's keys are
+// erased once nothing of that job beats any more (every heartbeat counter is leased:
+// etcd_store.h), and "job" names the job that holds the prefix.
+#pragma once
+
+#include "collective/process_group_spec.h"
+
+namespace dist::collective::etcd {
+
+// The key that names the job holding the prefix: its identity (ProcessGroupSpec::job_id,
+// possibly empty). The other members write nothing before it is there and theirs.
+constexpr char kJobKey[] = "job";
+
+// Why the members of `spec`, other than the chief that claims the prefix, may not join under it
+// yet ("" when they may): no job holds it yet, or one of another identity.
+std::string not_claimed_yet(const ProcessGroupSpec& spec);
+
+// Whether any member's heartbeat counter is still leased under the prefix of `address` (some
+// process of the job that holds it is alive).
+bool anything_beats(const RendezvousAddress& address);
+
+// Makes spec.rendezvous's prefix this job's, waiting up to the rendezvous timeout while a
+// previous job there still beats. Nothing to do when the prefix is empty or already holds this
+// job forming (same identity, not ended, the chief not yet joined). CollectiveError naming the
+// prefix and the members that still beat when the timeout passes; etcd's own errors (no quorum)
+// as CollectiveError.
+void claim_prefix(const ProcessGroupSpec& spec);
+
+}  // namespace dist::collective::etcd
