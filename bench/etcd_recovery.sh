@@ -33,13 +33,16 @@ for i in 0 1 2; do
   etcd --name "m$i" --data-dir "$dir/m$i" --listen-client-urls "http://127.0.0.1:$client" \
     --advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
     --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "$cluster" \
-    --initial-cluster-state new --log-outputs "$dir/m$i.log" > /dev/null 2>&1 &
+    --initial-cluster-state new --logger zap --log-outputs "$dir/m$i.log" > /dev/null 2>&1 &
   pids+=($!)
 done
 for _ in $(seq 100); do
-  ETCDCTL_API=3 etcdctl --endpoints "$members" put /probe up > /dev/null 2>&1 && break
+  ETCDCTL_API=3 etcdctl --dial-timeout 1s --command-timeout 2s --endpoints "$members" put /probe up \
+    > /dev/null 2>&1 && break
   sleep 0.2
 done
+ETCDCTL_API=3 etcdctl --dial-timeout 1s --command-timeout 2s --endpoints "$members" put /probe up \
+  > /dev/null || { echo "etcd did not come up; its logs:" >&2; tail -n 5 "$dir"/m*.log >&2; exit 1; }
 export MODELS=${MODELS:-cnn:600:200}
 echo "== the built-in store"
 env -u DIST_RENDEZVOUS bash "$here/elastic_recovery.sh" "$build" "$repeats"
