@@ -28,6 +28,8 @@ test_packages=(
   procps                # pgrep and pkill in the Slurm helper of the tests
   iproute2              # ip and tc: the test cluster of network namespaces (scripts/netns-cluster.sh)
   etcd-server           # the etcd rendezvous's tests start real etcd clusters (tests/collective/etcd_cluster.h)
+  etcd-client           # etcdctl: a write from inside a namespace host (tests/tools/netns_etcd_test.cc), users
+  openssl               # the certificates of the etcd TLS tests
   python3               # the docs checks: layers and named paths (tests/docs/*.py)
   python3-torch python3-torchvision  # Python writes the TorchScript modules of the tests
 )
