@@ -6,16 +6,24 @@
 #include "collective/etcd/etcd_client.h"
 #include "dist/core/error.h"
 #include "dist/distribute/local_cluster.h"
+#include "run_program.h"
 
 namespace dist::testing {
 
 using namespace std::chrono_literals;
 
-EtcdCluster::EtcdCluster(int members) : binary_(find_program("etcd")) {
+EtcdCluster::EtcdCluster(int members, const EtcdClusterOptions& cluster_options)
+    : options_(cluster_options), binary_(find_program("etcd")) {
   if (binary_.empty()) {
     why_ = "etcd is not installed (Debian: etcd-server; scripts/install-deps.sh --tests)";
     return;
   }
+  if (options_.tls && find_program("openssl").empty()) {
+    binary_.clear();
+    why_ = "openssl is not installed (Debian: openssl), which makes the TLS cluster's certificates";
+    return;
+  }
+  if (options_.tls) make_certificates();
   const std::vector<int> ports = free_loopback_ports(2 * members);
   for (int i = 0; i < members; ++i) {
     clients_.push_back({"127.0.0.1", ports[2 * i]});
@@ -25,6 +33,7 @@ EtcdCluster::EtcdCluster(int members) : binary_(find_program("etcd")) {
   for (int i = 0; i < members; ++i) start(i, "new");
   collective::etcd::EtcdOptions options;
   options.members = clients_;
+  options.security = client_security();
   options.call_timeout = 30s;
   collective::etcd::EtcdClient client(options);
   try {
@@ -41,33 +50,108 @@ void EtcdCluster::start(int i, const std::string& state) {
     cluster += (m ? "," : "") + ("m" + std::to_string(m)) +
                "=http://127.0.0.1:" + std::to_string(peer_ports_[m]);
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_ports_[i]);
-  const std::string client = "http://" + clients_[i].to_string();
+  const std::string client = scheme() + clients_[i].to_string();
   const std::string name = "m" + std::to_string(i);
+  std::vector<std::string> security;
+  if (options_.tls)
+    security = {
+        "--cert-file",        dir_.file("server.pem"), "--key-file", dir_.file("server.key"),
+        "--client-cert-auth", "--trusted-ca-file",     ca_file()};
+  if (options_.auth_token_ttl_seconds > 0)
+    security.insert(security.end(),
+                    {"--auth-token-ttl", std::to_string(options_.auth_token_ttl_seconds)});
+  std::vector<std::string> arguments = {"--name",
+                                        name,
+                                        "--data-dir",
+                                        dir_.file(name),
+                                        "--listen-peer-urls",
+                                        peer,
+                                        "--initial-advertise-peer-urls",
+                                        peer,
+                                        "--listen-client-urls",
+                                        client,
+                                        "--advertise-client-urls",
+                                        client,
+                                        "--initial-cluster",
+                                        cluster,
+                                        "--initial-cluster-state",
+                                        state,
+                                        "--initial-cluster-token",
+                                        "dist-test-" + std::to_string(peer_ports_[0]),
+                                        "--logger",
+                                        "zap",
+                                        "--log-outputs",
+                                        dir_.file(name + ".log")};
+  arguments.insert(arguments.end(), security.begin(), security.end());
   process_of_[i] = processes_.size();
-  processes_.start(binary_,
-                   {"--name",
-                    name,
-                    "--data-dir",
-                    dir_.file(name),
-                    "--listen-peer-urls",
-                    peer,
-                    "--initial-advertise-peer-urls",
-                    peer,
-                    "--listen-client-urls",
-                    client,
-                    "--advertise-client-urls",
-                    client,
-                    "--initial-cluster",
-                    cluster,
-                    "--initial-cluster-state",
-                    state,
-                    "--initial-cluster-token",
-                    "dist-test-" + std::to_string(peer_ports_[0]),
-                    "--logger",
-                    "zap",
-                    "--log-outputs",
-                    dir_.file(name + ".log")},
-                   {});
+  processes_.start(binary_, arguments, {});
+}
+
+void EtcdCluster::openssl(const std::vector<std::string>& args) {
+  const ProcessResult result = run_program(find_program("openssl"), args, 20s);
+  if (result.exit_code != 0)
+    throw Error("openssl " + args.at(0) + " failed making the test's etcd certificates (exit " +
+                std::to_string(result.exit_code) + "):\n" + result.output);
+}
+
+// A CA; a server certificate for 127.0.0.1 (the members' client URLs) and a client certificate,
+// both signed by it; and another CA that signed neither. P-256 keys: made in milliseconds.
+void EtcdCluster::make_certificates() {
+  const std::vector<std::string> new_key = {"-newkey", "ec", "-pkeyopt",
+                                            "ec_paramgen_curve:prime256v1", "-nodes"};
+  for (const std::string ca : {"ca", "other-ca"}) {
+    std::vector<std::string> args = {"req",     "-x509",
+                                     "-days",   "2",
+                                     "-subj",   "/CN=dist-test-" + ca,
+                                     "-keyout", dir_.file(ca + ".key"),
+                                     "-out",    dir_.file(ca + ".pem"),
+                                     "-addext", "basicConstraints=critical,CA:TRUE",
+                                     "-addext", "keyUsage=critical,keyCertSign,cRLSign"};
+    args.insert(args.begin() + 2, new_key.begin(), new_key.end());
+    openssl(args);
+  }
+  write_file(dir_.file("server.ext"),
+             "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n");
+  // The client's CN names no etcd user: with --client-cert-auth, etcd would take it as one.
+  write_file(dir_.file("client.ext"), "extendedKeyUsage=clientAuth\n");
+  for (const std::string who : {"server", "client"}) {
+    std::vector<std::string> request = {"req",
+                                        "-subj",
+                                        "/CN=dist-test-" + who,
+                                        "-keyout",
+                                        dir_.file(who + ".key"),
+                                        "-out",
+                                        dir_.file(who + ".csr")};
+    request.insert(request.begin() + 1, new_key.begin(), new_key.end());
+    openssl(request);
+    openssl({"x509", "-req", "-days", "2", "-in", dir_.file(who + ".csr"), "-CA", ca_file(),
+             "-CAkey", dir_.file("ca.key"), "-CAcreateserial", "-CAserial", dir_.file("ca.srl"),
+             "-extfile", dir_.file(who + ".ext"), "-out", dir_.file(who + ".pem")});
+  }
+}
+
+collective::etcd::EtcdSecurity EtcdCluster::client_security() const {
+  collective::etcd::EtcdSecurity security;
+  if (!options_.tls) return security;
+  security.ca_file = ca_file();
+  security.cert_file = client_cert_file();
+  security.key_file = client_key_file();
+  return security;
+}
+
+ProcessResult EtcdCluster::etcdctl(const std::vector<std::string>& args) const {
+  std::string endpoints;
+  for (const HostPort& client : clients_)
+    endpoints += (endpoints.empty() ? "" : ",") + scheme() + client.to_string();
+  std::vector<std::string> all = {"--endpoints", endpoints,           "--dial-timeout",
+                                  "5s",          "--command-timeout", "10s"};
+  if (options_.tls)
+    all.insert(all.end(),
+               {"--cacert", ca_file(), "--cert", client_cert_file(), "--key", client_key_file()});
+  all.insert(all.end(), args.begin(), args.end());
+  WorkerProcesses process;
+  process.start(find_program("etcdctl"), all, {"ETCDCTL_API=3"});
+  return process.wait_all(20s).at(0);
 }
 
 void EtcdCluster::kill(int i) { processes_.kill(process_of_.at(i), SIGKILL); }

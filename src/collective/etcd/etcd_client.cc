@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cctype>
 #include <mutex>
 #include <thread>
 
@@ -63,6 +64,44 @@ bool member_unavailable(const grpc::Status& status) {
          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
+// Whether gRPC's account of a failed connection is its TLS handshake's (OpenSSL's and gRPC's
+// words for a certificate refused either way, or a TLS alert).
+bool tls_failure(const std::string& message) {
+  std::string lower = message;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* word : {"ssl", "tls", "handshake", "certificate"})
+    if (lower.find(word) != std::string::npos) return true;
+  return false;
+}
+
+// A connection the member took and then closed before any answer: what a member does whose TLS
+// refuses the client's certificate (OpenSSL's alert is logged, but gRPC's status says only
+// "Endpoint read failed"), or that takes TLS only from a client speaking plain gRPC.
+bool tls_suspected(const std::string& message) {
+  if (tls_failure(message)) return true;
+  for (const char* closed : {"Endpoint read failed", "Socket closed", "Connection reset"})
+    if (message.find(closed) != std::string::npos) return true;
+  return false;
+}
+
+// What to do about a TLS connection the member or this client refused.
+std::string tls_advice(const EtcdSecurity& security) {
+  if (security.ca_file.empty())
+    return "this client speaks plain gRPC: if the members take TLS only (https client URLs), give "
+           "it the CA that signed their certificates (DIST_ETCD_CA_FILE) and, when they ask for "
+           "one (--client-cert-auth), a client certificate and key it signed "
+           "(DIST_ETCD_CERT_FILE, DIST_ETCD_KEY_FILE)";
+  return "for TLS, check that the CA file '" + security.ca_file +
+         "' signed the members' certificates (which must name the host or IP the client dials), "
+         "and that " +
+         (security.cert_file.empty()
+              ? std::string("members started with --client-cert-auth are given a client "
+                            "certificate and key it signed (DIST_ETCD_CERT_FILE, "
+                            "DIST_ETCD_KEY_FILE)")
+              : "the client certificate '" + security.cert_file + "' was signed by a CA in the " +
+                    "members' --trusted-ca-file");
+}
+
 }  // namespace
 
 struct EtcdClient::Impl {
@@ -97,18 +136,15 @@ struct EtcdClient::Impl {
   }
 
   // Runs `attempt(context, channel)` on one member after another until one answers, within
-  // the call's timeout; throws CollectiveError naming `what` and the members otherwise.
+  // the call's timeout; throws CollectiveError naming `what` and the members otherwise. A
+  // member whose TLS refused the connection is left as one that does not answer, but once
+  // every member has, the call fails then with why rather than at its timeout.
   template <class Attempt>
-  void call(const char* what, Attempt&& attempt, std::chrono::milliseconds timeout) {
+  void call(const std::string& what, Attempt&& attempt, std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
-    size_t member;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (Clock::now() < unreachable_until)
-        throw CollectiveError(std::string("etcd ") + what + ": " + unreachable_error);
-      member = current;
-    }
+    size_t member = first_member(what);
     std::string last;
+    size_t tls_refusals = 0;  // in a row
     for (size_t tried = 0;; ++tried, member = (member + 1) % options.members.size()) {
       const auto now = Clock::now();
       if (now >= deadline) break;
@@ -122,47 +158,111 @@ struct EtcdClient::Impl {
       // connection then progresses only with gRPC's backup poller (every 5 s), which made every
       // new connection take 20 s.
       context.set_wait_for_ready(true);
-      add_token(context, member);
-      const grpc::Status status = attempt(context, channel(member));
+      grpc::Status status = add_token(context, member);
+      if (status.ok()) status = attempt(context, channel(member));
       if (status.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         current = member;
         return;
       }
-      last = options.members[member].to_string() + ": " + status.error_message();
+      last = options.members[member].to_string() + ": " + explain(status, member);
+      tls_refusals = member_unavailable(status) && tls_failure(last) ? tls_refusals + 1 : 0;
+      if (tls_refusals == options.members.size())
+        throw CollectiveError("etcd " + what + ": the TLS connection to every member of " +
+                              members_text + " failed (last: " + last + "); " +
+                              tls_advice(options.security));
       if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
           !options.security.user.empty())
-        forget_token();
+        forget_token();  // expired: the next attempt authenticates again
       else if (!member_unavailable(status))
-        throw CollectiveError(std::string("etcd ") + what + " failed at " + last);
+        throw CollectiveError("etcd " + what + " failed at " + last + refusal_advice(status));
     }
-    const size_t members = options.members.size();
-    const std::string error =
-        "no member of the etcd cluster at " + members_text + " answered within " +
-        std::to_string(timeout.count()) + " ms (last: " + last +
-        "); a job on etcd needs a quorum of its members (" + std::to_string(members / 2 + 1) +
-        " of " + std::to_string(members) + ") running and reachable";
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      unreachable_until = Clock::now() + timeout;
-      unreachable_error = error;
-    }
-    throw CollectiveError(std::string("etcd ") + what + ": " + error);
+    throw CollectiveError("etcd " + what + ": " + unreachable(timeout, last));
   }
 
-  void add_token(grpc::ClientContext& context, size_t member) {
-    if (options.security.user.empty()) return;
+  // The member to ask first; throws the last call's error within its window (see call()).
+  size_t first_member(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (Clock::now() < unreachable_until)
+      throw CollectiveError("etcd " + what + ": " + unreachable_error);
+    return current;
+  }
+
+  // No member answered within `timeout`: the error, kept for the calls of the next `timeout`.
+  std::string unreachable(std::chrono::milliseconds timeout, const std::string& last) {
+    const size_t members = options.members.size();
+    std::string error = "no member of the etcd cluster at " + members_text + " answered within " +
+                        std::to_string(timeout.count()) + " ms (last: " + last +
+                        "); a job on etcd needs a quorum of its members (" +
+                        std::to_string(members / 2 + 1) + " of " + std::to_string(members) +
+                        ") running and reachable";
+    if (tls_suspected(last))
+      error +=
+          "; the members closed connections they had taken, as TLS does with a client it "
+          "refuses: " +
+          tls_advice(options.security);
+    std::lock_guard<std::mutex> lock(mu);
+    unreachable_until = Clock::now() + timeout;
+    unreachable_error = error;
+    return error;
+  }
+
+  // The status's message; for a member not answering, gRPC's account of the member's last
+  // connection attempt when there is one: a call waiting for a connection ends only in
+  // "Deadline Exceeded", while a fail-fast call to a channel that failed to connect says why
+  // (refused, a TLS handshake that failed).
+  std::string explain(const grpc::Status& status, size_t member) {
+    if (!member_unavailable(status) ||
+        channel(member)->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE)
+      return status.error_message();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    rpc::RangeRequest request;
+    request.set_key("\0", 1);  // a read of nothing, should the channel connect meanwhile
+    rpc::RangeResponse response;
+    const grpc::Status probe =
+        rpc::KV::NewStub(channel(member))->Range(&context, request, &response);
+    if (probe.error_code() != grpc::StatusCode::UNAVAILABLE) return status.error_message();
+    return status.error_message() + " (" + probe.error_message() + ")";
+  }
+
+  // What to do about a refusal that asking another member would not change.
+  std::string refusal_advice(const grpc::Status& status) const {
+    const std::string& user = options.security.user;
+    if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+      return user.empty()
+                 ? "; the cluster has authentication enabled and this client gives no etcd user "
+                   "(a client certificate's common name is taken as one): give it a user and "
+                   "password (DIST_ETCD_USER, DIST_ETCD_PASSWORD_FILE)"
+                 : "; the etcd user '" + user +
+                       "' may not do this: grant one of its roles readwrite on the job's prefix "
+                       "(etcdctl role grant-permission --prefix=true <role> readwrite <prefix>)";
+    if (status.error_message().find("user name is empty") != std::string::npos)
+      return "; the cluster has authentication enabled: give the client an etcd user and "
+             "password (DIST_ETCD_USER, DIST_ETCD_PASSWORD_FILE)";
+    return "";
+  }
+
+  // Puts the token in the call's metadata, authenticating first when there is none; a status
+  // not OK when the member did not answer the authentication.
+  grpc::Status add_token(grpc::ClientContext& context, size_t member) {
+    if (options.security.user.empty()) return grpc::Status::OK;
     std::string token_now;
     {
       std::lock_guard<std::mutex> lock(mu);
       token_now = token;
     }
-    if (token_now.empty()) token_now = authenticate(member);
+    if (token_now.empty()) {
+      grpc::Status status = authenticate(member, token_now);
+      if (!status.ok()) return status;
+    }
     context.AddMetadata("token", token_now);
+    return grpc::Status::OK;
   }
 
-  // etcd's Authenticate at `member` (one attempt: call() retries elsewhere on failure).
-  std::string authenticate(size_t member) {
+  // etcd's Authenticate at `member` (one attempt: call() retries elsewhere when the member does
+  // not answer); throws CollectiveError when etcd refuses the user.
+  grpc::Status authenticate(size_t member, std::string& token_out) {
     rpc::AuthenticateRequest request;
     request.set_name(options.security.user);
     request.set_password(options.security.password);
@@ -172,20 +272,28 @@ struct EtcdClient::Impl {
     context.set_wait_for_ready(true);
     const grpc::Status status =
         rpc::Auth::NewStub(channel(member))->Authenticate(&context, request, &response);
-    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
       throw CollectiveError("etcd refused the user '" + options.security.user + "' at " +
                             options.members[member].to_string() + ": " + status.error_message() +
-                            "; check the etcd user and password");
-    if (!status.ok()) return "";  // the call that follows fails there and moves on
+                            "; check the etcd user and its password (DIST_ETCD_USER, "
+                            "DIST_ETCD_PASSWORD_FILE): etcdctl user get " +
+                            options.security.user + " shows whether it exists");
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+      throw CollectiveError("etcd could not authenticate the user '" + options.security.user +
+                            "' at " + options.members[member].to_string() + ": " +
+                            status.error_message() +
+                            "; give the client no user when the cluster has authentication "
+                            "disabled, or enable it (etcdctl auth enable)");
+    if (!status.ok()) return status;
     std::lock_guard<std::mutex> lock(mu);
     token = response.token();
-    return token;
+    token_out = token;
+    return grpc::Status::OK;
   }
 
   // One unary call of `method` of `Service` (rpc::KV, rpc::Lease) on whichever member answers.
   template <class Service, class Request, class Response>
-  void unary(const char* what,
+  void unary(const std::string& what,
              grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
              const Request& request, Response& response) {
     call(
@@ -237,7 +345,7 @@ std::optional<EtcdValue> EtcdClient::get(const std::string& key) {
   rpc::RangeRequest request;
   request.set_key(key);
   rpc::RangeResponse response;
-  impl_->unary<rpc::KV>("read", &rpc::KV::Stub::Range, request, response);
+  impl_->unary<rpc::KV>("read of '" + key + "'", &rpc::KV::Stub::Range, request, response);
   if (response.kvs_size() == 0) return std::nullopt;
   return value_of(response.kvs(0));
 }
@@ -247,7 +355,8 @@ std::vector<EtcdValue> EtcdClient::get_prefix(const std::string& prefix) {
   request.set_key(prefix);
   request.set_range_end(prefix_end(prefix));
   rpc::RangeResponse response;
-  impl_->unary<rpc::KV>("read of a prefix", &rpc::KV::Stub::Range, request, response);
+  impl_->unary<rpc::KV>("read of the prefix '" + prefix + "'", &rpc::KV::Stub::Range, request,
+                        response);
   std::vector<EtcdValue> values;
   for (const auto& kv : response.kvs()) values.push_back(value_of(kv));
   return values;
@@ -259,7 +368,7 @@ int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_
   request.set_value(value);
   request.set_lease(lease);
   rpc::PutResponse response;
-  impl_->unary<rpc::KV>("write", &rpc::KV::Stub::Put, request, response);
+  impl_->unary<rpc::KV>("write of '" + key + "'", &rpc::KV::Stub::Put, request, response);
   return response.header().revision();
 }
 
@@ -283,7 +392,7 @@ EtcdClient::Swap EtcdClient::compare_and_set(const std::string& key,
   put->set_lease(lease);
   request.add_failure()->mutable_request_range()->set_key(key);
   rpc::TxnResponse response;
-  impl_->unary<rpc::KV>("compare-and-set", &rpc::KV::Stub::Txn, request, response);
+  impl_->unary<rpc::KV>("compare-and-set of '" + key + "'", &rpc::KV::Stub::Txn, request, response);
   if (response.succeeded()) return {true, desired};
   const auto& range = response.responses(0).response_range();
   if (range.kvs_size() == 0) return {false, std::nullopt};
@@ -317,7 +426,7 @@ bool EtcdClient::erase(const std::string& key) {
   rpc::DeleteRangeRequest request;
   request.set_key(key);
   rpc::DeleteRangeResponse response;
-  impl_->unary<rpc::KV>("erase", &rpc::KV::Stub::DeleteRange, request, response);
+  impl_->unary<rpc::KV>("erase of '" + key + "'", &rpc::KV::Stub::DeleteRange, request, response);
   return response.deleted() > 0;
 }
 
@@ -326,7 +435,8 @@ int64_t EtcdClient::erase_prefix(const std::string& prefix) {
   request.set_key(prefix);
   request.set_range_end(prefix_end(prefix));
   rpc::DeleteRangeResponse response;
-  impl_->unary<rpc::KV>("erase of a prefix", &rpc::KV::Stub::DeleteRange, request, response);
+  impl_->unary<rpc::KV>("erase of the prefix '" + prefix + "'", &rpc::KV::Stub::DeleteRange,
+                        request, response);
   return response.deleted();
 }
 
@@ -369,7 +479,7 @@ std::optional<EtcdValue> EtcdClient::wait_for(const std::string& key,
     rpc::RangeRequest request;
     request.set_key(key);
     rpc::RangeResponse response;
-    impl_->unary<rpc::KV>("read", &rpc::KV::Stub::Range, request, response);
+    impl_->unary<rpc::KV>("read of '" + key + "'", &rpc::KV::Stub::Range, request, response);
     if (response.kvs_size() > 0) return value_of(response.kvs(0));
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) return std::nullopt;

@@ -8,6 +8,12 @@
 // rather than each waiting it out (a job that lost its quorum stops in one timeout, not in one
 // per call). Reads are linearizable (the leader confirms them), so a member cut off from the
 // quorum cannot answer with old values.
+//
+// Security (EtcdSecurity): TLS with the user's CA and client certificate, and etcd's users, whose
+// token is renewed when etcd forgets it. A user etcd refuses (a wrong password, a key outside its
+// roles' permissions) is a CollectiveError naming the user at once; a handshake every member
+// refuses names TLS and the files to check, and connections the members close before answering
+// (a client certificate refused) are named as a possible TLS refusal at the call's timeout.
 #pragma once
 
 #include <chrono>
