@@ -145,6 +145,7 @@ struct EtcdClient::Impl {
     size_t member = first_member(what);
     std::string last;
     size_t tls_refusals = 0;  // in a row
+    std::string closed;       // the last attempt whose connection was closed, as TLS refusals are
     for (size_t tried = 0;; ++tried, member = (member + 1) % options.members.size()) {
       const auto now = Clock::now();
       if (now >= deadline) break;
@@ -165,8 +166,9 @@ struct EtcdClient::Impl {
         current = member;
         return;
       }
-      last = options.members[member].to_string() + ": " + explain(status, member);
+      last = options.members[member].to_string() + ": " + explain(status, member, deadline);
       tls_refusals = member_unavailable(status) && tls_failure(last) ? tls_refusals + 1 : 0;
+      if (member_unavailable(status) && tls_suspected(last)) closed = last;
       if (tls_refusals == options.members.size())
         throw CollectiveError("etcd " + what + ": the TLS connection to every member of " +
                               members_text + " failed (last: " + last + "); " +
@@ -177,7 +179,7 @@ struct EtcdClient::Impl {
       else if (!member_unavailable(status))
         throw CollectiveError("etcd " + what + " failed at " + last + refusal_advice(status));
     }
-    throw CollectiveError("etcd " + what + ": " + unreachable(timeout, last));
+    throw CollectiveError("etcd " + what + ": " + unreachable(timeout, last, closed));
   }
 
   // The member to ask first; throws the last call's error within its window (see call()).
@@ -189,18 +191,18 @@ struct EtcdClient::Impl {
   }
 
   // No member answered within `timeout`: the error, kept for the calls of the next `timeout`.
-  std::string unreachable(std::chrono::milliseconds timeout, const std::string& last) {
+  // `closed`: an attempt whose connection the member closed (see tls_suspected), if any.
+  std::string unreachable(std::chrono::milliseconds timeout, const std::string& last,
+                          const std::string& closed) {
     const size_t members = options.members.size();
     std::string error = "no member of the etcd cluster at " + members_text + " answered within " +
                         std::to_string(timeout.count()) + " ms (last: " + last +
                         "); a job on etcd needs a quorum of its members (" +
                         std::to_string(members / 2 + 1) + " of " + std::to_string(members) +
                         ") running and reachable";
-    if (tls_suspected(last))
-      error +=
-          "; the members closed connections they had taken, as TLS does with a client it "
-          "refuses: " +
-          tls_advice(options.security);
+    if (!closed.empty())
+      error += "; members closed connections they had taken (" + closed +
+               "), as TLS does with a client it refuses: " + tls_advice(options.security);
     std::lock_guard<std::mutex> lock(mu);
     unreachable_until = Clock::now() + timeout;
     unreachable_error = error;
@@ -210,13 +212,17 @@ struct EtcdClient::Impl {
   // The status's message; for a member not answering, gRPC's account of the member's last
   // connection attempt when there is one: a call waiting for a connection ends only in
   // "Deadline Exceeded", while a fail-fast call to a channel that failed to connect says why
-  // (refused, a TLS handshake that failed).
-  std::string explain(const grpc::Status& status, size_t member) {
-    if (!member_unavailable(status) ||
-        channel(member)->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE)
+  // (refused, a TLS handshake that failed). That probe waits at most 200 ms for a channel still
+  // connecting, and never past the call's `deadline`.
+  std::string explain(const grpc::Status& status, size_t member, Clock::time_point deadline) {
+    const grpc_connectivity_state state = channel(member)->GetState(false);
+    const auto wait =
+        std::min<Clock::duration>(std::chrono::milliseconds(200), deadline - Clock::now());
+    if (!member_unavailable(status) || wait <= Clock::duration::zero() ||
+        (state != GRPC_CHANNEL_TRANSIENT_FAILURE && state != GRPC_CHANNEL_CONNECTING))
       return status.error_message();
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    context.set_deadline(std::chrono::system_clock::now() + wait);
     rpc::RangeRequest request;
     request.set_key("\0", 1);  // a read of nothing, should the channel connect meanwhile
     rpc::RangeResponse response;

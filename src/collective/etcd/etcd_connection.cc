@@ -30,6 +30,9 @@ EtcdSecurity security_from_environment() {
     DIST_CHECK_ARG(in.good(), "DIST_ETCD_PASSWORD_FILE='", password_file,
                    "' cannot be read: give a readable file whose first line is the password");
     std::getline(in, security.password);
+    // A file written on Windows ends its line in "\r\n": the '\r' is not the password's.
+    if (!security.password.empty() && security.password.back() == '\r')
+      security.password.pop_back();
     DIST_CHECK_ARG(!security.user.empty(), "DIST_ETCD_PASSWORD_FILE is set without DIST_ETCD_USER");
   }
   return security;
