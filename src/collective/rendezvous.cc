@@ -193,12 +193,12 @@ void Rendezvous::join() {
   store_->set(JobStore::kProcessIdentityKeyPrefix + self_name(spec_),
               to_bytes(detail::process_identity()));
   store_->set("joined/" + self_name(spec_), to_bytes("1"));
-  wait_for_all("joined/", "joined");
+  wait_for_all("joined/", "joined", "1");
 }
 
 std::vector<std::string> Rendezvous::exchange(const std::string& key, const std::string& value) {
   store_->set("exchange/" + key + "/" + self_name(spec_), to_bytes(value));
-  wait_for_all("exchange/" + key + "/", "reached the start-up check");
+  wait_for_all("exchange/" + key + "/", "reached the start-up check", value);
   std::vector<std::string> values;
   for (const auto& member : spec_.members)
     values.push_back(to_text(store_->get("exchange/" + key + "/" + member.name)));
@@ -226,7 +226,8 @@ bool Rendezvous::publish_failure(const std::string& reason) noexcept {
   }
 }
 
-void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
+void Rendezvous::wait_for_all(const std::string& prefix, const char* what,
+                              const std::string& own_value) {
   const auto deadline = Clock::now() + spec_.rendezvous_timeout;
   std::string missing;
   auto never = [&](const std::string& extra) {
@@ -247,7 +248,11 @@ void Rendezvous::wait_for_all(const std::string& prefix, const char* what) {
     try {
       failures = failure_reports(*store_, spec_);
       for (int r = 0; r < static_cast<int>(spec_.members.size()); ++r) {
-        if (store_->check({prefix + spec_.members[static_cast<size_t>(r)].name})) continue;
+        const std::string key = prefix + spec_.members[static_cast<size_t>(r)].name;
+        if (store_->check({key})) continue;
+        // Its own key gone: on etcd the chief erased a previous run's keys (etcd_claim.h) just
+        // after this member wrote; write it again rather than wait for it forever.
+        if (r == spec_.rank) store_->set(key, to_bytes(own_value));
         now_missing += (now_missing.empty() ? "" : ", ") + member_name(spec_, r);
         if (lost.empty()) {
           const std::string why = lost_members.lost(r);

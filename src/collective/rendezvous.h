@@ -56,7 +56,9 @@ class Rendezvous {
   // Why the store just connected is not this member's to join yet ("" when it is): another
   // job's, closing, one that lists this member as joined, or an etcd prefix not yet claimed.
   std::string why_not_ours(const std::string& at) const;
-  void wait_for_all(const std::string& prefix, const char* what);
+  // Waits until every member's `prefix`<name> key is there; this member's (`own_value`) is
+  // written again if it vanished.
+  void wait_for_all(const std::string& prefix, const char* what, const std::string& own_value);
 
   const ProcessGroupSpec& spec_;  // the owner's, which outlives this
   std::unique_ptr<StoreServer> server_;

@@ -167,7 +167,8 @@ TEST_F(EtcdJobTest, AQuorumLostStopsEveryWorkerNamingTheLastCommitAndTheJobResum
   WorkerProcesses again;
   testing::start_workers(again, ports, args, {});
   const auto resumed = again.wait_all(180s);
-  for (const auto& result : resumed) ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const auto& result : resumed)
+    ASSERT_EQ(result.exit_code, 0) << resumed[0].output << "\n---\n" << resumed[1].output;
   EXPECT_EQ(testing::last_json(resumed[0].output)["resumed_at_step"], 20) << resumed[0].output;
   const double diff = testing::difference_from_one_device(weights, dir, 60);
   std::printf("resumed after the quorum came back: %.3g from one device\n", diff);

@@ -362,9 +362,12 @@ ElasticMembership::Admission ElasticMembership::await_admission(int64_t ticket,
       return none;
     }
     // Every worker of the job lost: the built-in store's host closes it; on etcd no member's
-    // heartbeat is left (this joiner beats only once admitted).
+    // heartbeat is left (this joiner beats only once admitted), or a new job took the prefix
+    // over already, erasing this ticket with the rest (etcd_claim.h).
     if (store_->check({collective::store::kClosingKey}) ||
-        (address_.rendezvous.is_etcd() && !collective::etcd::anything_beats(address_.rendezvous))) {
+        (address_.rendezvous.is_etcd() &&
+         (!collective::etcd::anything_beats(address_.rendezvous) ||
+          !store_->check({"elastic/join/" + std::to_string(ticket)})))) {
       Admission none;
       none.job_gone = true;
       return none;
