@@ -131,16 +131,16 @@ TEST_F(EtcdJobTest, AnElasticJobLosesWorker0AndItsEtcdMemberAndTakesWorker0Back)
 // Two etcd members of three lost while an elastic job trains: no survivor can agree on anything
 // any more, so every worker stops within etcd's call timeout (10 s) and a step, naming the lost
 // quorum and the last committed step. With etcd's members started again, the job started again
-// takes its prefix back from the stopped one's keys, resumes from its checkpoint (step 20) and
-// ends at one device's weights.
+// takes its prefix back from the stopped one's keys, resumes from that step (checkpointed at
+// every step) and ends at one device's weights.
 TEST_F(EtcdJobTest, AQuorumLostStopsEveryWorkerNamingTheLastCommitAndTheJobResumesOnceItIsBack) {
   TempDir dir;
   const auto ports = free_loopback_ports(2);
   const std::string weights = dir.file("w.safetensors");
   const std::string go_on = dir.file("go-on");
-  const auto args =
-      with(testing::elastic_args(weights, 60, 1), {"--rendezvous", etcd_url(etcd_, "/dist/quorum/"),
-                                                   "--checkpoint-dir", dir.file("checkpoints")});
+  const auto args = with(testing::elastic_args(weights, 60, 1),
+                         {"--rendezvous", etcd_url(etcd_, "/dist/quorum/"), "--checkpoint-dir",
+                          dir.file("checkpoints"), "--checkpoint-every", "1"});
   WorkerProcesses processes;
   testing::start_workers(processes, ports, args,
                          {{"--print-steps", "--hold-at-step", "20", "--until-file", go_on}});
@@ -158,6 +158,12 @@ TEST_F(EtcdJobTest, AQuorumLostStopsEveryWorkerNamingTheLastCommitAndTheJobResum
         << result.output;
     EXPECT_TRUE(testing::contains(result.output, "the last committed step is")) << result.output;
   }
+  // The step the stop names: with a checkpoint at every step, the one the job resumes from.
+  const std::string& stop = results[0].output;
+  const std::string named = "the last committed step is ";
+  const auto at = stop.find(named);
+  ASSERT_NE(at, std::string::npos) << stop;
+  const int committed = std::stoi(stop.substr(at + named.size()));
   EXPECT_LT(took, 60);
   std::printf("quorum lost: every worker stopped within %.1f s\n", took);
 
@@ -169,7 +175,8 @@ TEST_F(EtcdJobTest, AQuorumLostStopsEveryWorkerNamingTheLastCommitAndTheJobResum
   const auto resumed = again.wait_all(180s);
   for (const auto& result : resumed)
     ASSERT_EQ(result.exit_code, 0) << resumed[0].output << "\n---\n" << resumed[1].output;
-  EXPECT_EQ(testing::last_json(resumed[0].output)["resumed_at_step"], 20) << resumed[0].output;
+  EXPECT_EQ(testing::last_json(resumed[0].output)["resumed_at_step"], committed)
+      << resumed[0].output;
   const double diff = testing::difference_from_one_device(weights, dir, 60);
   std::printf("resumed after the quorum came back: %.3g from one device\n", diff);
   EXPECT_LT(diff, 1e-5);
