@@ -44,6 +44,19 @@ EtcdCluster::EtcdCluster(int members, const EtcdClusterOptions& cluster_options)
   }
 }
 
+std::vector<std::string> etcd_member_arguments(const EtcdMember& member) {
+  std::vector<std::string> arguments{
+      "--name", member.name, "--data-dir", member.data_dir, "--listen-peer-urls", member.peer_url,
+      "--initial-advertise-peer-urls", member.peer_url, "--listen-client-urls", member.client_url,
+      "--advertise-client-urls", member.client_url, "--initial-cluster", member.initial_cluster,
+      "--initial-cluster-state", member.state,
+      // zap: etcd 3.4 writes --log-outputs only with it
+      "--logger", "zap", "--log-outputs", member.log};
+  if (!member.cluster_token.empty())
+    arguments.insert(arguments.end(), {"--initial-cluster-token", member.cluster_token});
+  return arguments;
+}
+
 void EtcdCluster::start(int i, const std::string& state) {
   std::string cluster;
   for (size_t m = 0; m < peer_ports_.size(); ++m)
@@ -60,28 +73,9 @@ void EtcdCluster::start(int i, const std::string& state) {
   if (options_.auth_token_ttl_seconds > 0)
     security.insert(security.end(),
                     {"--auth-token-ttl", std::to_string(options_.auth_token_ttl_seconds)});
-  std::vector<std::string> arguments = {"--name",
-                                        name,
-                                        "--data-dir",
-                                        dir_.file(name),
-                                        "--listen-peer-urls",
-                                        peer,
-                                        "--initial-advertise-peer-urls",
-                                        peer,
-                                        "--listen-client-urls",
-                                        client,
-                                        "--advertise-client-urls",
-                                        client,
-                                        "--initial-cluster",
-                                        cluster,
-                                        "--initial-cluster-state",
-                                        state,
-                                        "--initial-cluster-token",
-                                        "dist-test-" + std::to_string(peer_ports_[0]),
-                                        "--logger",
-                                        "zap",
-                                        "--log-outputs",
-                                        dir_.file(name + ".log")};
+  std::vector<std::string> arguments =
+      etcd_member_arguments({name, dir_.file(name), dir_.file(name + ".log"), peer, client, cluster,
+                             state, "dist-test-" + std::to_string(peer_ports_[0])});
   arguments.insert(arguments.end(), security.begin(), security.end());
   process_of_[i] = processes_.size();
   processes_.start(binary_, arguments, {});

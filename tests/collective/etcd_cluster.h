@@ -24,6 +24,21 @@ struct EtcdClusterOptions {
   int auth_token_ttl_seconds = 0;
 };
 
+// One etcd member as its command line names it.
+struct EtcdMember {
+  std::string name;  // "m0"
+  std::string data_dir;
+  std::string log;              // where etcd writes its log
+  std::string peer_url;         // "http://127.0.0.1:2380"
+  std::string client_url;       // "http://127.0.0.1:2379" (https with TLS)
+  std::string initial_cluster;  // "m0=http://...,m1=http://..."
+  std::string state;            // "new", or "existing" for a member started again
+  std::string cluster_token;    // --initial-cluster-token; empty: etcd's default
+};
+
+// etcd's arguments for `member` (without TLS).
+std::vector<std::string> etcd_member_arguments(const EtcdMember& member);
+
 class EtcdCluster {
  public:
   // Starts the members and waits (up to 30 s) until the cluster takes a write. `available()`

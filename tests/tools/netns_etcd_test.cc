@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collective/etcd_cluster.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
 #include "tools/elastic_jobs.h"
@@ -47,31 +48,11 @@ std::string start_etcd_on_hosts(const NetnsCluster& cluster, const TempDir& dir,
     const std::string name = "m" + std::to_string(i);
     const std::string peer = "http://" + hosts[i] + ":2380";
     const std::string client = "http://" + hosts[i] + ":2379";
-    members.start(kNetnsScript,
-                  {"exec",
-                   hosts[i],
-                   etcd,
-                   "--name",
-                   name,
-                   "--data-dir",
-                   dir.file(name),
-                   "--listen-peer-urls",
-                   peer,
-                   "--initial-advertise-peer-urls",
-                   peer,
-                   "--listen-client-urls",
-                   client,
-                   "--advertise-client-urls",
-                   client,
-                   "--initial-cluster",
-                   initial,
-                   "--initial-cluster-state",
-                   "new",
-                   "--logger",
-                   "zap",
-                   "--log-outputs",
-                   dir.file(name + ".log")},
-                  {});
+    std::vector<std::string> line{"exec", hosts[i], etcd};
+    const auto member = testing::etcd_member_arguments(
+        {name, dir.file(name), dir.file(name + ".log"), peer, client, initial, "new", ""});
+    line.insert(line.end(), member.begin(), member.end());
+    members.start(kNetnsScript, line, {});
   }
   const std::string put = kNetnsScript + " exec " + hosts[0] +
                           " env ETCDCTL_API=3 etcdctl --dial-timeout 2s --command-timeout 3s "
