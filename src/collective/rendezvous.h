@@ -1,7 +1,8 @@
-// Rendezvous: this member's connection to the group's rendezvous store (collective/store/), for
-// any backend. Rank 0 starts the store in its own process, dist-store-host (store_host.h), so
-// that it outlives a crashed rank 0; with `store_in_process` (or without that binary) rank 0
-// hosts it itself.
+// Rendezvous: this member's connection to the group's rendezvous store (store/job_store.h), for
+// any collective backend. The built-in store: rank 0 starts it in its own process,
+// dist-store-host (store_host.h), so that it outlives a crashed rank 0; with `store_in_process`
+// (or without that binary) rank 0 hosts it itself. An etcd cluster (spec.rendezvous): nobody
+// hosts it, and the first generation's rank 0 claims the job's prefix (etcd/etcd_claim.h).
 //
 // The store's keys, per member name: "joined/<name>" (it arrived), "exchange/<key>/<name>"
 // (exchange), "failed/<name>" (it aborted, and why); liveness.h adds the heartbeat's keys.
