@@ -2,6 +2,7 @@
 // certificates (made with openssl by tests/collective/etcd_cluster.h) and etcd's own users with
 // roles (set up with etcdctl), and the environment variables that configure both for a job.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <thread>
@@ -211,6 +212,21 @@ TEST(EtcdSecurityTest, TheEnvironmentGivesAJobsStoreItsTlsFilesAndUser) {
   as_dist.security.password = "dist-secret";
   EtcdClient dist_user(as_dist);
   EXPECT_EQ(dist_user.get_prefix("/dist/env-job/").size(), 2u);
+}
+
+// A password file that is a FIFO is refused by name, at once: reading it would block until a
+// writer came (no etcd is needed: the file is read before any connection).
+TEST(EtcdSecurityTest, APasswordFileThatIsAFifoIsRefusedWithoutWaiting) {
+  dist::testing::TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("password").c_str(), 0600), 0);
+  ScopedEtcdVariable user("DIST_ETCD_USER", "dist");
+  ScopedEtcdVariable password("DIST_ETCD_PASSWORD_FILE", dir.file("password"));
+  const RendezvousAddress address = parse_rendezvous_address("etcd://127.0.0.1:1/dist/fifo/");
+  const std::string message =
+      dist::testing::error_of<InvalidArgument>([&] { connect_to_etcd(address, 1s); });
+  EXPECT_TRUE(dist::testing::contains(
+      message, "DIST_ETCD_PASSWORD_FILE '" + dir.file("password") + "' is a FIFO (named pipe)"))
+      << message;
 }
 
 }  // namespace

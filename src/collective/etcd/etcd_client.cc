@@ -25,20 +25,24 @@ std::string prefix_end(const std::string& prefix) {
   return end;
 }
 
-namespace {
-
-// A PEM file the user named, read through the Env: a regular file of at most 1 MiB.
-std::string read_pem(const std::string& path, const char* what) {
+std::string read_etcd_file(const std::string& path, const std::string& what,
+                           const std::string& expected) {
   Env& env = *Env::Default();
   const FileInfo info = env.file_info(path);
-  DIST_CHECK_ARG(info.kind == FileKind::kRegular, "the etcd ", what, " '", path, "' is ",
+  DIST_CHECK_ARG(info.kind == FileKind::kRegular, what, " '", path, "' is ",
                  info.kind == FileKind::kMissing ? "missing" : file_kind_phrase(info.kind),
-                 "; name a PEM file");
-  DIST_CHECK_ARG(info.size > 0 && info.size <= (1u << 20), "the etcd ", what, " '", path, "' is ",
-                 info.size, " bytes; a PEM file of 1 byte to 1 MiB was expected");
+                 "; name ", expected);
+  DIST_CHECK_ARG(info.size > 0 && info.size <= (1u << 20), what, " '", path, "' is ", info.size,
+                 " bytes; ", expected, " of 1 byte to 1 MiB was expected");
   std::string bytes(info.size, '\0');
   env.new_random_access_file(path)->read(0, bytes.size(), bytes.data());
   return bytes;
+}
+
+namespace {
+
+std::string read_pem(const std::string& path, const char* what) {
+  return read_etcd_file(path, std::string("the etcd ") + what, "a PEM file");
 }
 
 std::shared_ptr<grpc::ChannelCredentials> credentials_of(const EtcdSecurity& security) {

@@ -103,6 +103,12 @@ class EtcdClient {
   std::unique_ptr<Impl> impl_;
 };
 
+// A small file the user named (a PEM file, a password file), read through the Env: a regular
+// file of 1 byte to 1 MiB, never a FIFO or a device to block on. InvalidArgument naming `what`,
+// the path and `expected` ("a PEM file") otherwise.
+std::string read_etcd_file(const std::string& path, const std::string& what,
+                           const std::string& expected);
+
 // The key just after every key that starts with `prefix` (etcd's range end for a prefix).
 std::string prefix_end(const std::string& prefix);
 

@@ -1,7 +1,6 @@
 #include "collective/etcd/etcd_connection.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <mutex>
 
@@ -26,10 +25,9 @@ EtcdSecurity security_from_environment() {
                  "' needs DIST_ETCD_PASSWORD_FILE, a file whose first line is the user's password "
                  "(never on a command line or in the environment)");
   if (!password_file.empty()) {
-    std::ifstream in(password_file);
-    DIST_CHECK_ARG(in.good(), "DIST_ETCD_PASSWORD_FILE='", password_file,
-                   "' cannot be read: give a readable file whose first line is the password");
-    std::getline(in, security.password);
+    const std::string text = read_etcd_file(password_file, "DIST_ETCD_PASSWORD_FILE",
+                                            "a regular file whose first line is the password");
+    security.password = text.substr(0, text.find('\n'));
     // A file written on Windows ends its line in "\r\n": the '\r' is not the password's.
     if (!security.password.empty() && security.password.back() == '\r')
       security.password.pop_back();
