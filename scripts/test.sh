@@ -5,8 +5,9 @@
 # A single-process suite is one ctest test (tests/discover_tests.cmake); those labelled
 # "parallel" (tests/parallel_suites.txt: no sockets, no elapsed-time checks) run two at a time.
 # The multi-process cases labelled "paired" (tests/paired_cases.txt: they mostly wait on their
-# child processes, assert no elapsed time and share nothing machine-wide) run two at a time
-# too, each with ports of its own. The fuzzing (three targets at a time at the lowest priority,
+# child processes, assert no elapsed time and share nothing machine-wide) run two suites at a
+# time too, a suite's paired cases one after another in one process, each suite with ports of
+# its own. The fuzzing (three targets at a time at the lowest priority,
 # 20 s of wall time each) and the install test (compilations, also at the lowest priority) run
 # beside the cases that mostly sleep on timeouts and check deadlines (label "waiting",
 # tests/waiting_cases.txt), four at a time: they take a core when they want one, the fuzzing and

@@ -5,6 +5,7 @@
 //     trained 8 steps more, ends where one device ends from that checkpoint (one test for the
 //     whole matrix: StrategyCheckpointMatrixTest);
 //   - its checkpoint holds what one device writes, slots included.
+// A strategy's own checks run as one case, from one set of worker processes.
 // Adding a strategy is adding a line to strategies(): in this process (a Strategy to make), or
 // as worker processes (dist_test_worker's "conformance" scenario, on 127.0.0.1).
 //
@@ -155,17 +156,6 @@ class StrategyConformanceTest : public ::testing::TestWithParam<size_t> {
   const StrategyUnderTest& strategy() const { return strategies()[GetParam()]; }
 };
 
-TEST_P(StrategyConformanceTest, TwentySgdStepsEqualOneDevice) {
-  ConformanceRun run;
-  expect_close(strategy().train(run), one_device(run), strategy().name + ", SGD");
-}
-
-TEST_P(StrategyConformanceTest, TwentyAdamStepsEqualOneDevice) {
-  ConformanceRun run;
-  run.adam = true;
-  expect_close(strategy().train(run), one_device(run), strategy().name + ", Adam");
-}
-
 // A checkpoint written under each strategy after 8 Adam steps, read under every strategy and
 // trained 8 steps more, ends where one device ends from it: every pair of the list. One test,
 // grouped by the strategy that continues, so that each set of worker processes starts once and
@@ -214,38 +204,54 @@ std::map<std::string, torch::Tensor> tensors_of_checkpoint(const std::string& pa
   return tensors.tensors;
 }
 
-TEST_P(StrategyConformanceTest, ItsCheckpointHoldsWhatOneDeviceWrites) {
-  testing::TempDir dir;
-  ConformanceRun run;
-  run.adam = true;
-  run.to = 8;
-  run.save_to = dir.file("mine.safetensors");
-  strategy().train(run);
-  ConformanceRun reference = run;
+// `written`'s checkpoint (under `name`) holds the tensors one device writes after the same
+// steps, Adam's slots included.
+void expect_checkpoint_holds_what_one_device_writes(const std::string& name,
+                                                    const ConformanceRun& written,
+                                                    const testing::TempDir& dir) {
+  ConformanceRun reference = written;
   reference.save_to = dir.file("one_device.safetensors");
   one_device(reference);
-  const auto mine = tensors_of_checkpoint(run.save_to);
+  const auto mine = tensors_of_checkpoint(written.save_to);
   const auto expected = tensors_of_checkpoint(reference.save_to);
   size_t slots = 0;
-  for (const auto& [name, tensor] : expected)
-    if (name.find("exp_avg_sq") != std::string::npos) ++slots;
+  for (const auto& [tensor_name, tensor] : expected)
+    if (tensor_name.find("exp_avg_sq") != std::string::npos) ++slots;
   EXPECT_GT(slots, 0u) << "the one-device checkpoint holds no Adam slots";
   NamedTensors floating, reference_floating;
-  for (const auto& [name, tensor] : expected) {
-    auto it = mine.find(name);
+  for (const auto& [tensor_name, tensor] : expected) {
+    auto it = mine.find(tensor_name);
     if (it == mine.end()) {
-      ADD_FAILURE() << name << " is not in " << strategy().name << "'s checkpoint";
+      ADD_FAILURE() << tensor_name << " is not in " << name << "'s checkpoint";
       continue;
     }
     if (!tensor.is_floating_point()) {
-      EXPECT_TRUE(torch::equal(it->second, tensor)) << name;
+      EXPECT_TRUE(torch::equal(it->second, tensor)) << tensor_name;
       continue;
     }
-    floating.emplace_back(name, it->second);
-    reference_floating.emplace_back(name, tensor);
+    floating.emplace_back(tensor_name, it->second);
+    reference_floating.emplace_back(tensor_name, tensor);
   }
   EXPECT_EQ(mine.size(), expected.size());
-  expect_close(floating, reference_floating, strategy().name + ", its checkpoint after 8 steps");
+  expect_close(floating, reference_floating, name + ", its checkpoint after 8 steps");
+}
+
+// Its 20 SGD steps, its 20 Adam steps and its checkpoint after 8 Adam steps, all from one set
+// of worker processes (train_each): a set per check made a strategy's start-ups cost more than
+// its steps.
+TEST_P(StrategyConformanceTest, TwentySgdAndTwentyAdamStepsEqualOneDeviceAndItsCheckpointToo) {
+  testing::TempDir dir;
+  ConformanceRun sgd;
+  ConformanceRun adam;
+  adam.adam = true;
+  ConformanceRun saved = adam;
+  saved.to = 8;
+  saved.save_to = dir.file("mine.safetensors");
+  const std::vector<NamedTensors> weights = strategy().train_each({sgd, adam, saved});
+  ASSERT_EQ(weights.size(), 3u) << strategy().name;
+  expect_close(weights[0], one_device(sgd), strategy().name + ", SGD");
+  expect_close(weights[1], one_device(adam), strategy().name + ", Adam");
+  expect_checkpoint_holds_what_one_device_writes(strategy().name, saved, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, StrategyConformanceTest,

@@ -43,7 +43,7 @@ double difference(const std::string& a, const std::string& b) {
 // pieces (the oldest deleted with theirs); its checkpoint of step 12 resumed by 2 unsharded
 // workers. The ends agree within the tolerance of summing in another order (1e-5; measured
 // 3e-8); that the checkpoint holds the slots themselves is
-// StrategyConformanceTest.ItsCheckpointHoldsWhatOneDeviceWrites.
+// StrategyConformanceTest.TwentySgdAndTwentyAdamStepsEqualOneDeviceAndItsCheckpointToo.
 TEST(DistTrainShardingTest, AShardedJobResumesUnderAnotherWorkerCountWhereAnUnshardedJobEnds) {
   testing::TempDir dir;
   auto plain = launch_job(
