@@ -72,8 +72,17 @@ ElasticMembership::~ElasticMembership() {
   }
 }
 
+// The first beat is written before this returns: whoever looks at the job next (a joiner's
+// find_job, which on etcd takes a job without beats for a dead one) sees this worker alive.
 void ElasticMembership::start_heartbeat() {
-  if (!heartbeat_.joinable()) heartbeat_ = std::thread([this] { beat(); });
+  if (heartbeat_.joinable()) return;
+  try {
+    store_->set("elastic/process/" + self_, to_bytes(process_identity()));
+    store_->add("alive/" + self_, 1);
+    beaten_ = true;
+  } catch (...) {  // the store is unreachable now: the thread tries again
+  }
+  heartbeat_ = std::thread([this] { beat(); });
 }
 
 // Its own connection: the agreement's calls on store_ must not wait behind a beat. A failed

@@ -63,7 +63,8 @@ class ElasticMembership {
   std::vector<std::string> next_after_loss(int generation, const std::vector<std::string>& members,
                                            std::chrono::milliseconds wait_for_members);
 
-  // Beats alive/<self> from now on, for the whole job (nothing if it does already). A worker
+  // Beats alive/<self> from now on, for the whole job (nothing if it does already), the first
+  // beat before it returns. A worker
   // that joins starts once admitted: its namesake's beat must stop first, or the others could
   // not tell that the lost worker is gone.
   void start_heartbeat();
