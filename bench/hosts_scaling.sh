@@ -10,7 +10,9 @@
 #
 # Prints images/s, bytes sent per step per worker and scaling efficiency as Horovod reports it
 # (images/s with N hosts / (N x images/s with 1 host), same framework), and the headline: 2 hosts
-# at 1gbit, both models, Gloo vs MPI vs DDP alternating (A B C A B C ...), medians of REPEATS.
+# at 1gbit, both models, Gloo vs MPI vs DDP alternating (A B C A B C ...), medians of REPEATS,
+# each against the link's own limit (the images of the steps the measured link carries a
+# second: link bytes/s over the run's eth0 bytes per step; measure_link below).
 # Every other cell is one run.
 #
 # Throughput, steady state: dist-train trains epochs of K steps (--train-examples = K x global
@@ -367,6 +369,35 @@ measure() {
   echo "$(date +%T) $model $backend ${n} host(s) link $rate round $round: images/s, bytes/step/worker = $shown ($(($(date +%s) - start)) s)"
 }
 
+# The link itself: a TCP stream each way between hosts 0 and 1 at RATE for 5 s, at once (a
+# ring all-reduce of 2 hosts sends and receives at once; tc limits each direction apart). The
+# slower direction's eth0 bytes a second (headers included, as the runs' bytes per step are)
+# go to results.tsv as a row "link tcp 2 RATE BYTES_PER_S": the report divides each run's
+# bytes per step by it, the most steps a second the link allows.
+measure_link() {
+  local rate=$1 seconds=5 i before=() after=() pids=() slowest=
+  set_rate "$rate"
+  next_port
+  for i in 0 1; do
+    "$netns" exec "${addr[i]}" /usr/bin/python3 "$here/bench/lib/link_probe.py" serve "$port" &
+    pids+=($!)
+  done
+  for i in 0 1; do before[i]=$("$netns" exec "${addr[i]}" cat /sys/class/net/eth0/statistics/tx_bytes); done
+  for i in 0 1; do
+    "$netns" exec "${addr[i]}" /usr/bin/python3 "$here/bench/lib/link_probe.py" send \
+      "${addr[1 - i]}" "$port" "$seconds" &
+    pids+=($!)
+  done
+  wait "${pids[@]}" || echo "  the link measurement failed; its figure is what was sent" >&2
+  for i in 0 1; do
+    after[i]=$("$netns" exec "${addr[i]}" cat /sys/class/net/eth0/statistics/tx_bytes)
+    local rate_i=$(((after[i] - before[i]) / seconds))
+    [[ -z $slowest || $rate_i -lt $slowest ]] && slowest=$rate_i
+  done
+  printf 'link\ttcp\t2\t%s\t%s\tna\t1\tna\t-\n' "$rate" "$slowest" >>"$results"
+  echo "$(date +%T) link $rate: a TCP stream each way, the slower $((slowest * 8 / 1000000)) Mbit/s on eth0"
+}
+
 echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'); flags: $(lscpu | sed -nE 's/^Flags: +//p' | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')"
 echo "cores: $(nproc); hosts: ${addr[*]}; raw outputs and results.tsv in $out"
 [[ -f $results ]] || printf '# model\tbackend\thosts\tlink\timages_per_sec\tbytes_per_step_per_worker\tround\tlibrary_bytes_per_step_per_worker\terror\n' >"$results"
@@ -375,6 +406,7 @@ for phase in $phases; do
   case $phase in
     headline)
       # 2 hosts at 1gbit, both models, alternating A B C A B C; bytes from the first round.
+      measure_link 1gbit
       for model in $models; do
         for ((r = 1; r <= repeats; r++)); do
           for backend in $backends; do

@@ -21,7 +21,9 @@
 # SM_DECOMMIT (default true): TCMALLOC_AGGRESSIVE_DECOMMIT for both frameworks. tcmalloc keeps
 # freed pages by default, so memory a level frees (stage 3 frees each layer after use) would
 # still count as resident: measured on mlp_deep at stage 3, 1294 MiB kept, 975 MiB released.
-# SM_LEVELS (default "none optimizer gradients parameters"): the dist-train levels to run;
+# SM_LEVELS (default "none optimizer gradients parameters"): the dist-train levels to run
+# (LEVEL:REUSE adds --sharding-reuse-bytes REUSE: parameters:0 is stage 3 keeping only the last
+# layer whole for its backward, the default before 2026-11-30);
 # SM_PYTORCH (default 1; 0 skips PyTorch); SM_CHECKPOINT (default 0; 1: every dist-train run
 # also writes a checkpoint after each step, into a directory of $SM_OUT that every host sees:
 # the memory a checkpoint costs at each level; "resume": the same, and then a second job
@@ -51,14 +53,16 @@ global_batch=$((16 * workers))
 port=7400
 
 dist_train_job() {  # PORT LEVEL LOG MAX_STEPS [ARGS...] (a subshell: the caller moves the port)
-  local port=$1 level=$2 log=$3 max_steps=$4
+  local port=$1 level=$2 log=$3 max_steps=$4 reuse=()
   shift 4
+  # LEVEL:REUSE: stage 3 with --sharding-reuse-bytes REUSE (parameters:0, parameters:-1).
+  [[ $level == *:* ]] && reuse=(--sharding-reuse-bytes "${level#*:}")
   timeout 1200 "$build/tools/dist-launch" --hosts "$host_list" --port-base "$port" \
     --host-command "$netns exec {host} sh -c" -- \
     "$build/tools/dist-train" --strategy multi_worker --model "$model" --threads 1 \
     --global-batch "$global_batch" --train-examples $((global_batch * 2 * steps)) --epochs 1 \
-    --max-steps "$max_steps" --test-examples "$global_batch" --sharding "$level" --no-progress \
-    "$@" > "$log" 2>&1 || true
+    --max-steps "$max_steps" --test-examples "$global_batch" --sharding "${level%%:*}" \
+    "${reuse[@]}" --no-progress "$@" > "$log" 2>&1 || true
   local peak
   peak=$(grep -o '"peak_rss_bytes":[0-9]*' "$log" | head -1 | cut -d: -f2)
   echo "${peak:-failed}"

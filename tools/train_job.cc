@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "dist/core/error.h"
+#include "dist/distribute/sharding.h"
 #include "dist/distribute/strategy_extended.h"
 #include "dist/train/mixed_precision.h"
 #include "job_outputs.h"
@@ -79,7 +80,8 @@ std::vector<std::pair<std::string, std::string>> option_settings(const TrainOpti
       {"--gradient-compression", options.gradient_compression},
       {"--compress-packs-from", std::to_string(options.min_compressed_pack_bytes)},
       {"--sharding", to_string(options.sharding)},
-      {"--sharding-reuse-bytes", std::to_string(options.sharding_reuse_bytes)},
+      {"--sharding-reuse-bytes",
+       std::to_string(options.sharding_reuse_bytes.value_or(kDefaultShardingReuseBytes))},
       {"checkpoints (--checkpoint-dir)", options.checkpoint_dir.empty() ? "off" : "on"},
       {"--checkpoint-every", std::to_string(options.checkpoint_every)},
       {"--channels", std::to_string(options.images.channels)},

@@ -65,8 +65,8 @@ void check_gradient_flags(const TrainOptions& o, bool ps) {
   DIST_CHECK_ARG(o.sharding == Sharding::kNone || o.gradient_compression == "none", "--sharding ",
                  to_string(o.sharding), " and --gradient-compression ", o.gradient_compression,
                  " both decide how gradients cross the workers; use one of them");
-  DIST_CHECK_ARG(o.sharding_reuse_bytes == 0 || o.sharding == Sharding::kParameters,
-                 "--sharding-reuse-bytes ", o.sharding_reuse_bytes,
+  DIST_CHECK_ARG(!o.sharding_reuse_bytes || o.sharding == Sharding::kParameters,
+                 "--sharding-reuse-bytes ", o.sharding_reuse_bytes.value_or(0),
                  " says which layers --sharding parameters keeps whole for their backward; with "
                  "--sharding ",
                  to_string(o.sharding),

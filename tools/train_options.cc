@@ -173,10 +173,11 @@ void add_gradient_flags(CLI::App& app, TrainOptions& o, Spelled& s) {
   app.add_option("--sharding-reuse-bytes", o.sharding_reuse_bytes,
                  "with --sharding parameters: a layer stays whole from its forward to its "
                  "backward (one gather saved) when the layers after it hold at most this many "
-                 "bytes of parameters (0: only the last layer; -1: every layer, the bytes of an "
-                 "all-reduce for the memory of the whole model at the turn)")
+                 "bytes of parameters (default 268435456, 256 MiB: a model of up to 256 MiB is "
+                 "gathered once a step; 0: only the last layer, the least memory for 1.5x the "
+                 "bytes of an all-reduce; -1: every layer, the whole model held at the turn)")
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
-      ->capture_default_str();
+      ->default_str(std::to_string(kDefaultShardingReuseBytes));  // shown; unset stays unset
 }
 
 void add_training_flags(CLI::App& app, TrainOptions& o, Spelled& s) {

@@ -74,7 +74,7 @@ struct TrainOptions {
   // mirrored, central_storage, multi_worker: MirroredOptions / MultiWorkerOptions::sharding.
   Sharding sharding = Sharding::kNone;
   // With Sharding::kParameters: MirroredOptions::sharding_reuse_bytes.
-  int64_t sharding_reuse_bytes = 0;
+  std::optional<int64_t> sharding_reuse_bytes;  // unset: kDefaultShardingReuseBytes
   // The evaluator task (parameter_server): seconds without a new checkpoint before it gives up.
   double evaluator_timeout = 1800;
   int epochs = 10;

@@ -54,6 +54,15 @@ for model in ("cnn", "mlp"):
             x = f"{bps / theory:.3f}" if bps is not None and hosts > 1 else "-"
             print(f"{backend:7} {hosts:>5} {rate:>9} {ips if ips is None else round(ips, 1)!s:>9} {eff:>6} {mb:>15} {x:>9} {n:>4}")
 print("\nHeadline, 2 hosts at 1gbit (medians):")
+link, _, _ = cell("link", "tcp", 2, "1gbit")
+if link:
+    print(f"  the link: {link * 8 / 1e6:.0f} Mbit/s each way on eth0 (a TCP stream each way at "
+          f"once); a run's limit is 2 x 64 images a step x that / its eth0 bytes a step")
+def against_link(ips, bps):  # "; 0.83 of the link's limit (191.2 images/s)", or ""
+    if not (link and ips and bps):
+        return ""
+    limit = 2 * 64 * link / bps
+    return f"; {ips / limit:.3f} of the link's limit ({limit:.1f} images/s)"
 for model in ("cnn", "mlp"):
     g, _, _ = cell(model, "gloo", 2, "1gbit")
     m, _, _ = cell(model, "mpi", 2, "1gbit")
@@ -64,6 +73,10 @@ for model in ("cnn", "mlp"):
     print(f"  {model}: gloo {g}, mpi {m}, mpi ring {mr}, ddp {d} images/s; dist (gloo) / ddp "
           f"{ratio(g, d)}; mpi / gloo {ratio(m, g)}; mpi ring / gloo {ratio(mr, g)}; "
           f"dist (mpi) / ddp {ratio(m, d)}")
+    for b in ("gloo", "mpi", "ddp"):
+        ips, bps, _ = cell(model, b, 2, "1gbit")
+        if against_link(ips, bps):
+            print(f"    {b}: {ips} images/s, {bps:,.0f} eth0 bytes a step{against_link(ips, bps)}")
     for other in sorted({b for (_, b, _, _) in rows if b.startswith("gloo@")}):
         b, _, _ = cell(model, other, 2, "1gbit")
         if b:
@@ -86,7 +99,7 @@ for model in ("cnn", "mlp"):
                 text += f"failed ({len(failed)} of {n} runs): {failed[0]}"
                 print(text)
                 continue
-            text += f"{ips:8.1f} images/s"
+            text += f"{ips:8.1f} images/s{against_link(ips, bps)}"
             if b != "gloo":
                 text += f"; / gloo {ratio(ips, g)}"
             others = [f"/ {d} {ratio(ips, cell(model, d, 2, '1gbit')[0])}" for d in ddps

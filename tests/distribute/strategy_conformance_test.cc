@@ -68,10 +68,10 @@ MirroredOptions devices(int replicas, CrossDeviceOps ops, Sharding sharding = Sh
 
 // `workers` processes of `replicas` replicas on 127.0.0.1; `implementation` "auto" (shared
 // memory between them) or "ring" (Gloo over TCP); `sharding` "none", "optimizer"...; packs of
-// `bytes_per_pack` (0: the default).
+// `bytes_per_pack` (0: the default); at stage 3, `reuse_bytes` (empty: the default).
 StrategyUnderTest worker_processes(std::string name, int workers, int replicas,
                                    std::string implementation, std::string sharding = "none",
-                                   int64_t bytes_per_pack = 0) {
+                                   int64_t bytes_per_pack = 0, std::string reuse_bytes = "") {
   return {std::move(name), [=](const std::vector<ConformanceRun>& runs) {
             testing::TempDir dir;
             const std::string out = dir.file("weights.safetensors");
@@ -83,13 +83,16 @@ StrategyUnderTest worker_processes(std::string name, int workers, int replicas,
                                        or_dash(run.save_to)});
             const auto ports = free_loopback_ports(workers);
             testing::WorkerProcesses processes;
-            for (int i = 0; i < workers; ++i)
-              processes.start(
-                  DIST_TEST_WORKER_BINARY, args,
-                  {"TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=30000",
-                   "DIST_TEST_IMPLEMENTATION=" + implementation, "DIST_TEST_SHARDING=" + sharding,
-                   "DIST_TEST_BYTES_PER_PACK=" +
-                       std::to_string(bytes_per_pack > 0 ? bytes_per_pack : int64_t{25} << 20)});
+            for (int i = 0; i < workers; ++i) {
+              std::vector<std::string> env{
+                  "TF_CONFIG=" + local_tf_config(ports, i), "DIST_TEST_TIMEOUT_MS=30000",
+                  "DIST_TEST_IMPLEMENTATION=" + implementation, "DIST_TEST_SHARDING=" + sharding,
+                  "DIST_TEST_BYTES_PER_PACK=" +
+                      std::to_string(bytes_per_pack > 0 ? bytes_per_pack : int64_t{25} << 20)};
+              if (!reuse_bytes.empty())
+                env.push_back("DIST_TEST_SHARDING_REUSE_BYTES=" + reuse_bytes);
+              processes.start(DIST_TEST_WORKER_BINARY, args, env);
+            }
             std::vector<NamedTensors> weights;
             for (const auto& result : processes.wait_all(120s)) {
               EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -125,8 +128,9 @@ const std::vector<StrategyUnderTest>& strategies() {
       worker_processes("MultiWorker4x1ShardedGradientsTcp", 4, 1, "ring", "gradients", 64 << 10),
       worker_processes("MultiWorker2x2ShardedGradientsSharedMemory", 2, 2, "auto", "gradients",
                        64 << 10),
-      // Stage 3: each parameter a pack, each layer gathered for its forward and backward.
-      worker_processes("MultiWorker2x1ShardedParametersTcp", 2, 1, "ring", "parameters"),
+      // Stage 3: each parameter a pack. Reuse 0: each layer gathered for its forward and
+      // backward; the default keeps this small model whole from forward to backward.
+      worker_processes("MultiWorker2x1ShardedParametersTcp", 2, 1, "ring", "parameters", 0, "0"),
       worker_processes("MultiWorker4x1ShardedParametersSharedMemory", 4, 1, "auto", "parameters"),
   };
   return all;

@@ -87,6 +87,8 @@ dist::MultiWorkerOptions options_from_env(int replicas) {
   if (const char* i = std::getenv("DIST_TEST_IMPLEMENTATION"); i && std::string(i) == "ring")
     options.communication.implementation = dist::CommunicationOptions::Implementation::kRing;
   if (const char* s = std::getenv("DIST_TEST_SHARDING")) options.sharding = dist::parse_sharding(s);
+  if (const char* r = std::getenv("DIST_TEST_SHARDING_REUSE_BYTES"))
+    options.sharding_reuse_bytes = std::atoll(r);
   if (const char* b = std::getenv("DIST_TEST_BYTES_PER_PACK"))
     options.communication.bytes_per_pack = std::atoll(b);
   if (const char* t = std::getenv("DIST_TEST_TIMEOUT_MS")) {

@@ -120,11 +120,12 @@ TEST(DistTrainShardingTest, FitAndMixedPrecisionTrainShardedAsUnsharded) {
 }
 
 // The 20M-parameter MLP (784-4096-4096-10): a reduce-scatter and an all-gather move what one
-// all-reduce moves; stage 3 gathers each layer for its backward too, 1.5x (ZeRO's figure; the
-// last layer, kept from its forward for its backward, is 0.2% of the model). Keeping layers whole
-// for their backward (--sharding-reuse-bytes) saves their second gather and changes no weight:
-// 1 MiB keeps the 4096x4096 layer (only the last layer computes after it), 1.08x; -1 keeps
-// every layer, the bytes of one all-reduce.
+// all-reduce moves. Stage 3 by default keeps a model of at most 256 MiB of parameters whole from
+// its forward to its backward (kDefaultShardingReuseBytes): this one's 80 MB are gathered once,
+// the bytes of an all-reduce. --sharding-reuse-bytes 0 gathers each layer for its backward too,
+// 1.5x (ZeRO's figure; the last layer, kept from its forward for its backward, is 0.2% of the
+// model); 1 MiB keeps the 4096x4096 layer (only the last layer computes after it), 1.08x. The
+// weights are the same at every setting.
 TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
   testing::TempDir dir;
   std::map<std::string, int64_t> bytes;
@@ -141,8 +142,8 @@ TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
   };
   for (const std::string sharding : {"none", "optimizer", "gradients", "parameters"})
     run(sharding, sharding, "");
+  run("parameters_reuse_0", "parameters", "0");
   run("parameters_reuse_1MiB", "parameters", "1048576");
-  run("parameters_reuse_all", "parameters", "-1");
   EXPECT_GT(bytes["none"], 80'000'000);
   const auto expect_ratio = [&](const std::string& name, double low, double high) {
     const double r = static_cast<double>(bytes[name]) / bytes["none"];
@@ -150,12 +151,12 @@ TEST(DistTrainShardingTest, ShardedStepsSendTheBytesOfOneAllReduce) {
     EXPECT_GT(r, low) << name;
     EXPECT_LT(r, high) << name;
   };
-  for (const std::string sharded : {"optimizer", "gradients", "parameters_reuse_all"})
+  for (const std::string sharded : {"optimizer", "gradients", "parameters"})
     expect_ratio(sharded, 0.95, 1.05);
   expect_ratio("parameters_reuse_1MiB", 1.05, 1.12);
-  expect_ratio("parameters", 1.45, 1.6);
+  expect_ratio("parameters_reuse_0", 1.45, 1.6);
+  testing::expect_same_weights(dir.file("parameters"), dir.file("parameters_reuse_0"));
   testing::expect_same_weights(dir.file("parameters"), dir.file("parameters_reuse_1MiB"));
-  testing::expect_same_weights(dir.file("parameters"), dir.file("parameters_reuse_all"));
 }
 
 // The flags are refused as they are parsed: the first as a dist-train process, the others through

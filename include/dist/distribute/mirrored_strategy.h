@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,10 +60,12 @@ struct MirroredOptions {
   // Sharding::kParameters: a layer stays whole from its forward to its backward when the
   // layers computing in between (those after it) hold at most this many bytes of parameters,
   // saving its second gather for the memory of holding it meanwhile (DeepSpeed's
-  // stage3_max_reuse_distance, which counts elements). 0: only the last layer stays (backward
-  // starts with it), as FSDP's reshard_after_forward; -1: every layer stays, one gather per
-  // step (an all-reduce's bytes, not 1.5x), the whole model held at the turn to backward.
-  int64_t sharding_reuse_bytes = 0;
+  // stage3_max_reuse_distance, which counts elements). Unset: kDefaultShardingReuseBytes
+  // (sharding.h). 0: only the last layer stays (backward starts with it), as FSDP's
+  // reshard_after_forward, the least memory for 1.5x an all-reduce's bytes; -1: every layer
+  // stays, one gather per step, the whole model held at the turn to backward. Set only with
+  // Sharding::kParameters.
+  std::optional<int64_t> sharding_reuse_bytes;
 };
 
 class MirroredStrategy : public Strategy {

@@ -120,8 +120,9 @@ struct MultiWorkerOptions {
   // replaces share_variables_on_host.
   Sharding sharding = Sharding::kNone;
   // Sharding::kParameters: which layers stay whole from their forward to their backward, as
-  // MirroredOptions::sharding_reuse_bytes (0: only the last; -1: every layer).
-  int64_t sharding_reuse_bytes = 0;
+  // MirroredOptions::sharding_reuse_bytes (unset: kDefaultShardingReuseBytes; 0: only the
+  // last; -1: every layer).
+  std::optional<int64_t> sharding_reuse_bytes;
   // Set: an elastic job's generation (a part of the cluster, a rendezvous of its own); unset:
   // every worker of the cluster, for the whole job.
   std::optional<WorkerGeneration> generation;

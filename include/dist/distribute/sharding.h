@@ -11,6 +11,7 @@
 // "Sharding: ZeRO stages 1 and 2" and "Sharding: ZeRO stage 3 (parameters)".
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dist {
@@ -25,6 +26,15 @@ enum class Sharding {
   // the parameters are empty: read them after DistributedVariables::gather_values().
   kParameters
 };
+
+// Sharding::kParameters keeps a layer whole from its forward to its backward (one gather a step
+// instead of two) when the layers after it hold at most this many bytes of parameters, unless
+// the options' sharding_reuse_bytes says otherwise: a model of up to 256 MiB of parameters
+// (64M in float32) is gathered once a step, the bytes of an all-reduce; a larger one keeps its
+// last layers up to 256 MiB whole at the turn to backward and gathers the others twice. In the
+// spirit of DeepSpeed's stage3_max_reuse_distance and stage3_max_live_parameters (1e9
+// elements each by default), smaller because these are bytes on CPUs.
+inline constexpr int64_t kDefaultShardingReuseBytes = int64_t{256} << 20;
 
 // "none", "optimizer", "gradients", "parameters".
 std::string to_string(Sharding sharding);

@@ -44,16 +44,17 @@ void check_sharding(const MirroredOptions& options, size_t replicas) {
                  to_string(options.sharding), "' and the communication hook '",
                  options.communication_hook ? options.communication_hook->name() : "",
                  "' both decide how gradient packs cross the workers; use one of them");
-  DIST_CHECK_ARG(options.sharding_reuse_bytes >= -1, "sharding_reuse_bytes ",
-                 options.sharding_reuse_bytes,
+  const int64_t reuse = options.sharding_reuse_bytes.value_or(kDefaultShardingReuseBytes);
+  DIST_CHECK_ARG(reuse >= -1, "sharding_reuse_bytes ", reuse,
                  " is below -1; give -1 (every layer stays whole from its forward to its "
                  "backward), 0 (only the last) or a number of bytes");
-  DIST_CHECK_ARG(options.sharding_reuse_bytes == 0 || options.sharding == Sharding::kParameters,
-                 "sharding_reuse_bytes ", options.sharding_reuse_bytes,
+  DIST_CHECK_ARG(!options.sharding_reuse_bytes || options.sharding == Sharding::kParameters,
+                 "sharding_reuse_bytes ", reuse,
                  " says which layers sharding 'parameters' keeps whole for their backward; with "
                  "sharding '",
                  to_string(options.sharding),
-                 "' every parameter is whole already: leave it 0, or use Sharding::kParameters");
+                 "' every parameter is whole already: leave it unset, or use "
+                 "Sharding::kParameters");
 }
 
 std::string describe_error(const std::exception_ptr& error) {
@@ -256,8 +257,9 @@ std::shared_ptr<DistributedVariables> MirroredExtended::create_variables(
   const int model = models_placed_++;
   variables->reducer_ = reduction_->make_reducer(std::move(params), std::move(names), model);
   if (shard_parameters) {  // after the reducer, which takes the parameters' shapes while whole
-    auto shards = std::make_shared<ParameterShards>(primary->parameters(), std::move(units), group_,
-                                                    options_.sharding_reuse_bytes);
+    auto shards = std::make_shared<ParameterShards>(
+        primary->parameters(), std::move(units), group_,
+        options_.sharding_reuse_bytes.value_or(kDefaultShardingReuseBytes));
     sharding_state_->set_parameter_shards(model, shards);
     gather_by_units(*primary, shards);
     variables->parameter_shards_ = std::move(shards);
