@@ -261,8 +261,7 @@ TEST_P(LongNetnsShardingTest, FourHostsAfterTwentyAdamStepsReproduceOneDeviceWei
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, LongNetnsShardingTest,
-                         ::testing::Values("optimizer", "gradients", "parameters",
-                                           "parameters:0"));
+                         ::testing::Values("optimizer", "gradients", "parameters", "parameters:0"));
 
 // Whether some process's command line holds `text` (/proc/*/cmdline, readable by every user).
 bool on_a_command_line(const std::string& text) {
