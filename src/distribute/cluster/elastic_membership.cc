@@ -77,12 +77,17 @@ ElasticMembership::~ElasticMembership() {
 void ElasticMembership::start_heartbeat() {
   if (heartbeat_.joinable()) return;
   try {
-    store_->set("elastic/process/" + self_, to_bytes(process_identity()));
-    store_->add("alive/" + self_, 1);
-    beaten_ = true;
+    beat_into(*store_, /*connected=*/true);
   } catch (...) {  // the store is unreachable now: the thread tries again
   }
   heartbeat_ = std::thread([this] { beat(); });
+}
+
+// One beat; on a new connection, this process's identity first (who the beats belong to).
+void ElasticMembership::beat_into(collective::JobStore& store, bool connected) {
+  if (connected) store.set("elastic/process/" + self_, to_bytes(process_identity()));
+  store.add("alive/" + self_, 1);
+  beaten_ = true;
 }
 
 // Its own connection: the agreement's calls on store_ must not wait behind a beat. A failed
@@ -92,12 +97,9 @@ void ElasticMembership::beat() {
   c10::intrusive_ptr<collective::JobStore> store;
   while (!stopping_) {
     try {
-      if (!store) {
-        store = collective::connect_to_job_store(address_, std::chrono::seconds(5));
-        store->set("elastic/process/" + self_, to_bytes(process_identity()));
-      }
-      store->add("alive/" + self_, 1);
-      beaten_ = true;
+      const bool connected = !store;
+      if (connected) store = collective::connect_to_job_store(address_, std::chrono::seconds(5));
+      beat_into(*store, connected);
     } catch (...) {
       store.reset();  // the store is unreachable now: try again at the next beat
     }

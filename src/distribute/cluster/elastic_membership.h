@@ -64,9 +64,8 @@ class ElasticMembership {
                                            std::chrono::milliseconds wait_for_members);
 
   // Beats alive/<self> from now on, for the whole job (nothing if it does already), the first
-  // beat before it returns. A worker
-  // that joins starts once admitted: its namesake's beat must stop first, or the others could
-  // not tell that the lost worker is gone.
+  // beat before it returns. A worker that joins starts once admitted: its namesake's beat must
+  // stop first, or the others could not tell that the lost worker is gone.
   void start_heartbeat();
   // A generation's chief, once it formed with `size` workers: later workers join instead of
   // starting the job, and the job's sizes read on (elastic/sizes/<g>).
@@ -145,6 +144,7 @@ class ElasticMembership {
 
  private:
   void beat();
+  void beat_into(collective::JobStore& store, bool connected);
   struct Ticket {
     std::string name;
     std::string refusal;  // why it may not join; empty: it may
