@@ -124,6 +124,16 @@ std::string all_output(const std::vector<ProcessResult>& results) {
   return out;
 }
 
+// The text of a /proc file, "" if it cannot be read. A process may exit between the listing of
+// /proc and the read, which then fails with ESRCH: libstdc++'s file buffer throws on such a
+// read error into an istreambuf_iterator, while a stream insertion only sets failbit.
+std::string read_proc_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 std::vector<pid_t> store_hosts(int port) {
   std::vector<pid_t> pids;
   const std::string wanted = std::string("--port") + '\0' + std::to_string(port) + '\0';
@@ -131,8 +141,7 @@ std::vector<pid_t> store_hosts(int port) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string cmdline = read_proc_file(entry.path() / "cmdline");
     if (cmdline.find("dist-store-host") != std::string::npos &&
         cmdline.find(wanted) != std::string::npos)
       pids.push_back(static_cast<pid_t>(std::stoi(name)));
@@ -172,8 +181,7 @@ bool wait_until_store_host_gone(int port, std::chrono::milliseconds timeout) {
 }
 
 std::vector<std::string> environment_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string all = read_proc_file("/proc/" + std::to_string(pid) + "/environ");
   std::vector<std::string> entries;
   for (size_t start = 0, end; start < all.size(); start = end + 1) {
     end = all.find('\0', start);

@@ -51,6 +51,9 @@ class WorkerProcesses {
 // Every process's output under a line "--- worker i (exit code)", for a failed expectation.
 std::string all_output(const std::vector<ProcessResult>& results);
 
+// The text of a /proc file, "" if it cannot be read (its process gone meanwhile).
+std::string read_proc_file(const std::string& path);
+
 // The dist-store-host processes serving the store on 127.0.0.1:port (found by command line).
 std::vector<pid_t> store_hosts(int port);
 // Waits until no dist-store-host serves `port` and the port can be bound again; false on

@@ -206,8 +206,7 @@ pid_t worker_of(pid_t parent, int index) {
     pid_t ppid = 0;
     fields >> state >> ppid;
     if (ppid != parent) continue;
-    std::ifstream environ(entry.path() / "environ");
-    std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    const std::string env = testing::read_proc_file(entry.path() / "environ");
     if (env.find("TF_CONFIG=") != std::string::npos && env.find(task) != std::string::npos)
       return std::stoi(name);
   }
