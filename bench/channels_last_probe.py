@@ -11,6 +11,11 @@ import statistics
 import sys
 import time
 
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import openblas_core  # noqa: E402,F401  OPENBLAS_CORETYPE set before torch loads OpenBLAS
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -36,6 +36,11 @@ import time
 
 T0 = time.perf_counter()
 
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import openblas_core  # noqa: E402,F401  OPENBLAS_CORETYPE set before torch loads OpenBLAS
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 

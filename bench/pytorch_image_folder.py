@@ -16,6 +16,11 @@ default loader (convert("RGB"), then Grayscale): a faster loader a user could wr
 import argparse
 import time
 
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import openblas_core  # noqa: E402,F401  OPENBLAS_CORETYPE set before torch loads OpenBLAS
 import torch
 import torchvision
 from PIL import Image

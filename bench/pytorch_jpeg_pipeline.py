@@ -17,9 +17,13 @@ Run `run` as PyTorch's CPU tuning guide advises, with tcmalloc preloaded:
 """
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import openblas_core  # noqa: E402,F401  OPENBLAS_CORETYPE set before torch loads OpenBLAS
 
 
 def make(folder, count):

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "dist/core/blas_core.h"
+
 namespace {
 
 // A case that runs longer than this is taken as hung (the multi-process cases, one per ctest
@@ -98,6 +100,9 @@ int main(int argc, char** argv) {
   // spin on cores the test's other processes need (scripts/test.sh says why; it sets it for
   // this process too, which reads it as it loads).
   setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  // Before any case: every product of this process runs on one OpenBLAS core, and the processes
+  // the cases start (workers, dist-train, python3) start on it (dist/core/blas_core.h).
+  dist::choose_openblas_core();
   testing::InitGoogleTest(&argc, argv);
   testing::UnitTest::GetInstance()->listeners().Append(new CaseWatch(case_seconds()));
   return RUN_ALL_TESTS();

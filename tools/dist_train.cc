@@ -16,6 +16,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "dist/core/blas_core.h"
 #include "dist_train_run.h"
 #include "startup_signals.h"
 #include "train_options.h"
@@ -74,6 +75,8 @@ void watch_signals_from_main() {
 int main(int argc, char** argv) {
   // First: a SIGTERM from the preinit array on exits 4 (startup_signals.h), never 143.
   watch_signals_from_main();
+  // Before anything multiplies: OpenBLAS's kernels for this CPU (dist/core/blas_core.h).
+  dist::choose_openblas_core();
   const dist::tools::CommandLine line = dist::tools::parse_command_line(argc, argv);
   if (line.exit_code) return *line.exit_code;
   return dist::tools::run_dist_train(line.options, std::cout, std::cerr);

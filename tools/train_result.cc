@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/core/allocator.h"
+#include "dist/core/blas_core.h"
 
 namespace dist::tools {
 
@@ -28,8 +29,11 @@ std::string to_json_line(const TrainResult& r) {
                       {"peak_rss_bytes", r.peak_rss_bytes},
                       {"worker_sizes", r.worker_sizes},
                       {"ignored_errors", r.ignored_errors},
-                      // What the figures ran on: malloc decides speed (issue 13).
-                      {"malloc", malloc_name()}};
+                      // What the figures ran on: malloc decides speed (issue 13), and so
+                      // do OpenBLAS's kernels ("" when the BLAS is another).
+                      {"malloc", malloc_name()},
+                      {"openblas_core", choose_openblas_core().now},
+                      {"openblas_core_at_start", choose_openblas_core().was}};
   line["train_" + r.metric_name] = r.train_metric;
   line["test_" + r.metric_name] = r.test_metric;
   return line.dump();

@@ -2,10 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include "dist/core/blas_core.h"
+
 namespace dist {
 
 Strategy::Strategy(std::shared_ptr<StrategyExtended> extended) : extended_(std::move(extended)) {
   DIST_INTERNAL_ASSERT(extended_ != nullptr);
+  // Before the first step: OpenBLAS's kernels for this CPU where it did not know the model
+  // (once per process; nothing changes where it did).
+  choose_openblas_core();
 }
 
 at::Tensor Strategy::reduce(ReduceOp op, const PerReplica<at::Tensor>& value,

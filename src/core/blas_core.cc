@@ -1,0 +1,80 @@
+#include "dist/core/blas_core.h"
+
+#include <dlfcn.h>
+#include <strings.h>
+
+#include <cstdlib>
+#include <initializer_list>
+#include <mutex>
+
+namespace dist {
+namespace {
+
+constexpr const char* kVariable = "OPENBLAS_CORETYPE";
+
+// How wide a core's vectors are, to compare the running core with this CPU's: 3 AVX-512, 2
+// AVX2, 1 AVX, 0 older (OpenBLAS's names, compared without case, as OpenBLAS does).
+int vector_level(const std::string& core) {
+  const auto any_of = [&core](std::initializer_list<const char*> names) {
+    for (const char* name : names)
+      if (strcasecmp(core.c_str(), name) == 0) return true;
+    return false;
+  };
+  if (any_of({"SkylakeX", "Cooperlake", "SapphireRapids"})) return 3;
+  if (any_of({"Haswell", "Zen"})) return 2;
+  if (any_of({"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"})) return 1;
+  return 0;
+}
+
+// OpenBLAS's own start and stop of its kernel choice (exported by its builds for every CPU,
+// DYNAMIC_ARCH, as Debian's are): the start reads OPENBLAS_CORETYPE as at load time and runs
+// the core's set-up. Looked up, not linked: the BLAS LibTorch loads may be another one.
+template <typename Function>
+Function openblas_function(const char* name) {
+  return reinterpret_cast<Function>(dlsym(RTLD_DEFAULT, name));
+}
+
+OpenBlasCoreChoice switch_if_below_this_cpu() {
+  const std::string running = running_openblas_core();
+  OpenBlasCoreChoice choice{running, running};
+  const char* chosen = std::getenv(kVariable);
+  if (running.empty() || (chosen != nullptr && *chosen != '\0')) return choice;
+  const char* best = openblas_core_for_this_cpu();
+  if (best == nullptr || vector_level(running) >= vector_level(best)) return choice;
+  const auto stop = openblas_function<void (*)()>("gotoblas_dynamic_quit");
+  const auto start = openblas_function<void (*)()>("gotoblas_dynamic_init");
+  if (stop == nullptr || start == nullptr) return choice;  // a build for one CPU only
+  if (setenv(kVariable, best, 1) != 0) return choice;
+  stop();
+  start();
+  choice.now = running_openblas_core();
+  return choice;
+}
+
+}  // namespace
+
+const char* openblas_core_for_this_cpu() {
+  __builtin_cpu_init();  // libgcc's cpuid reading, which also checks that the OS saves AVX state
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  if (avx512) return __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return __builtin_cpu_is("amd") ? "Zen" : "Haswell";
+  return nullptr;
+}
+
+std::string running_openblas_core() {
+  const auto name = openblas_function<char* (*)()>("openblas_get_corename");
+  const char* core = name != nullptr ? name() : nullptr;
+  return core != nullptr ? core : "";
+}
+
+OpenBlasCoreChoice choose_openblas_core() {
+  static std::once_flag once;
+  static OpenBlasCoreChoice choice;
+  std::call_once(once, [] { choice = switch_if_below_this_cpu(); });
+  return choice;
+}
+
+}  // namespace dist
