@@ -25,7 +25,8 @@ lscpu | grep -E "Model name" || true
 
 peak1=() peak2=() mirrored=() multi_worker=() ddp=()
 for ((i = 0; i < repeats; i++)); do
-  while read -r _ threads gflops core; do
+  while read -r _ threads gflops name; do
+    core=$name  # read's last call, at the end, empties its variables
     if ((threads == 1)); then peak1+=("$gflops"); else peak2+=("$gflops"); fi
   done < <(LD_PRELOAD=$tcmalloc /usr/bin/python3 bench/gemm_peak.py 10)
   mirrored+=("$("$build/bench/multi_worker_bench" mirrored mlp "$steps" | ips)")
