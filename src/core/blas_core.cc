@@ -12,8 +12,8 @@ namespace {
 
 constexpr const char* kVariable = "OPENBLAS_CORETYPE";
 
-// How wide a core's vectors are, to compare the running core with this CPU's: 3 AVX-512, 2
-// AVX2, 1 AVX, 0 older (OpenBLAS's names, compared without case, as OpenBLAS does).
+// How wide a core's vectors are: 3 AVX-512, 2 AVX2, 1 AVX, 0 older (OpenBLAS's names, compared
+// without case, as OpenBLAS does).
 int vector_level(const std::string& core) {
   const auto any_of = [&core](std::initializer_list<const char*> names) {
     for (const char* name : names)
@@ -39,8 +39,11 @@ OpenBlasCoreChoice switch_if_below_this_cpu() {
   OpenBlasCoreChoice choice{running, running};
   const char* chosen = std::getenv(kVariable);
   if (running.empty() || (chosen != nullptr && *chosen != '\0')) return choice;
+  // Only a fallback below AVX2 is a CPU OpenBLAS did not know: one it knows may get narrower
+  // kernels than its features on purpose (OpenBLAS 0.3.21 may give AMD's AVX-512 Zen 4 its
+  // AVX2 "Zen" kernels), and that choice stands.
   const char* best = openblas_core_for_this_cpu();
-  if (best == nullptr || vector_level(running) >= vector_level(best)) return choice;
+  if (best == nullptr || vector_level(running) >= 2) return choice;
   const auto stop = openblas_function<void (*)()>("gotoblas_dynamic_quit");
   const auto start = openblas_function<void (*)()>("gotoblas_dynamic_init");
   if (stop == nullptr || start == nullptr) return choice;  // a build for one CPU only

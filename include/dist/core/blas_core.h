@@ -2,9 +2,9 @@
 // models as it starts, and a CPU newer than its table gets its oldest x86-64 kernels: Debian
 // 12's OpenBLAS 0.3.21 runs Prescott's SSE3 kernels on an Intel Xeon of model 207, where its
 // Cooperlake ones multiply 2048x2048 matrices 4x faster and train the MLP 2x faster. A
-// strategy therefore switches OpenBLAS to the kernels of the CPU's features when it runs
-// kernels below them (docs/guide.md, "OpenBLAS's kernels"); a CPU OpenBLAS knows keeps its
-// choice, and so does a process started with OPENBLAS_CORETYPE set.
+// strategy therefore switches OpenBLAS to the kernels of the CPU's features when it fell back
+// below AVX2 on a CPU that has it (docs/guide.md, "OpenBLAS's kernels"); a CPU OpenBLAS knows
+// keeps its choice, and so does a process started with OPENBLAS_CORETYPE set.
 #pragma once
 
 #include <string>
@@ -28,11 +28,12 @@ struct OpenBlasCoreChoice {
 };
 
 // Once per process (later calls return the first call's answer): when OPENBLAS_CORETYPE is
-// unset and OpenBLAS runs kernels of narrower vectors than openblas_core_for_this_cpu()'s,
-// switches OpenBLAS to that core and sets OPENBLAS_CORETYPE to it, so the processes started
-// from here start on it too. Call it while no matrix product runs (at the start of main):
-// results of the same product differ in their last bits between cores. Every strategy calls it
-// as it is made; dist-train and the tests' processes at the start of main.
+// unset, OpenBLAS runs kernels older than AVX2 (its fallback for a CPU it does not know) and
+// the CPU has AVX2 or more, switches OpenBLAS to openblas_core_for_this_cpu()'s core and sets
+// OPENBLAS_CORETYPE to it, so the processes started from here start on it too. Call it while no
+// matrix product runs (at the start of main): results of the same product differ in their last bits
+// between cores. Every strategy calls it as it is made; dist-train and the tests' processes at the
+// start of main.
 OpenBlasCoreChoice choose_openblas_core();
 
 }  // namespace dist
