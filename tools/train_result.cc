@@ -8,6 +8,7 @@
 namespace dist::tools {
 
 std::string to_json_line(const TrainResult& r) {
+  const OpenBlasCoreChoice blas = choose_openblas_core();
   nlohmann::json line{{"strategy", r.strategy},
                       {"num_replicas_in_sync", r.num_replicas_in_sync},
                       {"global_batch", r.global_batch},
@@ -32,8 +33,8 @@ std::string to_json_line(const TrainResult& r) {
                       // What the figures ran on: malloc decides speed (issue 13), and so
                       // do OpenBLAS's kernels ("" when the BLAS is another).
                       {"malloc", malloc_name()},
-                      {"openblas_core", choose_openblas_core().now},
-                      {"openblas_core_at_start", choose_openblas_core().was}};
+                      {"openblas_core", blas.now},
+                      {"openblas_core_at_start", blas.was}};
   line["train_" + r.metric_name] = r.train_metric;
   line["test_" + r.metric_name] = r.test_metric;
   return line.dump();

@@ -12,18 +12,12 @@ namespace {
 
 constexpr const char* kVariable = "OPENBLAS_CORETYPE";
 
-// How wide a core's vectors are: 3 AVX-512, 2 AVX2, 1 AVX, 0 older (OpenBLAS's names, compared
-// without case, as OpenBLAS does).
-int vector_level(const std::string& core) {
-  const auto any_of = [&core](std::initializer_list<const char*> names) {
-    for (const char* name : names)
-      if (strcasecmp(core.c_str(), name) == 0) return true;
-    return false;
-  };
-  if (any_of({"SkylakeX", "Cooperlake", "SapphireRapids"})) return 3;
-  if (any_of({"Haswell", "Zen"})) return 2;
-  if (any_of({"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"})) return 1;
-  return 0;
+// Whether a core's kernels use AVX2 or wider vectors (OpenBLAS's names, compared without case,
+// as OpenBLAS does); its fallback for a CPU it does not know is older.
+bool avx2_or_wider(const std::string& core) {
+  for (const char* name : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (strcasecmp(core.c_str(), name) == 0) return true;
+  return false;
 }
 
 // OpenBLAS's own start and stop of its kernel choice (exported by its builds for every CPU,
@@ -43,7 +37,7 @@ OpenBlasCoreChoice switch_if_below_this_cpu() {
   // kernels than its features on purpose (OpenBLAS 0.3.21 may give AMD's AVX-512 Zen 4 its
   // AVX2 "Zen" kernels), and that choice stands.
   const char* best = openblas_core_for_this_cpu();
-  if (best == nullptr || vector_level(running) >= 2) return choice;
+  if (best == nullptr || avx2_or_wider(running)) return choice;
   const auto stop = openblas_function<void (*)()>("gotoblas_dynamic_quit");
   const auto start = openblas_function<void (*)()>("gotoblas_dynamic_init");
   if (stop == nullptr || start == nullptr) return choice;  // a build for one CPU only
