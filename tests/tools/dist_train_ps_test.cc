@@ -55,8 +55,8 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
     const CommandResult job =
         run_shell(std::string(DIST_LAUNCH_BINARY) + " --workers 2 --ps 1 -- " + DIST_TRAIN_BINARY +
                       " --strategy parameter_server --loop " + loop +
-                      " --train-examples 640 --batch-per-replica 32 --optimizer sgd"
-                      " --lr 0.05 --no-progress --collective-timeout 30 --rendezvous-timeout 30"
+                      " --train-examples 640 --batch-per-replica 32 --optimizer adam"
+                      " --lr 0.001 --no-progress --collective-timeout 30 --rendezvous-timeout 30"
                       " --checkpoint-dir " +
                       dir.file("ckpt") + " --save-weights " + dir.file("w.safetensors") + epochs,
                   180);
@@ -76,9 +76,11 @@ TEST(DistTrainParameterServerTest, LaunchedJobTrainsOnFashionMnistInBothLoops) {
     EXPECT_GT(result["images_per_sec"].get<double>(), 0);
     EXPECT_TRUE(result["train_loss"].get<double>() > 0 && result["train_loss"].get<double>() < 10)
         << json;
-    // Chance is 0.1. 20 asynchronous steps on 640 examples reach about 0.2-0.4; a fresh-clone
-    // run on a loaded machine once reached 0.176, so the bar only says that training happened.
-    EXPECT_GT(result["test_accuracy"].get<double>(), 0.12) << json;
+    // Chance is 0.1. Adam's 20 (fit: 33) asynchronous steps on 640 examples reached 0.40-0.50
+    // in 6 runs (test loss 1.3-1.96). Plain SGD at 0.05 was still at the very start of learning
+    // after 20 steps (test loss 2.274 against 2.30 at chance), where the accuracy swings from
+    // 0.10 (a CI run) to 0.25: it could not say whether training happened.
+    EXPECT_GT(result["test_accuracy"].get<double>(), 0.25) << json;
     for (const std::string task : {"worker:0", "worker:1", "ps:0"}) {
       EXPECT_TRUE(testing::contains(job.output, "[dist-launch] " + task + " exited with code 0"))
           << job.output;
