@@ -5,9 +5,9 @@
 #include <numeric>
 
 #include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
 #include <torch/nn/cloneable.h>
 
+#include "core/intra_op_parallel.h"
 #include "dist/core/error.h"
 #include "dist/distribute/batch_split.h"
 #include "dist/distribute/replica_context.h"
@@ -96,7 +96,7 @@ at::Tensor apply_mask(const at::Tensor& x, double rate, uint64_t seed, uint64_t 
     };
     // About 32k elements per task.
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(per_example, 1));
-    at::parallel_for(0, batch, grain, fill_examples);
+    dist::detail::intra_op_parallel_for(0, batch, grain, fill_examples);
   });
   return x * mask;
 }

@@ -114,10 +114,18 @@ void step_in_threads(OptimizerShards& shards, int count) {
   for (auto& t : threads) t.join();
 }
 
+// Shares, and blocks within them: the default block is larger than these parameters, one of
+// 4,096 elements cuts the largest into 25 blocks and its last into 29 elements.
 TEST(OptimizerShardsTest, SplitStepsEqualWholeStepsBitForBit) {
+  constexpr int64_t kTotal = 333 * 301 + 7 + 129 * 65 + 1001 + 15;
   for (const Case& c : cases()) {
-    for (int count : {2, 3}) {
-      const std::string what = std::string(c.name) + ", " + std::to_string(count) + " shards";
+    for (auto [count, block] :
+         std::vector<std::pair<int, int64_t>>{{2, OptimizerShards::kBlockElements},
+                                              {3, OptimizerShards::kBlockElements},
+                                              {1, 4096},
+                                              {2, 4096}}) {
+      const std::string what = std::string(c.name) + ", " + std::to_string(count) +
+                               " shards, blocks of " + std::to_string(block);
       auto whole_params = make_parameters();
       auto split_params = clone_all(whole_params);
       auto whole = c.make(whole_params);
@@ -127,7 +135,8 @@ TEST(OptimizerShardsTest, SplitStepsEqualWholeStepsBitForBit) {
         set_gradients(whole_params, step);
         set_gradients(split_params, step);
         whole->step();
-        const bool planned = shards.plan(with_kind(*split), count, /*min_elements_per_shard=*/1);
+        const bool planned =
+            shards.plan(with_kind(*split), count, /*min_elements_per_shard=*/1, block);
         EXPECT_EQ(planned, step > 0 || !c.first_step_whole) << what << ", step " << step;
         EXPECT_EQ(shards.planned(), planned) << what;
         if (planned) {
@@ -136,8 +145,17 @@ TEST(OptimizerShardsTest, SplitStepsEqualWholeStepsBitForBit) {
             EXPECT_GT(shards.elements(k), 0) << what;
             total += shards.elements(k);
           }
-          EXPECT_EQ(total, 333 * 301 + 7 + 129 * 65 + 1001 + 15) << what;
-          step_in_threads(shards, count);
+          EXPECT_EQ(total, kTotal) << what;
+          // One share in blocks of 4,096: 25 of the 333 x 301 parameter, 3 of the 129 x 65.
+          if (count == 1) {
+            EXPECT_EQ(shards.blocks(0), 25 + 1 + 3 + 1 + 1) << what;
+          }
+          // Blocks of 4,096 elements go through step_all, on ATen's intra-op threads.
+          if (block == 4096) {
+            shards.step_all();
+          } else {
+            step_in_threads(shards, count);
+          }
         } else {
           split->step();
         }
@@ -164,10 +182,11 @@ TEST(OptimizerShardsTest, SetsOfWholeParametersStepLikeTheWholeStepBitForBit) {
       set_gradients(whole_params, step);
       set_gradients(split_params, step);
       whole->step();
-      const bool planned = shards.plan_sets(with_kind(*split), sets);
+      const bool planned = shards.plan_sets(with_kind(*split), sets, /*block_elements=*/1024);
       EXPECT_EQ(planned, step > 0 || !c.first_step_whole) << what;
       if (planned) {
         ASSERT_EQ(shards.shares(), 3) << what;
+        EXPECT_EQ(shards.blocks(2), 98 + 1) << what;  // blocks of 1,024 of 333 x 301, and 7
         EXPECT_EQ(shards.elements(0), 1001 + 15) << what;
         EXPECT_EQ(shards.elements(1), 129 * 65) << what;
         EXPECT_EQ(shards.elements(2), 333 * 301 + 7) << what;
@@ -221,7 +240,8 @@ TEST(OptimizerShardsTest, RefusesWhatItCannotSplit) {
   set_gradients(params, 0);
   OptimizerShards shards;
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
-  EXPECT_FALSE(shards.plan(with_kind(sgd), 1, 1)) << "one shard";
+  EXPECT_FALSE(shards.plan(with_kind(sgd), 1, 1)) << "one shard, all of it within one block";
+  EXPECT_FALSE(shards.plan(with_kind(sgd), 0, 1)) << "no shard";
   EXPECT_FALSE(shards.plan(with_kind(sgd), 2)) << "too few elements for the default minimum";
   torch::optim::LBFGS lbfgs(params, torch::optim::LBFGSOptions(0.1));
   EXPECT_FALSE(shards.plan(with_kind(lbfgs), 2, 1)) << "an optimizer whose state it does not know";

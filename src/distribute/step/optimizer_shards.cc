@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "core/intra_op_parallel.h"
 #include "dist/core/error.h"
 #include "dist/core/timeline.h"
 #include "distribute/step/optimizer_slots.h"
@@ -127,6 +128,22 @@ bool shares_of_sets(const std::vector<Parameter>& params,
   return true;
 }
 
+// `shares` with every piece cut into blocks of at most `block` elements (a multiple of
+// kAlignment), each block a parameter of the share's optimizer: the optimizer then runs its
+// whole chain of elementwise operations over one block while the block's parameter, gradient
+// and slots are still in cache, where a parameter of 16M elements would stream them from memory
+// once per operation (Adam's 8).
+std::vector<Share> in_blocks(std::vector<Share> shares, int64_t block) {
+  for (Share& share : shares) {
+    Share blocks;
+    for (const Piece& piece : share)
+      for (int64_t at = 0; at < piece.length; at += block)
+        blocks.push_back({piece.param, piece.offset + at, std::min(block, piece.length - at)});
+    share = std::move(blocks);
+  }
+  return shares;
+}
+
 // An empty optimizer of the same kind and the parameters' slots; false when the step must run
 // whole.
 bool prepare(const OptimizerWithKind& step, std::vector<Parameter>& params,
@@ -136,13 +153,15 @@ bool prepare(const OptimizerWithKind& step, std::vector<Parameter>& params,
   return attach_slots(step.optimizer, *step.kind, params);
 }
 
-bool enough_to_split(const Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard,
-                     std::vector<Parameter>& params) {
-  if (num_shards < 2) return false;
+bool worth_planning(const Optimizer& optimizer, int num_shards, int64_t min_elements_per_shard,
+                    int64_t block_elements, std::vector<Parameter>& params) {
+  if (num_shards < 1) return false;
   int64_t total = 0;
   // Below the minimum (a small model, every step) this is all the work done.
-  return collect(optimizer, params, total) && !params.empty() &&
-         total >= min_elements_per_shard * num_shards;
+  if (!collect(optimizer, params, total) || params.empty()) return false;
+  // One share is worth its views only for its blocks.
+  if (num_shards == 1) return total > block_elements;
+  return total >= min_elements_per_shard * num_shards;
 }
 
 // The optimizers of `shares`, over views of their pieces: shards[k] and elements[k] for share k.
@@ -192,26 +211,32 @@ bool OptimizerShards::splittable(const OptimizerWithKind& step, int num_shards,
                                  int64_t min_elements_per_shard) {
   std::vector<Parameter> params;
   std::unique_ptr<Optimizer> probe;
-  return enough_to_split(step.optimizer, num_shards, min_elements_per_shard, params) &&
+  return num_shards >= 2 &&
+         worth_planning(step.optimizer, num_shards, min_elements_per_shard, kBlockElements,
+                        params) &&
          prepare(step, params, probe);
 }
 
 bool OptimizerShards::plan(const OptimizerWithKind& step, int num_shards,
-                           int64_t min_elements_per_shard) {
+                           int64_t min_elements_per_shard, int64_t block_elements) {
   clear();
+  DIST_INTERNAL_ASSERT(block_elements > 0 && block_elements % kAlignment == 0, "blocks of ",
+                       block_elements, " elements");
   std::vector<Parameter> params;
   std::unique_ptr<Optimizer> probe;
-  if (!enough_to_split(step.optimizer, num_shards, min_elements_per_shard, params) ||
+  if (!worth_planning(step.optimizer, num_shards, min_elements_per_shard, block_elements, params) ||
       !prepare(step, params, probe))
     return false;
   const int64_t total = params.back().start + params.back().param.numel();
   build(step, params, std::move(probe),
-        shares_between(params, cut_points(params, total, num_shards)), shards_, elements_);
+        in_blocks(shares_between(params, cut_points(params, total, num_shards)), block_elements),
+        shards_, elements_);
   return true;
 }
 
 bool OptimizerShards::plan_sets(const OptimizerWithKind& step,
-                                const std::vector<std::vector<at::Tensor>>& sets) {
+                                const std::vector<std::vector<at::Tensor>>& sets,
+                                int64_t block_elements) {
   clear();
   std::vector<Parameter> params;
   int64_t total = 0;
@@ -220,7 +245,10 @@ bool OptimizerShards::plan_sets(const OptimizerWithKind& step,
   if (sets.size() < 2 || !collect(step.optimizer, params, total) || params.empty() ||
       !shares_of_sets(params, sets, shares) || !prepare(step, params, probe))
     return false;
-  build(step, params, std::move(probe), shares, shards_, elements_);
+  DIST_INTERNAL_ASSERT(block_elements > 0 && block_elements % kAlignment == 0, "blocks of ",
+                       block_elements, " elements");
+  build(step, params, std::move(probe), in_blocks(std::move(shares), block_elements), shards_,
+        elements_);
   return true;
 }
 
@@ -238,10 +266,23 @@ void OptimizerShards::step(int shard) {
   shards_[static_cast<size_t>(shard)]->step();
 }
 
+void OptimizerShards::step_all() {
+  detail::intra_op_parallel_for(0, shares(), 1, [this](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) step(static_cast<int>(k));
+  });
+}
+
 bool OptimizerShards::planned() const { return !shards_.empty(); }
 
 int64_t OptimizerShards::elements(int shard) const {
   return elements_.at(static_cast<size_t>(shard));
+}
+
+int64_t OptimizerShards::blocks(int shard) const {
+  int64_t count = 0;
+  for (const auto& group : shards_.at(static_cast<size_t>(shard))->param_groups())
+    count += static_cast<int64_t>(group.params().size());
+  return count;
 }
 
 }  // namespace dist

@@ -16,14 +16,23 @@
 namespace dist {
 namespace {
 
+// Replica 0 steps alone: in blocks, a share per intra-op thread, where the optimizer's kind
+// allows (optimizer_shards.h).
 class WholeStep : public OptimizerStepPlan {
  public:
   explicit WholeStep(const StepPlanInputs&) {}
   void step(int replica, torch::optim::Optimizer& optimizer) override {
     if (replica != 0) return;
+    if (blocks_.plan(detail::OptimizerWithKind(optimizer), at::get_num_threads())) {
+      blocks_.step_all();
+      return;
+    }
     TimelineSpan span("optimizer", "optimizer");
     optimizer.step();
   }
+
+ private:
+  OptimizerShards blocks_;
 };
 
 // The local replicas split the step: planned by one thread after every replica's reduction has

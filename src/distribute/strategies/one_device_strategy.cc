@@ -2,9 +2,12 @@
 // is the identity and apply_gradients is a plain optimizer step.
 #include "dist/distribute/one_device_strategy.h"
 
+#include <ATen/Parallel.h>
+
 #include "collective/local/local_communicator.h"
 #include "core/timeline_recorder.h"
 #include "dist/core/error.h"
+#include "distribute/step/optimizer_shards.h"
 #include "distribute/strategies/gradients.h"
 #include "distribute/strategies/worker_cores.h"
 
@@ -74,7 +77,11 @@ class OneDeviceExtended : public StrategyExtended,
                    variables.strategy().describe(), ", not by this ", describe(),
                    "; make the model and optimizer with the strategy that runs them");
     TimelineSpan span("apply_gradients", "step");
-    {
+    // In blocks, a share per intra-op thread, where the optimizer's kind allows
+    // (optimizer_shards.h): the same bits.
+    if (blocks_.plan(detail::OptimizerWithKind(optimizer), at::get_num_threads())) {
+      blocks_.step_all();
+    } else {
       TimelineSpan step("optimizer", "optimizer");
       optimizer.step();
     }
@@ -82,6 +89,7 @@ class OneDeviceExtended : public StrategyExtended,
   }
 
  private:
+  OptimizerShards blocks_;
   std::string name_;
   std::vector<DeviceName> devices_;
   std::unique_ptr<collective::LocalCommunicator> group_;
