@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -48,9 +49,41 @@ struct Compressed {
   std::string name;
   at::Tensor gradient;  // the pack's view
   at::Tensor m;         // rows x columns: gradient + error (the error memory itself)
+  at::Tensor add;       // rows x columns: the gradient still to add to m (E + G), if any
   at::Tensor p;         // rows x rank: a view of the pack's P buffer
   at::Tensor q;         // columns x rank: a view of the pack's Q buffer
 };
+
+// The passes over M go by blocks of rows of about 256K elements (1 MB of float): M = E + G then
+// P = M Q on a block while it is in cache, and later G = P Q^T then E = M - G / N, where whole
+// matrices cost a pass over memory each (on the MLP's 67 MB layer, 5 passes a step). Row r of P
+// and of G depends on row r of M only.
+int64_t rows_per_block(int64_t columns) {
+  return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(columns, 1));
+}
+
+// M = M + add (when `c.add` is defined), then P = M Q, a block of rows at a time.
+void add_and_project(const Compressed& c, at::Tensor& p) {
+  const int64_t rows = c.m.size(0), block = rows_per_block(c.m.size(1));
+  for (int64_t r = 0; r < rows; r += block) {
+    const int64_t n = std::min(block, rows - r);
+    at::Tensor m = c.m.narrow(0, r, n);
+    if (c.add.defined()) m.add_(c.add.narrow(0, r, n));
+    at::Tensor p_rows = p.narrow(0, r, n);
+    at::mm_out(p_rows, m, c.q);
+  }
+}
+
+// G = P Q^T into `result`, and with error feedback E = M - G / N, a block of rows at a time.
+void decompress(const Compressed& c, at::Tensor& result, bool error_feedback, float processes) {
+  const int64_t rows = c.m.size(0), block = rows_per_block(c.m.size(1));
+  for (int64_t r = 0; r < rows; r += block) {
+    const int64_t n = std::min(block, rows - r);
+    at::Tensor g = result.narrow(0, r, n);
+    at::mm_out(g, c.p.narrow(0, r, n), c.q.t());
+    if (error_feedback) c.m.narrow(0, r, n).sub_(g, 1.0f / processes);
+  }
+}
 
 // A pack's state across steps.
 struct PackState {
@@ -146,7 +179,7 @@ PendingWork PowerSgdHook::reduce(ProcessCollectives& processes, GradientPack& pa
     const int64_t rows = c.m.size(0), columns = c.m.size(1);
     at::Tensor p = step->p.narrow(0, p_at, rows * options_.rank).view({rows, options_.rank});
     at::Tensor q = step->q.narrow(0, q_at, columns * options_.rank).view({columns, options_.rank});
-    at::mm_out(p, c.m, c.q);
+    add_and_project(c, p);
     q.copy_(c.q);
     c.p = p;
     c.q = q;
@@ -178,7 +211,7 @@ Compressed PowerSgdHook::start_compressing(PackState& state, const GradientPack&
                                            size_t position) const {
   const at::Tensor& gradient = pack.gradients[position];
   const Shape s = matrix_shape(gradient);
-  Compressed c{pack.names[position], gradient, gradient.reshape({s.rows, s.columns}), {}, {}};
+  Compressed c{pack.names[position], gradient, gradient.reshape({s.rows, s.columns}), {}, {}, {}};
   // M lives in the error feedback's memory, updated in place (no 80 MB allocations a step on
   // the MLP); without error feedback it is the gradient itself.
   if (options_.error_feedback) {
@@ -189,7 +222,7 @@ Compressed PowerSgdHook::start_compressing(PackState& state, const GradientPack&
       DIST_CHECK_ARG(error->second.sizes() == c.m.sizes(), "PowerSGD's state for parameter '",
                      c.name, "' has shape ", error->second.sizes(), " but its gradient is ",
                      c.m.sizes(), ": the state was saved for another model");
-      error->second.add_(c.m);
+      c.add = c.m;  // E + G, row block by row block with P = M Q (add_and_project)
     }
     c.m = error->second;
   }
@@ -207,10 +240,10 @@ void PowerSgdHook::finish(ProcessCollectives& processes, PackStep& step) {
   PackState& state = *step.state;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& c : step.compressed) {
-    // The gradient's memory holds M only without error feedback, and M is used up by now.
+    // The gradient's memory holds M only without error feedback, and a row of M is used up
+    // once its row of G is computed.
     at::Tensor result = c.gradient.view({c.m.size(0), c.m.size(1)});
-    at::mm_out(result, c.p, c.q.t());
-    if (options_.error_feedback) c.m.sub_(result, 1.0f / processes_count);  // E = M - result/N
+    decompress(c, result, options_.error_feedback, processes_count);
     state.q[c.name] = c.q.clone();
   }
 }
