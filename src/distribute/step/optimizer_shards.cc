@@ -1,5 +1,6 @@
 #include "distribute/step/optimizer_shards.h"
 
+#include <ATen/Parallel.h>
 #include <torch/optim/sgd.h>
 
 #include <map>
@@ -134,6 +135,8 @@ bool shares_of_sets(const std::vector<Parameter>& params,
 // and slots are still in cache, where a parameter of 16M elements would stream them from memory
 // once per operation (Adam's 8).
 std::vector<Share> in_blocks(std::vector<Share> shares, int64_t block) {
+  DIST_INTERNAL_ASSERT(block > 0 && block % OptimizerShards::kAlignment == 0, "blocks of ", block,
+                       " elements");
   for (Share& share : shares) {
     Share blocks;
     for (const Piece& piece : share)
@@ -220,8 +223,6 @@ bool OptimizerShards::splittable(const OptimizerWithKind& step, int num_shards,
 bool OptimizerShards::plan(const OptimizerWithKind& step, int num_shards,
                            int64_t min_elements_per_shard, int64_t block_elements) {
   clear();
-  DIST_INTERNAL_ASSERT(block_elements > 0 && block_elements % kAlignment == 0, "blocks of ",
-                       block_elements, " elements");
   std::vector<Parameter> params;
   std::unique_ptr<Optimizer> probe;
   if (!worth_planning(step.optimizer, num_shards, min_elements_per_shard, block_elements, params) ||
@@ -245,8 +246,6 @@ bool OptimizerShards::plan_sets(const OptimizerWithKind& step,
   if (sets.size() < 2 || !collect(step.optimizer, params, total) || params.empty() ||
       !shares_of_sets(params, sets, shares) || !prepare(step, params, probe))
     return false;
-  DIST_INTERNAL_ASSERT(block_elements > 0 && block_elements % kAlignment == 0, "blocks of ",
-                       block_elements, " elements");
   build(step, params, std::move(probe), in_blocks(std::move(shares), block_elements), shards_,
         elements_);
   return true;
@@ -270,6 +269,15 @@ void OptimizerShards::step_all() {
   detail::intra_op_parallel_for(0, shares(), 1, [this](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) step(static_cast<int>(k));
   });
+}
+
+void OptimizerShards::step_alone(torch::optim::Optimizer& optimizer) {
+  if (plan(detail::OptimizerWithKind(optimizer), at::get_num_threads())) {
+    step_all();
+    return;
+  }
+  TimelineSpan span("optimizer", "optimizer");
+  optimizer.step();
 }
 
 bool OptimizerShards::planned() const { return !shards_.empty(); }

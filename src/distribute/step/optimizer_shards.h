@@ -86,6 +86,10 @@ class OptimizerShards {
   // Steps every share, each on one of ATen's intra-op threads of the calling thread (whose
   // operations then run on that thread alone); returns when all are done.
   void step_all();
+  // The step of a thread that steps alone (OneDevice's replica, a whole-step plan): planned
+  // with a share per intra-op thread of the caller and stepped with step_all() where the
+  // optimizer's kind allows, else optimizer.step(). The same bits either way.
+  void step_alone(torch::optim::Optimizer& optimizer);
 
   // Whether the last plan() returned true (its shares are ready to step).
   bool planned() const;

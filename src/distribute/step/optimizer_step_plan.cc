@@ -22,13 +22,7 @@ class WholeStep : public OptimizerStepPlan {
  public:
   explicit WholeStep(const StepPlanInputs&) {}
   void step(int replica, torch::optim::Optimizer& optimizer) override {
-    if (replica != 0) return;
-    if (blocks_.plan(detail::OptimizerWithKind(optimizer), at::get_num_threads())) {
-      blocks_.step_all();
-      return;
-    }
-    TimelineSpan span("optimizer", "optimizer");
-    optimizer.step();
+    if (replica == 0) blocks_.step_alone(optimizer);
   }
 
  private:

@@ -2,8 +2,6 @@
 // is the identity and apply_gradients is a plain optimizer step.
 #include "dist/distribute/one_device_strategy.h"
 
-#include <ATen/Parallel.h>
-
 #include "collective/local/local_communicator.h"
 #include "core/timeline_recorder.h"
 #include "dist/core/error.h"
@@ -77,14 +75,7 @@ class OneDeviceExtended : public StrategyExtended,
                    variables.strategy().describe(), ", not by this ", describe(),
                    "; make the model and optimizer with the strategy that runs them");
     TimelineSpan span("apply_gradients", "step");
-    // In blocks, a share per intra-op thread, where the optimizer's kind allows
-    // (optimizer_shards.h): the same bits.
-    if (blocks_.plan(detail::OptimizerWithKind(optimizer), at::get_num_threads())) {
-      blocks_.step_all();
-    } else {
-      TimelineSpan step("optimizer", "optimizer");
-      optimizer.step();
-    }
+    blocks_.step_alone(optimizer);  // in blocks where it can (optimizer_shards.h): same bits
     detail::clear_gradients(variables.primary()->parameters());
   }
 
