@@ -57,32 +57,33 @@ struct Compressed {
 // The passes over M go by blocks of rows of about 256K elements (1 MB of float): M = E + G then
 // P = M Q on a block while it is in cache, and later G = P Q^T then E = M - G / N, where whole
 // matrices cost a pass over memory each (on the MLP's 67 MB layer, 5 passes a step). Row r of P
-// and of G depends on row r of M only.
-int64_t rows_per_block(int64_t columns) {
-  return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(columns, 1));
+// and of G depends on row r of M only. Calls `body(first_row, rows)` for each block of rows of
+// an n x m matrix, in order.
+template <typename Body>
+void for_row_blocks(const at::Tensor& matrix, Body body) {
+  const int64_t rows = matrix.size(0);
+  const int64_t block =
+      std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(matrix.size(1), 1));
+  for (int64_t r = 0; r < rows; r += block) body(r, std::min(block, rows - r));
 }
 
 // M = M + add (when `c.add` is defined), then P = M Q, a block of rows at a time.
 void add_and_project(const Compressed& c, at::Tensor& p) {
-  const int64_t rows = c.m.size(0), block = rows_per_block(c.m.size(1));
-  for (int64_t r = 0; r < rows; r += block) {
-    const int64_t n = std::min(block, rows - r);
+  for_row_blocks(c.m, [&](int64_t r, int64_t n) {
     at::Tensor m = c.m.narrow(0, r, n);
     if (c.add.defined()) m.add_(c.add.narrow(0, r, n));
     at::Tensor p_rows = p.narrow(0, r, n);
     at::mm_out(p_rows, m, c.q);
-  }
+  });
 }
 
 // G = P Q^T into `result`, and with error feedback E = M - G / N, a block of rows at a time.
 void decompress(const Compressed& c, at::Tensor& result, bool error_feedback, float processes) {
-  const int64_t rows = c.m.size(0), block = rows_per_block(c.m.size(1));
-  for (int64_t r = 0; r < rows; r += block) {
-    const int64_t n = std::min(block, rows - r);
+  for_row_blocks(c.m, [&](int64_t r, int64_t n) {
     at::Tensor g = result.narrow(0, r, n);
     at::mm_out(g, c.p.narrow(0, r, n), c.q.t());
     if (error_feedback) c.m.narrow(0, r, n).sub_(g, 1.0f / processes);
-  }
+  });
 }
 
 // A pack's state across steps.
