@@ -171,17 +171,25 @@ void Rendezvous::connect() {
 
 std::string Rendezvous::why_not_ours(const std::string& at) const {
   const std::string& self = self_name(spec_);
-  // On etcd the chief first makes the prefix this job's (etcd_claim.h).
+  bool self_joined = false;
+  bool closing = false;
   if (spec_.rendezvous.is_etcd()) {
-    std::string unclaimed = etcd::not_claimed_yet(spec_);
-    if (!unclaimed.empty()) return unclaimed;
+    // On etcd the chief first makes the prefix this job's (etcd_claim.h), and the three facts
+    // come from one snapshot of it.
+    const etcd::JoinView view = etcd::view_before_joining(spec_);
+    if (!view.unclaimed.empty()) return view.unclaimed;
+    self_joined = view.self_joined;
+    closing = view.closing;
+  } else {
+    self_joined = store_->check({"joined/" + self});
+    closing = store_->check({store::kClosingKey});
   }
-  if (store_->check({"joined/" + self}))
+  if (self_joined)
     return detail::concat("the rendezvous store at ", at, " already lists ", self,
                           " as joined: another job on these addresses is still running, or two "
                           "processes were started as ",
                           self, "; stop it or use other ports");
-  if (store_->check({store::kClosingKey}))
+  if (closing)
     return detail::concat("the rendezvous store at ", at, " is closing: its job ended before ",
                           self, " connected; start every worker of a job together");
   return "";

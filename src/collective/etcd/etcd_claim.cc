@@ -1,6 +1,7 @@
 #include "collective/etcd/etcd_claim.h"
 
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "collective/etcd/etcd_connection.h"
@@ -30,7 +31,8 @@ void claim_prefix(const ProcessGroupSpec& spec) {
   const std::string chief = spec.members.at(static_cast<size_t>(spec.rank)).name;
   const std::string joined = prefix + scoped_key(store_key_scope(spec), "joined/" + chief);
   const auto deadline = Clock::now() + spec.rendezvous_timeout;
-  for (bool told = false;; told = true) {
+  bool told = false;  // "waiting for the job ... to end", once
+  while (true) {
     const auto job = client.get(prefix + kJobKey);
     const bool previous = client.get(prefix + store::kClosingKey) || client.get(joined) ||
                           (job && job->value != spec.job_id);
@@ -52,6 +54,7 @@ void claim_prefix(const ProcessGroupSpec& spec) {
     if (!told)
       std::cout << chief << ": waiting for the job under " << address.to_string() << " to end ("
                 << still << " still beat)" << std::endl;
+    told = true;
     detail::throw_if_stop_requested("waiting for a previous job's etcd keys to go");
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
@@ -61,17 +64,26 @@ bool anything_beats(const RendezvousAddress& address) {
   return !beating(*shared_etcd_client(address), address.etcd_prefix).empty();
 }
 
-std::string not_claimed_yet(const ProcessGroupSpec& spec) {
+JoinView view_before_joining(const ProcessGroupSpec& spec) {
   const RendezvousAddress& address = spec.rendezvous;
-  const auto job = shared_etcd_client(address)->get(address.etcd_prefix + kJobKey);
+  const std::string& prefix = address.etcd_prefix;
+  const std::string self = spec.members.at(static_cast<size_t>(spec.rank)).name;
+  const std::string joined = prefix + scoped_key(store_key_scope(spec), "joined/" + self);
+  JoinView view;
+  std::optional<std::string> job;
+  for (const EtcdValue& value : shared_etcd_client(address)->get_prefix(prefix)) {
+    if (value.key == prefix + kJobKey) job = value.value;
+    view.self_joined = view.self_joined || value.key == joined;
+    view.closing = view.closing || value.key == prefix + store::kClosingKey;
+  }
   if (!job)
-    return detail::concat("no job holds ", address.to_string(),
-                          " yet: its chief (collective rank 0) claims it as it starts");
-  if (job->value != spec.job_id)
-    return detail::concat(address.to_string(), " holds the job '", job->value, "', not '",
-                          spec.job_id, "' (DIST_JOB_ID): a previous job's keys, which its chief ",
-                          "erases once nothing of that job beats");
-  return "";
+    view.unclaimed = detail::concat("no job holds ", address.to_string(),
+                                    " yet: its chief (collective rank 0) claims it as it starts");
+  else if (*job != spec.job_id)
+    view.unclaimed = detail::concat(address.to_string(), " holds the job '", *job, "', not '",
+                                    spec.job_id, "' (DIST_JOB_ID): a previous job's keys, which ",
+                                    "its chief erases once nothing of that job beats");
+  return view;
 }
 
 }  // namespace dist::collective::etcd

@@ -13,9 +13,17 @@ namespace dist::collective::etcd {
 // possibly empty). The other members write nothing before it is there and theirs.
 constexpr char kJobKey[] = "job";
 
-// Why the members of `spec`, other than the chief that claims the prefix, may not join under it
-// yet ("" when they may): no job holds it yet, or one of another identity.
-std::string not_claimed_yet(const ProcessGroupSpec& spec);
+// What a member of `spec` other than the chief reads before it joins under the prefix, from one
+// snapshot of it (a single range read). Key by key, a member could read a previous job's "job"
+// key just before the chief erased it and find its own "joined" key gone just after: it joined
+// and beat under a prefix the chief then took for a previous job's still beating, and each
+// waited for the other until the rendezvous timeout.
+struct JoinView {
+  std::string unclaimed;     // why no job of this identity holds the prefix; "" when one does
+  bool self_joined = false;  // this member's "joined" key of the group's scope is there
+  bool closing = false;      // the store's closing key is there
+};
+JoinView view_before_joining(const ProcessGroupSpec& spec);
 
 // Whether any member's heartbeat counter is still leased under the prefix of `address` (some
 // process of the job that holds it is alive).
