@@ -7,8 +7,12 @@
 #                for main and ends the job with exit 4)
 # Read from strace's timestamps of execve, of the preinit's sigaction(SIGTERM) and of main's
 # first call (sigprocmask blocking SIGINT and SIGTERM) in both programs, over N
-# runs (default 9), medians. strace slows system calls, not the loader's page faults and
-# relocations, which dominate.
+# runs (default 9), medians; and each program's CPU seconds (user + system) to the end of
+# `--help`, without strace. strace slows system calls, not the loader's page faults and
+# relocations, which dominate. With DIST_ORDER_LIBRARIES (the default) dist-train loads its
+# libraries in build/library_order.rsp's order and dist-train-natural-order in the linker's:
+# the difference is the order's (cmake/DistLibraryOrder.cmake). The programs alternate within
+# each of the N rounds, so all see the same machine load.
 #   bench/time_before_main.sh [BUILD_DIR] [N]
 set -euo pipefail
 build=${1:-build}
@@ -41,12 +45,28 @@ one_run() {
          function s(x, a) { split(x, a, ":"); return a[1]*3600 + a[2]*60 + a[3] }
          END { printf "%.0f %.0f\n", (s(t1)-s(t0))*1000, (s(t2)-s(t1))*1000 }'
 }
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+# Prints the CPU seconds (user + system) of one run of "$@".
+cpu_seconds() {
+  local TIMEFORMAT='%U %S' out
+  out=$( { time "$@" >/dev/null 2>&1; } 2>&1)
+  awk '{printf "%.3f\n", $1 + $2}' <<<"$out"
+}
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
-for program in "$work/torch_only" "$build/tools/dist-train --help"; do
-  : >"$work/times"
-  for ((i = 0; i < runs; ++i)); do one_run $program >>"$work/times"; done
-  printf '%-28s loader %4s ms   static init %4s ms   (medians of %d)\n' \
-    "$(basename "${program%% *}")" "$(cut -d' ' -f1 "$work/times" | median)" \
-    "$(cut -d' ' -f2 "$work/times" | median)" "$runs"
+programs=("$work/torch_only")
+[[ -x $build/tools/dist-train-natural-order ]] &&
+  programs+=("$build/tools/dist-train-natural-order --help")
+programs+=("$build/tools/dist-train --help")
+for ((i = 0; i < runs; ++i)); do
+  for k in "${!programs[@]}"; do
+    # shellcheck disable=SC2086  # a program and its arguments
+    one_run ${programs[k]} >>"$work/times.$k"
+    # shellcheck disable=SC2086
+    cpu_seconds ${programs[k]} >>"$work/cpu.$k"
+  done
+done
+for k in "${!programs[@]}"; do
+  printf '%-26s loader %4s ms   static init %4s ms   CPU %5s s   (medians of %d)\n' \
+    "$(basename "${programs[k]%% *}")" "$(cut -d' ' -f1 "$work/times.$k" | median)" \
+    "$(cut -d' ' -f2 "$work/times.$k" | median)" "$(median <"$work/cpu.$k")" "$runs"
 done
