@@ -51,7 +51,7 @@ TEST(ClusterLaunchTest, MpirunStartsTwoWorkersThatReproduceOneDeviceWeights) {
   const std::string mpirun = find_program("mpirun");
   if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
   testing::TempDir dir;
-  const std::string expected = one_device_weights(dir);
+  const std::string expected = one_device_weights();
   const int port = free_loopback_ports(1).at(0);
   std::vector<std::string> args;
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
@@ -112,7 +112,7 @@ class SlurmCluster {
 TEST(ClusterLaunchTest, SrunOnARealSlurmStartsTwoWorkersThatReproduceOneDeviceWeights) {
   testing::TempDir dir;
   START_SLURM(slurm, dir);
-  const std::string expected = one_device_weights(dir);
+  const std::string expected = one_device_weights();
   const int port = free_loopback_ports(1).at(0);
   std::vector<std::string> args{"-n", "2", "--time", "5", DIST_TRAIN_BINARY};
   for (const auto& a : job_args("multi_worker", dir.file("slurm.safetensors"))) args.push_back(a);
@@ -151,7 +151,7 @@ void expect_went_on_at_two(const ProcessResult& result, const std::string& weigh
 TEST(ClusterLaunchTest, SrunElasticJobGoesOnWithoutALostTaskToOneDeviceWeights) {
   testing::TempDir dir;
   START_SLURM(slurm, dir);
-  const std::string expected = one_device_weights(dir, 150);
+  const std::string expected = one_device_weights(150);
   const int port = free_loopback_ports(1).at(0);
   std::vector<std::string> args{"-n", "3", "-O", "--time", "5"};
   const auto task = elastic_task(dir.file("slurm.safetensors"));
@@ -171,7 +171,7 @@ TEST(ClusterLaunchTest, MpirunWithRecoveryElasticJobGoesOnWithoutALostRankToOneD
   const std::string mpirun = find_program("mpirun");
   if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
   testing::TempDir dir;
-  const std::string expected = one_device_weights(dir, 150);
+  const std::string expected = one_device_weights(150);
   const int port = free_loopback_ports(1).at(0);
   std::vector<std::string> args;
   if (geteuid() == 0) args.push_back("--allow-run-as-root");

@@ -73,7 +73,7 @@ void expect_loss_and_join_end_at_one_device(const LossAndJoin& job) {
   EXPECT_EQ(testing::last_json(chief)["worker_sizes"], nlohmann::json({3, 2, 3})) << chief;
   EXPECT_EQ(testing::last_json(chief)["steps"], job.steps);
   EXPECT_EQ(testing::last_json(chief)["resumed_at_step"], job.resumed_at);
-  const double diff = difference_from_one_device(weights, dir, job.steps, job.optimizer);
+  const double diff = difference_from_one_device(weights, job.steps, job.optimizer);
   std::string flags;
   for (const auto& flag : job.more) flags += " " + flag;
   std::printf("3 -> 2 -> 3 workers, %s, %d steps%s: max relative difference from one device %.3g\n",
@@ -119,7 +119,7 @@ TEST(ElasticJobTest, FitLosesAWorkerDuringAnEpochsValidationAndValidatesItAgain)
   for (size_t at = out.find("val_loss"); at != std::string::npos; at = out.find("val_loss", at + 1))
     ++epoch_lines;
   EXPECT_EQ(epoch_lines, 2u) << out;
-  const double diff = difference_from_one_device(weights, dir, 40);
+  const double diff = difference_from_one_device(weights, 40);
   std::printf("fit, 2 -> 1 workers during validation: max relative difference %.3g\n", diff);
   EXPECT_LT(diff, 1e-5);
   expect_nothing_left(processes, ports);
@@ -176,7 +176,7 @@ TEST(ElasticJobTest, ASecondLossDuringTheResizeLeavesTheLastWorkerTrainingAlone)
   EXPECT_EQ(results[2].exit_code, 128 + 9);
   EXPECT_TRUE(testing::contains(results[0].output, "sizes 3 -> 1 (lost worker:1,worker:2)"))
       << results[0].output;
-  const double diff = difference_from_one_device(weights, dir, 40);
+  const double diff = difference_from_one_device(weights, 40);
   std::printf("3 -> 1 workers, SGD, 40 steps: max relative difference from one device %.3g\n",
               diff);
   EXPECT_LT(diff, 1e-5);
@@ -209,7 +209,7 @@ TEST(ElasticJobTest, ALossAfterTheAgreementIsSeenWhileTheNextGenerationForms) {
   EXPECT_LT(results[0].seconds, 60) << "waited for the rendezvous timeout: " << out;
   // The generation of worker:0 and worker:2 never formed, so it never trained.
   EXPECT_EQ(testing::last_json(out)["worker_sizes"], nlohmann::json({3, 1}));
-  const double diff = difference_from_one_device(weights, dir, 40);
+  const double diff = difference_from_one_device(weights, 40);
   std::printf("3 -> 2 -> 1 workers, SGD, 40 steps: max relative difference %.3g\n", diff);
   EXPECT_LT(diff, 1e-5);
   expect_nothing_left(processes, ports);
@@ -247,7 +247,7 @@ TEST(ElasticJobTest, AJoinerThatAsksAtTheLastStepIsToldTheJobFinished) {
   EXPECT_EQ(testing::last_json(chief)["worker_sizes"], nlohmann::json({2, 1})) << chief;
   EXPECT_EQ(testing::last_json(chief)["steps"], 40);
   EXPECT_EQ(testing::last_json(chief)["epochs"], 2);
-  const double diff = difference_from_one_device(weights, dir, 40);
+  const double diff = difference_from_one_device(weights, 40);
   std::printf("fit, 2 -> 1 workers, a joiner at the last step: max relative difference %.3g\n",
               diff);
   EXPECT_LT(diff, 1e-5);
@@ -327,7 +327,7 @@ void expect_launcher_takes_back(int victim, const std::vector<std::string>& laun
   EXPECT_TRUE(testing::contains(out, "sizes 3 -> 2 (lost " + name + ")")) << out;
   EXPECT_TRUE(testing::contains(out, "sizes 2 -> 3 (joined " + name + ")")) << out;
   EXPECT_TRUE(testing::contains(out, "\"worker_sizes\":[3,2,3]")) << out;
-  const double diff = difference_from_one_device(weights, dir, 150);
+  const double diff = difference_from_one_device(weights, 150);
   std::printf("dist-launch --workers 2:3, %s lost and back: max relative difference %.3g\n",
               name.c_str(), diff);
   EXPECT_LT(diff, 1e-5);

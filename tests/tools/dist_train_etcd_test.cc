@@ -82,7 +82,7 @@ TEST_F(EtcdJobTest, OneMemberLostWhileTheJobFormsAndAnotherWhileItTrainsChangeNo
   testing::write_file(go_on, "");
   const auto results = processes.wait_all(180s);
   for (const auto& result : results) ASSERT_EQ(result.exit_code, 0) << result.output;
-  const double diff = testing::difference_from_one_device(weights, dir, 100);
+  const double diff = testing::difference_from_one_device(weights, 100);
   std::printf("2 workers on etcd, a member lost forming and one training: %.3g from one device\n",
               diff);
   EXPECT_LT(diff, 1e-5);
@@ -120,7 +120,7 @@ TEST_F(EtcdJobTest, AnElasticJobLosesWorker0AndItsEtcdMemberAndTakesWorker0Back)
   EXPECT_TRUE(testing::contains(results[1].output, "sizes 3 -> 2 (lost worker:0)"))
       << results[1].output;
   EXPECT_TRUE(testing::contains(chief, "sizes 2 -> 3 (joined worker:0)")) << chief;
-  const double diff = testing::difference_from_one_device(weights, dir, 150);
+  const double diff = testing::difference_from_one_device(weights, 150);
   const std::string& survivor = results[1].output;
   const auto resize = survivor.find("sizes 3 -> 2");
   std::printf("3 -> 2 -> 3 workers on etcd, worker:0 and an etcd member lost: %.3g\n%s\n", diff,
@@ -177,7 +177,7 @@ TEST_F(EtcdJobTest, AQuorumLostStopsEveryWorkerNamingTheLastCommitAndTheJobResum
     ASSERT_EQ(result.exit_code, 0) << resumed[0].output << "\n---\n" << resumed[1].output;
   EXPECT_EQ(testing::last_json(resumed[0].output)["resumed_at_step"], committed)
       << resumed[0].output;
-  const double diff = testing::difference_from_one_device(weights, dir, 60);
+  const double diff = testing::difference_from_one_device(weights, 60);
   std::printf("resumed after the quorum came back: %.3g from one device\n", diff);
   EXPECT_LT(diff, 1e-5);
 }

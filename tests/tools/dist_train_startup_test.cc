@@ -282,7 +282,7 @@ void expect_a_start_up_loss_seen_at_once(const std::string& point, const TempDir
 
 TEST(StartupLossTest, AWorkerKilledAtEachPointOfAnElasticJobsStartUpIsSeenAtOnce) {
   TempDir dir;
-  const std::string expected = testing::one_device_weights(dir);
+  const std::string expected = testing::one_device_weights();
   for (const std::string point :
        {"generation/0/joined/worker:1", "generation/0/exchange/backend/worker:1",
         "generation/0/exchange/replicas_per_worker/worker:1", "elastic/running"})

@@ -13,6 +13,7 @@
 #include "equivalence_data.h"
 #include "multi_worker/process_group.h"
 #include "test_util.h"
+#include "tools/train_runs.h"
 #include "tools/weight_files.h"
 
 namespace dist::testing {
@@ -56,15 +57,10 @@ inline void start_workers(WorkerProcesses& processes, const std::vector<int>& po
   }
 }
 
-inline double difference_from_one_device(const std::string& weights, const TempDir& dir,
-                                         int max_steps, const std::string& optimizer = "sgd") {
-  using namespace std::chrono_literals;
-  WorkerProcesses one;
-  one.start(DIST_TRAIN_BINARY,
-            small_job("one_device", dir.file("one.safetensors"), max_steps, optimizer), {});
-  const ProcessResult result = one.wait_all(240s).at(0);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return max_relative_difference(weights_in(weights), weights_in(dir.file("one.safetensors")));
+inline double difference_from_one_device(const std::string& weights, int max_steps,
+                                         const std::string& optimizer = "sgd") {
+  const std::string one = reference_weights(small_job("one_device", "", max_steps, optimizer));
+  return max_relative_difference(weights_in(weights), weights_in(one));
 }
 
 }  // namespace dist::testing

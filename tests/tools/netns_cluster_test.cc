@@ -123,7 +123,7 @@ Launch by_mpirun(const NetnsCluster& cluster, int replicas) {
 void expect_hosts_reproduce_one_device(int hosts, int replicas, MakeLaunch make_launch) {
   MAKE_CLUSTER(cluster, hosts);
   testing::TempDir dir;
-  const std::string expected = testing::one_device_weights(dir);
+  const std::string expected = testing::one_device_weights();
   Launch launch = make_launch(cluster, replicas);
   for (const auto& a : job_args("multi_worker", dir.file("hosts.safetensors")))
     launch.args.push_back(a);
@@ -190,7 +190,7 @@ TEST(NetnsClusterTest, ResnetWithSynchronizedBatchNormOnTwoHostsTimesTwoReplicas
 TEST(NetnsClusterTest, ElasticJobLosesTheWorkerOfOneHostAndTakesItBackAsOneDevice) {
   MAKE_CLUSTER(cluster, 2);
   testing::TempDir dir;
-  const std::string expected = testing::one_device_weights(dir, 150);
+  const std::string expected = testing::one_device_weights(150);
   const std::string go_on = dir.file("joiner-asked");
   std::vector<std::string> args = launch_args(cluster, 1);
   args.insert(args.end(), {"--workers", "2:3", "--", KILLED_TRAIN_BINARY, "--kill-at-step", "50",

@@ -123,7 +123,7 @@ TEST(NetnsEtcdTest, AnElasticJobLosesWorker0AndItsHostsEtcdMemberAndTakesWorker0
   EXPECT_EQ(testing::last_json(chief)["worker_sizes"], nlohmann::json({3, 2, 3})) << chief;
   const std::string& survivor = results[1].output;
   const auto resize = survivor.find("sizes 3 -> 2");
-  const double diff = testing::difference_from_one_device(weights, dir, 150);
+  const double diff = testing::difference_from_one_device(weights, 150);
   std::printf(
       "3 hosts on etcd, worker:0 and its host's etcd member lost: %.3g from one device\n"
       "%s\n",

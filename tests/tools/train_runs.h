@@ -29,9 +29,16 @@ std::vector<std::string> with_flag(std::vector<std::string> args, const std::str
 // under dist-launch the chief's lines start with "[worker:0] "), parsed; null if there is none.
 nlohmann::json last_json(const std::string& output, const std::string& prefix = "");
 
-// Trains job_args (`max_steps` steps) on one device and returns where the weights are (in
-// `dir`).
-std::string one_device_weights(const TempDir& dir, int max_steps = 20);
+// Where dist-train's weights are after a run of `args`, whose last flag is --save-weights with
+// any path (replaced here): the reference a multi-worker run is compared with. Trained once per
+// test process for each distinct `args` and kept until the process ends: a run is seeded, so
+// the next case that compares with it would train the same weights again (a reference costs a
+// process and all its cores for 1 to 2 s; ElasticJobTest alone compared with 6 runs it had
+// already made). One run at a time.
+std::string reference_weights(std::vector<std::string> args);
+
+// job_args (`max_steps` steps) on one device: reference_weights's file.
+std::string one_device_weights(int max_steps = 20);
 
 // A launcher's run of job_args with `workers` workers and `devices` replicas in all found its
 // cluster through `source` ("TF_CONFIG", "Slurm") and ended with the weights of `expected`
