@@ -73,9 +73,9 @@ TEST(EtcdClaimTest, AMemberNeverSeesAPreviousJobHalfErased) {
   EXPECT_GE(unclaimed, 50);
 }
 
-// The view names what keeps the member out: no job, another identity's job, its own "joined"
-// key of the group's scope (a previous run's), the closing key; and nothing once the prefix is
-// this job's.
+// The view names what keeps the member out: no job, another identity's job, a chief listed as
+// joined that does not beat, its own "joined" key of the group's scope (a previous run's), the
+// closing key; and nothing once the prefix is this job's.
 TEST(EtcdClaimTest, TheViewNamesWhatKeepsAMemberOut) {
   dist::testing::EtcdCluster cluster(1);
   if (!cluster.available()) GTEST_SKIP() << cluster.why();
@@ -93,6 +93,14 @@ TEST(EtcdClaimTest, TheViewNamesWhatKeepsAMemberOut) {
   EXPECT_EQ(view.unclaimed, "");
   EXPECT_FALSE(view.self_joined);
   EXPECT_FALSE(view.closing);
+  // The chief listed as joined without a heartbeat: a previous run's, which ended before
+  // worker:1 joined it (no "joined" key of worker:1 to tell it by).
+  client.put(prefix + "generation/0/joined/worker:0", "1");
+  EXPECT_NE(
+      view_before_joining(spec).unclaimed.find("lists worker:0 as joined but nothing of it beats"),
+      std::string::npos);
+  client.put(prefix + "alive/worker:0", "1");  // this run's chief: it beats before it joins
+  EXPECT_EQ(view_before_joining(spec).unclaimed, "");
   client.put(prefix + "generation/1/joined/worker:1", "1");  // another generation's: not its
   EXPECT_FALSE(view_before_joining(spec).self_joined);
   client.put(prefix + "generation/0/joined/worker:1", "1");

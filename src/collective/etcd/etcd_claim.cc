@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "collective/etcd/etcd_connection.h"
+#include "collective/store/job_store.h"
 #include "core/stop_request.h"
 #include "dist/core/error.h"
 
@@ -67,14 +68,21 @@ bool anything_beats(const RendezvousAddress& address) {
 JoinView view_before_joining(const ProcessGroupSpec& spec) {
   const RendezvousAddress& address = spec.rendezvous;
   const std::string& prefix = address.etcd_prefix;
+  const std::string scope = store_key_scope(spec);
   const std::string self = spec.members.at(static_cast<size_t>(spec.rank)).name;
-  const std::string joined = prefix + scoped_key(store_key_scope(spec), "joined/" + self);
+  const std::string chief = spec.members.at(0).name;
+  const std::string joined = prefix + scoped_key(scope, "joined/" + self);
+  const std::string chief_joined = prefix + scoped_key(scope, "joined/" + chief);
+  const std::string chief_alive = prefix + JobStore::kProcessKeyPrefix + chief;
   JoinView view;
   std::optional<std::string> job;
+  bool listed = false, beats = false;  // the chief's "joined" key; its heartbeat
   for (const EtcdValue& value : shared_etcd_client(address)->get_prefix(prefix)) {
     if (value.key == prefix + kJobKey) job = value.value;
     view.self_joined = view.self_joined || value.key == joined;
     view.closing = view.closing || value.key == prefix + store::kClosingKey;
+    listed = listed || value.key == chief_joined;
+    beats = beats || value.key == chief_alive;
   }
   if (!job)
     view.unclaimed = detail::concat("no job holds ", address.to_string(),
@@ -83,6 +91,14 @@ JoinView view_before_joining(const ProcessGroupSpec& spec) {
     view.unclaimed = detail::concat(address.to_string(), " holds the job '", *job, "', not '",
                                     spec.job_id, "' (DIST_JOB_ID): a previous job's keys, which ",
                                     "its chief erases once nothing of that job beats");
+  // A chief beats from before it joins to its end (liveness.h), so a chief listed as joined
+  // that does not beat is a previous run's: one that ended before this member joined it, which
+  // left no "joined" key of this member to tell it by.
+  else if (spec.rank != 0 && listed && !beats)
+    view.unclaimed = detail::concat(address.to_string(), " lists ", chief,
+                                    " as joined but nothing of it beats: a previous run's keys, "
+                                    "which ",
+                                    chief, " erases as it starts");
   return view;
 }
 

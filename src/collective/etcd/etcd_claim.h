@@ -19,7 +19,9 @@ constexpr char kJobKey[] = "job";
 // and beat under a prefix the chief then took for a previous job's still beating, and each
 // waited for the other until the rendezvous timeout.
 struct JoinView {
-  std::string unclaimed;     // why no job of this identity holds the prefix; "" when one does
+  // Why the prefix is not this job's yet ("" when it is): no job, another identity's, or a
+  // previous run's whose chief is listed as joined but no longer beats.
+  std::string unclaimed;
   bool self_joined = false;  // this member's "joined" key of the group's scope is there
   bool closing = false;      // the store's closing key is there
 };
