@@ -8,8 +8,8 @@
 # each executable linked with dist names that list before its own objects.
 #
 # The list comes from dist-train linked without it (dist-train-natural-order, tools/, whose
-# load order is the one to keep), as build/library_order.rsp. Executables of the build tree only: a user's
-# executable, linked with the installed package, keeps the linker's own order.
+# load order is the one to keep), as build/library_order.rsp. Executables of the build tree
+# only: a user's executable, linked with the installed package, keeps the linker's own order.
 #
 #   -DDIST_ORDER_LIBRARIES=OFF links every executable in the linker's own order.
 option(DIST_ORDER_LIBRARIES "List LibTorch's shared libraries in the order that starts fastest" ON)
