@@ -23,6 +23,13 @@ std::string beating(EtcdClient& client, const std::string& prefix) {
   return names;
 }
 
+// The full etcd key that lists member `rank` of `spec` as joined to the group's rendezvous.
+std::string joined_key(const ProcessGroupSpec& spec, int rank) {
+  return spec.rendezvous.etcd_prefix +
+         scoped_key(store_key_scope(spec),
+                    "joined/" + spec.members.at(static_cast<size_t>(rank)).name);
+}
+
 }  // namespace
 
 void claim_prefix(const ProcessGroupSpec& spec) {
@@ -30,7 +37,7 @@ void claim_prefix(const ProcessGroupSpec& spec) {
   EtcdClient& client = *shared_etcd_client(address);
   const std::string& prefix = address.etcd_prefix;
   const std::string chief = spec.members.at(static_cast<size_t>(spec.rank)).name;
-  const std::string joined = prefix + scoped_key(store_key_scope(spec), "joined/" + chief);
+  const std::string joined = joined_key(spec, spec.rank);
   const auto deadline = Clock::now() + spec.rendezvous_timeout;
   bool told = false;  // "waiting for the job ... to end", once
   while (true) {
@@ -68,11 +75,9 @@ bool anything_beats(const RendezvousAddress& address) {
 JoinView view_before_joining(const ProcessGroupSpec& spec) {
   const RendezvousAddress& address = spec.rendezvous;
   const std::string& prefix = address.etcd_prefix;
-  const std::string scope = store_key_scope(spec);
-  const std::string self = spec.members.at(static_cast<size_t>(spec.rank)).name;
   const std::string chief = spec.members.at(0).name;
-  const std::string joined = prefix + scoped_key(scope, "joined/" + self);
-  const std::string chief_joined = prefix + scoped_key(scope, "joined/" + chief);
+  const std::string joined = joined_key(spec, spec.rank);
+  const std::string chief_joined = joined_key(spec, 0);
   const std::string chief_alive = prefix + JobStore::kProcessKeyPrefix + chief;
   JoinView view;
   std::optional<std::string> job;
