@@ -64,8 +64,13 @@ std::shared_ptr<grpc::ChannelCredentials> credentials_of(const EtcdSecurity& sec
 
 // Answers worth asking another member for: it is down, slow, or has no leader.
 bool member_unavailable(const grpc::Status& status) {
+  // A member whose own wait ran out (a linearizable read while the cluster elects a new leader)
+  // answers with Go's "context deadline exceeded" and no status code of its kind: the next
+  // member, or this one again, may answer (EtcdClientTest's loss of a member failed on it).
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         (status.error_code() == grpc::StatusCode::UNKNOWN &&
+          status.error_message().find("context deadline exceeded") != std::string::npos);
 }
 
 // Whether gRPC's account of a failed connection is its TLS handshake's (OpenSSL's and gRPC's
