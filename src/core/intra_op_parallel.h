@@ -17,4 +17,10 @@ namespace dist::detail {
 void intra_op_parallel_for(int64_t begin, int64_t end, int64_t grain,
                            const std::function<void(int64_t, int64_t)>& body);
 
+// Gives the calling thread `threads` intra-op threads, as at::set_num_threads(threads) would for
+// it, but without at::set_num_threads' process-wide effects: the count a new thread starts with
+// stays, and LibTorch's pthreadpool is not re-created. A thread's first ATen operation resets its
+// count (at::init_num_threads): call at::internal::lazy_init_num_threads() before this.
+void set_intra_op_threads_of_this_thread(int threads);
+
 }  // namespace dist::detail

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "data/dataset_node.h"
+#include "data/stages/pipeline_thread.h"
 #include "dist/core/error.h"
 
 namespace dist::data::detail {
@@ -189,7 +190,7 @@ class ParallelMapIterator : public IteratorNode {
   std::condition_variable slot_done_;
   std::deque<std::shared_ptr<Slot>> in_flight_;  // in input order, until handed out
   std::deque<std::shared_ptr<Slot>> queue_;      // not yet taken by a worker
-  std::vector<std::thread> workers_;
+  std::vector<PipelineThread> workers_;
   bool stop_ = false;
 };
 

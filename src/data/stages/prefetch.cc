@@ -2,14 +2,15 @@
 //
 // The thread starts on the first next(), so skip() before that (restoring a position) still
 // uses the input's fast skip. An exception in the producer is handed to the consumer at the
-// point in the sequence where it happened. Destroying the iterator stops and joins the thread.
+// point in the sequence where it happened. Destroying the iterator stops and joins the thread
+// (a pipeline thread: pipeline_thread.h).
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <thread>
 
 #include "data/dataset_node.h"
+#include "data/stages/pipeline_thread.h"
 
 namespace dist::data::detail {
 namespace {
@@ -29,7 +30,7 @@ class PrefetchIterator : public IteratorNode {
   }
 
   std::optional<Element> next() override {
-    if (!producer_.joinable()) producer_ = std::thread([this] { produce(); });
+    if (!producer_.joinable()) producer_ = PipelineThread([this] { produce(); });
     std::unique_lock<std::mutex> lock(mu_);
     changed_.wait(lock, [this] { return !queue_.empty() || done_; });
     if (queue_.empty()) {
@@ -74,7 +75,7 @@ class PrefetchIterator : public IteratorNode {
 
   std::unique_ptr<IteratorNode> input_;
   size_t capacity_;
-  std::thread producer_;
+  PipelineThread producer_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::deque<Element> queue_;
