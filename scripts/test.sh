@@ -8,12 +8,19 @@
 # child processes, assert no elapsed time and share nothing machine-wide) run two suites at a
 # time too, a suite's paired cases one after another in one process, each suite with ports of
 # its own. The cases that mostly sleep on timeouts and check deadlines (label "waiting",
-# tests/waiting_cases.txt) run four at a time. Everything else runs alone, as the other deadline
-# tests and those that need the whole machine (Slurm, network namespaces) must on a 2-core
-# machine. The fuzzing (three targets at a time, 20 s of wall time each) and the install test
-# (compilations), label "background", start with the waiting pass and go on beside the alone
-# pass, at the lowest priority: they check no deadline and take only the CPU the tests leave
-# (the waiting and alone passes used about 60% of the cores), so their minutes no longer add up.
+# tests/waiting_cases.txt) run four at a time beside the paired pass, which runs at a lower
+# priority (nice 10): the paired cases check no time and take the CPU the waiting ones leave,
+# the waiting ones get the CPU they ask for (a fraction of a core) when they ask, so a deadline
+# means what it meant alone, and their waits no longer add up (on a Zen 5 the two passes took
+# 272 + 84 s one after the other, 306 s side by side). Their ports differ (each paired suite and
+# waiting entry has its own DIST_PORT_BASE) and no paired case takes what a waiting one locks
+# (mpirun, netns). Everything else runs alone, as the other deadline tests and those that need
+# the whole machine (Slurm, network namespaces) must on a 2-core machine. The fuzzing (three
+# targets at a time, 20 s of wall time each) and the install test (compilations), label
+# "background", run beside the alone pass at the lowest priority (nice 19, set by the tests):
+# they check no deadline and take only the CPU the tests leave (the alone pass used about 60%
+# of the cores), so their minutes no longer add up; beside the paired pass they would get
+# almost no CPU, and the fuzzing's 20 s would find little.
 # Every pass always runs; the exit status is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,31 +48,47 @@ run_pass() {
   ctest --test-dir "$build" --output-on-failure --timeout 1200 "$@" || status=1
   passes+=("$((SECONDS - started)) s  $title")
 }
+# Passes that run beside another: start_beside NAME NICENESS CTEST_ARGS... starts one in the
+# background (its output to $build/Testing/NAME.log), finish_beside NAME TITLE waits for it and
+# prints its output and time.
+mkdir -p "$build/Testing"
+declare -A beside=()
+trap 'kill "${beside[@]}" 2>/dev/null || true' EXIT
+start_beside() {
+  local name=$1 niceness=$2
+  shift 2
+  rm -f "$build/Testing/$name.seconds"
+  (
+    started=$SECONDS
+    code=0
+    nice -n "$niceness" ctest --test-dir "$build" --output-on-failure --timeout 1200 "$@" \
+      >"$build/Testing/$name.log" 2>&1 || code=$?
+    echo "$((SECONDS - started))" >"$build/Testing/$name.seconds"
+    exit "$code"
+  ) &
+  beside[$name]=$!
+}
+finish_beside() {
+  local name=$1 title=$2
+  echo "== $title"
+  wait "${beside[$name]}" || status=1
+  unset "beside[$name]"
+  cat "$build/Testing/$name.log"
+  passes+=("$(cat "$build/Testing/$name.seconds" 2>/dev/null || echo '?') s  $title")
+}
 tests_started=$SECONDS
 run_pass "tests that run two at a time (label parallel)" -j 2 -L parallel -LE "$skip"
-run_pass "multi-process tests that run two at a time (label paired)" -j 2 -L paired -LE "$skip"
-# Started here, waited for after the alone pass; its output follows the passes'.
-background_log=$build/Testing/background.log
-mkdir -p "$build/Testing"
-background_seconds=$build/Testing/background.seconds
-rm -f "$background_seconds"
-(
-  started=$SECONDS
-  code=0
-  ctest --test-dir "$build" --output-on-failure --timeout 1200 -j 2 -L background -LE "$skip" \
-    >"$background_log" 2>&1 || code=$?
-  echo "$((SECONDS - started))" >"$background_seconds"
-  exit "$code"
-) &
-background=$!
-trap 'kill "$background" 2>/dev/null || true' EXIT
-run_pass "tests that wait out timeouts (label waiting)" -j 4 -L waiting -LE "$skip"
+window_started=$SECONDS
+start_beside paired 10 -j 2 -L paired -LE "$skip"
+run_pass "tests that wait out timeouts (label waiting, beside the paired pass)" -j 4 -L waiting \
+  -LE "$skip"
+finish_beside paired "multi-process tests that run two at a time (label paired, nice 10)"
+passes+=("$((SECONDS - window_started)) s  the two side by side")
+# The background tests set their own priority (nice 19).
+start_beside background 0 -j 2 -L background -LE "$skip"
 run_pass "tests that run alone (deadlines, loopback servers, Slurm, namespaces)" \
   -LE "parallel|paired|waiting|background|$skip"
-echo "== the fuzzing and the install test beside the last two (label background)"
-wait "$background" || status=1
-cat "$background_log"
-passes+=("$(cat "$background_seconds" 2>/dev/null || echo '?') s  the fuzzing and the install test (beside the last two)")
+finish_beside background "the fuzzing and the install test (label background, beside the alone pass)"
 echo "== the passes took"
 printf '  %s\n' "${passes[@]}"
 echo "  $((SECONDS - tests_started)) s in all"

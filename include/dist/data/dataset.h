@@ -226,7 +226,9 @@ class Dataset {
                                     std::vector<int64_t> bucket_boundaries,
                                     std::vector<int64_t> bucket_batch_sizes,
                                     const BucketOptions& options = {}) const;
-  // Produces up to `buffer_size` elements ahead on a background thread. Same sequence.
+  // Produces up to `buffer_size` elements ahead on a background thread. Same sequence. That
+  // thread (and a parallel map's) runs ATen with the intra-op thread count of the thread that
+  // iterates, and is kept for later epochs.
   Dataset prefetch(int64_t buffer_size = 2) const;
   // Keeps the elements of the first complete pass in memory and replays them afterwards.
   // A pass that stops early caches nothing.
