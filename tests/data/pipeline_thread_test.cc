@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,6 +63,20 @@ TEST(PipelineThreadTest, TasksRunTogetherWhenStartedTogether) {
     });
   for (auto& worker : workers) worker.join();
   EXPECT_EQ(arrived, 6);
+}
+
+TEST(PipelineThreadTest, ATaskStartsWithTheGradModeOfANewThread) {
+  // A task that turns gradients off and leaves them off (a map function without a guard) must
+  // not turn them off for the next task its thread runs.
+  const int epochs = static_cast<int>(std::thread::hardware_concurrency()) + 4;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    bool enabled = false;
+    PipelineThread([&] {
+      enabled = at::GradMode::is_enabled();
+      at::GradMode::set_enabled(false);
+    }).join();
+    EXPECT_TRUE(enabled) << "epoch " << epoch;
+  }
 }
 
 // The intra-op count a task sees when started from a thread that has `threads`.

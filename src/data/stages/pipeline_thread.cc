@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -76,7 +77,12 @@ class PipelinePool {
       tasks_.pop_front();
       lock.unlock();
       dist::detail::set_intra_op_threads_of_this_thread(task.intra_op_threads);
-      task.body();
+      {
+        // A new thread's autograd modes (grad and forward grad on, inference mode off: what
+        // InferenceMode(false) sets), whatever an earlier task on this thread left set.
+        c10::InferenceMode new_threads_modes(false);
+        task.body();
+      }
       auto done = std::move(task.done);
       task = Task{};  // the body's captures go before the thread waits for more
       // Told under the pool's lock, which this thread keeps until it waits for the next task:
