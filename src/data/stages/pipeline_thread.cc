@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -14,18 +15,12 @@
 
 namespace dist::data::detail {
 
-struct PipelineThread::Done {
-  std::mutex mu;
-  std::condition_variable changed;
-  bool done = false;
-};
-
 namespace {
 
 struct Task {
   std::function<void()> body;
   int intra_op_threads = 1;
-  std::shared_ptr<PipelineThread::Done> done;
+  std::promise<void> done;
 };
 
 // The threads, leaked on purpose: an idle one waits on `ready_` until the process ends, and
@@ -88,11 +83,7 @@ class PipelinePool {
       // Told under the pool's lock, which this thread keeps until it waits for the next task:
       // a task started right after join() finds it idle (PipelineThreadTest counts on it).
       lock.lock();
-      {
-        std::lock_guard<std::mutex> done_lock(done->mu);
-        done->done = true;
-      }
-      done->changed.notify_all();
+      done.set_value();
     }
   }
 
@@ -104,8 +95,10 @@ class PipelinePool {
 
 }  // namespace
 
-PipelineThread::PipelineThread(std::function<void()> task) : done_(std::make_shared<Done>()) {
-  PipelinePool::get().run(Task{std::move(task), at::get_num_threads(), done_});
+PipelineThread::PipelineThread(std::function<void()> task) {
+  Task pending{std::move(task), at::get_num_threads(), {}};
+  done_ = pending.done.get_future();
+  PipelinePool::get().run(std::move(pending));
 }
 
 PipelineThread& PipelineThread::operator=(PipelineThread&& other) noexcept {
@@ -121,10 +114,8 @@ PipelineThread::~PipelineThread() {
 }
 
 void PipelineThread::join() {
-  std::unique_lock<std::mutex> lock(done_->mu);
-  done_->changed.wait(lock, [this] { return done_->done; });
-  lock.unlock();
-  done_.reset();
+  done_.wait();
+  done_ = {};
 }
 
 }  // namespace dist::data::detail
