@@ -7,7 +7,12 @@ processes), Adam 1e-3, cross-entropy. The first 10 steps warm up; prints one lin
 images/s of the others. Run it with tcmalloc preloaded, as PyTorch's CPU tuning guide advises
 (the bench script does).
 
-    /usr/bin/python3 bench/torchscript_ddp_resnet18.py [STEPS=60] [BATCH=64]
+MODE alone runs the same steps without DistributedDataParallel: each process trains its own
+copy on its own half of the batch and nothing crosses between them but the two barriers around
+the timed steps. That is the compute ceiling of this step on these cores and kernels: what any
+data-parallel framework would reach if summing the gradients cost nothing.
+
+    /usr/bin/python3 bench/torchscript_ddp_resnet18.py [STEPS=60] [BATCH=64] [MODE=ddp|alone]
 """
 import gzip
 import os
@@ -39,7 +44,7 @@ def read_idx(name, header):
         return torch.frombuffer(bytearray(f.read()[header:]), dtype=torch.uint8)
 
 
-def worker(rank, port, steps, batch, out):
+def worker(rank, port, steps, batch, alone, out):
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -47,7 +52,9 @@ def worker(rank, port, steps, batch, out):
     images = read_idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
     labels = read_idx("train-labels-idx1-ubyte.gz", 8).long()
     torch.manual_seed(2)  # resnet18.pt's initial weights
-    model = nn.parallel.DistributedDataParallel(make_torchscript_models.resnet18_for_mnist())
+    model = make_torchscript_models.resnet18_for_mnist()
+    if not alone:
+        model = nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     global_batch = WORLD * batch
@@ -84,19 +91,24 @@ def free_port():
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 60
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    mode = sys.argv[3] if len(sys.argv) > 3 else "ddp"
+    if mode not in ("ddp", "alone"):
+        sys.exit(f"MODE must be ddp or alone, got {mode}")
     if steps <= WARM_UP:
         sys.exit(f"STEPS must be more than the {WARM_UP} warm-up steps, got {steps}")
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, port, steps, batch, out)) for r in range(WORLD)]
+    alone = mode == "alone"
+    procs = [ctx.Process(target=worker, args=(r, port, steps, batch, alone, out))
+             for r in range(WORLD)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=1800)
         if p.exitcode != 0:
-            sys.exit(f"a DDP worker failed (exit code {p.exitcode})")
-    print(f"pytorch ddp resnet18 {WORLD}x1, {steps} steps of {WORLD * batch} images: "
+            sys.exit(f"a {mode} worker failed (exit code {p.exitcode})")
+    print(f"pytorch {mode} resnet18 {WORLD}x1, {steps} steps of {WORLD * batch} images: "
           f"{out.get(timeout=10):.1f} images/s (steps {WARM_UP + 1} to {steps})")
     return 0
 
